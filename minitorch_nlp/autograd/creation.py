@@ -1,0 +1,310 @@
+"""Making tensors (``tensor``, ``zeros``, ``rand`` ...) and the functions that take several
+tensors or return several (``concatenate``, ``stack``, ``split``, ``sort``, ``topk`` ...)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes
+from . import ops_shape as sh
+from .random import rng
+from .tensor import Tensor, _backend_of, _index_data
+
+
+def tensor(data, dtype=None, requires_grad=False, backend=None):
+    """A new tensor holding a copy of ``data`` (nested lists, scalars, arrays or a tensor)."""
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    if isinstance(data, np.ndarray):
+        data = data.copy()
+    return Tensor(data, dtype=dtype, requires_grad=requires_grad, backend=backend)
+
+
+def as_tensor(data, dtype=None, backend=None):
+    """``data`` itself if it already is a tensor of that dtype, else a tensor sharing its memory
+    where the backend allows."""
+    if isinstance(data, Tensor) and (dtype is None or data.dtype == dtypes.resolve(dtype)):
+        return data
+    return Tensor(data, dtype=dtype, backend=backend)
+
+
+def _shape(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(n) for n in shape)
+
+
+def _make(array_fn, shape, dtype, requires_grad, backend, default=None):
+    be = _backend_of(backend)
+    dtype = dtypes.resolve(dtype) or default or dtypes.get_default_dtype()
+    return Tensor._wrap(array_fn(be.xp, shape, dtype), be).requires_grad_(requires_grad)
+
+
+def zeros(*shape, dtype=None, requires_grad=False, backend=None):
+    return _make(lambda xp, s, d: xp.zeros(s, dtype=d), _shape(shape), dtype, requires_grad, backend)
+
+
+def ones(*shape, dtype=None, requires_grad=False, backend=None):
+    return _make(lambda xp, s, d: xp.ones(s, dtype=d), _shape(shape), dtype, requires_grad, backend)
+
+
+def full(shape, fill_value, dtype=None, requires_grad=False, backend=None):
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    default = dtypes.infer(fill_value)
+    return _make(lambda xp, s, d: xp.full(s, fill_value, dtype=d), shape, dtype, requires_grad,
+                 backend, default=default)
+
+
+def empty(*shape, dtype=None, backend=None):
+    return _make(lambda xp, s, d: xp.empty(s, dtype=d), _shape(shape), dtype, False, backend)
+
+
+def arange(start, stop=None, step=1, dtype=None, backend=None):
+    """Like ``numpy.arange``; integer arguments give int64, any float gives the default float."""
+    if stop is None:
+        start, stop = 0, start
+    if dtype is None:
+        dtype = dtypes.int64 if all(isinstance(v, (int, np.integer)) for v in (start, stop, step)) \
+            else dtypes.get_default_dtype()
+    be = _backend_of(backend)
+    return Tensor._wrap(be.xp.arange(start, stop, step, dtype=dtypes.resolve(dtype)), be)
+
+
+def linspace(start, stop, num, dtype=None, backend=None):
+    be = _backend_of(backend)
+    dtype = dtypes.resolve(dtype) or dtypes.get_default_dtype()
+    return Tensor._wrap(be.xp.linspace(start, stop, num, dtype=dtype), be)
+
+
+def eye(n, m=None, k=0, dtype=None, backend=None):
+    be = _backend_of(backend)
+    dtype = dtypes.resolve(dtype) or dtypes.get_default_dtype()
+    return Tensor._wrap(be.xp.eye(n, m, k, dtype=dtype), be)
+
+
+def _like(x, fn, dtype, **kw):
+    return fn(x.shape, dtype=dtype or x.dtype, backend=x.backend, **kw)
+
+
+def zeros_like(x, dtype=None, requires_grad=False):
+    return _like(x, zeros, dtype, requires_grad=requires_grad)
+
+
+def ones_like(x, dtype=None, requires_grad=False):
+    return _like(x, ones, dtype, requires_grad=requires_grad)
+
+
+def full_like(x, fill_value, dtype=None, requires_grad=False):
+    return full(x.shape, fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad,
+                backend=x.backend)
+
+
+def _random(draw, shape, dtype, requires_grad, backend, generator):
+    be = _backend_of(backend)
+    dtype = dtypes.resolve(dtype) or dtypes.get_default_dtype()
+    array = draw(rng(generator), shape, dtype)
+    return Tensor._wrap(be.asarray(array), be).requires_grad_(requires_grad)
+
+
+def rand(*shape, dtype=None, requires_grad=False, generator=None, backend=None):
+    """Uniform on [0, 1)."""
+    return _random(lambda r, s, d: r.random(s, dtype=np.float64).astype(d), _shape(shape),
+                   dtype, requires_grad, backend, generator)
+
+
+def randn(*shape, dtype=None, requires_grad=False, generator=None, backend=None):
+    """Standard normal."""
+    return _random(lambda r, s, d: r.standard_normal(s, dtype=np.float64).astype(d),
+                   _shape(shape), dtype, requires_grad, backend, generator)
+
+
+def randint(low, high=None, size=(), dtype=None, generator=None, backend=None):
+    """Integers in [low, high) (or [0, low) when ``high`` is omitted), int64 by default."""
+    if high is None:
+        low, high = 0, low
+    if high <= low:
+        raise ValueError(f"randint: empty range [{low}, {high})")
+    size = (size,) if isinstance(size, int) else tuple(size)
+    be = _backend_of(backend)
+    array = rng(generator).integers(low, high, size=size, dtype=np.int64)
+    return Tensor._wrap(be.asarray(array, dtype=dtypes.resolve(dtype) or dtypes.int64), be)
+
+
+def rand_like(x, dtype=None, generator=None):
+    return rand(x.shape, dtype=dtype or x.dtype, generator=generator, backend=x.backend)
+
+
+def randn_like(x, dtype=None, generator=None):
+    return randn(x.shape, dtype=dtype or x.dtype, generator=generator, backend=x.backend)
+
+
+def randint_like(x, low, high=None, generator=None):
+    return randint(low, high, size=x.shape, dtype=x.dtype, generator=generator, backend=x.backend)
+
+
+# ---- several tensors in, or several out --------------------------------------------------------
+def _tensors(xs, op):
+    xs = [x if isinstance(x, Tensor) else tensor(x) for x in xs]
+    if not xs:
+        raise ValueError(f"{op}: needs at least one tensor")
+    return xs
+
+
+def concatenate(tensors, axis=0, dim=None):
+    axis = dim if dim is not None else axis
+    xs = _tensors(tensors, "concatenate")
+    (axis,) = sh.normalize_axis(axis, xs[0].ndim, "concatenate")
+    for i, x in enumerate(xs):
+        if x.ndim != xs[0].ndim or any(a != b for j, (a, b) in enumerate(zip(x.shape, xs[0].shape))
+                                       if j != axis):
+            raise ValueError(f"concatenate: tensor {i} has shape {x.shape}, which does not match "
+                             f"{xs[0].shape} outside axis {axis}")
+    return sh.Concatenate.apply(*xs, axis=axis)
+
+
+cat = concatenate
+
+
+def stack(tensors, axis=0, dim=None):
+    axis = dim if dim is not None else axis
+    xs = _tensors(tensors, "stack")
+    for i, x in enumerate(xs):
+        if x.shape != xs[0].shape:
+            raise ValueError(f"stack: tensor {i} has shape {x.shape}, tensor 0 has {xs[0].shape}")
+    if not -xs[0].ndim - 1 <= axis <= xs[0].ndim:
+        raise ValueError(f"stack: axis {axis} is out of range for {xs[0].ndim + 1} dimensions")
+    return sh.Stack.apply(*xs, axis=axis % (xs[0].ndim + 1))
+
+
+def split(x, split_size_or_sections, axis=0):
+    """PyTorch's split: an int gives pieces of that size (the last may be smaller); a list gives
+    the size of each piece."""
+    (axis,) = sh.normalize_axis(axis, x.ndim, "split")
+    n = x.shape[axis]
+    if isinstance(split_size_or_sections, int):
+        if split_size_or_sections <= 0:
+            raise ValueError(f"split: the piece size must be positive, got {split_size_or_sections}")
+        sizes = [split_size_or_sections] * (n // split_size_or_sections)
+        if n % split_size_or_sections:
+            sizes.append(n % split_size_or_sections)
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != n:
+            raise ValueError(f"split: sizes {sizes} add up to {sum(sizes)}, but axis {axis} has {n}")
+    pieces, start = [], 0
+    for size in sizes:
+        pieces.append(x[(slice(None),) * axis + (slice(start, start + size),)])
+        start += size
+    return tuple(pieces)
+
+
+def chunk(x, chunks, axis=0):
+    """``chunks`` pieces of equal size along ``axis`` (the last may be smaller)."""
+    if chunks <= 0:
+        raise ValueError(f"chunk: the number of chunks must be positive, got {chunks}")
+    (axis,) = sh.normalize_axis(axis, x.ndim, "chunk")
+    size = -(-x.shape[axis] // chunks)
+    return split(x, max(size, 1), axis)
+
+
+def pad(x, pad_width, value=0.0):
+    """Constant padding, ``pad_width`` as in NumPy: one (before, after) pair per axis, or one pair
+    for every axis."""
+    if isinstance(pad_width, int):
+        pad_width = [(pad_width, pad_width)] * x.ndim
+    pad_width = [tuple(p) for p in pad_width]
+    if len(pad_width) == 1 and x.ndim > 1:
+        pad_width = pad_width * x.ndim
+    if len(pad_width) != x.ndim or any(len(p) != 2 or min(p) < 0 for p in pad_width):
+        raise ValueError(f"pad: pad_width {pad_width} must give one non-negative (before, after) "
+                         f"pair for each of the {x.ndim} axes")
+    return sh.Pad.apply(x, pad_width=tuple(pad_width), value=value)
+
+
+def _along_axis_index(x, index, axis):
+    """The advanced index that selects ``index`` along ``axis`` and everything else in place."""
+    xp = x.backend.xp
+    idx = _index_data(index, x)
+    if idx.ndim != x.ndim:
+        raise ValueError(f"take_along_axis: the index has {idx.ndim} dimensions, the tensor "
+                         f"{x.ndim} (shape {x.shape})")
+    n = x.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise IndexError(f"take_along_axis: index out of range for axis {axis} of size {n}")
+    grids = []
+    for a in range(x.ndim):
+        if a == axis:
+            grids.append(idx % n if n else idx)
+        else:
+            shape = [1] * x.ndim
+            shape[a] = idx.shape[a] if idx.shape[a] != 1 else x.shape[a]
+            grids.append(xp.arange(shape[a]).reshape(shape))
+    return tuple(xp.broadcast_arrays(*grids))
+
+
+def take_along_axis(x, index, axis):
+    """``numpy.take_along_axis`` / PyTorch's ``gather``; gradients scatter-add back."""
+    (axis,) = sh.normalize_axis(axis, x.ndim, "take_along_axis")
+    return x[_along_axis_index(x, index, axis)]
+
+
+gather = take_along_axis
+
+
+def scatter_add(x, axis, index, src):
+    """A copy of ``x`` with ``src`` added at ``index`` along ``axis`` (repeated indices add up)."""
+    (axis,) = sh.normalize_axis(axis, x.ndim, "scatter_add")
+    src = src if isinstance(src, Tensor) else tensor(src, dtype=x.dtype)
+    if _index_data(index, x).shape != src.shape:
+        raise ValueError(f"scatter_add: index shape {_index_data(index, x).shape} and src shape "
+                         f"{src.shape} differ")
+    positions = _along_axis_index(x, index, axis)
+    return x + sh.IndexAdd.apply(src, index=positions, shape=x.shape)
+
+
+def index_select(x, axis, index):
+    return x.index_select(axis, index)
+
+
+def one_hot(index, num_classes, dtype=None):
+    """One-hot vectors (int64 unless ``dtype``); ``index`` values must lie in [0, num_classes)."""
+    data = index.data if isinstance(index, Tensor) else np.asarray(index)
+    be = index.backend if isinstance(index, Tensor) else _backend_of(None)
+    if data.dtype.kind not in "iu":
+        raise TypeError(f"one_hot: the index must be an integer tensor, got {data.dtype}")
+    if data.size and (int(data.min()) < 0 or int(data.max()) >= num_classes):
+        raise ValueError(f"one_hot: index values must lie in [0, {num_classes}); got min "
+                         f"{int(data.min())}, max {int(data.max())}")
+    dtype = dtypes.resolve(dtype) or dtypes.int64
+    return Tensor._wrap(be.xp.eye(num_classes, dtype=dtype)[data], be)
+
+
+def sort(x, axis=-1, descending=False, dim=None):
+    """(values, indices) sorted along ``axis``; the values carry the gradient."""
+    axis = dim if dim is not None else axis
+    (axis,) = sh.normalize_axis(axis, x.ndim, "sort")
+    xp = x.backend.xp
+    order = xp.argsort(-x.data if descending else x.data, axis=axis, kind="stable")
+    indices = Tensor._wrap(order.astype(np.int64), x.backend)
+    return take_along_axis(x, indices, axis), indices
+
+
+def argsort(x, axis=-1, descending=False):
+    return sort(x, axis, descending)[1]
+
+
+def topk(x, k, axis=-1, largest=True, sorted=True, dim=None):  # noqa: A002 - PyTorch's name
+    """(values, indices) of the ``k`` largest (or smallest) entries along ``axis``."""
+    axis = dim if dim is not None else axis
+    (axis,) = sh.normalize_axis(axis, x.ndim, "topk")
+    n = x.shape[axis]
+    if not 0 <= k <= n:
+        raise ValueError(f"topk: k={k} is out of range for axis {axis} of size {n}")
+    xp = x.backend.xp
+    keyed = -x.data if largest else x.data
+    part = xp.argpartition(keyed, k - 1, axis=axis) if 0 < k < n else xp.argsort(keyed, axis=axis)
+    part = xp.take(part, xp.arange(k), axis=axis)
+    if sorted:
+        order = xp.argsort(xp.take_along_axis(keyed, part, axis=axis), axis=axis, kind="stable")
+        part = xp.take_along_axis(part, order, axis=axis)
+    indices = Tensor._wrap(part.astype(np.int64), x.backend)
+    return take_along_axis(x, indices, axis), indices

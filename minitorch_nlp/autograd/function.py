@@ -1,0 +1,167 @@
+"""``Function``: one differentiable operation, and ``Context``: its node in the recorded graph.
+
+A ``Function`` subclass defines
+
+* ``forward(ctx, *arrays, **static)`` on raw backend arrays (non-tensor inputs such as Python
+  scalars or constant masks arrive unchanged), returning one array;
+* ``backward(ctx, grad)`` written with ``Tensor`` operations, returning one gradient per input
+  (``None`` where there is none). Because it is written with tensor operations, running it with
+  recording switched on (``create_graph=True``) records the graph of the gradient itself, which is
+  what makes second derivatives work. A gradient may have the broadcast shape of the output: the
+  engine reduces it to the input's shape in one place.
+
+Static arguments (axis, shapes, flags) are keyword-only and kept on ``ctx``.
+``Function.apply`` runs ``forward`` and, when some input requires a gradient and recording is on,
+makes the ``Context`` the output's node: it holds the ``Function``, the saved tensors and the
+edges to the inputs' nodes (not the input tensors themselves, so intermediates that no backward
+needs are freed as soon as the user drops them).
+"""
+from __future__ import annotations
+
+import weakref
+
+from . import grad_mode
+
+Tensor = None  # the Tensor class, handed over by tensor.py (the two modules need each other)
+
+
+class Context:
+    """A node of the graph; ``forward`` stores on it whatever ``backward`` needs."""
+
+    fn = None
+    next_nodes = ()
+    input_meta = ()
+    hooks = None
+    retained = None
+    released = False
+    _saved = ()
+    _saved_versions = ()
+    _output_data = None
+    _output_version = None
+
+    def save_for_backward(self, *values):
+        """Keep tensors (and constants) for ``backward``; an in-place change to a tensor is detected."""
+        self._saved = values
+        self._saved_versions = [v._version[0] if isinstance(v, Tensor) else None for v in values]
+
+    def save_inputs(self, *positions):
+        """``save_for_backward`` of the inputs at ``positions`` (tensors, or constants as given)."""
+        self.save_for_backward(*(self._inputs[i] for i in positions))
+
+    def save_output(self):
+        """Ask ``apply`` to keep this operation's output for ``backward`` (see ``output``)."""
+        self._output_data = True
+
+    @property
+    def saved_tensors(self):
+        self._check_not_released()
+        for t, version in zip(self._saved, self._saved_versions):
+            if version is not None and t._version[0] != version:
+                raise RuntimeError(
+                    f"{self.name} backward: a tensor of shape {t.shape} saved for backward was "
+                    f"modified in place afterwards (version {version} -> {t._version[0]}); "
+                    "use an out-of-place operation (e.g. x = x + y instead of x += y)")
+        return self._saved
+
+    @property
+    def output(self):
+        """The output tensor, connected to this node (so that ``create_graph`` can differentiate it)."""
+        self._check_not_released()
+        box, version = self._output_version
+        if box[0] != version:
+            raise RuntimeError(
+                f"{self.name} backward: its output was modified in place afterwards "
+                f"(version {version} -> {box[0]}); use an out-of-place operation")
+        return Tensor._wrap(self._output_data, self.backend, node=self)
+
+    @property
+    def name(self):
+        return self.fn.__name__ if self.fn is not None else "operation"
+
+    def _check_not_released(self):
+        if self.released:
+            raise RuntimeError(
+                f"{self.name} backward: the graph has already been freed by an earlier backward; "
+                "pass retain_graph=True to the first backward() / grad() to go through it twice")
+
+    def release(self):
+        self._saved = ()
+        self._output_data = None
+        self.released = True
+
+    def __repr__(self):
+        return f"<{self.name}Backward>"
+
+
+class LeafNode:
+    """Where gradients of a leaf tensor (one made by the user, e.g. a parameter) arrive."""
+
+    fn = None
+    next_nodes = ()
+    retained = None
+
+    def __init__(self, tensor):
+        self.tensor_ref = weakref.ref(tensor)
+        self.hooks = None
+
+    def __repr__(self):
+        return "<AccumulateGrad>"
+
+
+class Function:
+    """Base class of every differentiable operation (see the module docstring)."""
+
+    is_view = False  # output shares memory with input 0 (so they share a version counter)
+    differentiable = True
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise TypeError("a Function subclass must define forward(ctx, *arrays)")
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise TypeError("a Function subclass must define backward(ctx, grad)")
+
+    @classmethod
+    def apply(cls, *inputs, **static):
+        backend = None
+        record = False
+        for x in inputs:
+            if isinstance(x, Tensor):
+                if backend is None:
+                    backend = x._backend
+                elif x._backend is not backend:
+                    raise TypeError(
+                        f"{cls.__name__}: inputs live on different backends ({backend.name} and "
+                        f"{x._backend.name}); move one with tensor.to({backend.name!r})")
+                if x.requires_grad:
+                    record = True
+        ctx = Context()
+        ctx.backend = backend
+        ctx._inputs = inputs
+        if record and grad_mode._enabled and cls.differentiable:
+            ctx.needs_input_grad = needs = [isinstance(x, Tensor) and x.requires_grad
+                                            for x in inputs]
+        else:
+            record = False
+            ctx.needs_input_grad = (False,) * len(inputs)
+        out = cls.forward(ctx, *[x.data if isinstance(x, Tensor) else x for x in inputs],
+                          **static)
+        ctx._inputs = None
+        backend = ctx.backend  # forward may move the output to another backend (Tensor.to)
+        if not record:
+            result = Tensor._wrap(out, backend)
+        else:
+            ctx.fn = cls
+            ctx.next_nodes = tuple(x._grad_node() if need else None
+                                   for x, need in zip(inputs, needs))
+            ctx.input_meta = tuple((x.data.shape, x.data.dtype) if need else None
+                                   for x, need in zip(inputs, needs))
+            result = Tensor._wrap(out, backend, node=ctx)
+        if cls.is_view:
+            result._version = inputs[0]._version
+            result._is_view = True
+        if ctx._output_data is True:
+            ctx._output_data = result.data
+            ctx._output_version = (result._version, result._version[0])
+        return result

@@ -1,0 +1,778 @@
+"""``Tensor``: one backend array, its gradient, and the node of the graph that produced it."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import dtypes, engine, function, grad_mode
+from . import ops_elementwise as ew
+from . import ops_shape as sh
+from .engine_api import backward as _backward
+from .function import LeafNode
+from .ops_fused import Gelu, LayerNorm, LogSoftmax, Softmax
+from .ops_linalg import Matmul
+from .random import rng
+
+
+def _backend_of(name):
+    from ..backends import get_backend
+
+    return get_backend(name)
+
+
+class Tensor:
+    """An n-dimensional array that records the operations applied to it.
+
+    ``data`` is the backend array (``numpy.ndarray`` on the NumPy backend). When
+    ``requires_grad`` is true, operations on the tensor are recorded and ``backward()`` fills
+    ``.grad`` of the leaves. Names follow PyTorch; axes are given as ``axis=`` as in NumPy
+    (``dim=`` is accepted as an alias).
+    """
+
+    __slots__ = ("data", "requires_grad", "grad", "_node", "_backend", "_version", "_leaf_node",
+                 "_is_view", "__weakref__")
+    __array_priority__ = 1000  # numpy_array + tensor calls Tensor.__radd__
+
+    def __init__(self, data, dtype=None, requires_grad=False, backend=None):
+        be = _backend_of(backend)
+        if isinstance(data, Tensor):
+            data = data.data if data._backend is be else data._backend.to_numpy(data.data)
+        dtype = dtypes.resolve(dtype) or dtypes.infer(data)
+        self.data = be.asarray(data, dtype=dtype)
+        self._backend = be
+        self._node = None
+        self._leaf_node = None
+        self._version = [0]
+        self._is_view = False
+        self.grad = None
+        self.requires_grad = False
+        if requires_grad:
+            self.requires_grad_()
+
+    @classmethod
+    def _wrap(cls, array, backend, node=None):
+        """A tensor around an existing backend array (no copy); ``node`` makes it a graph output."""
+        t = object.__new__(Tensor)
+        if type(array) is not np.ndarray and not isinstance(array, backend.xp.ndarray):
+            array = backend.xp.asarray(array)
+        t.data = array
+        t._backend = backend
+        t._node = node
+        t._leaf_node = None
+        t._version = [0]
+        t._is_view = False
+        t.grad = None
+        t.requires_grad = node is not None
+        return t
+
+    # ---- properties ------------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return self.data.shape
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def ndim(self):
+        return self.data.ndim
+
+    @property
+    def size(self):
+        return self.data.size
+
+    @property
+    def backend(self):
+        return self._backend
+
+    @property
+    def is_leaf(self):
+        return self._node is None
+
+    @property
+    def grad_fn(self):
+        return self._node
+
+    @property
+    def T(self):
+        return self.permute(*reversed(range(self.ndim)))
+
+    @property
+    def mT(self):
+        return self.swapaxes(-1, -2)
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self):
+        body = np.array2string(self.numpy(), separator=", ", precision=4, threshold=50,
+                               prefix="tensor(")
+        extra = ""
+        if self.dtype != dtypes.get_default_dtype() and self.dtype.kind == "f" or \
+                self.dtype.kind != "f":
+            extra += f", dtype={self.dtype}"
+        if self._backend.name != "numpy":
+            extra += f", backend={self._backend.name!r}"
+        if self._node is not None:
+            extra += f", grad_fn={self._node!r}"
+        elif self.requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({body}{extra})"
+
+    # ---- autograd ----------------------------------------------------------------------------------
+    def _grad_node(self):
+        if self._node is not None:
+            return self._node
+        if self._leaf_node is None:
+            self._leaf_node = LeafNode(self)
+        return self._leaf_node
+
+    def requires_grad_(self, requires_grad=True):
+        if requires_grad and not dtypes.is_floating(self.dtype):
+            raise TypeError(f"requires_grad_: only floating-point tensors can require a gradient; "
+                            f"this one is {self.dtype}")
+        if not requires_grad and self._node is not None:
+            raise RuntimeError("requires_grad_(False): this tensor is the output of a recorded "
+                               "operation; use .detach() instead")
+        self.requires_grad = requires_grad
+        return self
+
+    def backward(self, grad=None, retain_graph=None, create_graph=False):
+        """Accumulate the gradient of this tensor into ``.grad`` of every leaf it depends on."""
+        _backward(self, grad, retain_graph=retain_graph, create_graph=create_graph)
+
+    def detach(self):
+        """The same data, cut from the graph (shares memory and the in-place version counter)."""
+        t = Tensor._wrap(self.data, self._backend)
+        t._version = self._version
+        return t
+
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor replaces
+        the gradient. Returns a handle with ``remove()``."""
+        if not self.requires_grad:
+            raise RuntimeError("register_hook: the tensor does not require a gradient")
+        node = self._grad_node()
+        if node.hooks is None:
+            node.hooks = []
+        node.hooks.append(hook)
+        return _HookHandle(node.hooks, hook)
+
+    def retain_grad(self):
+        """Keep ``.grad`` for this non-leaf tensor too (leaves always keep theirs)."""
+        import weakref
+
+        if self._node is not None:
+            self._node.retained = weakref.ref(self)
+        return self
+
+    def _bump_version(self):
+        self._version[0] += 1
+
+    # ---- conversion --------------------------------------------------------------------------------
+    def numpy(self):
+        """The data as a ``numpy.ndarray`` (a view on the NumPy backend, a copy from the GPU)."""
+        return self._backend.to_numpy(self.data)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def item(self):
+        if self.size != 1:
+            raise ValueError(f"item: only a tensor with one element has an item; shape is {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
+        return int(self.item())
+
+    def __bool__(self):
+        if self.size != 1:
+            raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
+                             "use .any() or .all()")
+        return bool(self.item())
+
+    def astype(self, dtype):
+        dtype = dtypes.resolve(dtype)
+        if dtype == self.dtype:
+            return self
+        if not dtypes.is_floating(dtype) or not dtypes.is_floating(self.dtype):
+            return Tensor._wrap(self.data.astype(dtype), self._backend)
+        return ew.Cast.apply(self, dtype=dtype)
+
+    def float(self):
+        return self.astype(dtypes.float32)
+
+    def double(self):
+        return self.astype(dtypes.float64)
+
+    def long(self):
+        return self.astype(dtypes.int64)
+
+    def to(self, target):
+        """``to("numba")`` moves to another backend; ``to(float64)`` changes the dtype."""
+        from ..backends import Backend, available_backends
+
+        if isinstance(target, Backend) or (isinstance(target, str) and target in available_backends()):
+            target = _backend_of(target)
+            return self if target is self._backend else _ToBackend.apply(self, target=target)
+        return self.astype(target)
+
+    def clone(self):
+        return ew.Copy.apply(self)
+
+    def copy(self):
+        return self.clone()
+
+    # ---- arithmetic --------------------------------------------------------------------------------
+    def __add__(self, other):
+        return ew.Add.apply(self, other)
+
+    def __radd__(self, other):
+        return ew.Add.apply(other, self)
+
+    def __sub__(self, other):
+        return ew.Sub.apply(self, other)
+
+    def __rsub__(self, other):
+        return ew.Sub.apply(other, self)
+
+    def __mul__(self, other):
+        return ew.Mul.apply(self, other)
+
+    def __rmul__(self, other):
+        return ew.Mul.apply(other, self)
+
+    def __truediv__(self, other):
+        return ew.Div.apply(self, other)
+
+    def __rtruediv__(self, other):
+        return ew.Div.apply(other, self)
+
+    def __pow__(self, other):
+        return ew.Pow.apply(self, other)
+
+    def __rpow__(self, other):
+        return ew.Pow.apply(other, self)
+
+    def __matmul__(self, other):
+        return Matmul.apply(self, other)
+
+    def __rmatmul__(self, other):
+        return Matmul.apply(other, self)
+
+    def __neg__(self):
+        return ew.Neg.apply(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return ew.Abs.apply(self)
+
+    # ---- comparisons and logic (no gradient) -------------------------------------------------------
+    def _compare(self, other, ufunc):
+        if isinstance(other, Tensor):
+            if other._backend is not self._backend:
+                raise TypeError(f"comparison: tensors on different backends ({self._backend.name} "
+                                f"and {other._backend.name})")
+            other = other.data
+        return Tensor._wrap(ufunc(self.data, other), self._backend)
+
+    def __eq__(self, other):
+        return self._compare(other, self._backend.xp.equal)
+
+    def __ne__(self, other):
+        return self._compare(other, self._backend.xp.not_equal)
+
+    def __lt__(self, other):
+        return self._compare(other, self._backend.xp.less)
+
+    def __le__(self, other):
+        return self._compare(other, self._backend.xp.less_equal)
+
+    def __gt__(self, other):
+        return self._compare(other, self._backend.xp.greater)
+
+    def __ge__(self, other):
+        return self._compare(other, self._backend.xp.greater_equal)
+
+    def __and__(self, other):
+        return self._compare(other, self._backend.xp.logical_and if self.dtype.kind == "b"
+                             else self._backend.xp.bitwise_and)
+
+    def __or__(self, other):
+        return self._compare(other, self._backend.xp.logical_or if self.dtype.kind == "b"
+                             else self._backend.xp.bitwise_or)
+
+    def __xor__(self, other):
+        return self._compare(other, self._backend.xp.logical_xor if self.dtype.kind == "b"
+                             else self._backend.xp.bitwise_xor)
+
+    def __invert__(self):
+        xp = self._backend.xp
+        return Tensor._wrap(xp.logical_not(self.data) if self.dtype.kind == "b"
+                            else xp.invert(self.data), self._backend)
+
+    __hash__ = object.__hash__
+
+    def isfinite(self):
+        return Tensor._wrap(self._backend.xp.isfinite(self.data), self._backend)
+
+    def isnan(self):
+        return Tensor._wrap(self._backend.xp.isnan(self.data), self._backend)
+
+    def any(self, axis=None, keepdims=False, dim=None):
+        axis = dim if dim is not None else axis
+        return Tensor._wrap(self.data.any(axis=axis, keepdims=keepdims), self._backend)
+
+    def all(self, axis=None, keepdims=False, dim=None):
+        axis = dim if dim is not None else axis
+        return Tensor._wrap(self.data.all(axis=axis, keepdims=keepdims), self._backend)
+
+    def allclose(self, other, rtol=1e-5, atol=1e-8):
+        return bool(np.allclose(self.numpy(), np.asarray(other), rtol=rtol, atol=atol))
+
+    # ---- elementwise functions ---------------------------------------------------------------------
+    def exp(self):
+        return ew.Exp.apply(self)
+
+    def log(self):
+        return ew.Log.apply(self)
+
+    def log1p(self):
+        return ew.Log1p.apply(self)
+
+    def sqrt(self):
+        return ew.Sqrt.apply(self)
+
+    def rsqrt(self):
+        return ew.Rsqrt.apply(self)
+
+    def sin(self):
+        return ew.Sin.apply(self)
+
+    def cos(self):
+        return ew.Cos.apply(self)
+
+    def tanh(self):
+        return ew.Tanh.apply(self)
+
+    def sigmoid(self):
+        return ew.Sigmoid.apply(self)
+
+    def relu(self):
+        return ew.Relu.apply(self)
+
+    def softplus(self):
+        return ew.Softplus.apply(self)
+
+    def erf(self):
+        return ew.Erf.apply(self)
+
+    def gelu(self, approximate="none"):
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        return Gelu.apply(self, approximate=approximate)
+
+    def abs(self):
+        return ew.Abs.apply(self)
+
+    def neg(self):
+        return ew.Neg.apply(self)
+
+    def clip(self, low=None, high=None):
+        return ew.clip(self, low, high)
+
+    clamp = clip
+
+    def maximum(self, other):
+        return ew.Maximum.apply(self, other)
+
+    def minimum(self, other):
+        return ew.Minimum.apply(self, other)
+
+    def masked_fill(self, mask, value):
+        """``value`` where ``mask`` (a bool tensor broadcastable to this one) is true."""
+        mask = _bool_mask(mask, self.shape, "masked_fill")
+        return ew.Where.apply(mask, value, self)
+
+    # ---- reductions --------------------------------------------------------------------------------
+    def _reduce(self, function, name, axis, keepdims, dim, **extra):
+        axes = sh.normalize_axis(dim if dim is not None else axis, self.ndim, name)
+        return function.apply(self, axes=axes, keepdims=keepdims, **extra)
+
+    def sum(self, axis=None, keepdims=False, dim=None):
+        return self._reduce(sh.Sum, "sum", axis, keepdims, dim)
+
+    def mean(self, axis=None, keepdims=False, dim=None):
+        return self._reduce(sh.Mean, "mean", axis, keepdims, dim)
+
+    def max(self, axis=None, keepdims=False, dim=None):
+        return self._reduce(sh.MaxMin, "max", axis, keepdims, dim, largest=True)
+
+    def min(self, axis=None, keepdims=False, dim=None):
+        return self._reduce(sh.MaxMin, "min", axis, keepdims, dim, largest=False)
+
+    def prod(self, axis=None, keepdims=False, dim=None):
+        return self._reduce(sh.Prod, "prod", axis, keepdims, dim)
+
+    def logsumexp(self, axis=None, keepdims=False, dim=None):
+        return self._reduce(sh.Logsumexp, "logsumexp", axis, keepdims, dim)
+
+    def var(self, axis=None, keepdims=False, ddof=0, dim=None):
+        """Variance with NumPy's default ``ddof=0`` (PyTorch's ``unbiased=True`` is ``ddof=1``)."""
+        axes = sh.normalize_axis(dim if dim is not None else axis, self.ndim, "var")
+        count = 1
+        for a in axes:
+            count *= self.shape[a]
+        if count - ddof <= 0:
+            raise ValueError(f"var: {count} elements with ddof={ddof} leave no degrees of freedom")
+        centred = self - self.mean(axis=axes, keepdims=True)
+        return (centred * centred).sum(axis=axes, keepdims=keepdims) * (1.0 / (count - ddof))
+
+    def std(self, axis=None, keepdims=False, ddof=0, dim=None):
+        return self.var(axis=axis, keepdims=keepdims, ddof=ddof, dim=dim).sqrt()
+
+    def argmax(self, axis=None, keepdims=False, dim=None):
+        axis = dim if dim is not None else axis
+        return Tensor._wrap(self.data.argmax(axis=axis, keepdims=keepdims).astype(np.int64),
+                            self._backend)
+
+    def argmin(self, axis=None, keepdims=False, dim=None):
+        axis = dim if dim is not None else axis
+        return Tensor._wrap(self.data.argmin(axis=axis, keepdims=keepdims).astype(np.int64),
+                            self._backend)
+
+    def cumsum(self, axis=None, dim=None):
+        axis = dim if dim is not None else axis
+        if axis is None:
+            return sh.Cumsum.apply(self.reshape(-1), axis=0)
+        (axis,) = sh.normalize_axis(axis, self.ndim, "cumsum")
+        return sh.Cumsum.apply(self, axis=axis)
+
+    def softmax(self, axis=-1, dim=None):
+        axis = dim if dim is not None else axis
+        sh.normalize_axis(axis, self.ndim, "softmax")
+        return Softmax.apply(self, axis=axis)
+
+    def log_softmax(self, axis=-1, dim=None):
+        axis = dim if dim is not None else axis
+        sh.normalize_axis(axis, self.ndim, "log_softmax")
+        return LogSoftmax.apply(self, axis=axis)
+
+    # ---- shape -------------------------------------------------------------------------------------
+    def reshape(self, *shape):
+        shape = _shape_args(shape)
+        known = math.prod(n for n in shape if n != -1)
+        free = shape.count(-1)
+        if not (free == 0 and known == self.size or
+                free == 1 and known > 0 and self.size % known == 0):
+            raise ValueError(f"reshape: cannot reshape a tensor of shape {self.shape} "
+                             f"({self.size} elements) into {tuple(shape)}")
+        if tuple(shape) == self.shape:
+            return self
+        return sh.Reshape.apply(self, shape=tuple(shape))
+
+    view = reshape
+
+    def flatten(self, start_axis=0, end_axis=-1):
+        start = start_axis % max(self.ndim, 1)
+        end = end_axis % max(self.ndim, 1)
+        return self.reshape(*self.shape[:start], -1, *self.shape[end + 1:])
+
+    def permute(self, *axes):
+        axes = _shape_args(axes)
+        if len(axes) != self.ndim or sorted(a % self.ndim for a in axes) != list(range(self.ndim)):
+            raise ValueError(f"permute: {tuple(axes)} is not a permutation of the "
+                             f"{self.ndim} axes of a tensor of shape {self.shape}")
+        axes = tuple(a % self.ndim for a in axes)
+        if axes == tuple(range(self.ndim)):
+            return self
+        return sh.Transpose.apply(self, axes=axes)
+
+    def transpose(self, *axes):
+        """No arguments reverse the axes (NumPy); two ints swap those two axes (PyTorch); a full
+        permutation permutes."""
+        if not axes:
+            return self.T
+        if len(axes) == 2 and all(isinstance(a, int) for a in axes):
+            return self.swapaxes(*axes)
+        return self.permute(*axes)
+
+    def swapaxes(self, axis1, axis2):
+        a, b = sh.normalize_axis(axis1, self.ndim, "swapaxes")[0], \
+            sh.normalize_axis(axis2, self.ndim, "swapaxes")[0]
+        axes = list(range(self.ndim))
+        axes[a], axes[b] = axes[b], axes[a]
+        return self.permute(*axes)
+
+    def squeeze(self, axis=None, dim=None):
+        axis = dim if dim is not None else axis
+        if axis is None:
+            return self.reshape(*[n for n in self.shape if n != 1])
+        axes = sh.normalize_axis(axis, self.ndim, "squeeze")
+        for a in axes:
+            if self.shape[a] != 1:
+                raise ValueError(f"squeeze: axis {a} of a tensor of shape {self.shape} has size "
+                                 f"{self.shape[a]}, not 1")
+        return self.reshape(*[n for i, n in enumerate(self.shape) if i not in axes])
+
+    def unsqueeze(self, axis):
+        if not -self.ndim - 1 <= axis <= self.ndim:
+            raise ValueError(f"unsqueeze: axis {axis} is out of range for a tensor with "
+                             f"{self.ndim} dimensions")
+        axis = axis % (self.ndim + 1)
+        return self.reshape(*self.shape[:axis], 1, *self.shape[axis:])
+
+    def expand_dims(self, axis):
+        return self.unsqueeze(axis)
+
+    def broadcast_to(self, *shape):
+        shape = tuple(_shape_args(shape))
+        if shape == self.shape:
+            return self
+        try:
+            np.broadcast_shapes(self.shape, shape)
+            if len(shape) < self.ndim or np.broadcast_shapes(self.shape, shape) != shape:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"broadcast_to: a tensor of shape {self.shape} cannot be broadcast "
+                             f"to {shape}") from None
+        return sh.BroadcastTo.apply(self, shape=shape)
+
+    def expand(self, *shape):
+        """PyTorch's expand: -1 keeps a size."""
+        shape = _shape_args(shape)
+        lead = len(shape) - self.ndim
+        shape = [self.shape[i - lead] if n == -1 else n for i, n in enumerate(shape)]
+        return self.broadcast_to(*shape)
+
+    def flip(self, axis=None, dim=None):
+        axis = dim if dim is not None else axis
+        axes = sh.normalize_axis(axis, self.ndim, "flip")
+        return sh.Flip.apply(self, axis=axes)
+
+    def roll(self, shift, axis=None, dim=None):
+        axis = dim if dim is not None else axis
+        if axis is None:
+            return sh.Roll.apply(self.reshape(-1), shift=shift, axis=0).reshape(self.shape)
+        shift = tuple(shift) if isinstance(shift, (list, tuple)) else shift
+        axis = tuple(axis) if isinstance(axis, (list, tuple)) else axis
+        return sh.Roll.apply(self, shift=shift, axis=axis)
+
+    def tril(self, k=0):
+        _need_matrix(self, "tril")
+        return sh.Triangle.apply(self, k=k, upper=False)
+
+    def triu(self, k=0):
+        _need_matrix(self, "triu")
+        return sh.Triangle.apply(self, k=k, upper=True)
+
+    def split(self, split_size_or_sections, axis=0, dim=None):
+        from .creation import split
+
+        return split(self, split_size_or_sections, axis=dim if dim is not None else axis)
+
+    def chunk(self, chunks, axis=0, dim=None):
+        from .creation import chunk
+
+        return chunk(self, chunks, axis=dim if dim is not None else axis)
+
+    # ---- indexing ----------------------------------------------------------------------------------
+    def __getitem__(self, index):
+        return sh.GetItem.apply(self, index=_index_data(index, self))
+
+    def __setitem__(self, index, value):
+        index = _index_data(index, self)
+        if isinstance(value, Tensor) and value._backend is not self._backend:
+            raise TypeError(f"__setitem__: the value lives on {value._backend.name}, the tensor "
+                            f"on {self._backend.name}")
+        self._inplace(lambda: sh.IndexPut.apply(self, value, index=index),
+                      lambda: self.data.__setitem__(
+                          index, value.data if isinstance(value, Tensor) else value), value)
+
+    def gather(self, axis, index):
+        from .creation import take_along_axis
+
+        return take_along_axis(self, index, axis)
+
+    def take_along_axis(self, index, axis):
+        from .creation import take_along_axis
+
+        return take_along_axis(self, index, axis)
+
+    def index_select(self, axis, index):
+        (axis,) = sh.normalize_axis(axis, self.ndim, "index_select")
+        index = _index_data(index, self)
+        return self[(slice(None),) * axis + (index,)]
+
+    def scatter_add(self, axis, index, src):
+        from .creation import scatter_add
+
+        return scatter_add(self, axis, index, src)
+
+    # ---- in-place operations -----------------------------------------------------------------------
+    def _inplace(self, recorded, direct, *operands):
+        """Run an in-place operation. Without a graph it is ``direct`` on the array; while
+        recording, the out-of-place ``recorded`` result is written back and this tensor takes its
+        node. Either way the version counter moves, so stale saved tensors are detected."""
+        needs_graph = grad_mode.is_grad_enabled() and (
+            self.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in operands))
+        if not needs_graph:
+            direct()
+        else:
+            if self._node is None and self.requires_grad:
+                raise RuntimeError(
+                    f"in-place operation on a leaf tensor of shape {self.shape} that requires a "
+                    "gradient; do it under no_grad(), or use an out-of-place operation")
+            if self._is_view:
+                raise RuntimeError(
+                    "in-place operation on a view (reshape / transpose / slice) of another "
+                    "tensor while recording a graph; use an out-of-place operation")
+            result = recorded()
+            self.data[...] = result.data
+            self._node = result._node
+            self.requires_grad = True
+        self._version[0] += 1
+        return self
+
+    def _binary_inplace(self, function, ufunc, other):
+        other_data = other.data if isinstance(other, Tensor) else other
+        return self._inplace(lambda: function.apply(self, other),
+                             lambda: ufunc(self.data, other_data, out=self.data,
+                                           casting="same_kind"), other)
+
+    def add_(self, other):
+        return self._binary_inplace(ew.Add, self._backend.xp.add, other)
+
+    def sub_(self, other):
+        return self._binary_inplace(ew.Sub, self._backend.xp.subtract, other)
+
+    def mul_(self, other):
+        return self._binary_inplace(ew.Mul, self._backend.xp.multiply, other)
+
+    def div_(self, other):
+        return self._binary_inplace(ew.Div, self._backend.xp.true_divide, other)
+
+    __iadd__ = add_
+    __isub__ = sub_
+    __imul__ = mul_
+    __itruediv__ = div_
+
+    def zero_(self):
+        return self.fill_(0)
+
+    def fill_(self, value):
+        return self._inplace(lambda: ew.Where.apply(True, value, self),
+                             lambda: self.data.fill(value))
+
+    def copy_(self, source):
+        source = source if isinstance(source, Tensor) else Tensor(source, dtype=self.dtype,
+                                                                  backend=self._backend)
+        src = source.data if source._backend is self._backend else \
+            self._backend.asarray(source.numpy())
+        return self._inplace(lambda: ew.Where.apply(True, source, self),
+                             lambda: self.data.__setitem__(Ellipsis, src), source)
+
+    def clip_(self, low=None, high=None):
+        return self._inplace(lambda: ew.clip(self, low, high),
+                             lambda: self._backend.xp.clip(self.data, low, high, out=self.data))
+
+    clamp_ = clip_
+
+    def masked_fill_(self, mask, value):
+        mask_data = _bool_mask(mask, self.shape, "masked_fill_")
+        return self._inplace(lambda: ew.Where.apply(mask_data, value, self),
+                             lambda: self._backend.xp.copyto(self.data, value, where=mask_data),
+                             value)
+
+
+class _HookHandle:
+    def __init__(self, hooks, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+class _ToBackend(sh.Function):
+    """Move data to another backend; the gradient moves back."""
+
+    @staticmethod
+    def forward(ctx, x, *, target):
+        ctx.source = ctx.backend
+        ctx.backend = target  # the output lives on the target backend
+        return target.asarray(ctx.source.to_numpy(x))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.source)
+
+
+# function.py and engine.py make tensors but are imported by this module: hand them the class.
+function.Tensor = engine.Tensor = Tensor
+engine.sum_to = sh.sum_to
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+def _shape_args(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return [int(n) for n in shape]
+
+
+def _need_matrix(t, op):
+    if t.ndim < 2:
+        raise ValueError(f"{op}: needs at least 2 dimensions, got shape {t.shape}")
+
+
+def _bool_mask(mask, shape, op):
+    data = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    if data.dtype.kind != "b":
+        raise TypeError(f"{op}: the mask must be a bool tensor, got dtype {data.dtype}")
+    try:
+        if np.broadcast_shapes(data.shape, shape) != tuple(shape):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{op}: a mask of shape {data.shape} does not broadcast to the tensor's "
+                         f"shape {tuple(shape)}") from None
+    return data
+
+
+def _index_data(index, owner):
+    """Tensors and lists inside an index become backend arrays; slices, ints, None stay."""
+    xp = owner._backend.xp
+
+    def convert(i):
+        if isinstance(i, Tensor):
+            if i._backend is not owner._backend:
+                raise TypeError(f"indexing: the index lives on {i._backend.name}, the tensor on "
+                                f"{owner._backend.name}")
+            if i.dtype.kind not in "iub":
+                raise IndexError(f"indexing: an index tensor must be integer or bool, got {i.dtype}")
+            return i.data
+        if isinstance(i, list):
+            return xp.asarray(i)
+        return i
+
+    if isinstance(index, tuple):
+        return tuple(convert(i) for i in index)
+    return convert(index)
+

@@ -1,0 +1,51 @@
+"""The Backend protocol: an array namespace plus a table of fused kernels.
+
+Every ``Tensor`` holds one array of one backend. Autograd ``Function``s compute on raw arrays through
+``backend.xp`` (``numpy`` or ``cupy``); the few memory-bound operations that dominate a Transformer
+step (softmax, log-softmax / cross-entropy, layer norm, GELU, the embedding-gradient scatter-add) go
+through the kernel methods below, so a backend only has to override those to become fast.
+The NumPy backend implements every kernel and is the reference that the others are tested against.
+
+A kernel works on raw arrays of its own backend and never records a graph; the ``Function`` that
+calls it decides when a fused kernel may be used (no ``create_graph``) and otherwise falls back to a
+composite of differentiable primitives.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What ``minitorch_nlp`` needs from an array backend."""
+
+    name: str
+    xp: Any
+
+    def asarray(self, obj: Any, dtype: Any = None) -> Any:
+        """An array of this backend holding ``obj`` (no copy when it already is one)."""
+
+    def to_numpy(self, array: Any) -> Any:
+        """A ``numpy.ndarray`` with the contents of ``array``."""
+
+    def erf(self, x: Any) -> Any:
+        """The error function, elementwise."""
+
+    # fused kernels, each with its backward
+    def softmax(self, x: Any, axis: int) -> Any: ...
+
+    def softmax_backward(self, y: Any, grad: Any, axis: int) -> Any: ...
+
+    def log_softmax(self, x: Any, axis: int) -> Any: ...
+
+    def log_softmax_backward(self, y: Any, grad: Any, axis: int) -> Any: ...
+
+    def layer_norm(self, x: Any, weight: Any, bias: Any, eps: float) -> tuple: ...
+
+    def layer_norm_backward(self, grad: Any, xhat: Any, rstd: Any, weight: Any) -> tuple: ...
+
+    def gelu(self, x: Any, approximate: str) -> Any: ...
+
+    def gelu_backward(self, x: Any, grad: Any, approximate: str) -> Any: ...
+
+    def scatter_add_rows(self, index: Any, src: Any, num_rows: int) -> Any: ...
