@@ -348,7 +348,8 @@ class Copy(Function):
 
 # ---- tensor-level entry points -------------------------------------------------------------------
 def _tensor(x):
-    from .tensor import Tensor, tensor
+    from .creation import tensor
+    from .tensor import Tensor
 
     return x if isinstance(x, Tensor) else tensor(x)
 

@@ -163,7 +163,8 @@ class Einsum(Function):
 
 
 def einsum(subscripts, *operands):
-    from .tensor import Tensor, tensor
+    from .creation import tensor
+    from .tensor import Tensor
 
     operands = [o if isinstance(o, Tensor) else tensor(o) for o in operands]
     return Einsum.apply(*operands, subscripts=subscripts)
