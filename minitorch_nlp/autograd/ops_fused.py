@@ -63,9 +63,10 @@ class Softmax(FusedFunction):
 
     @staticmethod
     def composite(x, *, axis):
-        shifted = x - x.max(axis=axis, keepdims=True).detach()
-        e = shifted.exp()
-        return e / e.sum(axis=axis, keepdims=True)
+        peak = x.max(axis=axis, keepdims=True).detach()
+        e = (x - peak.masked_fill(~peak.isfinite(), 0.0)).exp()
+        total = e.sum(axis=axis, keepdims=True)
+        return e / total.masked_fill(total == 0, 1.0)  # all -inf rows give 0, as the kernel does
 
 
 class LogSoftmax(FusedFunction):
@@ -136,3 +137,105 @@ class Gelu(FusedFunction):
             inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
             return 0.5 * x * (1.0 + inner.tanh())
         return 0.5 * x * (1.0 + (x * (1.0 / math.sqrt(2.0))).erf())
+
+
+class CrossEntropy(FusedFunction):
+    """Per-row cross-entropy of logits (N, C) against integer targets (N,), with label smoothing
+    (Szegedy et al., 2016): (1 - eps) * -log p[t] + eps * mean_c(-log p[c]); rows whose target is
+    ``ignore_index`` give 0."""
+
+    @staticmethod
+    def forward(ctx, logits, target, *, ignore_index, label_smoothing):
+        ctx.save_inputs(0, 1)
+        ctx.static = {"ignore_index": ignore_index, "label_smoothing": label_smoothing}
+        loss, ctx.kernel_state = ctx.backend.cross_entropy(logits, target, ignore_index,
+                                                           label_smoothing)
+        return loss
+
+    @staticmethod
+    def fast_backward(ctx, grad):
+        _, target = ctx.saved_tensors
+        return (ctx.backend.cross_entropy_backward(ctx.kernel_state, target, grad,
+                                                   ctx.static["ignore_index"],
+                                                   ctx.static["label_smoothing"]), None)
+
+    @staticmethod
+    def composite(logits, target, *, ignore_index, label_smoothing):
+        xp = logits.backend.xp
+        log_probs = logits.log_softmax(-1)
+        keep = target != ignore_index
+        picked = log_probs[xp.arange(target.shape[0]), xp.where(keep, target, 0)]
+        loss = -picked if not label_smoothing else (
+            -(1 - label_smoothing) * picked - label_smoothing * log_probs.mean(axis=-1))
+        return loss * keep
+
+
+class Attention(FusedFunction):
+    """Scaled dot-product attention softmax(q k^T * scale) v on (B, H, T, D) arrays (Vaswani et
+    al., 2017, eq. 1), with a causal mask and a key mask (B, Tk; True = real token) applied inside
+    the kernel. A query whose keys are all masked gets output 0 and gradient 0."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, key_mask, *, scale, causal):
+        ctx.save_inputs(0, 1, 2, 3)
+        ctx.static = {"scale": scale, "causal": causal}
+        out, ctx.kernel_state = ctx.backend.attention(q, k, v, scale, causal, key_mask)
+        return out
+
+    @staticmethod
+    def fast_backward(ctx, grad):
+        q, k, v, key_mask = ctx.saved_tensors
+        return ctx.backend.attention_backward(grad, q.data, k.data, v.data, ctx.kernel_state,
+                                              ctx.static["scale"], ctx.static["causal"],
+                                              key_mask) + (None,)
+
+    @staticmethod
+    def composite(q, k, v, key_mask, *, scale, causal):
+        xp = q.backend.xp
+        scores = (q @ k.mT) * scale
+        tq, tk = q.shape[-2], k.shape[-2]
+        allowed = xp.ones((1, 1, tq, tk), dtype=bool)
+        if causal:
+            allowed = allowed & xp.tri(tq, tk, k=tk - tq, dtype=bool)
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]
+        return scores.masked_fill(~allowed, -math.inf).softmax(-1) @ v
+
+
+class BandedAttention(FusedFunction):
+    """Sliding-window self-attention: query i attends keys i + o * dilation for |o| <= window
+    (o <= 0 when causal) — Longformer's local pattern (Beltagy et al., 2020). Scores are kept as
+    (B, H, n, W), so memory grows linearly in n."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, key_mask, *, scale, window, dilation, causal):
+        ctx.save_inputs(0, 1, 2, 3)
+        ctx.static = {"scale": scale, "window": window, "dilation": dilation, "causal": causal}
+        out, ctx.kernel_state = ctx.backend.banded_attention(q, k, v, scale, window, dilation,
+                                                             causal, key_mask)
+        return out
+
+    @staticmethod
+    def fast_backward(ctx, grad):
+        q, k, v, key_mask = ctx.saved_tensors
+        st = ctx.static
+        return ctx.backend.banded_attention_backward(
+            grad, q.data, k.data, v.data, ctx.kernel_state, st["scale"], st["window"],
+            st["dilation"], st["causal"], key_mask) + (None,)
+
+    @staticmethod
+    def composite(q, k, v, key_mask, *, scale, window, dilation, causal):
+        backend = q.backend
+        n = q.shape[-2]
+        offsets = backend.xp.asarray(backend.band_offsets(window, dilation, causal))
+        idx = backend.xp.arange(n)[:, None] + offsets[None, :]
+        allowed = (idx >= 0) & (idx < n)
+        idx = backend.xp.clip(idx, 0, n - 1)
+        allowed = allowed[None, None]
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, idx][:, None]
+        from .ops_linalg import einsum
+
+        scores = einsum("bhnd,bhnwd->bhnw", q, k[:, :, idx, :]) * scale
+        probs = scores.masked_fill(~allowed, -math.inf).softmax(-1)
+        return einsum("bhnw,bhnwd->bhnd", probs, v[:, :, idx, :])

@@ -3,7 +3,9 @@
 Every ``Tensor`` holds one array of one backend. Autograd ``Function``s compute on raw arrays through
 ``backend.xp`` (``numpy`` or ``cupy``); the few memory-bound operations that dominate a Transformer
 step (softmax, log-softmax / cross-entropy, layer norm, GELU, the embedding-gradient scatter-add) go
-through the kernel methods below, so a backend only has to override those to become fast.
+through the kernel methods below (plus cross-entropy, attention and banded attention, and the
+int8 / binary products of the quantised models), so a backend only has to override those to
+become fast.
 The NumPy backend implements every kernel and is the reference that the others are tested against.
 
 A kernel works on raw arrays of its own backend and never records a graph; the ``Function`` that
@@ -49,3 +51,32 @@ class Backend(Protocol):
     def gelu_backward(self, x: Any, grad: Any, approximate: str) -> Any: ...
 
     def scatter_add_rows(self, index: Any, src: Any, num_rows: int) -> Any: ...
+
+    def cross_entropy(self, logits: Any, target: Any, ignore_index: int,
+                      label_smoothing: float) -> tuple: ...
+
+    def cross_entropy_backward(self, state: Any, target: Any, grad_rows: Any, ignore_index: int,
+                               label_smoothing: float) -> Any: ...
+
+    # attention on (B, H, T, D) arrays; ``state`` is whatever the forward kernel keeps for backward
+    def attention(self, q: Any, k: Any, v: Any, scale: float, causal: bool,
+                  key_mask: Any) -> tuple: ...
+
+    def attention_backward(self, grad: Any, q: Any, k: Any, v: Any, state: Any, scale: float,
+                           causal: bool, key_mask: Any) -> tuple: ...
+
+    def band_offsets(self, window: int, dilation: int, causal: bool) -> Any: ...
+
+    def banded_attention(self, q: Any, k: Any, v: Any, scale: float, window: int, dilation: int,
+                         causal: bool, key_mask: Any) -> tuple: ...
+
+    def banded_attention_backward(self, grad: Any, q: Any, k: Any, v: Any, state: Any,
+                                  scale: float, window: int, dilation: int, causal: bool,
+                                  key_mask: Any) -> tuple: ...
+
+    # low-precision products (no gradient)
+    def matmul_int8(self, a: Any, b: Any) -> Any: ...
+
+    def pack_signs(self, x: Any) -> Any: ...
+
+    def binary_matmul(self, a_bits: Any, b_bits: Any, k: int) -> Any: ...

@@ -177,3 +177,124 @@ class NumpyBackend:
         starts = np.flatnonzero(np.concatenate(([True], sorted_index[1:] != sorted_index[:-1])))
         out[sorted_index[starts]] = np.add.reduceat(rows[order], starts, axis=0)
         return out
+
+    # ---- cross-entropy from logits (class axis last, rows flattened) ----------------------------
+    def cross_entropy(self, logits, target, ignore_index, label_smoothing):
+        """Per-row loss of ``logits`` (N, C) against ``target`` (N,), and the state for backward.
+
+        loss_i = (1 - eps) * -log p_i[t_i] + eps * mean_c(-log p_i[c]); ignored rows give 0.
+        """
+        log_probs = self.log_softmax(logits, -1)
+        keep = target != ignore_index
+        safe_target = np.where(keep, target, 0)
+        nll = -np.take_along_axis(log_probs, safe_target[:, None], axis=1)[:, 0]
+        loss = nll if label_smoothing == 0 else (
+            (1 - label_smoothing) * nll - label_smoothing * log_probs.mean(axis=1))
+        loss = np.where(keep, loss, 0).astype(logits.dtype, copy=False)
+        return loss, log_probs
+
+    def cross_entropy_backward(self, log_probs, target, grad_rows, ignore_index, label_smoothing):
+        """d loss_i / d logits_i = softmax_i - (1 - eps) onehot(t_i) - eps / C, times grad_i."""
+        keep = target != ignore_index
+        out = np.exp(log_probs)
+        if label_smoothing:
+            out -= label_smoothing / log_probs.shape[1]
+        rows = np.flatnonzero(keep)
+        out[rows, target[rows]] -= 1 - label_smoothing
+        out *= np.where(keep, grad_rows, 0).astype(out.dtype, copy=False)[:, None]
+        return out
+
+    # ---- attention (q, k, v of shape (B, H, T, D)) ----------------------------------------------
+    @staticmethod
+    def _allowed(tq, tk, causal, key_mask):
+        """Which scores may be used, broadcastable to (B, H, Tq, Tk); None when all may.
+
+        Causal queries are the last ``tq`` positions of ``tk`` (as with a key/value cache)."""
+        allowed = None
+        if causal:
+            allowed = np.tri(tq, tk, k=tk - tq, dtype=bool)
+        if key_mask is not None:
+            keys = key_mask[:, None, None, :]
+            allowed = keys if allowed is None else allowed & keys
+        return allowed
+
+    def attention(self, q, k, v, scale, causal, key_mask):
+        """softmax(q k^T * scale, masked) v; returns (output, state for backward).
+
+        ``key_mask`` (B, Tk) is True for real keys. A query whose keys are all masked outputs 0."""
+        scores = q @ k.swapaxes(-1, -2)
+        scores *= scale
+        allowed = self._allowed(q.shape[-2], k.shape[-2], causal, key_mask)
+        if allowed is not None:
+            np.copyto(scores, -np.inf, where=~allowed)
+        probs = self.softmax(scores, -1)
+        return probs @ v, probs
+
+    def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask):
+        probs = state
+        dv = probs.swapaxes(-1, -2) @ grad
+        dscores = grad @ v.swapaxes(-1, -2)
+        dscores = self.softmax_backward(probs, dscores, -1)
+        dscores *= scale
+        return dscores @ k, dscores.swapaxes(-1, -2) @ q, dv
+
+    # ---- banded (sliding-window, optionally dilated) self-attention ---------------------------
+    @staticmethod
+    def band_offsets(window, dilation, causal):
+        """Key offsets j - i that query i may use: multiples of ``dilation`` within ``window`` steps."""
+        return np.arange(-window, 1 if causal else window + 1) * dilation
+
+    def _band(self, n, window, dilation, causal):
+        idx = np.arange(n)[:, None] + self.band_offsets(window, dilation, causal)[None, :]
+        valid = (idx >= 0) & (idx < n)
+        return np.clip(idx, 0, n - 1), valid
+
+    def banded_attention(self, q, k, v, scale, window, dilation, causal, key_mask):
+        """Self-attention where query i sees keys i + o*dilation, |o| <= window (o <= 0 if causal).
+
+        Scores are kept as (B, H, n, W) with W = 2*window + 1 (window + 1 if causal): memory grows
+        as n * W, never n^2."""
+        n = q.shape[-2]
+        idx, valid = self._band(n, window, dilation, causal)
+        scores = np.einsum("bhnd,bhnwd->bhnw", q, k[:, :, idx, :]) * scale
+        allowed = valid[None, None]
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, idx][:, None]
+        scores = np.where(allowed, scores, -np.inf).astype(q.dtype, copy=False)
+        probs = self.softmax(scores, -1)
+        return np.einsum("bhnw,bhnwd->bhnd", probs, v[:, :, idx, :]), probs
+
+    def banded_attention_backward(self, grad, q, k, v, state, scale, window, dilation, causal,
+                                  key_mask):
+        probs = state
+        n = q.shape[-2]
+        idx, _ = self._band(n, window, dilation, causal)
+        dprobs = np.einsum("bhnd,bhnwd->bhnw", grad, v[:, :, idx, :])
+        dscores = self.softmax_backward(probs, dprobs, -1)
+        dscores *= scale
+        dq = np.einsum("bhnw,bhnwd->bhnd", dscores, k[:, :, idx, :])
+        dk = np.zeros_like(k)
+        dv = np.zeros_like(v)
+        for w, offset in enumerate(self.band_offsets(window, dilation, causal)):
+            lo, hi = max(0, -offset), min(n, n - offset)  # queries whose key i + offset exists
+            if lo >= hi:
+                continue
+            dk[:, :, lo + offset:hi + offset] += dscores[:, :, lo:hi, w, None] * q[:, :, lo:hi]
+            dv[:, :, lo + offset:hi + offset] += probs[:, :, lo:hi, w, None] * grad[:, :, lo:hi]
+        return dq, dk, dv
+
+    # ---- low-precision matrix products ----------------------------------------------------------
+    def matmul_int8(self, a, b):
+        """int8 (M, K) @ int8 (K, N) -> int32, accumulated exactly in int32."""
+        return np.matmul(a.astype(np.int32), b.astype(np.int32))
+
+    def pack_signs(self, x):
+        """Bit-pack the signs of ``x`` (..., K) along the last axis: bit 1 for +1 (x >= 0), 0 for -1."""
+        return np.packbits(x >= 0, axis=-1)
+
+    def binary_matmul(self, a_bits, b_bits, k):
+        """{-1,+1} (M, K) @ {-1,+1} (K, N) from packed signs a_bits (M, K/8) and b_bits (N, K/8):
+        a.b = K - 2 popcount(a xor b) (padding bits are 0 in both, so they never count)."""
+        differing = np.bitwise_count(a_bits[:, None, :] ^ b_bits[None, :, :]).sum(
+            axis=-1, dtype=np.int32)
+        return (k - 2 * differing).astype(np.int32)
