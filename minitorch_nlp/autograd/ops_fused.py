@@ -139,6 +139,26 @@ class Gelu(FusedFunction):
         return 0.5 * x * (1.0 + (x * (1.0 / math.sqrt(2.0))).erf())
 
 
+class BiasGelu(FusedFunction):
+    """gelu(x + bias) in one pass (the feed-forward activation after a linear layer)."""
+
+    @staticmethod
+    def forward(ctx, x, bias, *, approximate):
+        ctx.save_inputs(0, 1)
+        ctx.static = {"approximate": approximate}
+        return ctx.backend.bias_gelu(x, bias, approximate)
+
+    @staticmethod
+    def fast_backward(ctx, grad):
+        x, bias = ctx.saved_tensors
+        dx = ctx.backend.bias_gelu_backward(x.data, bias.data, grad, ctx.static["approximate"])
+        return dx, dx  # the engine sums the bias gradient over the broadcast rows
+
+    @staticmethod
+    def composite(x, bias, *, approximate):
+        return Gelu.composite(x + bias, approximate=approximate)
+
+
 class CrossEntropy(FusedFunction):
     """Per-row cross-entropy of logits (N, C) against integer targets (N,), with label smoothing
     (Szegedy et al., 2016): (1 - eps) * -log p[t] + eps * mean_c(-log p[c]); rows whose target is

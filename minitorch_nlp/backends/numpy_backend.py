@@ -164,6 +164,14 @@ class NumpyBackend:
         cdf *= grad
         return cdf
 
+    def bias_gelu(self, x, bias, approximate):
+        """gelu(x + bias): the activation of a Transformer's feed-forward layer in one pass."""
+        return self.gelu(x + bias, approximate)
+
+    def bias_gelu_backward(self, x, bias, grad, approximate):
+        """d/dx gelu(x + bias) * grad (the bias gradient is its sum over rows)."""
+        return self.gelu_backward(x + bias, grad, approximate)
+
     # ---- scatter-add of rows (embedding / gather gradients) -----------------------------------
     def scatter_add_rows(self, index, src, num_rows):
         """``out[index[k]] += src[k]`` for rows ``k``; duplicates add up (replaces ``np.add.at``)."""
