@@ -7,6 +7,7 @@ The public names mirror PyTorch where a learner already knows them (``tensor``, 
 from .autograd import *  # noqa: F401,F403 - the tensor API is the package's API
 from .autograd import __all__ as _autograd_names
 from .backends import available_backends, backend, get_backend, register_backend, set_backend
+from . import functional, io, nn, optim  # noqa: E402 - they build on the names above
 
 __version__ = "0.1.0"
 
