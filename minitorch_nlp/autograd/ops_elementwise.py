@@ -54,7 +54,8 @@ class Mul(Function):
 class Div(Function):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.save_inputs(0, 1)
+        # the numerator is needed only for the denominator's gradient (so that y /= 2 works)
+        ctx.save_for_backward(ctx._inputs[0] if ctx.needs_input_grad[1] else None, ctx._inputs[1])
         return _xp(ctx).true_divide(a, b)
 
     @staticmethod

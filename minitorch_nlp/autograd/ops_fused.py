@@ -124,11 +124,16 @@ class Gelu(FusedFunction):
     def forward(ctx, x, *, approximate):
         ctx.save_inputs(0)
         ctx.static = {"approximate": approximate}
+        if x.ndim == 0:  # kernels write in place; a ufunc on a 0-d array returns a scalar
+            return ctx.backend.gelu(x.reshape(1), approximate).reshape(())
         return ctx.backend.gelu(x, approximate)
 
     @staticmethod
     def fast_backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if x.ndim == 0:
+            return (ctx.backend.gelu_backward(x.data.reshape(1), grad.reshape(1),
+                                              ctx.static["approximate"]).reshape(()),)
         return (ctx.backend.gelu_backward(x.data, grad, ctx.static["approximate"]),)
 
     @staticmethod

@@ -42,11 +42,11 @@ class Matmul(Function):
         a, b = ctx.saved_tensors
         a2 = a if a.ndim > 1 else a.reshape(1, -1)
         b2 = b if b.ndim > 1 else b.reshape(-1, 1)
-        g2 = grad
-        if a.ndim == 1:
-            g2 = g2.unsqueeze(-2)
+        g2 = grad  # the gradient with the axes that promoting 1-D operands removed put back
         if b.ndim == 1:
             g2 = g2.unsqueeze(-1)
+        if a.ndim == 1:
+            g2 = g2.unsqueeze(-2)
         grad_a = grad_b = None
         if ctx.needs_input_grad[0]:
             grad_a = g2 @ b2.mT
@@ -60,6 +60,34 @@ class Matmul(Function):
             if b.ndim == 1:
                 grad_b = grad_b.squeeze(-1)
         return grad_a, grad_b
+
+
+class Linear(Function):
+    """``x @ weight.T + bias`` with ``weight`` in PyTorch's ``(out_features, in_features)`` layout.
+
+    One GEMM forward (the bias is added in place), and in backward ``d weight = grad^T x`` is one
+    GEMM that lands directly in the weight's layout. (Written as ``x @ weight.mT`` the gradient
+    would come out transposed, and the transposing copy costs as much as the GEMM: the
+    784-512-512-10 MLP step took 2.2x as long.) Inputs with more than two axes are flattened to
+    rows, so that every product is a 2-D GEMM.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_inputs(0, 1)
+        out = x.reshape(-1, x.shape[-1]) @ weight.T
+        if bias is not None:
+            out += bias
+        return out.reshape(x.shape[:-1] + (weight.shape[0],))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        need_x, need_weight, need_bias = ctx.needs_input_grad
+        rows = grad.reshape(-1, grad.shape[-1])
+        return (grad @ weight if need_x else None,
+                rows.mT @ x.reshape(-1, x.shape[-1]) if need_weight else None,
+                rows.sum(axis=0) if need_bias else None)
 
 
 def matmul(a, b):
@@ -93,6 +121,13 @@ def _parse_einsum(subscripts, shapes):
         if len(term) != len(shape):
             raise ValueError(f"einsum: operand subscripts {term!r} do not match its shape {shape}")
         expanded.append(term)
+    sizes = {}
+    for term, shape in zip(expanded, shapes):
+        for c, n in zip(term, shape):
+            if n != 1 and sizes.setdefault(c, n) != n:
+                raise ValueError(f"einsum: {subscripts!r} with shapes "
+                                 f"{[tuple(s) for s in shapes]}: index {c!r} has sizes "
+                                 f"{sizes[c]} and {n}")
     if output is None:
         counts = {}
         for c in "".join(expanded):

@@ -216,14 +216,34 @@ def index_add_into_zeros(backend, shape, index, src):
         return out
     rows = _rows_index(index)
     if rows is not None and shape:
+        if rows.size == 0:
+            return xp.zeros(shape, dtype=src.dtype)
+        if rows.min() < 0:  # the kernel takes row numbers literally: -1 must become shape[0] - 1
+            rows = rows % shape[0]
         flat = backend.scatter_add_rows(rows, src.reshape(rows.shape + (-1,)), shape[0])
         return flat.reshape(shape)
     size = 1
     for n in shape:
         size *= n
-    positions = xp.arange(size).reshape(shape)[index]
-    summed = xp.bincount(positions.reshape(-1), weights=src.reshape(-1), minlength=size)
-    return summed.astype(src.dtype, copy=False).reshape(shape)
+    flat_positions = xp.broadcast_to(_flat_positions(xp, shape, parts), src.shape)
+    summed = backend.scatter_add_rows(flat_positions, src.reshape(-1, 1), size)
+    return summed.reshape(shape)
+
+
+def _flat_positions(xp, shape, parts):
+    """The flat offset of every element an index selects. An index made only of integers (one per
+    axis) is turned into offsets arithmetically, in memory proportional to the selection; any
+    other mix indexes an array of offsets the size of the input."""
+    if len(parts) == len(shape) and all(_is_int_array(p) or isinstance(p, int) for p in parts):
+        offsets, stride = 0, 1
+        for part, n in zip(reversed(parts), reversed(shape)):
+            offsets = offsets + (xp.asarray(part) % n) * stride
+            stride *= n
+        return offsets
+    size = 1
+    for n in shape:
+        size *= n
+    return xp.arange(size).reshape(shape)[parts if len(parts) > 1 else parts[0]]
 
 
 class GetItem(Function):
@@ -341,7 +361,9 @@ class Prod(Function):
         moved = x.permute(*[i for i in range(x.ndim) if i not in ctx.axes], *ctx.axes)
         flat = moved.reshape(moved.shape[:x.ndim - len(ctx.axes)] + (-1,))
         n = flat.shape[-1]
-        others = [flat[..., [j for j in range(n) if j != i]].prod(axis=-1) for i in range(n)]
+        xp = _xp(ctx)
+        others = [flat[..., xp.asarray([j for j in range(n) if j != i], dtype=xp.int64)].prod(
+            axis=-1) for i in range(n)]
         others = _stack(others, axis=-1).reshape(moved.shape)
         inverse = [0] * x.ndim
         for i, a in enumerate([i for i in range(x.ndim) if i not in ctx.axes] + list(ctx.axes)):

@@ -47,6 +47,18 @@ class NumpyBackend:
     def __repr__(self):
         return f"<backend {self.name}>"
 
+    # one instance per backend: copies of a tensor or a model must stay on the same backend
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __reduce__(self):
+        from . import get_backend
+
+        return get_backend, (self.name,)
+
     def asarray(self, obj, dtype=None):
         return np.asarray(obj, dtype=dtype)
 

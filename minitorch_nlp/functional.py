@@ -1,0 +1,415 @@
+"""Differentiable functions for building models: activations, linear maps, normalisation, dropout
+and losses. Import it as ``import minitorch_nlp.functional as F``.
+
+Names and semantics follow ``torch.nn.functional`` with two deliberate differences, both stated
+where they apply: axes are ``axis=`` (``dim=`` is accepted too), and the class axis of the
+classification losses is the *last* one -- logits ``(..., C)`` with targets ``(...)`` -- which is
+how a language model's logits ``(batch, time, vocab)`` come out of its final linear layer.
+
+Softmax, log-softmax, layer norm, GELU and (unweighted) cross-entropy run one backend kernel
+each, and ``linear`` is one GEMM with the bias added in place; everything else is composed from
+the engine's differentiable primitives. Gradients of gradients work throughout (the fused
+operations fall back to their composite form when ``create_graph=True``).
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .autograd import Tensor, as_tensor, dtypes, one_hot, pad, where
+from .autograd import ops_elementwise as _ew
+from .autograd.ops_fused import CrossEntropy as _CrossEntropy
+from .autograd.ops_fused import LayerNorm as _LayerNorm
+from .autograd.ops_linalg import Linear as _Linear
+from .autograd.random import rng
+
+REDUCTIONS = ("mean", "sum", "none")
+
+__all__ = [
+    "binary_cross_entropy_with_logits", "cosine_similarity", "cross_entropy", "dropout",
+    "embedding", "gelu", "kl_div", "layer_norm", "linear", "log_softmax", "mse_loss",
+    "nll_loss", "one_hot", "pad", "relu", "sigmoid", "softmax", "softplus", "tanh",
+]
+
+
+def _tensor(x):
+    return x if isinstance(x, Tensor) else as_tensor(x)
+
+
+def _pick_axis(axis, dim):
+    return dim if dim is not None else axis
+
+
+# ---- activations -------------------------------------------------------------------------------
+def relu(x):
+    """max(x, 0)."""
+    return _ew.relu(_tensor(x))
+
+
+def gelu(x, approximate="none"):
+    """x Phi(x) (Hendrycks & Gimpel, 2016): exact with erf (``"none"``), or BERT/GPT-2's tanh
+    approximation (``"tanh"``)."""
+    return _tensor(x).gelu(approximate=approximate)
+
+
+def tanh(x):
+    return _ew.tanh(_tensor(x))
+
+
+def sigmoid(x):
+    """1 / (1 + e^-x), computed without overflow."""
+    return _ew.sigmoid(_tensor(x))
+
+
+def softplus(x):
+    """log(1 + e^x), computed without overflow."""
+    return _ew.softplus(_tensor(x))
+
+
+def softmax(x, axis=-1, dim=None):
+    """exp(x) / sum(exp(x)) along ``axis``; stable for any finite logits (the row maximum is
+    subtracted first) and 0 on a row that is all ``-inf``."""
+    return _tensor(x).softmax(axis=_pick_axis(axis, dim))
+
+
+def log_softmax(x, axis=-1, dim=None):
+    """x - logsumexp(x) along ``axis``; stable for logits of any size (1e4 included)."""
+    return _tensor(x).log_softmax(axis=_pick_axis(axis, dim))
+
+
+# ---- linear, embedding, normalisation, dropout ---------------------------------------------------
+def linear(x, weight, bias=None):
+    """y = x W^T + b, with ``weight`` of shape ``(out_features, in_features)`` (PyTorch's layout,
+    so PyTorch and HuggingFace weights load without transposes) and ``bias`` ``(out_features,)``.
+    ``x`` has shape ``(..., in_features)``."""
+    x = _tensor(x)
+    if weight.ndim != 2:
+        raise ValueError(f"linear: the weight must be 2-D (out_features, in_features), got shape "
+                         f"{weight.shape}")
+    if x.ndim == 0 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input of shape {x.shape} does not end with in_features = "
+                         f"{weight.shape[1]} of the weight of shape {weight.shape} "
+                         "(out_features, in_features)")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"linear: bias of shape {bias.shape} does not match out_features = "
+                         f"{weight.shape[0]} (weight of shape {weight.shape})")
+    return _Linear.apply(x, weight, bias)
+
+
+def _integer_ids(ids, backend, op):
+    ids = ids if isinstance(ids, Tensor) else Tensor(np.asarray(ids), backend=backend)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"{op}: ids must be an integer tensor, got dtype {ids.dtype}")
+    return ids
+
+
+def _padding_row(padding_idx, num_embeddings, op):
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise ValueError(f"{op}: padding_idx {padding_idx} is outside [-{num_embeddings}, "
+                         f"{num_embeddings})")
+    return padding_idx % num_embeddings
+
+
+def embedding(ids, weight, padding_idx=None):
+    """Rows of ``weight`` (``(num_embeddings, dim)``) picked by the integer ``ids``: the output
+    has shape ``ids.shape + (dim,)``. Its gradient is a scatter-add of rows (the backend's
+    ``scatter_add_rows`` kernel). Positions holding ``padding_idx`` give the weight no gradient,
+    so the padding row keeps the value it has (zero, as ``nn.Embedding`` initialises it).
+
+    Ids outside [0, num_embeddings) raise ``ValueError`` naming the id.
+    """
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: the weight must be 2-D (num_embeddings, dim), got shape "
+                         f"{weight.shape}")
+    ids = _integer_ids(ids, weight.backend, "embedding")
+    n = weight.shape[0]
+    if ids.size:
+        low, high = int(ids.data.min()), int(ids.data.max())
+        if low < 0 or high >= n:
+            raise ValueError(f"embedding: token id {low if low < 0 else high} is outside the "
+                             f"vocabulary [0, {n})")
+    out = weight[ids]
+    if padding_idx is not None:
+        at_padding = ids == _padding_row(padding_idx, n, "embedding")
+        if out.requires_grad and bool(at_padding.data.any()):
+            out = where(at_padding.unsqueeze(-1), out.detach(), out)
+    return out
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * weight + bias, with mean and (biased) variance taken over
+    the trailing ``normalized_shape`` axes (Ba et al., 2016). One fused kernel."""
+    x = _tensor(x)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or x.shape[x.ndim - len(shape):] != shape or len(shape) > x.ndim:
+        raise ValueError(f"layer_norm: input of shape {x.shape} does not end with "
+                         f"normalized_shape {shape}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and p.shape != shape:
+            raise ValueError(f"layer_norm: {name} of shape {p.shape} differs from "
+                             f"normalized_shape {shape}")
+    if eps < 0:
+        raise ValueError(f"layer_norm: eps must be >= 0, got {eps}")
+    if len(shape) == 1:
+        return _LayerNorm.apply(x, weight, bias, eps=float(eps))
+    flat = x.reshape(*x.shape[:x.ndim - len(shape)], -1)
+    y = _LayerNorm.apply(flat, None if weight is None else weight.reshape(-1),
+                         None if bias is None else bias.reshape(-1), eps=float(eps))
+    return y.reshape(x.shape)
+
+
+def _check_probability(p, op):
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"{op}: the drop probability p must be a number in [0, 1], got {p!r}")
+
+
+def dropout(x, p=0.5, training=True, generator=None):
+    """Inverted dropout (Srivastava et al., 2014): zero each element with probability ``p`` and
+    scale the survivors by 1/(1-p), so that the expected value is unchanged and evaluation
+    (``training=False``) is the identity. The mask is drawn from ``generator`` (default: the
+    global generator that ``manual_seed`` seeds)."""
+    _check_probability(p, "dropout")
+    x = _tensor(x)
+    if not training or p == 0:
+        return x
+    if p == 1:
+        return x * 0.0
+    keep = rng(generator).random(x.shape, dtype=np.float32) >= p
+    scale = np.multiply(keep, 1.0 / (1.0 - p), dtype=x.dtype)
+    return x * x.backend.asarray(scale)
+
+
+# ---- losses --------------------------------------------------------------------------------------
+def _check_reduction(reduction, op, allowed=REDUCTIONS):
+    if reduction not in allowed:
+        raise ValueError(f"{op}: reduction must be one of {allowed}, got {reduction!r}")
+
+
+def _reduce(loss, reduction, denominator=None):
+    """``loss`` summed, averaged (over ``denominator`` when given, 0 when that is 0) or as is."""
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    count = loss.size if denominator is None else denominator
+    return total * (1.0 / count) if count else total * 0.0
+
+
+def _same_shape(a, b, op, what=("input", "target")):
+    if a.shape != b.shape:
+        raise ValueError(f"{op}: {what[0]} of shape {a.shape} and {what[1]} of shape {b.shape} "
+                         "differ")
+
+
+def _class_weight(weight, num_classes, like, op):
+    if weight is None:
+        return None
+    data = weight.data if isinstance(weight, Tensor) else like.backend.asarray(np.asarray(weight))
+    if data.shape != (num_classes,):
+        raise ValueError(f"{op}: weight of shape {tuple(data.shape)} must have one entry per "
+                         f"class, ({num_classes},)")
+    return data.astype(like.dtype, copy=False)
+
+
+def _class_ids(target, scores, ignore_index, op):
+    """The target ids as a backend array, checked against ``scores`` (..., C), and where they
+    count (not ``ignore_index``)."""
+    xp = scores.backend.xp
+    ids = target.data if isinstance(target, Tensor) else xp.asarray(np.asarray(target))
+    num_classes = scores.shape[-1]
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"{op}: class targets must be integers, got dtype {ids.dtype}")
+    if ids.shape != scores.shape[:-1]:
+        raise ValueError(f"{op}: input of shape {scores.shape} (classes on the last axis) needs "
+                         f"a target of shape {scores.shape[:-1]}, got {tuple(ids.shape)}")
+    counted = ids != ignore_index
+    outside = counted & ((ids < 0) | (ids >= num_classes))
+    if bool(outside.any()):
+        bad = int(ids[outside].reshape(-1)[0])
+        raise ValueError(f"{op}: target holds class id {bad}, outside [0, {num_classes}) "
+                         f"(ignore_index={ignore_index})")
+    return ids, counted
+
+
+def _negative_log_likelihood(log_probs, target, weight, ignore_index, reduction, smoothing, op):
+    """The shared body of ``nll_loss`` and of ``cross_entropy`` with class-id targets and class
+    weights (which the fused kernel does not take)."""
+    if log_probs.ndim == 0:
+        raise ValueError(f"{op}: the input needs a class axis, got a 0-d tensor")
+    _check_reduction(reduction, op)
+    xp = log_probs.backend.xp
+    num_classes = log_probs.shape[-1]
+    ids, counted = _class_ids(target, log_probs, ignore_index, op)
+    w = _class_weight(weight, num_classes, log_probs, op)
+    safe_ids = xp.where(counted, ids, 0)
+    coef = counted.astype(log_probs.dtype)
+    if w is not None:
+        coef *= w[safe_ids]
+    # log p(target) of every position: one integer index into the flattened log-probabilities,
+    # whose backward is a scatter of one value per row (not a dense one-hot)
+    flat = xp.arange(ids.size) * num_classes + safe_ids.reshape(-1)
+    picked = log_probs.reshape(-1)[flat].reshape(ids.shape)
+    loss = picked * -coef
+    if smoothing:
+        weighted = log_probs if w is None else log_probs * w
+        loss = loss * (1.0 - smoothing) + weighted.sum(axis=-1) * (
+            counted.astype(log_probs.dtype) * (-smoothing / num_classes))
+    return _reduce(loss, reduction, denominator=float(coef.sum()))
+
+
+def nll_loss(log_probs, target, *, weight=None, ignore_index=-100, reduction="mean"):
+    """Negative log-likelihood of class ids: ``-weight[t] * log_probs[..., t]`` per position.
+
+    ``log_probs`` has shape ``(..., C)`` (classes on the last axis), ``target`` integer ids of
+    shape ``(...)``; positions equal to ``ignore_index`` count for nothing. ``"mean"`` divides by
+    the summed weights of the counted positions (their number, without ``weight``); when no
+    position counts the loss is 0 (PyTorch gives NaN).
+    """
+    log_probs = _tensor(log_probs)
+    return _negative_log_likelihood(log_probs, target, weight, ignore_index, reduction, 0.0,
+                                    "nll_loss")
+
+
+def cross_entropy(logits, target, *, weight=None, ignore_index=-100, reduction="mean",
+                  label_smoothing=0.0):
+    """Cross-entropy between ``softmax(logits)`` and the target, PyTorch's semantics with the
+    class axis last: ``logits`` ``(..., C)``; ``target`` either integer class ids ``(...)`` or
+    class probabilities of the same shape as ``logits``.
+
+    With class ids, per counted position (target != ``ignore_index``)::
+
+        loss = (1 - eps) * (-w[t] log p_t) + eps * mean_c(-w[c] log p_c)     (eps = label_smoothing)
+
+    (label smoothing as in Szegedy et al., 2016: the one-hot target mixed with the uniform
+    distribution). ``"mean"`` divides the sum by the summed ``w[t]`` of counted positions, their
+    number without ``weight``; ignored positions give 0 in ``"none"``. When every position is
+    ignored, ``"mean"`` gives 0 (PyTorch gives NaN), so a batch of padding cannot poison a run.
+
+    With probabilities ``q``, ``loss = -sum_c w[c] q'_c log p_c`` with
+    ``q' = (1 - eps) q + eps/C``, and ``"mean"`` divides by the number of positions.
+
+    Class ids outside [0, C) raise ``ValueError``; so do shape mismatches.
+    """
+    op = "cross_entropy"
+    logits = _tensor(logits)
+    if not isinstance(label_smoothing, numbers.Real) or not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing!r}")
+    if logits.ndim == 0:
+        raise ValueError(f"{op}: the logits need a class axis, got a 0-d tensor")
+    target_dtype = target.dtype if isinstance(target, Tensor) else np.asarray(target).dtype
+    if not dtypes.is_floating(target_dtype) and weight is None:
+        # the common case runs the backend's fused kernel: one pass forward, one backward
+        _check_reduction(reduction, op)
+        ids, counted = _class_ids(target, logits, ignore_index, op)
+        num_classes = logits.shape[-1]
+        rows = _CrossEntropy.apply(logits.reshape(-1, num_classes), ids.reshape(-1),
+                                   ignore_index=ignore_index,
+                                   label_smoothing=float(label_smoothing))
+        return _reduce(rows.reshape(ids.shape), reduction, denominator=float(counted.sum()))
+    log_probs = logits.log_softmax(axis=-1)
+    if not dtypes.is_floating(target_dtype):
+        return _negative_log_likelihood(log_probs, target, weight, ignore_index, reduction,
+                                        float(label_smoothing), op)
+    _check_reduction(reduction, op)
+    target = _tensor(target)
+    if target.shape != logits.shape:
+        raise ValueError(f"{op}: logits of shape {logits.shape} need class ids of shape "
+                         f"{logits.shape[:-1]} or probabilities of shape {logits.shape}, got a "
+                         f"float target of shape {target.shape}")
+    num_classes = logits.shape[-1]
+    if label_smoothing:
+        target = target * (1.0 - label_smoothing) + label_smoothing / num_classes
+    w = _class_weight(weight, num_classes, logits, op)
+    if w is not None:
+        target = target * w
+    return _reduce(-(log_probs * target).sum(axis=-1), reduction)
+
+
+def mse_loss(input, target, reduction="mean"):  # noqa: A002 - PyTorch's argument name
+    """(input - target)^2, averaged, summed or per element; the shapes must be equal."""
+    input, target = _tensor(input), _tensor(target)
+    _check_reduction(reduction, "mse_loss")
+    _same_shape(input, target, "mse_loss")
+    diff = input - target
+    return _reduce(diff * diff, reduction)
+
+
+def kl_div(input, target, reduction="batchmean", log_target=False):  # noqa: A002
+    """KL(target || exp(input)) with ``input`` log-probabilities, PyTorch's argument order:
+    pointwise ``target * (log target - input)`` (0 where target is 0), or with
+    ``log_target=True`` ``exp(target) * (target - input)``.
+
+    ``reduction``: ``"batchmean"`` (the default here, and the true KL divergence per example:
+    the sum divided by ``input.shape[0]``), ``"sum"``, ``"mean"`` (over every element, PyTorch's
+    default, which is not the KL divergence), or ``"none"``.
+    """
+    op = "kl_div"
+    input, target = _tensor(input), _tensor(target)
+    _check_reduction(reduction, op, REDUCTIONS + ("batchmean",))
+    _same_shape(input, target, op)
+    if log_target:
+        pointwise = target.exp() * (target - input)
+    else:
+        positive = target > 0
+        pointwise = target * where(positive, target, 1.0).log() - target * input
+    if reduction == "batchmean":
+        return pointwise.sum() * (1.0 / input.shape[0]) if input.ndim else pointwise.sum()
+    return _reduce(pointwise, reduction)
+
+
+def binary_cross_entropy_with_logits(logits, target, *, weight=None, pos_weight=None,
+                                     reduction="mean"):
+    """-[p t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))] from logits ``x``, computed stably as
+    ``(1 - t) x + (1 + (p - 1) t) softplus(-x)`` (PyTorch's form), with ``p = pos_weight``
+    (broadcast along the last axis, one per class; 1 when omitted) and each element scaled by
+    ``weight`` (broadcast)."""
+    op = "binary_cross_entropy_with_logits"
+    logits, target = _tensor(logits), _tensor(target)
+    _check_reduction(reduction, op)
+    _same_shape(logits, target, op, ("logits", "target"))
+    pos_weight = _broadcast_weight(pos_weight, "pos_weight", logits.shape, op)
+    weight = _broadcast_weight(weight, "weight", logits.shape, op)
+    softplus_neg = _ew.softplus(-logits)
+    if pos_weight is None:
+        loss = (1.0 - target) * logits + softplus_neg
+    else:
+        loss = (1.0 - target) * logits + (1.0 + (pos_weight - 1.0) * target) * softplus_neg
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def _broadcast_weight(weight, name, shape, op):
+    """``weight`` as a tensor that broadcasts to ``shape`` (or None)."""
+    if weight is None:
+        return None
+    weight = _tensor(weight)
+    try:
+        if np.broadcast_shapes(weight.shape, shape) != shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{op}: {name} of shape {weight.shape} does not broadcast to logits of "
+                         f"shape {shape}") from None
+    return weight
+
+
+def cosine_similarity(a, b, axis=-1, eps=1e-8, dim=None):
+    """a.b / (max(|a|, eps) max(|b|, eps)) along ``axis``; ``a`` and ``b`` broadcast. Each vector
+    is normalised before the dot product (as PyTorch does), so the result stays in [-1, 1]."""
+    a, b = _tensor(a), _tensor(b)
+    axis = _pick_axis(axis, dim)
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ValueError(f"cosine_similarity: shapes {a.shape} and {b.shape} do not "
+                         "broadcast") from None
+    if not -len(shape) <= axis < len(shape):
+        raise ValueError(f"cosine_similarity: axis {axis} is out of range for shape {shape}")
+    a, b = a.broadcast_to(shape), b.broadcast_to(shape)  # a norm is over the broadcast vector
+    floor = eps * eps
+    a_unit = a * (a * a).sum(axis=axis, keepdims=True).maximum(floor).rsqrt()
+    b_unit = b * (b * b).sum(axis=axis, keepdims=True).maximum(floor).rsqrt()
+    return (a_unit * b_unit).sum(axis=axis)
+

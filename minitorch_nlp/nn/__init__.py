@@ -1,0 +1,15 @@
+"""Neural-network building blocks: ``Module`` and ``Parameter``, layers, containers and ``init``.
+
+The names are PyTorch's (``nn.Linear``, ``nn.Sequential``, ``nn.init.xavier_uniform_``), and so
+are weight layouts and default initialisations; the computations live in
+``minitorch_nlp.functional``.
+"""
+from . import init
+from .containers import ModuleDict, ModuleList, Sequential
+from .layers import GELU, Dropout, Embedding, Identity, LayerNorm, Linear, ReLU, Sigmoid, Softmax, Tanh
+from .module import IncompatibleKeys, Module
+from .parameter import Parameter
+
+__all__ = ["GELU", "Dropout", "Embedding", "Identity", "IncompatibleKeys", "LayerNorm", "Linear",
+           "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid",
+           "Softmax", "Tanh", "init"]

@@ -1,0 +1,197 @@
+"""Layers: ``Linear``, ``Embedding``, ``LayerNorm``, ``Dropout``, ``Identity`` and activation
+modules. Each holds its parameters and calls the function of the same name in
+``minitorch_nlp.functional``; weights use PyTorch's layouts and default initialisations, so
+PyTorch and HuggingFace checkpoints load without transposes."""
+from __future__ import annotations
+
+import math
+
+from .. import functional as F
+from ..autograd import Tensor, empty
+from . import init
+from .module import Module
+from .parameter import Parameter
+
+__all__ = ["GELU", "Dropout", "Embedding", "Identity", "LayerNorm", "Linear", "ReLU", "Sigmoid",
+           "Softmax", "Tanh"]
+
+
+def _positive_int(value, name, layer):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{layer}: {name} must be a positive int, got {value!r}")
+    return value
+
+
+class Linear(Module):
+    """y = x W^T + b, ``W`` of shape ``(out_features, in_features)``, ``b`` ``(out_features,)``.
+
+    Initialised as PyTorch does: W ~ U(-1/sqrt(in_features), 1/sqrt(in_features)) (Kaiming-uniform
+    with a = sqrt(5)) and the same range for b. ``generator`` gives a private random stream.
+    """
+
+    def __init__(self, in_features, out_features, bias=True, dtype=None, generator=None):
+        super().__init__()
+        self.in_features = _positive_int(in_features, "in_features", "Linear")
+        self.out_features = _positive_int(out_features, "out_features", "Linear")
+        self.weight = Parameter(empty(out_features, in_features, dtype=dtype))
+        if bias:
+            self.bias = Parameter(empty(out_features, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator=None):
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features)
+            init.uniform_(self.bias, -bound, bound, generator=generator)
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+class Embedding(Module):
+    """A lookup table: ``ids`` of any shape -> vectors of shape ``ids.shape + (embedding_dim,)``.
+
+    The weight ``(num_embeddings, embedding_dim)`` starts N(0, 1), as in PyTorch. With
+    ``padding_idx`` that row starts at zero and never receives a gradient, so padding tokens embed
+    to zeros for the whole of training. Ids outside [0, num_embeddings) raise ``ValueError``.
+    """
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, dtype=None,
+                 generator=None):
+        super().__init__()
+        self.num_embeddings = _positive_int(num_embeddings, "num_embeddings", "Embedding")
+        self.embedding_dim = _positive_int(embedding_dim, "embedding_dim", "Embedding")
+        if padding_idx is not None:
+            padding_idx = F._padding_row(padding_idx, num_embeddings, "Embedding")
+        self.padding_idx = padding_idx
+        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
+        self.reset_parameters(generator)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None):
+        """An ``Embedding`` holding (a copy of) ``embeddings`` (a 2-D Tensor or array); frozen
+        unless ``freeze=False``."""
+        data = embeddings if isinstance(embeddings, Tensor) else Tensor(embeddings)
+        if data.ndim != 2:
+            raise ValueError(f"Embedding.from_pretrained: embeddings must be 2-D, got shape "
+                             f"{data.shape}")
+        layer = cls(*data.shape, padding_idx=padding_idx, dtype=data.dtype)
+        layer.load_state_dict({"weight": data})
+        layer.weight.requires_grad = not freeze
+        return layer
+
+    def reset_parameters(self, generator=None):
+        init.normal_(self.weight, generator=generator)
+        if self.padding_idx is not None:
+            self.weight.data[self.padding_idx] = 0
+            self.weight._bump_version()
+
+    def forward(self, ids):
+        return F.embedding(ids, self.weight, self.padding_idx)
+
+    def extra_repr(self):
+        text = f"{self.num_embeddings}, {self.embedding_dim}"
+        return text if self.padding_idx is None else f"{text}, padding_idx={self.padding_idx}"
+
+
+class LayerNorm(Module):
+    """Layer normalisation over the trailing ``normalized_shape`` axes (Ba et al., 2016), with a
+    learned gain (ones) and bias (zeros) when ``elementwise_affine``."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else \
+            tuple(normalized_shape)
+        if not shape or any(isinstance(n, bool) or not isinstance(n, int) or n <= 0
+                            for n in shape):
+            raise ValueError(f"LayerNorm: normalized_shape must be a positive int or a tuple of "
+                             f"them, got {normalized_shape!r}")
+        self.normalized_shape = shape
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(init.ones_(empty(*shape, dtype=dtype)))
+            if bias:
+                self.bias = Parameter(init.zeros_(empty(*shape, dtype=dtype)))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class Dropout(Module):
+    """Inverted dropout with probability ``p`` while training; the identity in ``eval()`` mode."""
+
+    def __init__(self, p=0.5, generator=None):
+        super().__init__()
+        F._check_probability(p, "Dropout")
+        self.p = p
+        self.generator = generator
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training, self.generator)
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+class Identity(Module):
+    """Returns its input (a placeholder where a layer is optional)."""
+
+    def forward(self, x):
+        return x
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return F.relu(x)
+
+
+class GELU(Module):
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x):
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self):
+        return f"approximate={self.approximate!r}"
+
+
+class Tanh(Module):
+    def forward(self, x):
+        return F.tanh(x)
+
+
+class Sigmoid(Module):
+    def forward(self, x):
+        return F.sigmoid(x)
+
+
+class Softmax(Module):
+    def __init__(self, axis=-1, dim=None):
+        super().__init__()
+        self.axis = dim if dim is not None else axis
+
+    def forward(self, x):
+        return F.softmax(x, self.axis)
+
+    def extra_repr(self):
+        return f"axis={self.axis}"

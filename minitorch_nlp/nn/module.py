@@ -1,0 +1,414 @@
+"""``Module``: the base class of every layer and model.
+
+A module holds three kinds of state, each registered by plain attribute assignment in
+``__init__``:
+
+* parameters (``self.weight = Parameter(...)``), trained by an optimizer;
+* buffers (``self.register_buffer("mask", tensor)``), state that is not trained (causal masks,
+  running statistics); persistent ones are saved in the ``state_dict``;
+* sub-modules (``self.fc = Linear(4, 3)``), whose state is named with a dotted prefix
+  (``fc.weight``).
+
+Registered values are also ordinary instance attributes, so reading ``self.weight`` in
+``forward`` costs what any attribute read costs.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..autograd import Tensor, dtypes, no_grad
+from .parameter import Parameter
+
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+IncompatibleKeys.__doc__ = """What ``load_state_dict(strict=False)`` left out: keys of the model
+absent from the state (``missing_keys``) and keys of the state the model does not have
+(``unexpected_keys``)."""
+
+
+class Module:
+    """Base class of layers and models: subclass it, register state in ``__init__`` (after
+    ``super().__init__()``) and compute in ``forward``; call the module to run ``forward``.
+
+    ::
+
+        class MLP(Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = Linear(784, 512)
+                self.fc2 = Linear(512, 10)
+
+            def forward(self, x):
+                return self.fc2(F.relu(self.fc1(x)))
+    """
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent_buffers", set())
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- registration ----------------------------------------------------------------------
+    def _require_init(self, name, kind):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"cannot assign {kind} {name!r} before {type(self).__name__}."
+                                 "__init__() has called super().__init__()")
+
+    def _check_name(self, name, kind, registry):
+        """``name`` must be a str without dots that names no attribute other than one of
+        ``registry`` (a method or a plain attribute would be shadowed)."""
+        if not isinstance(name, str):
+            raise TypeError(f"{type(self).__name__}: a {kind} name must be a str, got "
+                            f"{type(name).__name__}")
+        if not name or "." in name:
+            raise KeyError(f"{type(self).__name__}: {kind} name {name!r} must be non-empty and "
+                           "contain no '.'")
+        self._require_init(name, kind)
+        if hasattr(type(self), name) or (name in self.__dict__ and name not in registry):
+            raise KeyError(f"{type(self).__name__}: cannot register {kind} {name!r}: an "
+                           "attribute of that name already exists")
+
+    def _forget(self, name):
+        self._parameters.pop(name, None)
+        self._buffers.pop(name, None)
+        self._non_persistent_buffers.discard(name)
+        self._modules.pop(name, None)
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Parameter):
+            self._require_init(name, "parameter")
+            self._forget(name)
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._require_init(name, "module")
+            self._forget(name)
+            self._modules[name] = value
+        elif name in self.__dict__.get("_parameters", ()):
+            if value is not None:
+                raise TypeError(f"{type(self).__name__}.{name} is a parameter: assign a "
+                                f"Parameter or None, not {type(value).__name__}")
+            self._parameters[name] = None
+        elif name in self.__dict__.get("_modules", ()):
+            if value is not None:
+                raise TypeError(f"{type(self).__name__}.{name} is a sub-module: assign a Module "
+                                f"or None, not {type(value).__name__}")
+            self._modules[name] = None
+        elif name in self.__dict__.get("_buffers", ()):
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"{type(self).__name__}.{name} is a buffer: assign a Tensor or "
+                                f"None, not {type(value).__name__}")
+            self._buffers[name] = value
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        if "_parameters" in self.__dict__:
+            self._forget(name)
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name, param):
+        """Register ``param`` (a Parameter, or None for an absent optional one) as ``name``."""
+        self._check_name(name, "parameter", self.__dict__.get("_parameters", ()))
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None, got "
+                            f"{type(param).__name__} (wrap it: Parameter(tensor))")
+        if param is None:
+            self._forget(name)
+            self._parameters[name] = None
+            object.__setattr__(self, name, None)
+        else:
+            setattr(self, name, param)
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """Register ``tensor`` (or None) as a buffer: state that moves with the module but is not
+        trained; ``persistent=False`` keeps it out of the ``state_dict``."""
+        self._check_name(name, "buffer", self.__dict__.get("_buffers", ()))
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer: {name!r} must be a Tensor or None, got "
+                            f"{type(tensor).__name__}")
+        if isinstance(tensor, Parameter):
+            raise TypeError(f"register_buffer: {name!r} is a Parameter; assign it as an attribute "
+                            "to register it as a parameter")
+        self._forget(name)
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent_buffers.add(name)
+        object.__setattr__(self, name, tensor)
+
+    def add_module(self, name, module):
+        """Register ``module`` (or None) as the sub-module ``name``."""
+        self._check_name(name, "module", self.__dict__.get("_modules", ()))
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {name!r} must be a Module or None, got "
+                            f"{type(module).__name__}")
+        self._forget(name)
+        self._modules[name] = module
+        object.__setattr__(self, name, module)
+
+    register_module = add_module
+
+    def get_submodule(self, target):
+        """The sub-module at dotted path ``target`` ("" is this module)."""
+        module = self
+        walked = []
+        for part in target.split(".") if target else []:
+            child = module._modules.get(part)
+            if child is None:
+                where = ".".join(walked) or type(self).__name__
+                raise AttributeError(f"get_submodule: {where} has no sub-module {part!r} "
+                                     f"(looking for {target!r})")
+            walked.append(part)
+            module = child
+        return module
+
+    # ---- traversal ---------------------------------------------------------------------------
+    def named_modules(self, prefix="", remove_duplicate=True):
+        """(dotted name, module) for this module and every sub-module, parents first; a module
+        reached twice is given once unless ``remove_duplicate=False``."""
+        seen = set()
+
+        def walk(module, name):
+            if remove_duplicate:
+                if id(module) in seen:
+                    return
+                seen.add(id(module))
+            yield name, module
+            for child_name, child in module._modules.items():
+                if child is not None:
+                    yield from walk(child, f"{name}.{child_name}" if name else child_name)
+
+        return walk(self, prefix)
+
+    def modules(self):
+        for _, module in self.named_modules():
+            yield module
+
+    def named_children(self):
+        """(name, module) for the direct sub-modules, each once."""
+        seen = set()
+        for name, module in self._modules.items():
+            if module is not None and id(module) not in seen:
+                seen.add(id(module))
+                yield name, module
+
+    def children(self):
+        for _, module in self.named_children():
+            yield module
+
+    def _named_members(self, registry, prefix, recurse, remove_duplicate, skip=None):
+        seen = set()
+        modules = self.named_modules(prefix, remove_duplicate) if recurse else [(prefix, self)]
+        for module_name, module in modules:
+            excluded = getattr(module, skip) if skip else ()
+            for name, value in getattr(module, registry).items():
+                if value is None or name in excluded:
+                    continue
+                if remove_duplicate:
+                    if id(value) in seen:
+                        continue
+                    seen.add(id(value))
+                yield (f"{module_name}.{name}" if module_name else name), value
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        """(dotted name, parameter) in registration order, parents first; a parameter shared
+        between modules (tied weights) is given once, under the first name that reaches it."""
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse=True):
+        for _, param in self.named_parameters(recurse=recurse):
+            yield param
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        """(dotted name, buffer), persistent or not, like ``named_parameters``."""
+        return self._named_members("_buffers", prefix, recurse, remove_duplicate)
+
+    def buffers(self, recurse=True):
+        for _, buffer in self.named_buffers(recurse=recurse):
+            yield buffer
+
+    def _tensors(self):
+        """Every parameter and buffer, each once."""
+        seen = set()
+        for _, t in list(self.named_parameters()) + list(self.named_buffers()):
+            if id(t) not in seen:
+                seen.add(id(t))
+                yield t
+
+    # ---- modes -------------------------------------------------------------------------------
+    def train(self, mode=True):
+        """Set training mode (``True``) or evaluation mode (``False``) on this module and every
+        sub-module; layers such as ``Dropout`` read ``self.training``. Returns self."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"train: mode must be a bool, got {mode!r}")
+        for module in self.modules():
+            object.__setattr__(module, "training", mode)
+        return self
+
+    def eval(self):
+        """``train(False)``."""
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad=True):
+        """Freeze (``False``) or unfreeze every parameter. Returns self."""
+        for param in self.parameters():
+            param.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        """Drop every parameter's ``.grad`` (or, with ``set_to_none=False``, fill it with zeros)."""
+        for param in self.parameters():
+            if param.grad is None:
+                continue
+            if set_to_none:
+                param.grad = None
+            elif param.grad._node is None:
+                param.grad.data.fill(0)
+                param.grad._bump_version()
+            else:
+                param.grad = Tensor._wrap(param.backend.xp.zeros_like(param.grad.data),
+                                          param.backend)
+
+    def apply(self, fn):
+        """Call ``fn(module)`` on every sub-module, children before parents (e.g. a custom
+        initialisation), then on this module. Returns self."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def to(self, target):
+        """Move every parameter and buffer in place to another backend (``to("numba")``), or
+        cast the floating ones to another float dtype (``to(mt.float64)``). Gradients follow.
+        Returns self; the parameter objects stay the same, so an optimizer built on them still
+        holds them (but its state is not moved)."""
+        from ..backends import Backend, available_backends, get_backend
+
+        if isinstance(target, Backend) or (isinstance(target, str)
+                                           and target in available_backends()):
+            destination = get_backend(target)
+
+            def convert(t):
+                if t.backend is destination:
+                    return None
+                return destination.asarray(t.backend.to_numpy(t.data)), destination
+        else:
+            dtype = dtypes.resolve(target)
+            if not dtypes.is_floating(dtype):
+                raise TypeError(f"Module.to: cast to a floating dtype, not {dtype}")
+
+            def convert(t):
+                if not dtypes.is_floating(t.dtype) or t.dtype == dtype:
+                    return None
+                return t.data.astype(dtype), t.backend
+
+        with no_grad():
+            for t in self._tensors():
+                moved = convert(t)
+                if moved is None:
+                    continue
+                t.data, t._backend = moved
+                t._bump_version()
+                if t.grad is not None:
+                    grad = convert(t.grad)
+                    if grad is not None:
+                        t.grad = Tensor._wrap(*grad)
+        return self
+
+    def num_parameters(self, trainable_only=False):
+        """How many numbers the parameters hold (shared parameters counted once)."""
+        return sum(p.size for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    # ---- state dicts ---------------------------------------------------------------------------
+    def state_dict(self, prefix="", keep_vars=False):
+        """Dotted name -> tensor for every parameter and persistent buffer, in registration order.
+
+        As in PyTorch, a tensor shared between modules appears under every name that reaches it.
+        The values share memory with the module (``detach()``-ed, or the objects themselves with
+        ``keep_vars=True``): save or copy them, do not modify them in place.
+        """
+        state = {}
+        for module_name, module in self.named_modules(prefix, remove_duplicate=False):
+            base = f"{module_name}." if module_name else ""
+            for name, param in module._parameters.items():
+                if param is not None:
+                    state[base + name] = param if keep_vars else param.detach()
+            for name, buffer in module._buffers.items():
+                if buffer is not None and name not in module._non_persistent_buffers:
+                    state[base + name] = buffer if keep_vars else buffer.detach()
+        return state
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copy the values of ``state_dict`` (name -> Tensor or NumPy array) into this module's
+        parameters and persistent buffers, in place (cast to each one's dtype).
+
+        Everything is checked before anything is copied, and every problem is reported in one
+        ``ValueError``: keys the model has but the state lacks ("missing"), keys the state has but
+        the model lacks ("unexpected") -- both tolerated when ``strict=False`` -- and values whose
+        shape differs from the model's (never tolerated). Returns ``IncompatibleKeys(missing_keys,
+        unexpected_keys)``.
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"load_state_dict: expected a mapping of names to tensors, got "
+                            f"{type(state_dict).__name__}")
+        expected = self.state_dict(keep_vars=True)
+        missing = [name for name in expected if name not in state_dict]
+        unexpected = [name for name in state_dict if name not in expected]
+        problems = []
+        if strict and missing:
+            problems.append(f"missing keys {missing}")
+        if strict and unexpected:
+            problems.append(f"unexpected keys {unexpected}")
+        copies = []
+        for name, target in expected.items():
+            if name not in state_dict:
+                continue
+            array = _checkpoint_array(state_dict[name], target, name)
+            if tuple(array.shape) != target.shape:
+                problems.append(f"shape mismatch for {name}: checkpoint {tuple(array.shape)} vs "
+                                f"model {target.shape}")
+            copies.append((target, array))
+        if problems:
+            raise ValueError("load_state_dict: " + "; ".join(problems))
+        with no_grad():
+            for target, array in copies:
+                target.data[...] = array
+                target._bump_version()
+        return IncompatibleKeys(missing, unexpected)
+
+    # ---- printing ------------------------------------------------------------------------------
+    def extra_repr(self):
+        """The arguments shown inside ``Name(...)``; layers override it."""
+        return ""
+
+    def __repr__(self):
+        lines = self.extra_repr().split("\n") if self.extra_repr() else []
+        children = [f"({name}): " + _indent(repr(module)) for name, module in self._modules.items()]
+        if not children and len(lines) <= 1:
+            return f"{type(self).__name__}({lines[0] if lines else ''})"
+        body = "\n".join("  " + line for line in lines + children)
+        return f"{type(self).__name__}(\n{body}\n)"
+
+
+def _indent(text):
+    return text.replace("\n", "\n  ")
+
+
+def _checkpoint_array(value, target, name):
+    """``value`` (a Tensor or anything ``numpy.asarray`` takes) as an array of ``target``'s
+    backend and dtype."""
+    if isinstance(value, Tensor):
+        array = value.data if value.backend is target.backend else value.numpy()
+    else:
+        array = np.asarray(value)
+        if array.dtype.kind not in "biuf":
+            raise TypeError(f"load_state_dict: the value for {name!r} is a "
+                            f"{type(value).__name__} of dtype {array.dtype}, not numbers")
+    return target.backend.asarray(array, dtype=target.dtype)
