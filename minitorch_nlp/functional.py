@@ -19,6 +19,9 @@ import numpy as np
 
 from .autograd import Tensor, as_tensor, dtypes, one_hot, pad, where
 from .autograd import ops_elementwise as _ew
+from .autograd.ops_fused import Attention as _Attention
+from .autograd.ops_fused import BandedAttention as _BandedAttention
+from .autograd.ops_fused import BiasGelu as _BiasGelu
 from .autograd.ops_fused import CrossEntropy as _CrossEntropy
 from .autograd.ops_fused import LayerNorm as _LayerNorm
 from .autograd.ops_linalg import Linear as _Linear
@@ -27,9 +30,10 @@ from .autograd.random import rng
 REDUCTIONS = ("mean", "sum", "none")
 
 __all__ = [
-    "binary_cross_entropy_with_logits", "cosine_similarity", "cross_entropy", "dropout",
+    "banded_attention", "bias_gelu", "binary_cross_entropy_with_logits", "cosine_similarity", "cross_entropy", "dropout",
     "embedding", "gelu", "kl_div", "layer_norm", "linear", "log_softmax", "mse_loss",
-    "nll_loss", "one_hot", "pad", "relu", "sigmoid", "softmax", "softplus", "tanh",
+    "nll_loss", "one_hot", "pad", "relu", "scaled_dot_product_attention", "sigmoid", "softmax",
+    "softplus", "tanh",
 ]
 
 
@@ -51,6 +55,18 @@ def gelu(x, approximate="none"):
     """x Phi(x) (Hendrycks & Gimpel, 2016): exact with erf (``"none"``), or BERT/GPT-2's tanh
     approximation (``"tanh"``)."""
     return _tensor(x).gelu(approximate=approximate)
+
+
+def bias_gelu(x, bias, approximate="none"):
+    """gelu(x + bias) in one kernel pass: the activation after a feed-forward layer's first
+    linear map (compute that map without its bias and hand the bias here)."""
+    x = _tensor(x)
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"bias_gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if bias.shape != x.shape[-1:]:
+        raise ValueError(f"bias_gelu: bias of shape {bias.shape} does not match the last axis of "
+                         f"x, shape {x.shape}")
+    return _BiasGelu.apply(x, bias, approximate=approximate)
 
 
 def tanh(x):
@@ -413,3 +429,52 @@ def cosine_similarity(a, b, axis=-1, eps=1e-8, dim=None):
     b_unit = b * (b * b).sum(axis=axis, keepdims=True).maximum(floor).rsqrt()
     return (a_unit * b_unit).sum(axis=axis)
 
+
+
+# ---- attention -----------------------------------------------------------------------------------
+def _attention_inputs(q, k, v, key_mask, op):
+    q, k, v = _tensor(q), _tensor(k), _tensor(v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.ndim != 4:
+            raise ValueError(f"{op}: {name} must have shape (batch, heads, time, head_dim), got "
+                             f"{t.shape}")
+    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"{op}: shapes q {q.shape}, k {k.shape}, v {v.shape} do not fit: q and k "
+                         "need the same batch, heads and head_dim; k and v the same time")
+    if key_mask is None:
+        return q, k, v, None
+    mask = key_mask.data if isinstance(key_mask, Tensor) else q.backend.asarray(key_mask)
+    if mask.dtype.kind != "b" or mask.shape != (k.shape[0], k.shape[2]):
+        raise ValueError(f"{op}: key_mask must be a bool array of shape (batch, key_time) = "
+                         f"{(k.shape[0], k.shape[2])} with True for real tokens; got "
+                         f"{mask.dtype} {tuple(mask.shape)}")
+    return q, k, v, mask
+
+
+def scaled_dot_product_attention(q, k, v, *, causal=False, key_mask=None, scale=None):
+    """softmax(q k^T / sqrt(d_k)) v over (batch, heads, time, head_dim) tensors (Vaswani et al.,
+    2017, eq. 1; the survey's eq. 11-12 leave out the 1/sqrt(d_k) scale).
+
+    ``causal`` lets query t see keys up to t (with fewer queries than keys, the queries are the
+    last positions, as when decoding with a key/value cache); ``key_mask`` (batch, key_time) is
+    True for real tokens and False for padding. A query with no visible key outputs zeros.
+    The masks are applied inside the backend kernel, never materialised as an n x n tensor."""
+    q, k, v, mask = _attention_inputs(q, k, v, key_mask, "scaled_dot_product_attention")
+    scale = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+    return _Attention.apply(q, k, v, mask, scale=scale, causal=bool(causal))
+
+
+def banded_attention(q, k, v, *, window, dilation=1, causal=False, key_mask=None, scale=None):
+    """Sliding-window self-attention (Longformer's local pattern, Beltagy et al., 2020): query i
+    sees keys i + o * dilation for -window <= o <= window (o <= 0 when ``causal``). Memory grows
+    as time * (2 * window + 1), not time^2; with window >= time it equals full attention."""
+    q, k, v, mask = _attention_inputs(q, k, v, key_mask, "banded_attention")
+    if q.shape[2] != k.shape[2]:
+        raise ValueError(f"banded_attention: is self-attention; q has {q.shape[2]} positions, k "
+                         f"{k.shape[2]}")
+    for name, value in (("window", window), ("dilation", dilation)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"banded_attention: {name} must be a positive int, got {value!r}")
+    scale = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+    return _BandedAttention.apply(q, k, v, mask, scale=scale, window=int(window),
+                                  dilation=int(dilation), causal=bool(causal))
