@@ -1,0 +1,720 @@
+"""GPU kernels for the CuPy backend, written with ``numba.cuda``.
+
+Every kernel has a launcher (``softmax(x, axis)``, ``attention(q, k, v, ...)`` ...) that takes
+device arrays, allocates its outputs with the inputs' array module, sizes the grid and returns
+device arrays. On a GPU the arrays are CuPy arrays, which the kernels read through
+``__cuda_array_interface__``. Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set before
+Python starts) the same launchers take NumPy arrays and run the kernels on the CPU: that is how CI
+tests them against the NumPy backend without a GPU.
+
+The kernels are kept simple, for reading next to the NumPy reference: one thread per row (or per
+output element) with a loop, no shared memory. Row sums and dot products are accumulated in
+float64 (the attention output accumulates in its own dtype). They follow the NumPy backend's
+semantics exactly: softmax is shifted by the row maximum, a row whose entries are all ``-inf``
+(or an attention query whose keys are all masked) gives 0 and a zero gradient. Each kernel is
+compiled on first use for the argument types it gets, and cached on disk by numba.
+
+Attention keeps only the log-sum-exp of each query row for backward (O(n) memory instead of the
+n x n probabilities) and recomputes the probabilities there; masks are applied inside the kernels,
+never materialised. Full attention is the banded kernel with a band wide enough for every key.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda
+
+THREADS_PER_BLOCK = 128
+TILE = 16  # threads per block side of the 2-D (matrix product) kernels
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_GELU_TANH_C = 0.044715
+
+
+# ---- launching -----------------------------------------------------------------------------------
+def _xp(array):
+    """The array module of ``array``: NumPy under the simulator, CuPy on a GPU."""
+    if isinstance(array, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
+
+
+def _launch(kernel, grid, block, args):
+    # The simulator copies every NumPy argument back after the launch, which a read-only view
+    # (np.broadcast_to) refuses; kernels never write their inputs, so a copy is as good.
+    args = [a.copy() if isinstance(a, np.ndarray) and not a.flags.writeable else a for a in args]
+    kernel[grid, block](*args)
+
+
+def _run(kernel, n, *args):
+    """Launch ``kernel`` with one thread per work item, ``n`` items (nothing to do when 0)."""
+    if n > 0:
+        threads = min(THREADS_PER_BLOCK, n)
+        _launch(kernel, (n + threads - 1) // threads, threads, args)
+
+
+def _run_2d(kernel, rows, cols, *args):
+    """Launch ``kernel`` with one thread per element of a ``rows`` x ``cols`` output."""
+    if rows > 0 and cols > 0:
+        block = (min(TILE, rows), min(TILE, cols))
+        grid = ((rows + block[0] - 1) // block[0], (cols + block[1] - 1) // block[1])
+        _launch(kernel, grid, block, args)
+
+
+def _as_rows(x, axis=-1):
+    """``x`` with ``axis`` moved last, as a C-contiguous (rows, n) array, and a function that puts
+    a (rows, n) result back into ``x``'s shape and axis order."""
+    xp = _xp(x)
+    moved = xp.moveaxis(x, axis, -1)
+    rows = xp.ascontiguousarray(moved).reshape(math.prod(moved.shape[:-1]), moved.shape[-1])
+    return rows, lambda result: xp.moveaxis(result.reshape(moved.shape), -1, axis)
+
+
+# ---- device functions --------------------------------------------------------------------------
+@cuda.jit(device=True)
+def _row_shift(x, r):
+    """The maximum of row ``r``, or 0 when it is not finite (a row of -inf shifts by 0)."""
+    m = -math.inf
+    for c in range(x.shape[1]):
+        if x[r, c] > m:
+            m = x[r, c]
+    if math.isinf(m):
+        return 0.0
+    return m
+
+
+@cuda.jit(device=True)
+def _row_log_sum_exp(x, r):
+    """log(sum(exp(x[r]))), computed shifted by the row maximum; -inf rows give their shift."""
+    shift = _row_shift(x, r)
+    total = 0.0
+    for c in range(x.shape[1]):
+        total += math.exp(x[r, c] - shift)
+    if total == 0.0:
+        return shift
+    return shift + math.log(total)
+
+
+@cuda.jit(device=True)
+def _gelu(v, use_tanh):
+    if use_tanh:
+        inner = _SQRT_2_OVER_PI * (v + _GELU_TANH_C * v * v * v)
+        return 0.5 * v * (1.0 + math.tanh(inner))
+    return 0.5 * v * (1.0 + math.erf(v * _SQRT_HALF))
+
+
+@cuda.jit(device=True)
+def _gelu_grad(v, use_tanh):
+    if use_tanh:
+        t = math.tanh(_SQRT_2_OVER_PI * (v + _GELU_TANH_C * v * v * v))
+        du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_C * v * v)
+        return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du
+    # d/dx x Phi(x) = Phi(x) + x phi(x)
+    return 0.5 * (1.0 + math.erf(v * _SQRT_HALF)) + v * _INV_SQRT_2PI * math.exp(-0.5 * v * v)
+
+
+@cuda.jit(device=True)
+def _dot(a, b, bh, i, j):
+    """a[bh, i] . b[bh, j] over the last axis."""
+    s = 0.0
+    for d in range(a.shape[2]):
+        s += a[bh, i, d] * b[bh, j, d]
+    return s
+
+
+@cuda.jit(device=True)
+def _key(i, o, q_len, k_len, dilation, mask, has_mask, b):
+    """The key that query ``i`` sees at band offset ``o``, or -1 when it is outside the sequence
+    or masked. Queries are the last ``q_len`` of ``k_len`` positions (as with a key/value cache)."""
+    j = i + (k_len - q_len) + o * dilation
+    if j < 0 or j >= k_len:
+        return -1
+    if has_mask and not mask[b, j]:
+        return -1
+    return j
+
+
+# ---- softmax and log-softmax over the last axis of (rows, n) ------------------------------------
+@cuda.jit(cache=True)
+def _softmax_kernel(x, y):
+    r = cuda.grid(1)
+    if r >= x.shape[0]:
+        return
+    shift = _row_shift(x, r)
+    total = 0.0
+    for c in range(x.shape[1]):
+        e = math.exp(x[r, c] - shift)
+        y[r, c] = e
+        total += e
+    if total == 0.0:  # a row that was all -inf gives zeros, not NaN
+        total = 1.0
+    for c in range(x.shape[1]):
+        y[r, c] /= total
+
+
+@cuda.jit(cache=True)
+def _softmax_backward_kernel(y, g, out):
+    r = cuda.grid(1)
+    if r >= y.shape[0]:
+        return
+    dot = 0.0
+    for c in range(y.shape[1]):
+        dot += g[r, c] * y[r, c]
+    for c in range(y.shape[1]):
+        out[r, c] = (g[r, c] - dot) * y[r, c]
+
+
+@cuda.jit(cache=True)
+def _log_softmax_kernel(x, y):
+    r = cuda.grid(1)
+    if r >= x.shape[0]:
+        return
+    lse = _row_log_sum_exp(x, r)
+    for c in range(x.shape[1]):
+        y[r, c] = x[r, c] - lse
+
+
+@cuda.jit(cache=True)
+def _log_softmax_backward_kernel(y, g, out):
+    r = cuda.grid(1)
+    if r >= y.shape[0]:
+        return
+    total = 0.0
+    for c in range(y.shape[1]):
+        total += g[r, c]
+    for c in range(y.shape[1]):
+        out[r, c] = g[r, c] - math.exp(y[r, c]) * total
+
+
+def _rowwise(kernel, axis, *arrays):
+    """Run a row kernel over ``axis`` of equally shaped ``arrays``; returns the result's array."""
+    rows, restore = _as_rows(arrays[0], axis)
+    others = [_as_rows(a, axis)[0] for a in arrays[1:]]
+    out = _xp(rows).empty_like(rows)
+    _run(kernel, rows.shape[0], rows, *others, out)
+    return restore(out)
+
+
+def softmax(x, axis):
+    return _rowwise(_softmax_kernel, axis, x)
+
+
+def softmax_backward(y, grad, axis):
+    return _rowwise(_softmax_backward_kernel, axis, y, grad)
+
+
+def log_softmax(x, axis):
+    return _rowwise(_log_softmax_kernel, axis, x)
+
+
+def log_softmax_backward(y, grad, axis):
+    return _rowwise(_log_softmax_backward_kernel, axis, y, grad)
+
+
+# ---- layer norm over the last axis ---------------------------------------------------------------
+@cuda.jit(cache=True)
+def _layer_norm_kernel(x, weight, bias, eps, y, xhat, rstd):
+    r = cuda.grid(1)
+    if r >= x.shape[0]:
+        return
+    n = x.shape[1]
+    mean = 0.0
+    for c in range(n):
+        mean += x[r, c]
+    mean /= n
+    var = 0.0
+    for c in range(n):
+        d = x[r, c] - mean
+        var += d * d
+    inv = 1.0 / math.sqrt(var / n + eps)
+    rstd[r] = inv
+    for c in range(n):
+        h = (x[r, c] - mean) * inv
+        xhat[r, c] = h
+        y[r, c] = h * weight[c] + bias[c]
+
+
+@cuda.jit(cache=True)
+def _layer_norm_backward_kernel(g, xhat, rstd, weight, dx):
+    r = cuda.grid(1)
+    if r >= g.shape[0]:
+        return
+    n = g.shape[1]
+    mean_d = 0.0
+    mean_d_xhat = 0.0
+    for c in range(n):
+        d = g[r, c] * weight[c]
+        mean_d += d
+        mean_d_xhat += d * xhat[r, c]
+    mean_d /= n
+    mean_d_xhat /= n
+    for c in range(n):
+        dx[r, c] = (g[r, c] * weight[c] - mean_d - xhat[r, c] * mean_d_xhat) * rstd[r]
+
+
+@cuda.jit(cache=True)
+def _layer_norm_params_kernel(g, xhat, dweight, dbias):
+    c = cuda.grid(1)
+    if c >= g.shape[1]:
+        return
+    sum_w = 0.0
+    sum_b = 0.0
+    for r in range(g.shape[0]):
+        sum_w += g[r, c] * xhat[r, c]
+        sum_b += g[r, c]
+    dweight[c] = sum_w
+    dbias[c] = sum_b
+
+
+def layer_norm(x, weight, bias, eps):
+    """(y, xhat, rstd) as NumPyBackend.layer_norm: rstd has shape x.shape[:-1] + (1,)."""
+    xp = _xp(x)
+    rows, restore = _as_rows(x)
+    n = rows.shape[1]
+    weight = xp.ones(n, dtype=x.dtype) if weight is None else xp.ascontiguousarray(weight)
+    bias = xp.zeros(n, dtype=x.dtype) if bias is None else xp.ascontiguousarray(bias)
+    y, xhat = xp.empty_like(rows), xp.empty_like(rows)
+    rstd = xp.empty(rows.shape[0], dtype=x.dtype)
+    _run(_layer_norm_kernel, rows.shape[0], rows, weight, bias, float(eps), y, xhat, rstd)
+    return restore(y), restore(xhat), rstd.reshape(x.shape[:-1] + (1,))
+
+
+def layer_norm_backward(grad, xhat, rstd, weight):
+    """(dx, dweight or None, dbias) as NumPyBackend.layer_norm_backward."""
+    xp = _xp(grad)
+    g, restore = _as_rows(grad)
+    h = _as_rows(xhat)[0]
+    n = g.shape[1]
+    scale = xp.ones(n, dtype=grad.dtype) if weight is None else xp.ascontiguousarray(weight)
+    dx = xp.empty_like(g)
+    _run(_layer_norm_backward_kernel, g.shape[0], g, h, xp.ascontiguousarray(rstd).reshape(-1),
+         scale, dx)
+    dweight, dbias = xp.empty(n, dtype=grad.dtype), xp.empty(n, dtype=grad.dtype)
+    _run(_layer_norm_params_kernel, n, g, h, dweight, dbias)
+    return restore(dx), (dweight if weight is not None else None), dbias
+
+
+# ---- GELU ----------------------------------------------------------------------------------------
+@cuda.jit(cache=True)
+def _gelu_kernel(x, out, use_tanh):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = _gelu(x[i], use_tanh)
+
+
+@cuda.jit(cache=True)
+def _gelu_backward_kernel(x, g, out, use_tanh):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = g[i] * _gelu_grad(x[i], use_tanh)
+
+
+@cuda.jit(cache=True)
+def _bias_gelu_kernel(x, bias, out, use_tanh):
+    i = cuda.grid(1)
+    n = bias.shape[0]
+    if i < x.shape[0] * n:
+        r, c = i // n, i % n
+        out[r, c] = _gelu(x[r, c] + bias[c], use_tanh)
+
+
+@cuda.jit(cache=True)
+def _bias_gelu_backward_kernel(x, bias, g, out, use_tanh):
+    i = cuda.grid(1)
+    n = bias.shape[0]
+    if i < x.shape[0] * n:
+        r, c = i // n, i % n
+        out[r, c] = g[r, c] * _gelu_grad(x[r, c] + bias[c], use_tanh)
+
+
+def _flat(x):
+    return _xp(x).ascontiguousarray(x).reshape(-1)
+
+
+def gelu(x, approximate):
+    """x Phi(x); ``approximate == "tanh"`` uses the tanh approximation, anything else erf."""
+    flat = _flat(x)
+    out = _xp(x).empty_like(flat)
+    _run(_gelu_kernel, flat.shape[0], flat, out, approximate == "tanh")
+    return out.reshape(x.shape)
+
+
+def gelu_backward(x, grad, approximate):
+    flat = _flat(x)
+    out = _xp(x).empty_like(flat)
+    _run(_gelu_backward_kernel, flat.shape[0], flat, _flat(grad), out, approximate == "tanh")
+    return out.reshape(x.shape)
+
+
+def _bias_along_last_axis(x, bias):
+    return x.ndim >= 1 and bias.ndim == 1 and bias.shape[0] == x.shape[-1]
+
+
+def bias_gelu(x, bias, approximate):
+    """gelu(x + bias) in one pass when ``bias`` runs along the last axis (else via gelu)."""
+    if not _bias_along_last_axis(x, bias):
+        return gelu(x + bias, approximate)
+    rows, restore = _as_rows(x)
+    out = _xp(x).empty_like(rows)
+    _run(_bias_gelu_kernel, rows.size, rows, _xp(x).ascontiguousarray(bias), out,
+         approximate == "tanh")
+    return restore(out)
+
+
+def bias_gelu_backward(x, bias, grad, approximate):
+    if not _bias_along_last_axis(x, bias):
+        return gelu_backward(x + bias, grad, approximate)
+    rows, restore = _as_rows(x)
+    out = _xp(x).empty_like(rows)
+    _run(_bias_gelu_backward_kernel, rows.size, rows, _xp(x).ascontiguousarray(bias),
+         _as_rows(grad)[0], out, approximate == "tanh")
+    return restore(out)
+
+
+# ---- scatter-add of rows (embedding gradients) --------------------------------------------------
+@cuda.jit(cache=True)
+def _scatter_add_rows_kernel(index, src, out):
+    i = cuda.grid(1)
+    n = src.shape[1]
+    if i < src.shape[0] * n:
+        k, c = i // n, i % n
+        row = index[k]
+        if row < 0:
+            row += out.shape[0]
+        cuda.atomic.add(out, (row, c), src[k, c])
+
+
+def scatter_add_rows(index, src, num_rows):
+    """``out[index[k]] += src[k]`` for rows ``k``; duplicates add up (atomically)."""
+    xp = _xp(src)
+    flat = xp.ascontiguousarray(index).reshape(-1)
+    rows = xp.ascontiguousarray(src).reshape(flat.shape[0], math.prod(src.shape[index.ndim:]))
+    out = xp.zeros((num_rows, rows.shape[1]), dtype=src.dtype)
+    _run(_scatter_add_rows_kernel, rows.size, flat, rows, out)
+    return out
+
+
+# ---- cross-entropy from logits (N, C) and targets (N,) -------------------------------------------
+@cuda.jit(cache=True)
+def _cross_entropy_kernel(logits, target, ignore_index, smoothing, log_probs, loss):
+    r = cuda.grid(1)
+    if r >= logits.shape[0]:
+        return
+    n = logits.shape[1]
+    lse = _row_log_sum_exp(logits, r)
+    total = 0.0
+    for c in range(n):
+        log_probs[r, c] = logits[r, c] - lse
+        total += log_probs[r, c]
+    t = target[r]
+    if t == ignore_index:
+        loss[r] = 0.0
+    elif smoothing == 0.0:
+        loss[r] = -log_probs[r, t]
+    else:
+        loss[r] = -(1.0 - smoothing) * log_probs[r, t] - smoothing * total / n
+
+
+@cuda.jit(cache=True)
+def _cross_entropy_backward_kernel(log_probs, target, grad_rows, ignore_index, smoothing, out):
+    r = cuda.grid(1)
+    if r >= log_probs.shape[0]:
+        return
+    n = log_probs.shape[1]
+    t = target[r]
+    g = 0.0
+    if t != ignore_index:
+        g = grad_rows[r]
+    for c in range(n):
+        d = math.exp(log_probs[r, c]) - smoothing / n
+        if c == t:
+            d -= 1.0 - smoothing
+        out[r, c] = d * g
+
+
+def cross_entropy(logits, target, ignore_index, label_smoothing):
+    """(per-row loss (N,), log-probabilities (N, C)) as NumPyBackend.cross_entropy."""
+    xp = _xp(logits)
+    logits = xp.ascontiguousarray(logits)
+    log_probs = xp.empty_like(logits)
+    loss = xp.empty(logits.shape[0], dtype=logits.dtype)
+    _run(_cross_entropy_kernel, logits.shape[0], logits, xp.ascontiguousarray(target),
+         int(ignore_index), float(label_smoothing), log_probs, loss)
+    return loss, log_probs
+
+
+def cross_entropy_backward(log_probs, target, grad_rows, ignore_index, label_smoothing):
+    xp = _xp(log_probs)
+    out = xp.empty_like(log_probs)
+    _run(_cross_entropy_backward_kernel, log_probs.shape[0], xp.ascontiguousarray(log_probs),
+         xp.ascontiguousarray(target), xp.ascontiguousarray(grad_rows), int(ignore_index),
+         float(label_smoothing), out)
+    return out
+
+
+# ---- attention on (B*H, T, D) arrays, full or banded ---------------------------------------------
+@cuda.jit(cache=True)
+def _attention_kernel(q, k, v, mask, has_mask, heads, scale, low, high, dilation, out, lse):
+    idx = cuda.grid(1)
+    q_len, k_len = q.shape[1], k.shape[1]
+    if idx >= q.shape[0] * q_len:
+        return
+    bh, i = idx // q_len, idx % q_len
+    b = bh // heads
+    for d in range(v.shape[2]):
+        out[bh, i, d] = 0.0
+    m = -math.inf
+    for o in range(low, high + 1):
+        j = _key(i, o, q_len, k_len, dilation, mask, has_mask, b)
+        if j >= 0:
+            s = _dot(q, k, bh, i, j) * scale
+            if s > m:
+                m = s
+    if m == -math.inf:  # every key masked: output 0; lse = inf makes every probability 0
+        lse[bh, i] = math.inf
+        return
+    total = 0.0
+    for o in range(low, high + 1):
+        j = _key(i, o, q_len, k_len, dilation, mask, has_mask, b)
+        if j >= 0:
+            p = math.exp(_dot(q, k, bh, i, j) * scale - m)
+            total += p
+            for d in range(v.shape[2]):
+                out[bh, i, d] += p * v[bh, j, d]
+    for d in range(v.shape[2]):
+        out[bh, i, d] /= total
+    lse[bh, i] = m + math.log(total)
+
+
+@cuda.jit(cache=True)
+def _attention_backward_queries_kernel(q, k, v, g, mask, has_mask, heads, scale, low, high,
+                                       dilation, lse, dq, delta):
+    """dq for each query row, and delta_i = sum_j p_ij dp_ij (needed by the keys' kernel)."""
+    idx = cuda.grid(1)
+    q_len, k_len = q.shape[1], k.shape[1]
+    if idx >= q.shape[0] * q_len:
+        return
+    bh, i = idx // q_len, idx % q_len
+    b = bh // heads
+    for d in range(q.shape[2]):
+        dq[bh, i, d] = 0.0
+    row_delta = 0.0
+    for o in range(low, high + 1):
+        j = _key(i, o, q_len, k_len, dilation, mask, has_mask, b)
+        if j >= 0:
+            p = math.exp(_dot(q, k, bh, i, j) * scale - lse[bh, i])
+            row_delta += p * _dot(g, v, bh, i, j)
+    delta[bh, i] = row_delta
+    for o in range(low, high + 1):
+        j = _key(i, o, q_len, k_len, dilation, mask, has_mask, b)
+        if j >= 0:
+            p = math.exp(_dot(q, k, bh, i, j) * scale - lse[bh, i])
+            ds = p * (_dot(g, v, bh, i, j) - row_delta) * scale
+            for d in range(q.shape[2]):
+                dq[bh, i, d] += ds * k[bh, j, d]
+
+
+@cuda.jit(cache=True)
+def _attention_backward_keys_kernel(q, k, v, g, mask, has_mask, heads, scale, low, high,
+                                    dilation, lse, delta, dk, dv):
+    """dk and dv for each key row, summed over the queries that see it (no atomics)."""
+    idx = cuda.grid(1)
+    q_len, k_len = q.shape[1], k.shape[1]
+    if idx >= k.shape[0] * k_len:
+        return
+    bh, j = idx // k_len, idx % k_len
+    for d in range(k.shape[2]):
+        dk[bh, j, d] = 0.0
+    for d in range(v.shape[2]):
+        dv[bh, j, d] = 0.0
+    if has_mask and not mask[bh // heads, j]:
+        return
+    for o in range(low, high + 1):
+        i = j - (k_len - q_len) - o * dilation  # the query that sees key j at offset o
+        if i < 0 or i >= q_len:
+            continue
+        p = math.exp(_dot(q, k, bh, i, j) * scale - lse[bh, i])
+        ds = p * (_dot(g, v, bh, i, j) - delta[bh, i]) * scale
+        for d in range(k.shape[2]):
+            dk[bh, j, d] += ds * q[bh, i, d]
+        for d in range(v.shape[2]):
+            dv[bh, j, d] += p * g[bh, i, d]
+
+
+class _Heads:
+    """q, k, v (B, H, T, D) flattened to contiguous (B*H, T, D), and the key mask (B, Tk)."""
+
+    def __init__(self, q, k, v, key_mask):
+        xp = self.xp = _xp(q)
+        self.lead = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+        self.q, self.k, self.v = (self.flatten(a) for a in (q, k, v))
+        self.heads = self.lead[-1]
+        if key_mask is None:
+            self.mask, self.has_mask = xp.ones((1, 1), dtype=np.bool_), False
+        else:
+            self.mask = self._broadcast(xp.asarray(key_mask, dtype=np.bool_),
+                                        (self.lead[0], k.shape[-2]))
+            self.has_mask = True
+
+    def _broadcast(self, a, shape):
+        """``a`` as a C-contiguous array of ``shape`` (a copy only where it had to broadcast)."""
+        return self.xp.ascontiguousarray(self.xp.broadcast_to(a, shape))
+
+    def flatten(self, a):
+        a = self._broadcast(a, self.lead + a.shape[-2:])
+        return a.reshape((-1,) + a.shape[-2:])
+
+    def unflatten(self, a):
+        return a.reshape(self.lead + a.shape[-2:])
+
+    def band_args(self, scale, low, high, dilation):
+        return (self.mask, self.has_mask, self.heads, float(scale), int(low), int(high),
+                int(dilation))
+
+
+def _band_limits(window, causal):
+    """The band offsets o, low <= o <= high, that a query may use."""
+    return -window, (0 if causal else window)
+
+
+def _attend(q, k, v, key_mask, scale, low, high, dilation):
+    h = _Heads(q, k, v, key_mask)
+    out = h.xp.empty(h.q.shape[:2] + h.v.shape[2:], dtype=h.q.dtype)
+    lse = h.xp.empty(h.q.shape[:2], dtype=np.float64)
+    _run(_attention_kernel, h.q.shape[0] * h.q.shape[1], h.q, h.k, h.v,
+         *h.band_args(scale, low, high, dilation), out, lse)
+    return h.unflatten(out), lse
+
+
+def _attend_backward(grad, q, k, v, lse, key_mask, scale, low, high, dilation):
+    h = _Heads(q, k, v, key_mask)
+    g = h.flatten(grad)
+    args = h.band_args(scale, low, high, dilation)
+    dq = h.xp.empty_like(h.q)
+    delta = h.xp.empty(h.q.shape[:2], dtype=np.float64)
+    _run(_attention_backward_queries_kernel, h.q.shape[0] * h.q.shape[1], h.q, h.k, h.v, g,
+         *args, lse, dq, delta)
+    dk, dv = h.xp.empty_like(h.k), h.xp.empty_like(h.v)
+    _run(_attention_backward_keys_kernel, h.k.shape[0] * h.k.shape[1], h.q, h.k, h.v, g, *args,
+         lse, delta, dk, dv)
+    return h.unflatten(dq), h.unflatten(dk), h.unflatten(dv)
+
+
+def attention(q, k, v, scale, causal, key_mask):
+    """(softmax(q k^T * scale, masked) v, lse of each query row (B*H, Tq) float64).
+
+    ``key_mask`` (B, Tk) is True for real keys; causal queries are the last Tq of Tk positions.
+    A query whose keys are all masked outputs 0."""
+    return _attend(q, k, v, key_mask, scale, *_band_limits(_full_window(q, k), causal), 1)
+
+
+def attention_backward(grad, q, k, v, lse, scale, causal, key_mask):
+    return _attend_backward(grad, q, k, v, lse, key_mask, scale,
+                            *_band_limits(_full_window(q, k), causal), 1)
+
+
+def _full_window(q, k):
+    """A band that reaches every key from every query: full attention as banded attention.
+    Query i sits at position i + Tk - Tq, so key j is at offset j - i - Tk + Tq, in
+    (-Tk, Tq)."""
+    return max(q.shape[-2], k.shape[-2])
+
+
+def _check_self_attention(q, k, op):
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(f"{op}: banded attention is self-attention; queries have length "
+                         f"{q.shape[-2]} and keys {k.shape[-2]}")
+
+
+def banded_attention(q, k, v, scale, window, dilation, causal, key_mask):
+    """Query i sees keys i + o * dilation, -window <= o <= window (o <= 0 when causal); returns
+    (output, lse) like ``attention``. Work and memory grow as n * window, never n^2."""
+    _check_self_attention(q, k, "banded_attention")
+    return _attend(q, k, v, key_mask, scale, *_band_limits(window, causal), dilation)
+
+
+def banded_attention_backward(grad, q, k, v, lse, scale, window, dilation, causal, key_mask):
+    _check_self_attention(q, k, "banded_attention_backward")
+    return _attend_backward(grad, q, k, v, lse, key_mask, scale, *_band_limits(window, causal),
+                            dilation)
+
+
+# ---- low-precision matrix products ---------------------------------------------------------------
+@cuda.jit(cache=True)
+def _matmul_int8_kernel(a, b, out):
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        acc = np.int32(0)
+        for t in range(a.shape[1]):
+            acc += np.int32(a[i, t]) * np.int32(b[t, j])
+        out[i, j] = acc
+
+
+@cuda.jit(cache=True)
+def _pack_signs_kernel(x, out):
+    idx = cuda.grid(1)
+    n_bytes = out.shape[1]
+    if idx >= out.shape[0] * n_bytes:
+        return
+    r, byte = idx // n_bytes, idx % n_bytes
+    value = 0
+    for bit in range(8):
+        c = byte * 8 + bit
+        if c < x.shape[1] and x[r, c] >= 0:
+            value |= 1 << (7 - bit)  # the first element is the high bit, as np.packbits
+    out[r, byte] = value
+
+
+@cuda.jit(cache=True)
+def _binary_matmul_kernel(a_words, b_words, k, out):
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        differing = 0
+        for w in range(a_words.shape[1]):
+            differing += cuda.popc(a_words[i, w] ^ b_words[j, w])
+        out[i, j] = k - 2 * differing
+
+
+def matmul_int8(a, b):
+    """int8 (..., K) @ int8 (K, N) -> int32, accumulated in int32 (a batched ``b`` goes through
+    the array module's integer matmul)."""
+    xp = _xp(a)
+    if b.ndim != 2 or a.ndim == 0:
+        return xp.matmul(a.astype(np.int32), b.astype(np.int32))
+    rows = xp.ascontiguousarray(a).reshape(-1, a.shape[-1])
+    out = xp.empty((rows.shape[0], b.shape[1]), dtype=np.int32)
+    _run_2d(_matmul_int8_kernel, out.shape[0], out.shape[1], rows, xp.ascontiguousarray(b), out)
+    return out.reshape(a.shape[:-1] + (b.shape[1],))
+
+
+def pack_signs(x):
+    """Bit-pack the signs of ``x`` (..., K) along the last axis, as ``np.packbits(x >= 0, -1)``."""
+    xp = _xp(x)
+    rows = _as_rows(x)[0]
+    out = xp.empty((rows.shape[0], (rows.shape[1] + 7) // 8), dtype=np.uint8)
+    _run(_pack_signs_kernel, out.size, rows, out)
+    return out.reshape(x.shape[:-1] + (out.shape[1],))
+
+
+def _words(bits):
+    """Packed bytes (R, K/8) as uint32 words (zero padding bits never differ)."""
+    xp = _xp(bits)
+    pad = -bits.shape[1] % 4
+    if pad:
+        bits = xp.concatenate([bits, xp.zeros((bits.shape[0], pad), dtype=np.uint8)], axis=1)
+    return xp.ascontiguousarray(bits).view(np.uint32)
+
+
+def binary_matmul(a_bits, b_bits, k):
+    """{-1,+1} (M, K) @ {-1,+1} (K, N) from packed signs (M, K/8) and (N, K/8):
+    a.b = K - 2 popcount(a xor b), on 32-bit words."""
+    xp = _xp(a_bits)
+    out = xp.empty((a_bits.shape[0], b_bits.shape[0]), dtype=np.int32)
+    _run_2d(_binary_matmul_kernel, out.shape[0], out.shape[1], _words(a_bits), _words(b_bits),
+            int(k), out)
+    return out

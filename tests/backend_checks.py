@@ -1,0 +1,321 @@
+"""Property tests of the CuPy backend's kernels against the NumPy backend, shared by two modules:
+
+* ``test_backend_cuda.py`` runs them under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): the
+  ``gpu_backend`` fixture there is a ``CupyBackend`` wired to NumPy arrays, so the numba.cuda
+  kernels run on the CPU (CI has no GPU);
+* ``test_backend_cupy.py`` runs them on a real GPU with CuPy arrays.
+
+Each test draws small inputs (the simulator runs every GPU thread as a Python thread), runs the
+kernel and its backward on ``gpu_backend`` and on the NumPy backend, and compares. Inputs include
+odd sizes, length-1 axes, non-contiguous views, rows that are entirely -inf or masked (they must
+give 0, never NaN) and logits of size 1e4. Backward kernels get the same cotangent on both sides.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+from minitorch_nlp.backends.numpy_backend import NumpyBackend
+from tests import strategies as S
+
+FEW = settings(max_examples=20)  # the simulator runs each GPU thread as a Python thread
+TOL = dict(rtol=1e-9, atol=1e-11)  # float64: the kernels differ from NumPy in summation order
+REFERENCE = NumpyBackend()
+
+
+def run(backend, op, *args):
+    """``backend.op(*args)`` with NumPy arrays moved to the backend and the results moved back."""
+    moved = [backend.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+    result = getattr(backend, op)(*moved)
+    if isinstance(result, tuple):
+        return tuple(None if r is None else backend.to_numpy(r) for r in result)
+    return backend.to_numpy(result)
+
+
+def assert_same(got, want, tol=TOL):
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if w is None:
+            assert g is None, f"output {i}: expected None"
+            continue
+        assert g.shape == w.shape, f"output {i}: shape {g.shape}, expected {w.shape}"
+        assert g.dtype == w.dtype, f"output {i}: dtype {g.dtype}, expected {w.dtype}"
+        np.testing.assert_allclose(g, w, **tol, err_msg=f"output {i}")
+
+
+def cotangent(seed, shape):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+# ---- strategies ----------------------------------------------------------------------------------
+@st.composite
+def logits_and_axis(draw):
+    """Logits (up to 3-d, sides up to 5), an axis, sometimes of size 1e4, sometimes a line along
+    the axis that is entirely -inf, sometimes a non-contiguous view."""
+    shape = draw(S.shapes(min_dims=1, max_dims=3, max_side=5))
+    axis = draw(S.axis(len(shape)))
+    x = draw(S.arrays(shape))
+    if draw(st.booleans()):
+        x = x * (1e4 / 3)
+    if draw(st.booleans()):
+        line = [draw(st.integers(0, n - 1)) for n in shape]
+        line[axis] = slice(None)
+        x[tuple(line)] = -np.inf
+    layout = draw(st.sampled_from((None,) + S.LAYOUTS))
+    return (x if layout is None else S.relayout(x, layout)), axis
+
+
+@st.composite
+def attention_inputs(draw, self_attention=False):
+    """q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) and a key mask (B, Tk) or None; the mask
+    sometimes hides every key of a batch row."""
+    b, h = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    tq = draw(st.integers(1, 5))
+    tk = tq if self_attention else draw(st.integers(1, 5))
+    d, dv = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    q = draw(S.arrays((b, h, tq, d)))
+    k = draw(S.arrays((b, h, tk, d)))
+    v = draw(S.maybe_noncontiguous(S.arrays((b, h, tk, dv))))
+    key_mask = draw(st.one_of(st.none(), S.bool_masks((b, tk))))
+    return q, k, v, key_mask
+
+
+# ---- softmax, log-softmax ------------------------------------------------------------------------
+@FEW
+@given(case=logits_and_axis(), log=st.booleans(), seed=S.seeds())
+def test_softmax_family_matches_numpy(gpu_backend, case, log, seed):
+    x, axis = case
+    forward, backward = ("log_softmax", "log_softmax_backward") if log else (
+        "softmax", "softmax_backward")
+    want = getattr(REFERENCE, forward)(x, axis)
+    got = run(gpu_backend, forward, x, axis)
+    assert_same(got, want)
+    if not log:
+        assert np.isfinite(got).all(), "softmax of an all -inf line must be 0, not NaN"
+    g = cotangent(seed, x.shape)
+    assert_same(run(gpu_backend, backward, want, g, axis),
+                getattr(REFERENCE, backward)(want, g, axis))
+
+
+# ---- layer norm ----------------------------------------------------------------------------------
+@FEW
+@given(x=S.maybe_noncontiguous(S.arrays(S.shapes(min_dims=1, max_dims=3, max_side=5))),
+       affine=st.sampled_from(["both", "weight", "none"]), seed=S.seeds())
+def test_layer_norm_matches_numpy(gpu_backend, x, affine, seed):
+    rng = np.random.default_rng(seed)
+    n = x.shape[-1]
+    weight = rng.standard_normal(n) if affine != "none" else None
+    bias = rng.standard_normal(n) if affine == "both" else None
+    want = REFERENCE.layer_norm(x, weight, bias, 1e-5)
+    assert_same(run(gpu_backend, "layer_norm", x, weight, bias, 1e-5), want)
+    _, xhat, rstd = want
+    g = cotangent(seed, x.shape)
+    assert_same(run(gpu_backend, "layer_norm_backward", g, xhat, rstd, weight),
+                REFERENCE.layer_norm_backward(g, xhat, rstd, weight))
+
+
+# ---- GELU, bias + GELU ---------------------------------------------------------------------------
+@FEW
+@given(x=S.maybe_noncontiguous(S.arrays(S.shapes(min_dims=1, max_dims=3, max_side=5), -5, 5)),
+       approximate=st.sampled_from(["none", "tanh"]), bias_along=st.sampled_from(["last", "rows"]),
+       seed=S.seeds())
+def test_gelu_and_bias_gelu_match_numpy(gpu_backend, x, approximate, bias_along, seed):
+    g = cotangent(seed, x.shape)
+    assert_same(run(gpu_backend, "gelu", x, approximate), REFERENCE.gelu(x, approximate))
+    assert_same(run(gpu_backend, "gelu_backward", x, g, approximate),
+                REFERENCE.gelu_backward(x, g, approximate))
+    # a bias along the last axis takes the fused kernel, any other broadcast the plain one
+    bias_shape = x.shape[-1:] if bias_along == "last" else x.shape[:-1] + (1,)
+    bias = cotangent(seed + 1, bias_shape)
+    assert_same(run(gpu_backend, "bias_gelu", x, bias, approximate),
+                REFERENCE.bias_gelu(x, bias, approximate))
+    assert_same(run(gpu_backend, "bias_gelu_backward", x, bias, g, approximate),
+                REFERENCE.bias_gelu_backward(x, bias, g, approximate))
+
+
+# ---- scatter-add of rows -------------------------------------------------------------------------
+@FEW
+@given(num_rows=st.integers(1, 5), index_shape=S.shapes(min_dims=1, max_dims=2),
+       row_shape=S.shapes(min_dims=1, max_dims=2, max_side=3), seed=S.seeds())
+def test_scatter_add_rows_matches_numpy(gpu_backend, num_rows, index_shape, row_shape, seed):
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, num_rows, size=index_shape)  # repeats are the point: they must add up
+    src = rng.standard_normal(index_shape + row_shape)
+    assert_same(run(gpu_backend, "scatter_add_rows", index, src, num_rows),
+                REFERENCE.scatter_add_rows(index, src, num_rows))
+
+
+# ---- cross-entropy -------------------------------------------------------------------------------
+@FEW
+@given(n=st.integers(1, 5), classes=st.integers(1, 6), large=st.booleans(),
+       smoothing=st.sampled_from([0.0, 0.1, 0.3]), seed=S.seeds())
+def test_cross_entropy_matches_numpy(gpu_backend, n, classes, large, smoothing, seed):
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal((n, classes)) * (1e4 if large else 1.0)
+    target = rng.integers(0, classes, size=n)
+    target[rng.random(n) < 0.3] = -100
+    want = REFERENCE.cross_entropy(logits, target, -100, smoothing)
+    assert_same(run(gpu_backend, "cross_entropy", logits, target, -100, smoothing), want)
+    grad_rows = cotangent(seed, n)
+    assert_same(run(gpu_backend, "cross_entropy_backward", want[1], target, grad_rows, -100,
+                    smoothing),
+                REFERENCE.cross_entropy_backward(want[1], target, grad_rows, -100, smoothing))
+
+
+# ---- attention -----------------------------------------------------------------------------------
+def _attention_pair(backend, inputs, scale, causal, seed):
+    """(output, gradients) of attention on ``backend``, each backend with its own saved state."""
+    q, k, v, key_mask = inputs
+    g = cotangent(seed, q.shape[:-1] + v.shape[-1:])
+    device = [backend.asarray(a) for a in (q, k, v, g)]
+    mask = None if key_mask is None else backend.asarray(key_mask)
+    out, state = backend.attention(*device[:3], scale, causal, mask)
+    grads = backend.attention_backward(device[3], *device[:3], state, scale, causal, mask)
+    return backend.to_numpy(out), tuple(backend.to_numpy(a) for a in grads)
+
+
+@FEW
+@given(inputs=attention_inputs(), causal=st.booleans(), seed=S.seeds())
+@example(inputs=(np.zeros((1, 1, 3, 1)), np.zeros((1, 1, 1, 1)), np.zeros((1, 1, 1, 1)), None),
+         causal=False, seed=0)  # more queries than keys: every query must still see every key
+def test_attention_matches_numpy(gpu_backend, inputs, causal, seed):
+    scale = 1.0 / math.sqrt(inputs[0].shape[-1])
+    out, grads = _attention_pair(gpu_backend, inputs, scale, causal, seed)
+    want_out, want_grads = _attention_pair(REFERENCE, inputs, scale, causal, seed)
+    assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
+    assert_same(out, want_out)
+    assert_same(grads, want_grads)
+
+
+def _banded_pair(backend, inputs, scale, window, dilation, causal, seed):
+    q, k, v, key_mask = inputs
+    g = cotangent(seed, q.shape[:-1] + v.shape[-1:])
+    device = [backend.asarray(a) for a in (q, k, v, g)]
+    mask = None if key_mask is None else backend.asarray(key_mask)
+    out, state = backend.banded_attention(*device[:3], scale, window, dilation, causal, mask)
+    grads = backend.banded_attention_backward(device[3], *device[:3], state, scale, window,
+                                              dilation, causal, mask)
+    return backend.to_numpy(out), tuple(backend.to_numpy(a) for a in grads)
+
+
+@FEW
+@given(inputs=attention_inputs(self_attention=True), window=st.integers(0, 3),
+       dilation=st.integers(1, 2), causal=st.booleans(), seed=S.seeds())
+def test_banded_attention_matches_numpy(gpu_backend, inputs, window, dilation, causal, seed):
+    out, grads = _banded_pair(gpu_backend, inputs, 0.7, window, dilation, causal, seed)
+    want_out, want_grads = _banded_pair(REFERENCE, inputs, 0.7, window, dilation, causal, seed)
+    assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
+    assert_same(out, want_out)
+    assert_same(grads, want_grads)
+
+
+@settings(max_examples=10)
+@given(inputs=attention_inputs(self_attention=True), causal=st.booleans(), seed=S.seeds())
+def test_banded_attention_with_a_wide_window_is_full_attention(gpu_backend, inputs, causal, seed):
+    n = inputs[0].shape[-2]
+    full = _attention_pair(gpu_backend, inputs, 0.7, causal, seed)
+    banded = _banded_pair(gpu_backend, inputs, 0.7, n, 1, causal, seed)
+    assert_same(banded[0], full[0])
+    assert_same(banded[1], full[1])
+
+
+# ---- dtype: float32 in, float32 out --------------------------------------------------------------
+def test_float32_kernels_keep_float32(gpu_backend):
+    rng = np.random.default_rng(0)
+    tol = dict(rtol=2e-5, atol=2e-6)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    w, b = np.ones(5, np.float32), np.zeros(5, np.float32)
+    for op, args in [("softmax", (x, -1)), ("log_softmax", (x, 0)), ("gelu", (x, "none")),
+                     ("gelu", (x, "tanh")), ("bias_gelu", (x, b, "tanh")),
+                     ("layer_norm", (x, w, b, 1e-5)),
+                     ("cross_entropy", (x, np.array([0, 4, -100]), -100, 0.1))]:
+        assert_same(run(gpu_backend, op, *args), getattr(REFERENCE, op)(*args), tol)
+    q, k, v = (rng.standard_normal((1, 2, 4, 3)).astype(np.float32) for _ in range(3))
+    out, _ = gpu_backend.attention(*(gpu_backend.asarray(a) for a in (q, k, v)), 0.5, True, None)
+    assert_same(gpu_backend.to_numpy(out), REFERENCE.attention(q, k, v, 0.5, True, None)[0], tol)
+
+
+# ---- low-precision products ----------------------------------------------------------------------
+@FEW
+@given(m=st.integers(1, 3), k=st.integers(1, 6), n=st.integers(1, 3), batched=st.booleans(),
+       seed=S.seeds())
+def test_matmul_int8_matches_numpy(gpu_backend, m, k, n, batched, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-128, 128, size=((2,) if batched else ()) + (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(k, n), dtype=np.int8)
+    assert_same(run(gpu_backend, "matmul_int8", a, b), REFERENCE.matmul_int8(a, b))
+
+
+@FEW
+@given(m=st.integers(1, 3), k=st.integers(1, 40), n=st.integers(1, 3), seed=S.seeds())
+def test_binary_matmul_matches_numpy_and_the_sign_product(gpu_backend, m, k, n, seed):
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((n, k))
+    a_bits, b_bits = REFERENCE.pack_signs(a), REFERENCE.pack_signs(b)
+    assert_same(run(gpu_backend, "pack_signs", a), a_bits)
+    got = run(gpu_backend, "binary_matmul", a_bits, b_bits, k)
+    assert_same(got, REFERENCE.binary_matmul(a_bits, b_bits, k))
+    signs = lambda x: np.where(x >= 0, 1, -1)  # noqa: E731
+    np.testing.assert_array_equal(got, signs(a) @ signs(b).T)
+
+
+# ---- through the engine: a tiny Transformer block, forward and backward --------------------------
+def tiny_transformer_step(backend, seed=0):
+    """Loss and parameter gradients of one pre-LN Transformer block (embedding, causal masked
+    attention, banded attention, bias-GELU feed-forward, cross-entropy with label smoothing, a
+    softmax)
+    computed with the engine on ``backend``; float64, fixed weights from ``seed``."""
+    import minitorch_nlp as mt
+    from minitorch_nlp.autograd import ops_fused as fused
+
+    rng = np.random.default_rng(seed)
+    vocab, batch, length, width, heads = 7, 2, 5, 4, 2
+    shapes = {"emb": (vocab, width), "ln_w": (width,), "ln_b": (width,), "wq": (width, width),
+              "wk": (width, width), "wv": (width, width), "wo": (width, width),
+              "w1": (width, 2 * width), "b1": (2 * width,), "w2": (2 * width, width),
+              "out": (width, vocab)}
+    params = {name: mt.tensor(rng.standard_normal(shape) * 0.5, dtype=mt.float64,
+                              requires_grad=True, backend=backend)
+              for name, shape in shapes.items()}
+    ids = mt.tensor(rng.integers(0, vocab, size=(batch, length)), backend=backend)
+    targets = rng.integers(0, vocab, size=batch * length)
+    targets[1] = -100
+    score = rng.standard_normal((batch * length, vocab))  # an expected-score term for softmax
+    key_mask = mt.tensor(np.array([[True] * length, [True, True, True, False, False]]),
+                         backend=backend)
+
+    def split(t):
+        return t.reshape(batch, length, heads, width // heads).transpose(0, 2, 1, 3)
+
+    def merge(t):
+        return t.transpose(0, 2, 1, 3).reshape(batch, length, width)
+
+    p = params
+    x = p["emb"][ids]
+    h = fused.LayerNorm.apply(x, p["ln_w"], p["ln_b"], eps=1e-5)
+    q, k, v = split(h @ p["wq"]), split(h @ p["wk"]), split(h @ p["wv"])
+    scale = 1.0 / math.sqrt(width // heads)
+    a = fused.Attention.apply(q, k, v, key_mask, scale=scale, causal=True)
+    a = a + fused.BandedAttention.apply(q, k, v, key_mask, scale=scale, window=1, dilation=1,
+                                        causal=False)
+    x = x + merge(a) @ p["wo"]
+    f = fused.LayerNorm.apply(x, None, None, eps=1e-5) @ p["w1"]
+    x = x + fused.BiasGelu.apply(f, p["b1"], approximate="tanh") @ p["w2"]
+    logits = (x @ p["out"]).reshape(batch * length, vocab)
+    loss = fused.CrossEntropy.apply(logits, mt.tensor(targets, backend=backend),
+                                    ignore_index=-100, label_smoothing=0.1).mean()
+    loss = loss + (logits.softmax(-1) * mt.tensor(score, backend=backend)).sum()
+    loss.backward()
+    return loss.item(), {name: t.grad.numpy() for name, t in params.items()}
+
+
+def test_tiny_transformer_step_matches_numpy(gpu_backend):
+    loss, grads = tiny_transformer_step(gpu_backend)
+    want_loss, want_grads = tiny_transformer_step(REFERENCE)
+    assert loss == pytest.approx(want_loss, rel=1e-9)
+    for name, grad in grads.items():
+        np.testing.assert_allclose(grad, want_grads[name], rtol=1e-8, atol=1e-10, err_msg=name)
