@@ -769,7 +769,8 @@ def _index_data(index, owner):
                 raise IndexError(f"indexing: an index tensor must be integer or bool, got {i.dtype}")
             return i.data
         if isinstance(i, list):
-            return xp.asarray(i)
+            array = xp.asarray(i)
+            return array.astype(xp.int64) if array.size == 0 else array  # [] selects nothing
         return i
 
     if isinstance(index, tuple):
