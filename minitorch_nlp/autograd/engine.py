@@ -102,14 +102,19 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, targets=None)
             for child, meta, child_grad in zip(node.next_nodes, node.input_meta, input_grads):
                 if child is None or child_grad is None:
                     continue
-                if useful is not None and id(child) not in useful:
+                key = id(child)
+                if useful is not None and key not in useful:
                     continue
                 shape, dtype = meta
-                if child_grad.shape != shape:
+                data = child_grad.data
+                if data.shape != shape:
                     child_grad = sum_to(child_grad, shape)
-                if child_grad.dtype != dtype:
+                if data.dtype != dtype:
                     child_grad = child_grad.astype(dtype)
-                _accumulate(pending, owned, id(child), child_grad, create_graph)
+                if key in pending:
+                    _accumulate(pending, owned, key, child_grad, create_graph)
+                else:
+                    pending[key] = child_grad
             if not retain_graph:
                 node.release()
     finally:

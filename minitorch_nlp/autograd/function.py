@@ -126,6 +126,7 @@ class Function:
     def apply(cls, *inputs, **static):
         backend = None
         record = False
+        arrays = []
         for x in inputs:
             if isinstance(x, Tensor):
                 if backend is None:
@@ -136,6 +137,9 @@ class Function:
                         f"{x._backend.name}); move one with tensor.to({backend.name!r})")
                 if x.requires_grad:
                     record = True
+                arrays.append(x.data)
+            else:
+                arrays.append(x)
         ctx = Context()
         ctx.backend = backend
         ctx._inputs = inputs
@@ -145,19 +149,24 @@ class Function:
         else:
             record = False
             ctx.needs_input_grad = (False,) * len(inputs)
-        out = cls.forward(ctx, *[x.data if isinstance(x, Tensor) else x for x in inputs],
-                          **static)
+        out = cls.forward(ctx, *arrays, **static)
         ctx._inputs = None
         backend = ctx.backend  # forward may move the output to another backend (Tensor.to)
-        if not record:
-            result = Tensor._wrap(out, backend)
-        else:
+        if record:
+            next_nodes, input_meta = [], []
+            for x, need in zip(inputs, needs):
+                if need:
+                    next_nodes.append(x._node or x._grad_node())
+                    input_meta.append((x.data.shape, x.data.dtype))
+                else:
+                    next_nodes.append(None)
+                    input_meta.append(None)
             ctx.fn = cls
-            ctx.next_nodes = tuple(x._grad_node() if need else None
-                                   for x, need in zip(inputs, needs))
-            ctx.input_meta = tuple((x.data.shape, x.data.dtype) if need else None
-                                   for x, need in zip(inputs, needs))
+            ctx.next_nodes = next_nodes
+            ctx.input_meta = input_meta
             result = Tensor._wrap(out, backend, node=ctx)
+        else:
+            result = Tensor._wrap(out, backend)
         if cls.is_view:
             result._version = inputs[0]._version
             result._is_view = True
