@@ -8,6 +8,7 @@ use, and may raise ``RuntimeError`` explaining what to install when it cannot ru
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from typing import Callable
 
@@ -66,6 +67,10 @@ def backend(name: str | Backend):
     finally:
         _current = previous
 
+
+register_backend(
+    "numba", lambda: importlib.import_module(".numba_backend", __name__).NumbaBackend())
+register_backend("cupy", lambda: importlib.import_module(".cupy_backend", __name__).CupyBackend())
 
 __all__ = ["Backend", "NumpyBackend", "available_backends", "backend", "get_backend",
            "register_backend", "set_backend"]

@@ -1,0 +1,467 @@
+"""The numba backend: NumPy arrays, with Numba-compiled kernels where they beat NumPy.
+
+Select it with ``set_backend("numba")``, ``with backend("numba"):`` or
+``MINITORCH_NLP_BACKEND=numba``. Arrays are plain ``numpy.ndarray`` and every operation that is
+not listed below is NumPy's, so this backend is a drop-in replacement of the NumPy one; it is
+tested to give the same values and gradients.
+
+What Numba earns its place on (``numba_kernels.py``) is the memory-bound work that NumPy does in
+several passes, each with its own temporary:
+
+* softmax / log-softmax over the last axis, layer norm, GELU and bias+GELU, forward and backward:
+  one parallel pass per row instead of five to ten whole-array passes;
+* cross-entropy from logits: the forward keeps only two numbers per row (the shift and the log of
+  the sum of exponentials) and the backward writes softmax - onehot in one pass;
+* attention: the matmuls stay with BLAS; between them a kernel applies the causal and key masks
+  (no n x n mask is built) and the softmax in place. Small problems keep the probabilities for the
+  backward. Larger ones run over blocks of (batch, head) pairs and query rows whose scores fit in
+  the cache, keep only each row's shift and 1 / sum, and recompute the scores in the backward (as
+  FlashAttention does), so the saved state is O(n) instead of O(n^2); with a causal mask, keys
+  that no query of a block can see are never multiplied;
+* banded attention: dot products over the band only, O(n * window) memory, the key/value
+  gradients gathered per key so that rows are independent;
+* ``np.add.at``-style scatter-add of embedding gradients, int8 and xnor-popcount matmuls.
+
+Inputs of another layout are made contiguous first; shapes, dtypes or axes a kernel does not cover
+(softmax over another axis, float16, integer inputs ...) fall back to the NumPy implementation, so
+every call is still answered. See ``numba_kernels`` for the threading layer and the compile cache.
+"""
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+import numba
+import numpy as np
+
+from . import numba_kernels as kernels
+from .numpy_backend import NumpyBackend
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_LAUNCH = threading.Lock()  # the workqueue threading layer must not be entered concurrently
+
+# Score blocks of attention are computed this many elements at a time (a few MB: they stay in the
+# cache between the matmul that writes them, the softmax kernel and the matmul that reads them).
+_ATTENTION_BLOCK = 1 << 20
+_CAUSAL_ROWS = 128
+# Attention probabilities of up to this many elements in all are kept for the backward (which
+# saves it recomputing q k^T); larger ones are recomputed block by block, so the saved state stays
+# O(n).
+_KEEP_PROBS = 1 << 20
+_WORKSPACE_KEEP = 64 << 20  # workspace buffers up to this many bytes are kept for the next call
+_GELU_CHUNK = 1 << 14  # elements per unit of parallel work for GELU without a bias
+_PARALLEL_WORK = 1 << 15  # below this, kernels run on the calling thread only
+_workspaces = threading.local()
+
+
+def _run(kernel, work, *args):
+    """``kernel(parallel, *args)``, in parallel when ``work`` (about one unit per element) is
+    worth starting the threads for."""
+    if work < _PARALLEL_WORK:
+        kernel(False, *args)
+    else:
+        with _LAUNCH:
+            kernel(True, *args)
+
+
+def _float_dtype(*arrays):
+    """The common dtype when every array is float32, or every one float64; else None."""
+    dtype = arrays[0].dtype
+    if dtype not in _FLOATS or any(a.dtype != dtype for a in arrays[1:]):
+        return None
+    return dtype
+
+
+def _workspace(slot, shape, dtype):
+    """A scratch array of ``shape``, reused between calls of this thread (no page faults)."""
+    size = int(np.prod(shape)) * dtype.itemsize
+    cache = _workspaces.__dict__.setdefault("buffers", {})
+    buffer = cache.get(slot)
+    if buffer is None or buffer.nbytes < size:
+        buffer = np.empty(size, dtype=np.uint8)
+        if size <= _WORKSPACE_KEEP:
+            cache[slot] = buffer
+    return buffer[:size].view(dtype).reshape(shape)
+
+
+def _as_rows(x):
+    """``x`` as a C-contiguous (rows, last axis) array."""
+    return np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+
+
+class _AttentionState(NamedTuple):
+    key_mask: np.ndarray  # (B, Tk) bool, all True when there is none
+    peak: np.ndarray      # (B*H, Tq) row shift of the scaled, masked scores
+    inv_total: np.ndarray  # (B*H, Tq) 1 / sum of exponentials
+    probs: np.ndarray | None  # (B*H, Tq, Tk) when small enough to keep, else recomputed
+
+
+class _CrossEntropyState(NamedTuple):
+    logits: np.ndarray     # (N, C) C-contiguous
+    target: np.ndarray     # (N,) int64 in [0, C), or -1 for an ignored row
+    shift: np.ndarray      # (N,)
+    log_total: np.ndarray  # (N,)
+
+
+class NumbaBackend(NumpyBackend):
+    """Arrays are ``numpy.ndarray``; the fused kernels are compiled with Numba."""
+
+    name = "numba"
+    xp = np
+
+    # ---- softmax family ---------------------------------------------------------------------
+    @staticmethod
+    def _over_last_axis(axis, *arrays):
+        """Whether the row kernels apply: same shapes and float dtype, ``axis`` the last one."""
+        x = arrays[0]
+        return (x.ndim >= 1 and x.size > 0 and axis in (-1, x.ndim - 1)
+                and all(a.shape == x.shape for a in arrays) and _float_dtype(*arrays) is not None)
+
+    def _softmax(self, x, axis, log):
+        rows = _as_rows(x)
+        out = np.empty_like(rows)
+        _run(kernels.softmax_rows, rows.size, rows, out, log)
+        return out.reshape(x.shape)
+
+    def _softmax_backward(self, y, grad, log):
+        out = np.empty(y.shape, dtype=y.dtype)
+        _run(kernels.softmax_backward_rows, y.size, _as_rows(y), _as_rows(grad),
+             out.reshape(-1, y.shape[-1]), log)
+        return out
+
+    def softmax(self, x, axis):
+        if self._over_last_axis(axis, x):
+            return self._softmax(x, axis, False)
+        return super().softmax(x, axis)
+
+    def softmax_backward(self, y, grad, axis):
+        if self._over_last_axis(axis, y, grad):
+            return self._softmax_backward(y, grad, False)
+        return super().softmax_backward(y, grad, axis)
+
+    def log_softmax(self, x, axis):
+        if self._over_last_axis(axis, x):
+            return self._softmax(x, axis, True)
+        return super().log_softmax(x, axis)
+
+    def log_softmax_backward(self, y, grad, axis):
+        if self._over_last_axis(axis, y, grad):
+            return self._softmax_backward(y, grad, True)
+        return super().log_softmax_backward(y, grad, axis)
+
+    # ---- layer norm -----------------------------------------------------------------------------
+    @staticmethod
+    def _layer_norm_params(x, weight, bias):
+        """(dtype, weight, bias) as kernel arguments (ones / zeros for none), or None when the
+        kernel does not apply."""
+        if x.ndim == 0 or x.size == 0:
+            return None
+        params = [p for p in (weight, bias) if p is not None]
+        dtype = _float_dtype(x, *params)
+        if dtype is None or any(p.shape != x.shape[-1:] for p in params):
+            return None
+        width = x.shape[-1]
+        weight = np.ones(width, dtype) if weight is None else np.ascontiguousarray(weight)
+        bias = np.zeros(width, dtype) if bias is None else np.ascontiguousarray(bias)
+        return dtype, weight, bias
+
+    def layer_norm(self, x, weight, bias, eps):
+        params = self._layer_norm_params(x, weight, bias)
+        if params is None:
+            return super().layer_norm(x, weight, bias, eps)
+        dtype, w, b = params
+        rows = _as_rows(x)
+        y = np.empty_like(rows)
+        xhat = np.empty_like(rows)
+        rstd = np.empty(rows.shape[0], dtype=dtype)
+        _run(kernels.layer_norm_rows, rows.size, rows, w, b, dtype.type(eps), y, xhat, rstd)
+        return y.reshape(x.shape), xhat.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,))
+
+    def layer_norm_backward(self, grad, xhat, rstd, weight):
+        params = self._layer_norm_params(xhat, weight, None)
+        if params is None or grad.shape != xhat.shape or _float_dtype(grad, xhat, rstd) is None:
+            return super().layer_norm_backward(grad, xhat, rstd, weight)
+        dtype, w, _ = params
+        g = _as_rows(grad)
+        rows, cols = g.shape
+        chunks = max(1, min(rows, 4 * numba.get_num_threads()))
+        dweight_parts = np.empty((chunks, cols))
+        dbias_parts = np.empty((chunks, cols))
+        dx = np.empty_like(g)
+        _run(kernels.layer_norm_backward_rows, g.size, g, _as_rows(xhat),
+             np.ascontiguousarray(rstd).reshape(-1), w, dx, dweight_parts, dbias_parts)
+        dweight = None if weight is None else dweight_parts.sum(axis=0).astype(dtype)
+        return dx.reshape(grad.shape), dweight, dbias_parts.sum(axis=0).astype(dtype)
+
+    # ---- GELU ----------------------------------------------------------------------------------
+    def _gelu(self, x, bias, grad, approximate):
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty_like(flat)
+        if bias is None:
+            bias = np.zeros(min(flat.size, _GELU_CHUNK), dtype=x.dtype)
+        else:
+            bias = np.ascontiguousarray(bias).reshape(-1)
+        backward = grad is not None
+        grad = np.ascontiguousarray(grad).reshape(-1) if backward else flat
+        _run(kernels.gelu_rows, flat.size, flat, bias, grad, out, approximate == "tanh", backward)
+        return out.reshape(x.shape)
+
+    @staticmethod
+    def _gelu_applies(x, grad=None, bias=None):
+        arrays = [a for a in (x, grad, bias) if a is not None]
+        if x.ndim == 0 or x.size == 0 or _float_dtype(*arrays) is None:
+            return False
+        if grad is not None and grad.shape != x.shape:
+            return False
+        return bias is None or (bias.size == x.shape[-1] and bias.ndim >= 1
+                                and bias.shape[-1] == x.shape[-1] and bias.ndim <= x.ndim)
+
+    def gelu(self, x, approximate):
+        if self._gelu_applies(x):
+            return self._gelu(x, None, None, approximate)
+        return super().gelu(x, approximate)
+
+    def gelu_backward(self, x, grad, approximate):
+        if self._gelu_applies(x, grad):
+            return self._gelu(x, None, grad, approximate)
+        return super().gelu_backward(x, grad, approximate)
+
+    def bias_gelu(self, x, bias, approximate):
+        if self._gelu_applies(x, bias=bias):
+            return self._gelu(x, bias, None, approximate)
+        return super().bias_gelu(x, bias, approximate)
+
+    def bias_gelu_backward(self, x, bias, grad, approximate):
+        if self._gelu_applies(x, grad, bias):
+            return self._gelu(x, bias, grad, approximate)
+        return super().bias_gelu_backward(x, bias, grad, approximate)
+
+    # ---- scatter-add of rows -----------------------------------------------------------------
+    def scatter_add_rows(self, index, src, num_rows):
+        """``out[index[k]] += src[k]`` for rows ``k``; duplicates add up, negative indices count
+        from the end (as in ``np.add.at``)."""
+        flat = np.asarray(index).reshape(-1)
+        if (flat.size == 0 or num_rows == 0 or flat.dtype.kind not in "iu"
+                or _float_dtype(src) is None):
+            return super().scatter_add_rows(index, src, num_rows)
+        rows = np.ascontiguousarray(src.reshape(flat.size, src.shape[-1]))
+        if rows.shape[1] == 0:
+            return super().scatter_add_rows(index, src, num_rows)
+        flat = flat.astype(np.int64)
+        low, high = int(flat.min()), int(flat.max())
+        if low < -num_rows or high >= num_rows:
+            bad = low if low < -num_rows else high
+            raise IndexError(f"scatter_add_rows: index {bad} is out of range for {num_rows} rows")
+        if low < 0:
+            flat = np.where(flat < 0, flat + num_rows, flat)
+        out = np.empty((num_rows, rows.shape[1]), dtype=rows.dtype)
+        per_thread = -(-rows.shape[1] // numba.get_num_threads())
+        block = max(16, -(-per_thread // 16) * 16)  # whole cache lines per thread
+        _run(kernels.scatter_add_rows, rows.size, flat, rows, out, block)
+        return out
+
+    # ---- cross-entropy --------------------------------------------------------------------------
+    def cross_entropy(self, logits, target, ignore_index, label_smoothing):
+        target = np.asarray(target)
+        if (logits.ndim != 2 or logits.size == 0 or _float_dtype(logits) is None
+                or target.shape != logits.shape[:1] or target.dtype.kind not in "iu"):
+            return super().cross_entropy(logits, target, ignore_index, label_smoothing)
+        x = np.ascontiguousarray(logits)
+        dtype = x.dtype
+        rows, classes = x.shape
+        keep = target != ignore_index
+        picked = target[keep].astype(np.int64)
+        if picked.size and (picked.min() < -classes or picked.max() >= classes):
+            bad = picked[(picked < -classes) | (picked >= classes)][0]
+            raise IndexError(f"cross_entropy: target {bad} is out of range for {classes} classes "
+                             f"(and is not ignore_index={ignore_index})")
+        t = np.full(rows, -1, dtype=np.int64)
+        t[keep] = np.where(picked < 0, picked + classes, picked)
+        loss = np.empty(rows, dtype=dtype)
+        shift = np.empty(rows, dtype=dtype)
+        log_total = np.empty(rows, dtype=dtype)
+        _run(kernels.cross_entropy_rows, x.size, x, t, dtype.type(1 - label_smoothing),
+             dtype.type(label_smoothing), loss, shift, log_total)
+        return loss, _CrossEntropyState(x, t, shift, log_total)
+
+    def cross_entropy_backward(self, state, target, grad_rows, ignore_index, label_smoothing):
+        if not isinstance(state, _CrossEntropyState):
+            return super().cross_entropy_backward(state, target, grad_rows, ignore_index,
+                                                  label_smoothing)
+        x = state.logits
+        dtype = x.dtype
+        g = np.ascontiguousarray(np.broadcast_to(grad_rows, x.shape[:1]), dtype=dtype)
+        out = np.empty_like(x)
+        _run(kernels.cross_entropy_backward_rows, x.size, x, state.target, state.shift,
+             state.log_total, g, dtype.type(1 - label_smoothing),
+             dtype.type(label_smoothing / x.shape[1]), out)
+        return out
+
+    # ---- attention ------------------------------------------------------------------------------
+    @staticmethod
+    def _attention_inputs(q, k, v, key_mask):
+        """(q, k, v as contiguous (B*H, T, D), the key mask as a (B, Tk) bool array), or None."""
+        if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or _float_dtype(q, k, v) is None:
+            return None
+        if not (q.shape[:2] == k.shape[:2] == v.shape[:2] and k.shape[2] == v.shape[2]
+                and q.shape[3] == k.shape[3] and q.size and k.size and v.size):
+            return None
+        batch, heads, tk = k.shape[0], k.shape[1], k.shape[2]
+        if key_mask is None:
+            mask = np.ones((batch, tk), dtype=bool)
+        else:
+            mask = np.asarray(key_mask)
+            if mask.dtype != np.bool_ or mask.ndim > 2:
+                return None
+            try:
+                mask = np.ascontiguousarray(np.broadcast_to(mask, (batch, tk)))
+            except ValueError:
+                return None
+        as_pairs = (lambda a: np.ascontiguousarray(a).reshape((batch * heads,) + a.shape[2:]))
+        return as_pairs(q), as_pairs(k), as_pairs(v), mask
+
+    @staticmethod
+    def _attention_blocks(pairs, tq, tk, causal):
+        """(first pair, end pair, first query, end query, keys used) of each score block: whole
+        pairs when their scores fit in ``_ATTENTION_BLOCK`` elements, else blocks of query rows;
+        with a causal mask, blocks of at most ``_CAUSAL_ROWS`` queries, which use only the keys
+        their last query can see."""
+        rows = min(tq, _CAUSAL_ROWS) if causal else tq
+        rows = max(1, min(rows, _ATTENTION_BLOCK // tk))
+        step = max(1, _ATTENTION_BLOCK // (rows * tk))
+        for i0 in range(0, tq, rows):
+            i1 = min(tq, i0 + rows)
+            keys = min(tk, max(1, i1 + tk - tq)) if causal else tk
+            for p0 in range(0, pairs, step):
+                yield p0, min(pairs, p0 + step), i0, i1, keys
+
+    def attention(self, q, k, v, scale, causal, key_mask):
+        inputs = self._attention_inputs(q, k, v, key_mask)
+        if inputs is None:
+            return super().attention(q, k, v, scale, causal, key_mask)
+        q3, k3, v3, mask = inputs
+        dtype = q3.dtype
+        pairs, tq, tk, heads = q3.shape[0], q3.shape[1], k3.shape[1], q.shape[1]
+        out = np.empty((pairs, tq, v3.shape[2]), dtype=dtype)
+        peak = np.empty((pairs, tq), dtype=dtype)
+        inv_total = np.empty((pairs, tq), dtype=dtype)
+        kept = np.empty((pairs, tq, tk), dtype=dtype) if pairs * tq * tk <= _KEEP_PROBS else None
+        blocks = [(0, pairs, 0, tq, tk)] if kept is not None else \
+            self._attention_blocks(pairs, tq, tk, causal)
+        for p0, p1, i0, i1, keys in blocks:
+            scores = kept if kept is not None else _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
+            np.matmul(q3[p0:p1, i0:i1], k3[p0:p1, :keys].swapaxes(1, 2), out=scores)
+            _run(kernels.attention_probs, scores.size, scores, mask, causal, dtype.type(scale),
+                 heads, p0, i0, tq, tk, peak, inv_total)
+            np.matmul(scores, v3[p0:p1, :keys], out=out[p0:p1, i0:i1])
+        state = _AttentionState(mask, peak, inv_total, kept)
+        return out.reshape(q.shape[:3] + v.shape[3:]), state
+
+    def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask):
+        inputs = None
+        if isinstance(state, _AttentionState):
+            inputs = self._attention_inputs(q, k, v, None)
+        if inputs is None:
+            return super().attention_backward(grad, q, k, v, state, scale, causal, key_mask)
+        q3, k3, v3, _ = inputs
+        dtype = q3.dtype
+        pairs, tq, tk, heads = q3.shape[0], q3.shape[1], k3.shape[1], q.shape[1]
+        g3 = np.ascontiguousarray(grad, dtype=dtype).reshape(pairs, tq, v3.shape[2])
+        kept = state.probs is not None
+        blocks = [(0, pairs, 0, tq, tk)] if kept else \
+            list(self._attention_blocks(pairs, tq, tk, causal))
+        whole_pairs = all(i0 == 0 and i1 == tq for _, _, i0, i1, _ in blocks)
+        dq = np.empty_like(q3)
+        dk = np.empty_like(k3) if whole_pairs else np.zeros_like(k3)
+        dv = np.empty_like(v3) if whole_pairs else np.zeros_like(v3)
+        for p0, p1, i0, i1, keys in blocks:
+            q_blk, g_blk = q3[p0:p1, i0:i1], g3[p0:p1, i0:i1]
+            if kept:
+                probs = state.probs
+            else:
+                probs = _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
+                np.matmul(q_blk, k3[p0:p1, :keys].swapaxes(1, 2), out=probs)
+            dscores = _workspace(1, (p1 - p0, i1 - i0, keys), dtype)
+            np.matmul(g_blk, v3[p0:p1, :keys].swapaxes(1, 2), out=dscores)
+            _run(kernels.attention_probs_backward, probs.size, probs, dscores, state.key_mask,
+                 causal, dtype.type(scale), heads, p0, i0, tq, tk, state.peak, state.inv_total,
+                 not kept)
+            np.matmul(dscores, k3[p0:p1, :keys], out=dq[p0:p1, i0:i1])
+            if whole_pairs:
+                np.matmul(probs.swapaxes(1, 2), g_blk, out=dv[p0:p1])
+                np.matmul(dscores.swapaxes(1, 2), q_blk, out=dk[p0:p1])
+            else:
+                dv[p0:p1, :keys] += np.matmul(probs.swapaxes(1, 2), g_blk)
+                dk[p0:p1, :keys] += np.matmul(dscores.swapaxes(1, 2), q_blk)
+        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+    # ---- banded attention -----------------------------------------------------------------------
+    def banded_attention(self, q, k, v, scale, window, dilation, causal, key_mask):
+        inputs = self._attention_inputs(q, k, v, key_mask)
+        offsets = np.ascontiguousarray(self.band_offsets(window, dilation, causal), dtype=np.int64)
+        if inputs is None or q.shape[2] != k.shape[2] or offsets.size == 0:
+            return super().banded_attention(q, k, v, scale, window, dilation, causal, key_mask)
+        q3, k3, v3, mask = inputs
+        dtype = q3.dtype
+        pairs, n = q3.shape[:2]
+        probs = np.empty((pairs, n, offsets.size), dtype=dtype)
+        out = np.empty((pairs, n, v3.shape[2]), dtype=dtype)
+        _run(kernels.banded_attention_rows, probs.size * q3.shape[2], q3, k3, v3, offsets, mask,
+             q.shape[1], dtype.type(scale), probs, out)
+        return (out.reshape(q.shape[:3] + v.shape[3:]),
+                probs.reshape(q.shape[:3] + (offsets.size,)))
+
+    def banded_attention_backward(self, grad, q, k, v, state, scale, window, dilation, causal,
+                                  key_mask):
+        inputs = self._attention_inputs(q, k, v, None)
+        offsets = np.ascontiguousarray(self.band_offsets(window, dilation, causal), dtype=np.int64)
+        if (inputs is None or q.shape[2] != k.shape[2] or offsets.size == 0
+                or _float_dtype(q, state) is None):
+            return super().banded_attention_backward(grad, q, k, v, state, scale, window,
+                                                     dilation, causal, key_mask)
+        q3, k3, v3, _ = inputs
+        dtype = q3.dtype
+        pairs, n = q3.shape[:2]
+        probs = np.ascontiguousarray(state).reshape(pairs, n, offsets.size)
+        g3 = np.ascontiguousarray(grad, dtype=dtype).reshape(pairs, n, v3.shape[2])
+        dscores = np.empty_like(probs)
+        dq = np.empty_like(q3)
+        dk = np.empty_like(k3)
+        dv = np.empty_like(v3)
+        work = probs.size * q3.shape[2]
+        _run(kernels.banded_attention_backward_queries, work, g3, k3, v3, offsets, probs,
+             dtype.type(scale), dscores, dq)
+        _run(kernels.banded_attention_backward_keys, work, g3, q3, offsets, probs, dscores, dk,
+             dv)
+        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+    # ---- low-precision matrix products ----------------------------------------------------------
+    def matmul_int8(self, a, b):
+        if (a.ndim != 2 or b.ndim != 2 or a.dtype != np.int8 or b.dtype != np.int8
+                or a.shape[1] != b.shape[0]):
+            return super().matmul_int8(a, b)
+        out = np.empty((a.shape[0], b.shape[1]), dtype=np.int32)
+        _run(kernels.matmul_int8, a.size * b.shape[1], np.ascontiguousarray(a),
+             np.ascontiguousarray(b), out)
+        return out
+
+    def binary_matmul(self, a_bits, b_bits, k):
+        if (a_bits.ndim != 2 or b_bits.ndim != 2 or a_bits.dtype != np.uint8
+                or b_bits.dtype != np.uint8 or a_bits.shape[1] != b_bits.shape[1]):
+            return super().binary_matmul(a_bits, b_bits, k)
+        out = np.empty((a_bits.shape[0], b_bits.shape[0]), dtype=np.int32)
+        _run(kernels.binary_matmul, out.size * a_bits.shape[1], self._as_words(a_bits),
+             self._as_words(b_bits), np.int64(k), out)
+        return out
+
+    @staticmethod
+    def _as_words(bits):
+        """Packed bytes (rows, nbytes) as uint64 words (rows, ceil(nbytes / 8)), zero-padded."""
+        rows, nbytes = bits.shape
+        words = -(-nbytes // 8)
+        if nbytes == 8 * words:
+            padded = np.ascontiguousarray(bits)
+        else:
+            padded = np.zeros((rows, 8 * words), dtype=np.uint8)
+            padded[:, :nbytes] = bits
+        return padded.view(np.uint64)

@@ -1,0 +1,797 @@
+"""The compiled kernels behind the numba backend (``numba_backend.py`` calls them).
+
+Every kernel works on C-contiguous arrays that the caller has already shaped (rows x columns, or
+(batch*heads, T, D)) and writes into output arrays the caller allocated, so that a kernel never
+makes a temporary. Independent rows run in parallel with ``prange``.
+
+Numerics. Sums accumulate in float64 (float32 inputs included), except that a sum sharing its loop
+with ``exp`` adds blocks of 1024 terms in the input's dtype first. ``exp`` is a polynomial
+written here (``fast_exp``) rather than the C library's: LLVM can vectorise it, and it is within
+1 ulp (float32) / 2 ulp (float64) of the exact value over the whole range, with ``exp(-inf) = 0``,
+``exp(inf) = inf`` and NaN kept. Kernels are compiled with only the ``contract`` (fused
+multiply-add) and ``reassoc`` (vectorised sums) fast-math flags: infinities and NaN keep their
+IEEE meaning, which the masked softmax relies on. The tanh form of GELU uses
+0.5 * (1 + tanh(u)) = sigmoid(2u), evaluated in float64 for every input dtype, so no ``tanh``
+call (a slow scalar libm call with PyPI's llvmlite) is needed and float32 results are within a
+few float32 ulp of the exact value on [-10, 10].
+
+Threading. Importing this module selects Numba's ``workqueue`` threading layer, unless the user
+chose one (``NUMBA_THREADING_LAYER`` or ``numba.config.THREADING_LAYER``) or a parallel kernel
+already ran in this process. The OpenMP layer's threads spin after a parallel kernel while
+OpenBLAS threads spin after a matmul, and on a machine with few cores the two pools slow each
+other down (measured on 2 cores: a 512 x 512 matmul right after a kernel took 1.5x its time alone
+with OpenMP, 1.08x with ``workqueue``, and a kernel right after a matmul 2x). ``workqueue``
+threads sleep between kernels. It must not be entered by two Python threads at once, so the
+backend serialises its parallel kernel calls with one lock. Small inputs run on the calling
+thread (each kernel has a ``parallel`` switch), since starting the threads costs tens of
+microseconds.
+
+Compile cache. Every kernel is ``cache=True``: the first call of each signature (dtype) compiles
+it (about a second each) and stores the machine code; later processes load it in milliseconds.
+Numba stores the cache in ``__pycache__`` next to this file when that directory is writable, and
+otherwise in a per-user directory (``~/.cache/numba`` or the platform's equivalent, under a path
+derived from this file's location). ``NUMBA_CACHE_DIR=/some/dir`` overrides both; set it when the
+package lives on a read-only file system shared by several users, or to start from an empty cache.
+The cache is keyed on a hash of this file's contents and on the CPU, so editing the file or moving
+to another kind of machine recompiles.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic, overload, register_jitable
+
+if numba.config.THREADING_LAYER == "default":
+    numba.config.THREADING_LAYER = "workqueue"
+
+_FASTMATH = {"contract", "reassoc"}
+
+
+def _kernel(fn):
+    """A parallel, disk-cached kernel."""
+    return njit(cache=True, parallel=True, fastmath=_FASTMATH)(fn)
+
+
+# ---- scalar helpers ---------------------------------------------------------------------------
+@intrinsic
+def _f32_from_bits(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@intrinsic
+def _f64_from_bits(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def _popcount(typingctx, word):
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+    return types.uint64(types.uint64), codegen
+
+
+@register_jitable
+def _exp_f32(v):
+    # exp(v) = 2^n * exp(r), n = round(v / ln 2), |r| <= ln(2) / 2 (Cody-Waite split of ln 2);
+    # 2^n is applied in two halves so that subnormal results come out right.
+    c = min(max(v, np.float32(-104.0)), np.float32(89.0))
+    t = c * np.float32(1.4426950408889634)
+    n_int = np.int32(t + np.float32(0.5) if t >= 0 else t - np.float32(0.5))
+    n = np.float32(n_int)
+    r = c - n * np.float32(0.693145751953125) - n * np.float32(1.428606765330187e-06)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    p = p * r * r + r + np.float32(1.0)
+    half = np.int32(n_int >> np.int32(1))
+    result = (p * _f32_from_bits(np.int32((half + np.int32(127)) << np.int32(23)))
+              * _f32_from_bits(np.int32((n_int - half + np.int32(127)) << np.int32(23))))
+    if v < np.float32(-103.97):
+        result = np.float32(0.0)
+    if v > np.float32(88.72284):
+        result = np.float32(np.inf)
+    if v != v:
+        result = v
+    return result
+
+
+@register_jitable
+def _exp_f64(v):
+    c = min(max(v, -746.0), 710.0)
+    t = c * 1.4426950408889634
+    n_int = np.int32(t + 0.5 if t >= 0 else t - 0.5)
+    n = np.float64(n_int)
+    r = c - n * 0.6931471803691238 - n * 1.9082149292705877e-10
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r * r + r + 1.0
+    half = np.int64(n_int >> np.int32(1))
+    rest = np.int64(n_int) - half
+    result = (p * _f64_from_bits(np.int64((half + np.int64(1023)) << np.int64(52)))
+              * _f64_from_bits(np.int64((rest + np.int64(1023)) << np.int64(52))))
+    if v < -745.14:
+        result = 0.0
+    if v > 709.7827:
+        result = np.inf
+    if v != v:
+        result = v
+    return result
+
+
+def fast_exp(x):
+    """exp(x) in the precision of x; compiled code gets the vectorisable polynomials above."""
+    return math.exp(x)
+
+
+@overload(fast_exp)
+def _fast_exp_overload(x):
+    if x == types.float32:
+        return lambda x: _exp_f32(x)
+    if x == types.float64:
+        return lambda x: _exp_f64(x)
+    return None
+
+
+def _rows(fn):
+    """The body of a kernel's loop, ``fn(*arrays, r)`` for one row (or block) ``r``.
+
+    Each kernel takes ``parallel`` first and runs the same body under ``prange`` or, for small
+    inputs, under a plain loop on the calling thread (starting the threads costs more than the
+    work)."""
+    return register_jitable(fastmath=_FASTMATH)(fn)
+
+
+@register_jitable
+def _row_shift(x, r, cols):
+    """The maximum of row ``r``, or 0 when it is not finite (an all ``-inf`` row)."""
+    peak = x[r, 0]
+    for j in range(1, cols):
+        peak = max(peak, x[r, j])
+    if not math.isfinite(peak):
+        peak = x.dtype.type(0)
+    return peak
+
+
+# Sums that share a loop with ``fast_exp`` are accumulated in the input's dtype over blocks of this
+# many elements (so that the loop vectorises), and the block sums in float64. Loops that LLVM
+# should vectorise run over views from index 0: with a loop variable that may be negative, Numba's
+# wrap-around indexing keeps LLVM from proving that a load and a store touch the same element.
+_BLOCK = 1024
+
+
+# ---- softmax and log-softmax over the last axis ----------------------------------------------
+@_rows
+def _softmax_row(x, out, log, r):
+    cols = x.shape[1]
+    shift = _row_shift(x, r, cols)
+    total = 0.0
+    for j0 in range(0, cols, _BLOCK):
+        x_blk = x[r, j0:j0 + _BLOCK]
+        out_blk = out[r, j0:j0 + _BLOCK]
+        part = x.dtype.type(0)
+        if log:
+            for j in range(x_blk.shape[0]):
+                part += fast_exp(x_blk[j] - shift)
+        else:
+            for j in range(x_blk.shape[0]):
+                e = fast_exp(x_blk[j] - shift)
+                out_blk[j] = e
+                part += e
+        total += part
+    if total == 0.0:
+        total = 1.0
+    if log:
+        log_total = x.dtype.type(math.log(total))
+        for j in range(cols):
+            out[r, j] = (x[r, j] - shift) - log_total
+    else:
+        inv = x.dtype.type(1.0 / total)
+        for j in range(cols):
+            out[r, j] *= inv
+
+
+@_kernel
+def softmax_rows(parallel, x, out, log):
+    """Softmax (log-softmax when ``log``) of each row of ``x`` (rows, cols) into ``out``.
+
+    An all ``-inf`` row gives zeros (log-softmax: ``-inf``), never NaN."""
+    if parallel:
+        for r in prange(x.shape[0]):
+            _softmax_row(x, out, log, r)
+    else:
+        for r in range(x.shape[0]):
+            _softmax_row(x, out, log, r)
+
+
+@_rows
+def _softmax_backward_row(y, grad, out, log, r):
+    cols = y.shape[1]
+    total = 0.0
+    if log:
+        for j in range(cols):
+            total += grad[r, j]
+        s = y.dtype.type(total)
+        for j in range(cols):
+            out[r, j] = grad[r, j] - fast_exp(y[r, j]) * s
+    else:
+        for j in range(cols):
+            total += grad[r, j] * y[r, j]
+        dot = y.dtype.type(total)
+        for j in range(cols):
+            out[r, j] = (grad[r, j] - dot) * y[r, j]
+
+
+@_kernel
+def softmax_backward_rows(parallel, y, grad, out, log):
+    """Vector-Jacobian product of ``softmax_rows`` given its output ``y``:
+    softmax: (g - sum(g y)) y;  log-softmax: g - exp(y) sum(g)."""
+    if parallel:
+        for r in prange(y.shape[0]):
+            _softmax_backward_row(y, grad, out, log, r)
+    else:
+        for r in range(y.shape[0]):
+            _softmax_backward_row(y, grad, out, log, r)
+
+
+# ---- layer norm over the last axis ------------------------------------------------------------
+@_rows
+def _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, r):
+    cols = x.shape[1]
+    total = 0.0
+    for j in range(cols):
+        total += x[r, j]
+    mean = x.dtype.type(total / cols)
+    squares = 0.0
+    for j in range(cols):
+        centred = x[r, j] - mean
+        squares += centred * centred
+    inv_std = x.dtype.type(1.0 / math.sqrt(x.dtype.type(squares / cols) + eps))
+    rstd[r] = inv_std
+    for j in range(cols):
+        normed = (x[r, j] - mean) * inv_std
+        xhat[r, j] = normed
+        y[r, j] = normed * weight[j] + bias[j]
+
+
+@_kernel
+def layer_norm_rows(parallel, x, weight, bias, eps, y, xhat, rstd):
+    """y = xhat * weight + bias, xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), per row;
+    ``eps`` has the dtype of ``x`` (ones / zeros stand for a missing weight / bias)."""
+    if parallel:
+        for r in prange(x.shape[0]):
+            _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, r)
+    else:
+        for r in range(x.shape[0]):
+            _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, r)
+
+
+@_rows
+def _layer_norm_backward_chunk(grad, xhat, rstd, weight, dx, dweight_parts, dbias_parts, c):
+    rows, cols = grad.shape
+    chunks = dbias_parts.shape[0]
+    for j in range(cols):
+        dweight_parts[c, j] = 0
+        dbias_parts[c, j] = 0
+    for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+        for j in range(cols):
+            dbias_parts[c, j] += grad[r, j]
+            dweight_parts[c, j] += grad[r, j] * xhat[r, j]
+        sum_d = 0.0
+        sum_dx = 0.0
+        for j in range(cols):
+            d = grad[r, j] * weight[j]
+            sum_d += d
+            sum_dx += d * xhat[r, j]
+        mean_d = xhat.dtype.type(sum_d / cols)
+        mean_dx = xhat.dtype.type(sum_dx / cols)
+        inv_std = rstd[r]
+        for j in range(cols):
+            dx[r, j] = (grad[r, j] * weight[j] - mean_d - xhat[r, j] * mean_dx) * inv_std
+
+
+@_kernel
+def layer_norm_backward_rows(parallel, grad, xhat, rstd, weight, dx, dweight_parts, dbias_parts):
+    """dx of ``layer_norm_rows`` (``weight`` ones when there is none), and the weight and bias
+    gradients summed over each of ``len(dbias_parts)`` chunks of rows (the caller adds them)."""
+    if parallel:
+        for c in prange(dbias_parts.shape[0]):
+            _layer_norm_backward_chunk(grad, xhat, rstd, weight, dx, dweight_parts, dbias_parts, c)
+    else:
+        for c in range(dbias_parts.shape[0]):
+            _layer_norm_backward_chunk(grad, xhat, rstd, weight, dx, dweight_parts, dbias_parts, c)
+
+
+# ---- GELU, with a bias added first ------------------------------------------------------------
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_GELU_TANH_C = 0.044715
+
+
+@register_jitable
+def _gelu_tanh(x):
+    """0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + c x^3), in float64."""
+    w = np.float64(x)
+    u = _SQRT_2_OVER_PI * (w + _GELU_TANH_C * w * w * w)
+    return w / (1.0 + _exp_f64(-2.0 * u))
+
+
+@register_jitable
+def _gelu_tanh_grad(x):
+    """d/dx x sigmoid(2u) = s + 2 x s (1 - s) u'(x), in float64."""
+    w = np.float64(x)
+    u = _SQRT_2_OVER_PI * (w + _GELU_TANH_C * w * w * w)
+    s = 1.0 / (1.0 + _exp_f64(-2.0 * u))
+    du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_C * w * w)
+    return s + 2.0 * w * s * (1.0 - s) * du
+
+
+@_rows
+def _gelu_row(x, bias, grad, out, tanh, backward, r):
+    cols = bias.shape[0]
+    x_blk = x[r * cols:(r + 1) * cols]
+    grad_blk = grad[r * cols:(r + 1) * cols]
+    out_blk = out[r * cols:(r + 1) * cols]
+    dtype = x.dtype.type
+    if tanh and not backward:
+        for i in range(x_blk.shape[0]):
+            out_blk[i] = _gelu_tanh(x_blk[i] + bias[i])
+    elif tanh:
+        for i in range(x_blk.shape[0]):
+            out_blk[i] = _gelu_tanh_grad(x_blk[i] + bias[i]) * grad_blk[i]
+    elif not backward:
+        for i in range(x_blk.shape[0]):
+            v = x_blk[i] + bias[i]
+            out_blk[i] = dtype(0.5) * v * (dtype(1.0) + math.erf(v * dtype(_INV_SQRT_2)))
+    else:
+        for i in range(x_blk.shape[0]):
+            v = x_blk[i] + bias[i]
+            cdf = dtype(0.5) * (dtype(1.0) + math.erf(v * dtype(_INV_SQRT_2)))
+            pdf = fast_exp(dtype(-0.5) * v * v) * dtype(_INV_SQRT_2PI)
+            out_blk[i] = (cdf + v * pdf) * grad_blk[i]
+
+
+@_kernel
+def gelu_rows(parallel, x, bias, grad, out, tanh, backward):
+    """out = gelu(x + bias), or gelu'(x + bias) * grad when ``backward``, on flat arrays: ``bias``
+    repeats every ``len(bias)`` elements (zeros for a plain GELU); such a row is the unit of work
+    of a thread. ``grad`` is not read in the forward."""
+    rows = (x.shape[0] + bias.shape[0] - 1) // bias.shape[0]
+    if parallel:
+        for r in prange(rows):
+            _gelu_row(x, bias, grad, out, tanh, backward, r)
+    else:
+        for r in range(rows):
+            _gelu_row(x, bias, grad, out, tanh, backward, r)
+
+
+# ---- scatter-add of rows (the gradient of an embedding lookup) ---------------------------------
+@_rows
+def _scatter_add_columns(index, src, out, block, b):
+    c0 = b * block
+    c1 = min(src.shape[1], c0 + block)
+    for r in range(out.shape[0]):
+        for j in range(c0, c1):
+            out[r, j] = 0
+    for k in range(src.shape[0]):
+        out_blk = out[index[k], c0:c1]
+        src_blk = src[k, c0:c1]
+        for j in range(out_blk.shape[0]):
+            out_blk[j] += src_blk[j]
+
+
+@_kernel
+def scatter_add_rows(parallel, index, src, out, block):
+    """out = 0; out[index[k]] += src[k] for every k in order. Threads own blocks of ``block``
+    columns, so no two write the same element and the sums are deterministic."""
+    blocks = (src.shape[1] + block - 1) // block
+    if parallel:
+        for b in prange(blocks):
+            _scatter_add_columns(index, src, out, block, b)
+    else:
+        for b in range(blocks):
+            _scatter_add_columns(index, src, out, block, b)
+
+
+# ---- cross-entropy from logits, fused with its gradient ---------------------------------------
+@_rows
+def _cross_entropy_row(x, target, keep_weight, smoothing, loss, shift, log_total, r):
+    cols = x.shape[1]
+    s = _row_shift(x, r, cols)
+    total = 0.0
+    for j0 in range(0, cols, _BLOCK):
+        x_blk = x[r, j0:j0 + _BLOCK]
+        part = x.dtype.type(0)
+        for j in range(x_blk.shape[0]):
+            part += fast_exp(x_blk[j] - s)
+        total += part
+    if total == 0.0:
+        total = 1.0
+    lt = x.dtype.type(math.log(total))
+    shift[r] = s
+    log_total[r] = lt
+    t = target[r]
+    if t < 0:
+        loss[r] = 0
+    else:
+        nll = -((x[r, t] - s) - lt)
+        if smoothing != 0:
+            total = 0.0
+            for j in range(cols):
+                total += (x[r, j] - s) - lt
+            loss[r] = keep_weight * nll - smoothing * x.dtype.type(total / cols)
+        else:
+            loss[r] = nll
+
+
+@_kernel
+def cross_entropy_rows(parallel, x, target, keep_weight, smoothing, loss, shift, log_total):
+    """Per-row loss (1 - eps) * -log p[t] + eps * mean_c(-log p[c]) of logits ``x`` (rows, C), 0
+    where ``target`` is -1 (ignored); saves the row shift and log of the sum of exponentials, from
+    which the backward recomputes log p = (x - shift) - log_total. ``keep_weight`` = 1 - eps and
+    ``smoothing`` = eps have the dtype of ``x``."""
+    if parallel:
+        for r in prange(x.shape[0]):
+            _cross_entropy_row(x, target, keep_weight, smoothing, loss, shift, log_total, r)
+    else:
+        for r in range(x.shape[0]):
+            _cross_entropy_row(x, target, keep_weight, smoothing, loss, shift, log_total, r)
+
+
+@_rows
+def _cross_entropy_backward_row(x, target, shift, log_total, grad_rows, keep_weight, uniform,
+                                out, r):
+    cols = x.shape[1]
+    t = target[r]
+    if t < 0:
+        for j in range(cols):
+            out[r, j] = 0
+    else:
+        g = grad_rows[r]
+        s = shift[r]
+        lt = log_total[r]
+        for j in range(cols):
+            out[r, j] = (fast_exp((x[r, j] - s) - lt) - uniform) * g
+        out[r, t] = (fast_exp((x[r, t] - s) - lt) - uniform - keep_weight) * g
+
+
+@_kernel
+def cross_entropy_backward_rows(parallel, x, target, shift, log_total, grad_rows, keep_weight,
+                                uniform, out):
+    """d loss_r / d x_r = (p_r - eps / C - (1 - eps) onehot(t_r)) * grad_r; 0 on ignored rows
+    (target -1). ``uniform`` = eps / C and ``keep_weight`` = 1 - eps have the dtype of ``x``."""
+    if parallel:
+        for r in prange(x.shape[0]):
+            _cross_entropy_backward_row(x, target, shift, log_total, grad_rows, keep_weight,
+                                        uniform, out, r)
+    else:
+        for r in range(x.shape[0]):
+            _cross_entropy_backward_row(x, target, shift, log_total, grad_rows, keep_weight,
+                                        uniform, out, r)
+
+
+# ---- attention: the masked softmax between two matmuls ----------------------------------------
+@register_jitable
+def _attention_row(scores, causal, heads, first_pair, first_query, tq, tk, row):
+    """(block index, row in the block, pair, query, batch, end): keys j < end are causally
+    allowed (queries are the last tq of tk positions) and present in the block."""
+    rows, cols = scores.shape[1], scores.shape[2]
+    h = row // rows
+    r = row % rows
+    pair = first_pair + h
+    i = first_query + r
+    end = min(cols, max(0, i + tk - tq + 1)) if causal else cols
+    return h, r, pair, i, pair // heads, end
+
+
+@_rows
+def _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, first_query, tq, tk,
+                         peak, inv_total, row):
+    h, r, pair, i, b, end = _attention_row(scores, causal, heads, first_pair, first_query, tq,
+                                           tk, row)
+    minus_inf = scores.dtype.type(-np.inf)
+    for j in range(end):
+        scores[h, r, j] = scores[h, r, j] * scale if key_mask[b, j] else minus_inf
+    top = minus_inf
+    for j in range(end):
+        top = max(top, scores[h, r, j])
+    if not math.isfinite(top):
+        top = scores.dtype.type(0)
+    total = 0.0
+    for j0 in range(0, end, _BLOCK):
+        blk = scores[h, r, j0:min(end, j0 + _BLOCK)]
+        part = scores.dtype.type(0)
+        for j in range(blk.shape[0]):
+            e = fast_exp(blk[j] - top)
+            blk[j] = e
+            part += e
+        total += part
+    for j in range(end, scores.shape[2]):
+        scores[h, r, j] = 0
+    if total == 0.0:
+        total = 1.0
+    inv = scores.dtype.type(1.0 / total)
+    for j in range(end):
+        scores[h, r, j] *= inv
+    peak[pair, i] = top
+    inv_total[pair, i] = inv
+
+
+@_kernel
+def attention_probs(parallel, scores, key_mask, causal, scale, heads, first_pair, first_query,
+                    tq, tk, peak, inv_total):
+    """In place: the raw scores q k^T of a block (pairs, queries, keys) become
+    softmax(scores * scale) with the causal mask and the key mask (batch, tk; True = real token)
+    applied. The block holds the (batch * head) pairs from ``first_pair`` and the queries from
+    ``first_query`` of (pairs, tq, tk) attention, and possibly only the first keys (when the others
+    are causally masked for every query of the block). Saves each row's shift and 1 / sum of
+    exponentials in ``peak`` / ``inv_total`` (pairs, tq). A row with no allowed key becomes 0."""
+    rows = scores.shape[0] * scores.shape[1]
+    if parallel:
+        for row in prange(rows):
+            _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, first_query,
+                                 tq, tk, peak, inv_total, row)
+    else:
+        for row in range(rows):
+            _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, first_query,
+                                 tq, tk, peak, inv_total, row)
+
+
+@_rows
+def _attention_probs_backward_row(scores, dprobs, key_mask, causal, scale, heads, first_pair,
+                                  first_query, tq, tk, peak, inv_total, recompute, row):
+    h, r, pair, i, b, end = _attention_row(scores, causal, heads, first_pair, first_query, tq,
+                                           tk, row)
+    zero = scores.dtype.type(0)
+    top = peak[pair, i]
+    inv = inv_total[pair, i]
+    if recompute:
+        for j in range(end):  # a pass of its own: round scores * scale as the forward did
+            scores[h, r, j] *= scale
+    dot = 0.0
+    for j0 in range(0, end, _BLOCK):
+        j1 = min(end, j0 + _BLOCK)
+        p_blk = scores[h, r, j0:j1]
+        dp_blk = dprobs[h, r, j0:j1]
+        mask_blk = key_mask[b, j0:j1]
+        part = zero
+        if recompute:
+            for j in range(p_blk.shape[0]):
+                p = fast_exp(p_blk[j] - top) * inv if mask_blk[j] else zero
+                p_blk[j] = p
+                part += p * dp_blk[j]
+        else:
+            for j in range(p_blk.shape[0]):
+                part += p_blk[j] * dp_blk[j]
+        dot += part
+    for j in range(end, scores.shape[2]):
+        if recompute:
+            scores[h, r, j] = 0
+        dprobs[h, r, j] = 0
+    d = scores.dtype.type(dot)
+    for j in range(end):
+        dprobs[h, r, j] = (dprobs[h, r, j] - d) * scores[h, r, j] * scale
+
+
+@_kernel
+def attention_probs_backward(parallel, scores, dprobs, key_mask, causal, scale, heads,
+                             first_pair, first_query, tq, tk, peak, inv_total, recompute):
+    """On a block laid out as in ``attention_probs``: dprobs = g v^T becomes, in place,
+    dscores = (dprobs - sum(dprobs p)) p * scale, where p is ``scores`` itself (the saved
+    probabilities) or, when ``recompute``, the forward's probabilities computed again in place
+    from the raw scores q k^T and the saved shift and 1 / sum."""
+    rows = scores.shape[0] * scores.shape[1]
+    if parallel:
+        for row in prange(rows):
+            _attention_probs_backward_row(scores, dprobs, key_mask, causal, scale, heads,
+                                          first_pair, first_query, tq, tk, peak, inv_total,
+                                          recompute, row)
+    else:
+        for row in range(rows):
+            _attention_probs_backward_row(scores, dprobs, key_mask, causal, scale, heads,
+                                          first_pair, first_query, tq, tk, peak, inv_total,
+                                          recompute, row)
+
+
+# ---- banded (sliding-window, dilated) self-attention -------------------------------------------
+@_rows
+def _banded_row(q, k, v, offsets, key_mask, heads, scale, probs, out, row):
+    n, d = q.shape[1], q.shape[2]
+    h = row // n
+    i = row % n
+    b = h // heads
+    minus_inf = q.dtype.type(-np.inf)
+    top = minus_inf
+    for o in range(offsets.shape[0]):
+        j = i + offsets[o]
+        s = minus_inf
+        if j >= 0 and j < n and key_mask[b, j]:
+            acc = q.dtype.type(0)
+            for e in range(d):
+                acc += q[h, i, e] * k[h, j, e]
+            s = acc * scale
+        probs[h, i, o] = s
+        top = max(top, s)
+    if not math.isfinite(top):
+        top = q.dtype.type(0)
+    total = 0.0
+    for o0 in range(0, offsets.shape[0], _BLOCK):
+        blk = probs[h, i, o0:o0 + _BLOCK]
+        part = q.dtype.type(0)
+        for o in range(blk.shape[0]):
+            p = fast_exp(blk[o] - top)
+            blk[o] = p
+            part += p
+        total += part
+    if total == 0.0:
+        total = 1.0
+    inv = q.dtype.type(1.0 / total)
+    for e in range(v.shape[2]):
+        out[h, i, e] = 0
+    for o in range(offsets.shape[0]):
+        p = probs[h, i, o] * inv
+        probs[h, i, o] = p
+        j = i + offsets[o]
+        if p != 0 and j >= 0 and j < n:
+            for e in range(v.shape[2]):
+                out[h, i, e] += p * v[h, j, e]
+
+
+@_kernel
+def banded_attention_rows(parallel, q, k, v, offsets, key_mask, heads, scale, probs, out):
+    """Query i of pair h attends keys i + offsets[o] that exist and are real tokens (``key_mask``
+    (batch, n)); q, k, v are (batch*heads, n, d). Writes probs (pairs, n, len(offsets)) and out;
+    no n x n array anywhere."""
+    rows = q.shape[0] * q.shape[1]
+    if parallel:
+        for row in prange(rows):
+            _banded_row(q, k, v, offsets, key_mask, heads, scale, probs, out, row)
+    else:
+        for row in range(rows):
+            _banded_row(q, k, v, offsets, key_mask, heads, scale, probs, out, row)
+
+
+@_rows
+def _banded_backward_query_row(grad, k, v, offsets, probs, scale, dscores, dq, row):
+    n, d = k.shape[1], k.shape[2]
+    h = row // n
+    i = row % n
+    dot = 0.0
+    for o in range(offsets.shape[0]):
+        j = i + offsets[o]
+        p = probs[h, i, o]
+        dp = k.dtype.type(0)
+        if p != 0 and j >= 0 and j < n:
+            for e in range(v.shape[2]):
+                dp += grad[h, i, e] * v[h, j, e]
+        dscores[h, i, o] = dp
+        dot += p * dp
+    dt = k.dtype.type(dot)
+    for e in range(d):
+        dq[h, i, e] = 0
+    for o in range(offsets.shape[0]):
+        ds = (dscores[h, i, o] - dt) * probs[h, i, o] * scale
+        dscores[h, i, o] = ds
+        j = i + offsets[o]
+        if ds != 0 and j >= 0 and j < n:
+            for e in range(d):
+                dq[h, i, e] += ds * k[h, j, e]
+
+
+@_kernel
+def banded_attention_backward_queries(parallel, grad, k, v, offsets, probs, scale, dscores, dq):
+    """dscores = (g.v_j - sum_o p g.v_j) p * scale for each band slot, and dq = sum_o ds k_j."""
+    rows = k.shape[0] * k.shape[1]
+    if parallel:
+        for row in prange(rows):
+            _banded_backward_query_row(grad, k, v, offsets, probs, scale, dscores, dq, row)
+    else:
+        for row in range(rows):
+            _banded_backward_query_row(grad, k, v, offsets, probs, scale, dscores, dq, row)
+
+
+@_rows
+def _banded_backward_key_row(grad, q, offsets, probs, dscores, dk, dv, row):
+    n = q.shape[1]
+    h = row // n
+    j = row % n
+    for e in range(q.shape[2]):
+        dk[h, j, e] = 0
+    for e in range(grad.shape[2]):
+        dv[h, j, e] = 0
+    for o in range(offsets.shape[0]):
+        i = j - offsets[o]
+        if i >= 0 and i < n:
+            ds = dscores[h, i, o]
+            if ds != 0:
+                for e in range(q.shape[2]):
+                    dk[h, j, e] += ds * q[h, i, e]
+            p = probs[h, i, o]
+            if p != 0:
+                for e in range(grad.shape[2]):
+                    dv[h, j, e] += p * grad[h, i, e]
+
+
+@_kernel
+def banded_attention_backward_keys(parallel, grad, q, offsets, probs, dscores, dk, dv):
+    """dk_j = sum_o ds[i, o] q_i and dv_j = sum_o p[i, o] g_i over the queries i = j - offsets[o]
+    that see key j: a gather, so that every thread writes its own rows."""
+    rows = q.shape[0] * q.shape[1]
+    if parallel:
+        for row in prange(rows):
+            _banded_backward_key_row(grad, q, offsets, probs, dscores, dk, dv, row)
+    else:
+        for row in range(rows):
+            _banded_backward_key_row(grad, q, offsets, probs, dscores, dk, dv, row)
+
+
+# ---- low-precision matrix products --------------------------------------------------------------
+_INT8_ROW_BLOCK = 4  # rows of ``a`` that share each pass over a row of ``b``
+
+
+@_rows
+def _matmul_int8_rows(a, b, out, blk):
+    i0 = blk * _INT8_ROW_BLOCK
+    i1 = min(a.shape[0], i0 + _INT8_ROW_BLOCK)
+    for i in range(i0, i1):
+        for j in range(b.shape[1]):
+            out[i, j] = 0
+    for p in range(a.shape[1]):
+        for i in range(i0, i1):
+            a_ip = np.int32(a[i, p])
+            if a_ip != 0:
+                for j in range(b.shape[1]):
+                    out[i, j] += np.int32(a_ip * np.int32(b[p, j]))
+
+
+@_kernel
+def matmul_int8(parallel, a, b, out):
+    """out = a @ b for int8 a (M, K), b (K, N), accumulated in int32 (wrapping like NumPy's)."""
+    blocks = (a.shape[0] + _INT8_ROW_BLOCK - 1) // _INT8_ROW_BLOCK
+    if parallel:
+        for blk in prange(blocks):
+            _matmul_int8_rows(a, b, out, blk)
+    else:
+        for blk in range(blocks):
+            _matmul_int8_rows(a, b, out, blk)
+
+
+@_rows
+def _binary_matmul_row(a_words, b_words, k, out, i):
+    for j in range(b_words.shape[0]):
+        differing = np.uint64(0)
+        for w in range(a_words.shape[1]):
+            differing += _popcount(a_words[i, w] ^ b_words[j, w])
+        out[i, j] = np.int32(k - 2 * np.int64(differing))
+
+
+@_kernel
+def binary_matmul(parallel, a_words, b_words, k, out):
+    """{-1,+1} products from packed signs as uint64 words: a.b = k - 2 popcount(a xor b)."""
+    if parallel:
+        for i in prange(a_words.shape[0]):
+            _binary_matmul_row(a_words, b_words, k, out, i)
+    else:
+        for i in range(a_words.shape[0]):
+            _binary_matmul_row(a_words, b_words, k, out, i)

@@ -1,0 +1,505 @@
+"""The numba backend against the NumPy backend, its reference.
+
+Every numba kernel is compared with the NumPy backend's kernel of the same name, forward and
+backward, on hypothesis-drawn inputs: float32 and float64, odd sizes and length-1 axes,
+non-contiguous layouts (transposed, strided, sliced, reversed views), all-masked rows, logits of
+1e4, and both the parallel and the single-thread path of each kernel. Tolerances: float64 1e-10,
+float32 1e-5, relative to the largest value of the result (in float32 also times the problem's
+condition number where it is large: for layer norm the rounding of the row mean is amplified by
+1 / std, for attention gradients by the scale of the scores). Then the same comparison end to end
+through the ``FusedFunction``s and ``mt.grad``, properties of banded attention, second order
+(which runs the composite path), and the backend's plumbing (lazy import, concurrent callers).
+
+Numba compiles each kernel once per dtype on first use (seconds) and caches it on disk; tests reuse
+the two backend objects so that nothing compiles twice in a session.
+"""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import threading
+from unittest import mock
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+from hypothesis.extra import numpy as hnp
+
+import minitorch_nlp as mt
+from minitorch_nlp import functional as F
+from minitorch_nlp import nn
+from minitorch_nlp.autograd.ops_fused import (Attention, BandedAttention, BiasGelu, CrossEntropy,
+                                              Gelu, LayerNorm, LogSoftmax, Softmax)
+from minitorch_nlp.backends import get_backend, numba_backend, numba_kernels
+from tests import strategies as S
+
+REF = get_backend("numpy")
+NUMBA = get_backend("numba")
+
+FLOAT_DTYPES = (np.float32, np.float64)
+RTOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
+
+
+def assert_same(actual, expected, cond=1.0):
+    """``actual`` (numba) equals ``expected`` (NumPy): same shape, dtype, infinities and NaN, and
+    values within the dtype's tolerance of the largest |value|; float32 tolerances are further
+    multiplied by the problem's condition number ``cond``."""
+    if expected is None:
+        assert actual is None
+        return
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape
+    assert actual.dtype == expected.dtype
+    if expected.dtype.kind in "iub":
+        np.testing.assert_array_equal(actual, expected)
+        return
+    rtol = RTOL[expected.dtype]
+    finite = np.abs(expected[np.isfinite(expected)])
+    magnitude = max(1.0, float(finite.max())) if finite.size else 1.0
+    if expected.dtype == np.float32:
+        magnitude *= cond
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * magnitude)
+
+
+def assert_all_same(actual, expected, cond=1.0):
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert_same(a, e, cond)
+
+
+dtypes = st.sampled_from(FLOAT_DTYPES)
+layouts = st.sampled_from((None,) + S.LAYOUTS)
+parallel = st.booleans()
+
+
+def on_threads(parallel):
+    """Run the numba kernels with ``prange`` (``parallel``) or on the calling thread, whatever the
+    size of their input (by default small inputs stay on the calling thread)."""
+    return mock.patch.object(numba_backend, "_PARALLEL_WORK", 0 if parallel else 1 << 62)
+
+
+@st.composite
+def arrays(draw, shape, dtype, low=-3.0, high=3.0, large=False, masked=False):
+    """Values in [low, high] (times 1e4 / 3 when ``large`` draws so), some entries and a whole
+    row of the last axis set to -inf when ``masked`` draws so, in a layout that may not be
+    contiguous."""
+    x = draw(S.arrays(shape, low, high, dtype=dtype))
+    if large and draw(st.booleans()):
+        x = x * x.dtype.type(1e4 / 3)
+    if masked and x.size and draw(st.booleans()):
+        holes = draw(hnp.arrays(np.bool_, x.shape))
+        x = np.where(holes, -np.inf, x).astype(dtype)
+        rows = x.reshape(-1, x.shape[-1])
+        rows[draw(st.integers(0, rows.shape[0] - 1))] = -np.inf
+    layout = draw(layouts)
+    return x if layout is None else S.relayout(x, layout)
+
+
+def small_shapes(min_dims=1, max_dims=3, max_side=5):
+    return S.shapes(min_dims=min_dims, max_dims=max_dims, max_side=max_side)
+
+
+# ---- the kernels one by one --------------------------------------------------------------------
+@numba.njit(cache=True)
+def _exp_array(x, out):
+    for i in range(x.shape[0]):
+        out[i] = numba_kernels.fast_exp(x[i])
+
+
+def test_fast_exp_is_exp_to_an_ulp():
+    for dtype, low, high, ulps in ((np.float32, -110, 95, 1.5), (np.float64, -760, 720, 2.5)):
+        x = np.concatenate([np.linspace(low, high, 200_001), np.linspace(-1e-3, 1e-3, 2_001),
+                            [-np.inf, np.inf, np.nan, 0.0]]).astype(dtype)
+        out = np.empty_like(x)
+        _exp_array(x, out)
+        exact = np.exp(x.astype(np.longdouble))
+        info = np.finfo(dtype)
+        normal = (exact >= info.tiny) & (exact <= info.max)
+        relative = np.abs(out[normal] - exact[normal]) / exact[normal]
+        assert relative.max() <= ulps * info.eps
+        assert np.all(np.abs(out[exact < info.tiny] - exact[exact < info.tiny]) <= info.tiny)
+        assert np.all(np.isposinf(out[exact > info.max]))
+        assert out[-4] == 0 and np.isposinf(out[-3]) and np.isnan(out[-2]) and out[-1] == 1
+
+
+def test_gelu_tanh_in_float32_is_accurate():
+    """The tanh GELU is computed as x * sigmoid(2u) (0.5 (1 + tanh u) = sigmoid(2u)); on [-10, 10]
+    its float32 values and derivatives are within 1e-6 relative of the exact ones (long double),
+    and agree with the textbook tanh formula in float64 where that formula does not cancel."""
+    x = np.linspace(-10, 10, 400_001).astype(np.float32)
+    w = x.astype(np.longdouble)
+    u = np.sqrt(np.longdouble(2) / np.pi) * (w + np.longdouble(0.044715) * w ** 3)
+    s = 1 / (1 + np.exp(-2 * u))
+    du = np.sqrt(np.longdouble(2) / np.pi) * (1 + 3 * np.longdouble(0.044715) * w ** 2)
+    exact, exact_grad = w * s, s + 2 * w * s * (1 - s) * du
+    got, got_grad = NUMBA.gelu(x, "tanh"), NUMBA.gelu_backward(x, np.ones_like(x), "tanh")
+    for value, want in ((got, exact), (got_grad, exact_grad)):
+        significant = np.abs(want) > 1e-30
+        relative = np.abs(value[significant] - want[significant]) / np.abs(want[significant])
+        assert relative.max() <= 1e-6
+    textbook = x > -3
+    x64 = x[textbook].astype(np.float64)
+    np.testing.assert_allclose(got[textbook], REF.gelu(x64, "tanh"), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got_grad[textbook],
+                               REF.gelu_backward(x64, np.ones_like(x64), "tanh"),
+                               rtol=1e-6, atol=1e-7)
+
+
+@given(st.data())
+def test_softmax_and_log_softmax(data):
+    dtype = data.draw(dtypes)
+    x = data.draw(arrays(data.draw(small_shapes()), dtype, large=True, masked=True))
+    axis = data.draw(st.sampled_from([-1, x.ndim - 1]) | S.axis(x.ndim))
+    grad = data.draw(arrays(x.shape, dtype))
+    for name in ("softmax", "log_softmax"):
+        expected = getattr(REF, name)(x, axis)
+        with on_threads(data.draw(parallel)):
+            actual = getattr(NUMBA, name)(x, axis)
+            actual_grad = getattr(NUMBA, f"{name}_backward")(actual, grad, axis)
+        assert_same(actual, expected)
+        assert_same(actual_grad, getattr(REF, f"{name}_backward")(expected, grad, axis))
+
+
+def test_softmax_all_masked_row_is_zero_not_nan():
+    for dtype in FLOAT_DTYPES:
+        x = np.array([[-np.inf] * 3, [1e4, 0, -1e4]], dtype=dtype)
+        y = NUMBA.softmax(x, -1)
+        np.testing.assert_array_equal(y, [[0, 0, 0], [1, 0, 0]])
+        np.testing.assert_array_equal(NUMBA.softmax_backward(y, np.ones_like(x), -1), 0)
+        np.testing.assert_array_equal(NUMBA.log_softmax(x, -1)[0], -np.inf)
+
+
+@given(st.data())
+def test_layer_norm(data):
+    dtype = data.draw(dtypes)
+    x = data.draw(arrays(data.draw(small_shapes()), dtype))
+    width = x.shape[-1:]
+    weight = data.draw(st.none() | arrays(width, dtype))
+    bias = data.draw(st.none() | arrays(width, dtype))
+    eps = data.draw(st.sampled_from([1e-5, 0.1]))
+    grad = data.draw(arrays(x.shape, dtype))
+    expected = REF.layer_norm(x, weight, bias, eps)
+    with on_threads(data.draw(parallel)):
+        actual = NUMBA.layer_norm(x, weight, bias, eps)
+        grads = NUMBA.layer_norm_backward(grad, actual[1], actual[2], weight)
+    cond = max(1.0, float(np.abs(x).max() * expected[2].max()))
+    assert_all_same(actual, expected, cond)
+    rows = x.size // x.shape[-1]
+    assert_all_same(grads, REF.layer_norm_backward(grad, expected[1], expected[2], weight),
+                    cond * float(expected[2].max()) * rows)
+
+
+def test_layer_norm_constant_rows_give_bias():
+    for dtype in FLOAT_DTYPES:
+        x = np.full((2, 5), 0.7, dtype=dtype)
+        bias = np.arange(5, dtype=dtype)
+        y, xhat, _ = NUMBA.layer_norm(x, np.ones(5, dtype), bias, 1e-5)
+        np.testing.assert_allclose(y, np.broadcast_to(bias, x.shape), atol=1e-3)
+        assert np.isfinite(xhat).all()
+
+
+@given(st.data())
+def test_gelu_and_bias_gelu(data):
+    dtype = data.draw(dtypes)
+    approximate = data.draw(st.sampled_from(["none", "tanh"]))
+    x = data.draw(arrays(data.draw(small_shapes()), dtype, low=-10, high=10))
+    bias = data.draw(arrays(x.shape[-1:], dtype))
+    grad = data.draw(arrays(x.shape, dtype))
+    with on_threads(data.draw(parallel)):
+        assert_same(NUMBA.gelu(x, approximate), REF.gelu(x, approximate))
+        assert_same(NUMBA.gelu_backward(x, grad, approximate),
+                    REF.gelu_backward(x, grad, approximate))
+        assert_same(NUMBA.bias_gelu(x, bias, approximate), REF.bias_gelu(x, bias, approximate))
+        assert_same(NUMBA.bias_gelu_backward(x, bias, grad, approximate),
+                    REF.bias_gelu_backward(x, bias, grad, approximate))
+
+
+@given(st.data())
+def test_scatter_add_rows(data):
+    dtype = data.draw(dtypes)
+    num_rows = data.draw(st.integers(1, 6))
+    index = data.draw(S.index_arrays(num_rows, small_shapes(max_dims=2), allow_negative=False))
+    src = data.draw(arrays(index.shape + (data.draw(st.integers(1, 4)),), dtype))
+    with on_threads(data.draw(parallel)):
+        actual = NUMBA.scatter_add_rows(index, src, num_rows)
+    assert_same(actual, REF.scatter_add_rows(index, src, num_rows))
+
+
+@given(st.data())
+def test_scatter_add_rows_negative_indices_count_from_the_end(data):
+    num_rows = data.draw(st.integers(1, 6))
+    index = data.draw(S.index_arrays(num_rows, st.just((7,))))
+    src = data.draw(arrays((7, 3), np.float64))
+    expected = np.zeros((num_rows, 3))
+    np.add.at(expected, index, src)
+    assert_same(NUMBA.scatter_add_rows(index, src, num_rows), expected)
+
+
+def test_scatter_add_rows_refuses_an_index_out_of_range():
+    with pytest.raises(IndexError, match="index 4 is out of range for 4 rows"):
+        NUMBA.scatter_add_rows(np.array([0, 4]), np.ones((2, 3)), 4)
+
+
+@given(st.data())
+def test_cross_entropy(data):
+    dtype = data.draw(dtypes)
+    rows, classes = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 7))
+    logits = data.draw(arrays((rows, classes), dtype, large=True))
+    ignore_index = data.draw(st.sampled_from([-100, 0]))
+    target = data.draw(hnp.arrays(np.int64, (rows,), elements=st.integers(-classes, classes - 1)
+                                  | st.just(ignore_index)))
+    smoothing = data.draw(st.sampled_from([0.0, 0.1, 0.5]))
+    grad_rows = data.draw(arrays((rows,), dtype))
+    expected, ref_state = REF.cross_entropy(logits, target, ignore_index, smoothing)
+    with on_threads(data.draw(parallel)):
+        actual, state = NUMBA.cross_entropy(logits, target, ignore_index, smoothing)
+        grad = NUMBA.cross_entropy_backward(state, target, grad_rows, ignore_index, smoothing)
+    assert_same(actual, expected)
+    assert_same(grad, REF.cross_entropy_backward(ref_state, target, grad_rows, ignore_index,
+                                                 smoothing))
+
+
+@st.composite
+def attention_inputs(draw, same_length=False):
+    dtype = draw(dtypes)
+    batch, heads = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    tq = draw(st.integers(1, 6))
+    tk = tq if same_length else draw(st.integers(1, 6))
+    d, dv = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    q = draw(arrays((batch, heads, tq, d), dtype))
+    k = draw(arrays((batch, heads, tk, d), dtype))
+    v = draw(arrays((batch, heads, tk, dv), dtype))
+    grad = draw(arrays((batch, heads, tq, dv), dtype))
+    key_mask = draw(st.none() | S.bool_masks((batch, tk)))
+    scale = draw(st.sampled_from([1 / math.sqrt(d), 1e3]))  # 1e3: scores up to ~1e4
+    return q, k, v, grad, key_mask, scale, draw(st.booleans())
+
+
+@given(attention_inputs(), st.booleans(), st.sampled_from([1 << 20, 7, 3]),
+       st.sampled_from([128, 2, 1]), parallel)
+def test_attention(inputs, keep_probs, block, causal_rows, parallel):
+    """Without ``keep_probs`` the backward recomputes the probabilities; small ``block`` and
+    ``causal_rows`` then split the scores into blocks of query rows (and, when causal, of only the
+    keys those rows can see), as at long sequence lengths."""
+    q, k, v, grad, key_mask, scale, causal = inputs
+    expected, ref_state = REF.attention(q, k, v, scale, causal, key_mask)
+    with mock.patch.multiple(numba_backend, _KEEP_PROBS=(1 << 20) * keep_probs,
+                             _ATTENTION_BLOCK=block, _CAUSAL_ROWS=causal_rows), \
+            on_threads(parallel):
+        actual, state = NUMBA.attention(q, k, v, scale, causal, key_mask)
+        grads = NUMBA.attention_backward(grad, q, k, v, state, scale, causal, key_mask)
+    assert_same(actual, expected)
+    # in float32 a gradient's rounding error grows with the scale of the scores
+    assert_all_same(grads, REF.attention_backward(grad, q, k, v, ref_state, scale, causal,
+                                                  key_mask), cond=max(1.0, scale))
+
+
+def test_attention_all_masked_query_gives_zero_output_and_gradient():
+    q = k = v = np.ones((1, 1, 3, 2))
+    key_mask = np.zeros((1, 3), dtype=bool)
+    out, state = NUMBA.attention(q, k, v, 1.0, False, key_mask)
+    np.testing.assert_array_equal(out, 0)
+    for g in NUMBA.attention_backward(np.ones_like(out), q, k, v, state, 1.0, False, key_mask):
+        np.testing.assert_array_equal(g, 0)
+
+
+@given(attention_inputs(same_length=True), st.integers(0, 7), st.integers(1, 3), parallel)
+def test_banded_attention(inputs, window, dilation, parallel):
+    q, k, v, grad, key_mask, scale, causal = inputs
+    args = (scale, window, dilation, causal, key_mask)
+    expected, ref_state = REF.banded_attention(q, k, v, *args)
+    with on_threads(parallel):
+        actual, state = NUMBA.banded_attention(q, k, v, *args)
+        grads = NUMBA.banded_attention_backward(grad, q, k, v, state, *args)
+    width = (window + 1) if causal else (2 * window + 1)
+    assert state.shape == q.shape[:3] + (width,)  # memory n * width, never n^2
+    assert_same(actual, expected)
+    assert_same(state, ref_state)
+    assert_all_same(grads, REF.banded_attention_backward(grad, q, k, v, ref_state, *args),
+                    cond=max(1.0, scale))
+
+
+@given(st.data())
+def test_matmul_int8(data):
+    m, depth, n = (data.draw(st.integers(1, 9)) for _ in range(3))
+    a = data.draw(hnp.arrays(np.int8, (m, depth)))
+    b = data.draw(hnp.arrays(np.int8, (depth, n)))
+    if data.draw(st.booleans()):  # non-contiguous: a transposed copy and every other column
+        a, b = np.asfortranarray(a), np.repeat(b, 2, axis=1)[:, ::2]
+    with on_threads(data.draw(parallel)):
+        assert_same(NUMBA.matmul_int8(a, b), REF.matmul_int8(a, b))
+
+
+@given(st.data())
+def test_binary_matmul(data):
+    m, n, depth = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 5)), \
+        data.draw(st.integers(1, 140))
+    a = data.draw(S.arrays((m, depth)))
+    b = data.draw(S.arrays((n, depth)))
+    a_bits, b_bits = REF.pack_signs(a), REF.pack_signs(b)
+    expected = np.where(a >= 0, 1, -1) @ np.where(b >= 0, 1, -1).T
+    with on_threads(data.draw(parallel)):
+        actual = NUMBA.binary_matmul(a_bits, b_bits, depth)
+    assert_same(actual, REF.binary_matmul(a_bits, b_bits, depth))
+    np.testing.assert_array_equal(actual, expected)
+
+
+# ---- end to end: tensors on the numba backend through the fused functions -----------------------
+def _values_and_grads(backend_name, fn, arrays, seed=0, create_graph=False):
+    """``fn(*tensors)`` on ``backend_name`` and the gradients of <fn, random cotangent> with
+    respect to every tensor (with ``create_graph``: the gradient of <those gradients, random
+    directions> instead)."""
+    rng = np.random.default_rng(seed)
+    with mt.backend(backend_name):
+        tensors = [mt.tensor(a, dtype=a.dtype, requires_grad=True) for a in arrays]
+        out = fn(*tensors)
+        assert out.backend.name == backend_name
+        cotangent = mt.tensor(rng.standard_normal(out.shape), dtype=out.dtype)
+        grads = mt.grad((out * cotangent).sum(), tensors, create_graph=create_graph)
+        if create_graph:
+            total = sum((g * mt.tensor(rng.standard_normal(g.shape), dtype=g.dtype)).sum()
+                        for g in grads)
+            grads = mt.grad(total, tensors, allow_unused=True)
+    return [out.numpy()] + [None if g is None else g.numpy() for g in grads]
+
+
+def _fused_cases(dtype):
+    rng = np.random.default_rng(1)
+
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(dtype)
+
+    key_mask = np.array([[True, True, False, True, True], [False] * 5])
+    target = np.array([3, -100, 0, 6, 6, 1])
+    ids = np.array([[0, 2, 2], [4, 0, 2]])
+    return {
+        "softmax": (lambda x: Softmax.apply(x, axis=-1), [normal(3, 4, 7)]),
+        "log_softmax": (lambda x: LogSoftmax.apply(x, axis=-1), [normal(3, 4, 7)]),
+        "layer_norm": (lambda x, w, b: LayerNorm.apply(x, w, b, eps=1e-5),
+                       [normal(3, 4, 7), normal(7), normal(7)]),
+        "gelu_erf": (lambda x: Gelu.apply(x, approximate="none"), [normal(3, 4, 7)]),
+        "gelu_tanh": (lambda x: Gelu.apply(x, approximate="tanh"), [normal(3, 4, 7)]),
+        "bias_gelu": (lambda x, b: BiasGelu.apply(x, b, approximate="tanh"),
+                      [normal(3, 4, 7), normal(7)]),
+        "cross_entropy": (lambda x: CrossEntropy.apply(x, target, ignore_index=-100,
+                                                       label_smoothing=0.1), [normal(6, 7)]),
+        "attention": (lambda q, k, v: Attention.apply(q, k, v, key_mask, scale=0.5, causal=True),
+                      [normal(2, 3, 5, 4), normal(2, 3, 5, 4), normal(2, 3, 5, 3)]),
+        "banded_attention": (lambda q, k, v: BandedAttention.apply(
+            q, k, v, key_mask, scale=0.5, window=2, dilation=1, causal=False),
+            [normal(2, 3, 5, 4), normal(2, 3, 5, 4), normal(2, 3, 5, 3)]),
+        "embedding_lookup": (lambda w: w[ids], [normal(5, 4)]),
+    }
+
+
+@pytest.mark.parametrize("threads", [False, True])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("case", sorted(_fused_cases(np.float64)))
+def test_fused_functions_match_the_numpy_backend(case, dtype, threads):
+    fn, inputs = _fused_cases(dtype)[case]
+    with on_threads(threads):
+        actual = _values_and_grads("numba", fn, inputs)
+    assert_all_same(actual, _values_and_grads("numpy", fn, inputs))
+
+
+@pytest.mark.parametrize("case", ["softmax", "layer_norm", "gelu_tanh", "bias_gelu",
+                                  "cross_entropy", "attention", "banded_attention"])
+def test_second_order_on_the_numba_backend(case):
+    """Under create_graph the fused functions differentiate their composite path."""
+    fn, inputs = _fused_cases(np.float64)[case]
+    assert_all_same(_values_and_grads("numba", fn, inputs, create_graph=True),
+                    _values_and_grads("numpy", fn, inputs, create_graph=True))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_banded_attention_with_a_wide_window_is_full_attention(causal):
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((2, 2, 6, 3)) for _ in range(3))
+    key_mask = np.array([[True] * 6, [True, False, True, True, False, True]])
+    for window in (5, 9):
+        banded = _values_and_grads("numba", lambda q, k, v: BandedAttention.apply(
+            q, k, v, key_mask, scale=0.4, window=window, dilation=1, causal=causal), [q, k, v])
+        full = _values_and_grads("numba", lambda q, k, v: Attention.apply(
+            q, k, v, key_mask, scale=0.4, causal=causal), [q, k, v])
+        assert_all_same(banded, full)
+
+
+def test_key_mask_given_as_a_tensor():
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 2, 4, 3)) for _ in range(3))
+    mask = np.array([[True, False, True, True]])
+    results = []
+    for name in ("numpy", "numba"):
+        with mt.backend(name):
+            key_mask = mt.tensor(mask)
+            results.append(_values_and_grads(name, lambda q, k, v: Attention.apply(
+                q, k, v, key_mask, scale=0.5, causal=False), [q, k, v]))
+    assert_all_same(*reversed(results))
+
+
+def test_a_tiny_transformer_block_trains_the_same_on_both_backends():
+    """Embedding, layer norm, causal multi-head attention, bias+GELU feed-forward, cross-entropy:
+    the loss and every parameter's gradient agree between the numpy and numba backends."""
+    vocab, d_model, heads, length, batch = 11, 8, 2, 6, 3
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, vocab, (batch, length))
+    targets = np.where(rng.random((batch, length)) < 0.2, -100, rng.integers(0, vocab,
+                                                                             (batch, length)))
+    key_mask = np.ones((batch, length), dtype=bool)
+    key_mask[0, 4:] = False
+    results = []
+    for name in ("numpy", "numba"):
+        mt.manual_seed(0)
+        layers = nn.ModuleDict({
+            "embed": nn.Embedding(vocab, d_model, dtype=mt.float64),
+            "norm": nn.LayerNorm(d_model, dtype=mt.float64),
+            "qkv": nn.Linear(d_model, 3 * d_model, dtype=mt.float64),
+            "up": nn.Linear(d_model, 4 * d_model, bias=False, dtype=mt.float64),
+            "down": nn.Linear(4 * d_model, vocab, dtype=mt.float64),
+        }).to(name)
+        up_bias = nn.Parameter(mt.tensor(np.linspace(-1, 1, 4 * d_model), dtype=mt.float64,
+                                         backend=name))
+        with mt.backend(name):
+            x = layers["norm"](layers["embed"](mt.tensor(ids)))
+            q, k, v = (t.reshape(batch, length, heads, -1).transpose(0, 2, 1, 3)
+                       for t in layers["qkv"](x).chunk(3, axis=-1))
+            attended = Attention.apply(q, k, v, key_mask, scale=0.5, causal=True)
+            x = x + attended.transpose(0, 2, 1, 3).reshape(batch, length, d_model)
+            hidden = BiasGelu.apply(layers["up"](x), up_bias, approximate="tanh")
+            logits = layers["down"](hidden)
+            loss = F.cross_entropy(logits.reshape(-1, vocab), mt.tensor(targets.reshape(-1)))
+            params = list(layers.parameters()) + [up_bias]
+            grads = mt.grad(loss, params)
+        results.append([loss.numpy()] + [g.numpy() for g in grads])
+    assert_all_same(results[1], results[0])
+
+
+# ---- plumbing -----------------------------------------------------------------------------------
+def test_importing_the_package_does_not_import_numba():
+    code = "import sys, minitorch_nlp; print('numba' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_kernels_called_from_several_threads_at_once():
+    """Numba's workqueue threading layer aborts the process if two threads enter it together;
+    the backend serialises its kernel calls."""
+    x = np.random.default_rng(5).standard_normal((64, 33))
+    expected = REF.softmax(x, -1)
+    errors = []
+
+    def work():
+        for _ in range(50):
+            if not np.allclose(NUMBA.softmax(x, -1), expected):
+                errors.append("wrong result")
+
+    with on_threads(True):
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors
