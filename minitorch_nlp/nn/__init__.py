@@ -9,7 +9,15 @@ from .containers import ModuleDict, ModuleList, Sequential
 from .layers import GELU, Dropout, Embedding, Identity, LayerNorm, Linear, ReLU, Sigmoid, Softmax, Tanh
 from .module import IncompatibleKeys, Module
 from .parameter import Parameter
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from .transformer import (FeedForward, LearnedPositionalEmbedding, MultiHeadAttention,
+                          SinusoidalPositionalEncoding, TransformerDecoder, TransformerDecoderLayer,
+                          TransformerEncoder, TransformerEncoderLayer, attention_weights)
 
 __all__ = ["GELU", "Dropout", "Embedding", "Identity", "IncompatibleKeys", "LayerNorm", "Linear",
            "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid",
-           "Softmax", "Tanh", "init"]
+           "Softmax", "Tanh", "init",
+           "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
+           "FeedForward", "LearnedPositionalEmbedding", "MultiHeadAttention",
+           "SinusoidalPositionalEncoding", "TransformerDecoder", "TransformerDecoderLayer",
+           "TransformerEncoder", "TransformerEncoderLayer", "attention_weights"]

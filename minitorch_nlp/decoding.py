@@ -1,0 +1,170 @@
+"""Decoding an autoregressive model: greedy search and beam search (the survey's eq 1-2).
+
+A model is seen through one step function::
+
+    step_fn(tokens, state) -> (log_probs, new_state)
+
+``tokens`` is an int64 NumPy array ``(N,)`` (the token each of the N rows emitted last, <bos> at
+the start), ``log_probs`` a Tensor ``(N, V)`` of log P(y_t | y_<t, x) and ``state`` anything the
+model carries from step to step: a nested dict / list / tuple of Tensors and NumPy arrays whose
+axis 0 is the N rows. Beam search keeps ``N = batch * beam`` rows and reorders the state with
+:func:`reorder_state` when hypotheses are pruned, so the same step function serves both searches.
+
+Both searches return the generated ids after <bos>, <eos> included, and ``pad_id`` after a row's
+<eos>. They run without recording a graph.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import cookbook
+from . import functional as F
+from .autograd import Tensor, no_grad
+
+__all__ = ["beam_search", "expand_state", "greedy_search", "reorder_state", "sequence_log_prob",
+           "wu_length_penalty"]
+
+
+def reorder_state(state, index):
+    """``state`` with its rows (axis 0 of every Tensor / NumPy array in it) taken at ``index``;
+    dicts, lists and tuples (named ones too) are rebuilt around the reordered leaves, anything
+    else (None, numbers, strings) is kept as it is."""
+    index = np.asarray(index, dtype=np.int64)
+    if isinstance(state, Tensor):
+        return state[state.backend.asarray(index)]
+    if isinstance(state, np.ndarray):
+        return state[index]
+    if isinstance(state, dict):
+        return {key: reorder_state(value, index) for key, value in state.items()}
+    if isinstance(state, tuple) and hasattr(state, "_fields"):
+        return type(state)(*(reorder_state(value, index) for value in state))
+    if isinstance(state, (list, tuple)):
+        return type(state)(reorder_state(value, index) for value in state)
+    return state
+
+
+def expand_state(state, beam_size):
+    """Every row of ``state`` repeated ``beam_size`` times in place (row b becomes rows
+    b * beam_size ... b * beam_size + beam_size - 1)."""
+    rows = _rows(state)
+    return state if rows is None else reorder_state(state, np.repeat(np.arange(rows), beam_size))
+
+
+def _rows(state):
+    if isinstance(state, (Tensor, np.ndarray)):
+        return state.shape[0]
+    values = state.values() if isinstance(state, dict) else \
+        state if isinstance(state, (list, tuple)) else ()
+    for value in values:
+        rows = _rows(value)
+        if rows is not None:
+            return rows
+    return None
+
+
+def _log_probs(step_fn, tokens, state, rows):
+    log_probs, state = step_fn(tokens, state)
+    values = np.asarray(log_probs.numpy() if isinstance(log_probs, Tensor) else log_probs,
+                        dtype=np.float64)
+    if values.ndim != 2 or values.shape[0] != rows:
+        raise ValueError(f"decoding: step_fn must return log-probabilities of shape (rows={rows}, "
+                         f"vocab), got {values.shape}")
+    return values, state
+
+
+def _check(batch_size, max_len, op):
+    for name, value in (("batch_size", batch_size), ("max_len", max_len)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
+
+
+@cookbook.equation(1)
+def greedy_search(step_fn, state, batch_size, bos_id, eos_id, max_len, pad_id=0):
+    """Greedy decoding: y_t = argmax_y P(y | y_<t, x) at each step, the cheapest approximation of
+    eq 1, y* = argmax_y P(y | x) = argmax prod_t P(y_t | y_<t, x) (eq 2).
+
+    Stops when every row has emitted ``eos_id`` or after ``max_len`` tokens. Returns int64 ids
+    ``(batch_size, L)`` with L <= max_len: <eos> included, ``pad_id`` after it."""
+    _check(batch_size, max_len, "greedy_search")
+    tokens = np.full(batch_size, bos_id, dtype=np.int64)
+    finished = np.zeros(batch_size, dtype=bool)
+    generated = []
+    with no_grad():
+        for _ in range(max_len):
+            log_probs, state = _log_probs(step_fn, tokens, state, batch_size)
+            tokens = np.where(finished, pad_id, log_probs.argmax(axis=-1)).astype(np.int64)
+            generated.append(tokens)
+            finished |= tokens == eos_id
+            if finished.all():
+                break
+    return np.stack(generated, axis=1)
+
+
+def wu_length_penalty(length, alpha):
+    """Wu et al. (2016), section 7: lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha. Beam search ranks
+    hypotheses by log P(Y | X) / lp(Y), so that longer ones are not penalised merely for having
+    more factors below 1; alpha = 0 ranks by log P itself."""
+    return ((5.0 + np.asarray(length, dtype=np.float64)) / 6.0) ** alpha
+
+
+@cookbook.equation(1)
+def beam_search(step_fn, state, batch_size, bos_id, eos_id, max_len, beam_size,
+                length_penalty=1.0, pad_id=0):
+    """Beam search for eq 1, y* = argmax_y log P(y | x), keeping the ``beam_size`` best prefixes
+    of every source sentence at each step, ranked by log P(y_<=t | x) / lp(|y_<=t|) with Wu et
+    al.'s (2016) length normalisation (``length_penalty`` is their alpha; |y| counts <eos>).
+
+    A hypothesis that emits <eos> stays in the beam, finished, with its score frozen (it extends
+    only with ``pad_id`` at no cost), and competes with the live ones; the search stops when all
+    beams of all sentences are finished or after ``max_len`` tokens. With ``beam_size=1`` this
+    is exactly :func:`greedy_search`; with a beam as wide as the number of prefixes it is the
+    exhaustive argmax.
+
+    ``state`` holds one row per sentence; it is expanded to ``batch_size * beam_size`` rows.
+    Returns ``(ids, scores)``: the best hypothesis of each sentence as int64 ids
+    ``(batch_size, L)`` (<eos> included, ``pad_id`` after it) and its normalised score
+    ``(batch_size,)``."""
+    _check(batch_size, max_len, "beam_search")
+    if isinstance(beam_size, bool) or not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
+        raise ValueError(f"beam_search: beam_size must be a positive int, got {beam_size!r}")
+    batch, beam = batch_size, beam_size
+    state = expand_state(state, beam)
+    tokens = np.full(batch * beam, bos_id, dtype=np.int64)
+    scores = np.full((batch, beam), -np.inf)
+    scores[:, 0] = 0.0  # the beams start identical: keep one, or the top-k would hold copies
+    lengths = np.zeros((batch, beam), dtype=np.int64)
+    finished = np.zeros((batch, beam), dtype=bool)
+    history = np.zeros((batch, beam, 0), dtype=np.int64)
+    alpha = length_penalty
+    with no_grad():
+        for _ in range(max_len):
+            log_probs, state = _log_probs(step_fn, tokens, state, batch * beam)
+            vocab = log_probs.shape[-1]
+            candidates = scores[..., None] + log_probs.reshape(batch, beam, vocab)
+            candidates[finished] = -np.inf  # a finished hypothesis only pads, at no cost
+            candidates[finished, pad_id] = scores[finished]
+            candidate_lengths = np.broadcast_to((lengths + ~finished)[..., None], candidates.shape)
+            ranked = (candidates / wu_length_penalty(candidate_lengths, alpha)).reshape(
+                batch, beam * vocab)
+            best = np.argsort(-ranked, axis=1, kind="stable")[:, :beam]
+            source, tokens = np.divmod(best, vocab)
+            scores = np.take_along_axis(candidates.reshape(batch, -1), best, axis=1)
+            lengths = np.take_along_axis(candidate_lengths.reshape(batch, -1), best, axis=1)
+            finished = np.take_along_axis(finished, source, axis=1) | (tokens == eos_id)
+            finished |= np.isneginf(scores)  # an impossible hypothesis is as good as finished
+            history = np.concatenate(
+                [np.take_along_axis(history, source[..., None], axis=1), tokens[..., None]], axis=2)
+            state = reorder_state(state, (np.arange(batch)[:, None] * beam + source).reshape(-1))
+            tokens = tokens.reshape(-1)
+            if finished.all():
+                break
+    # the beams are sorted by normalised score, best first
+    return history[:, 0], scores[:, 0] / wu_length_penalty(lengths[:, 0], alpha)
+
+
+@cookbook.equation(2)
+def sequence_log_prob(logits, targets, pad_id=0):
+    """log P(y | x) = sum_t log P(y_t | y_<t, x) (eq 2, the chain rule that eq 1 maximises) from
+    teacher-forced ``logits`` ``(batch, T, V)`` and ``targets`` ``(batch, T)``; positions
+    holding ``pad_id`` count for nothing. Returns ``(batch,)``, differentiable in the logits."""
+    return -F.cross_entropy(logits, targets, ignore_index=pad_id, reduction="none").sum(axis=-1)

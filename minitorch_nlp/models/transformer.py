@@ -1,0 +1,228 @@
+"""The Transformer (Vaswani et al., 2017, "Attention Is All You Need"): the encoder-decoder model
+for translation of the survey's section IV-A (eq 11-12; the layers are in
+``minitorch_nlp.nn.transformer``).
+
+Read top to bottom, ``forward`` follows the paper's Figure 1:
+
+1. source and target tokens are embedded, the embeddings multiplied by sqrt(d_model) (section
+   3.4), positional encodings added (section 3.5) and dropout applied (section 5.4);
+2. the encoder stack turns the source into "memory"; padded source positions are masked;
+3. the decoder stack reads the shifted target (<bos> y_1 .. y_{n-1}) with causal self-attention
+   and attends to the memory;
+4. a linear map tied to the embedding matrix (the same matrix for source, target and output, as
+   in the paper's shared source-target vocabulary) gives the logits of the next token.
+
+``loss`` is cross-entropy with label smoothing (eps_ls = 0.1 in the paper, section 5.4) that
+ignores padding. ``greedy_decode`` and ``beam_decode`` generate with ``minitorch_nlp.decoding``,
+one token at a time, reusing each layer's keys and values (the KV cache) so that a step costs one
+row of attention instead of re-running the whole prefix.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+
+from .. import decoding
+from .. import functional as F
+from ..autograd import Tensor, no_grad
+from ..nn import (Dropout, Embedding, LearnedPositionalEmbedding, Module,
+                  SinusoidalPositionalEncoding, TransformerDecoder, TransformerEncoder, init)
+
+__all__ = ["Transformer"]
+
+POSITIONAL = ("sinusoidal", "learned")
+
+
+def _ids(ids, name):
+    """Token ids as an int64 NumPy array (from a Tensor, an array or nested lists)."""
+    array = ids.numpy() if isinstance(ids, Tensor) else np.asarray(ids)
+    if array.ndim != 2 or array.dtype.kind not in "iu":
+        raise ValueError(f"Transformer: {name} must be integer token ids of shape (batch, time), "
+                         f"got {array.dtype} {array.shape}")
+    return array.astype(np.int64, copy=False)
+
+
+class Transformer(Module):
+    """The encoder-decoder Transformer. The defaults are the paper's base model (d_model = 512,
+    8 heads, 6 + 6 layers, d_ff = 2048, dropout 0.1, label smoothing 0.1, post-LN).
+
+    ``share_embeddings=True`` (the paper's setting) uses one embedding matrix for the source, the
+    target and the output projection, so both vocabularies must be the same one. With ``False``
+    source and target have their own embeddings and the output projection is tied to the
+    target's. ``positional`` is ``"sinusoidal"`` (the paper) or ``"learned"``. ``norm_first=True``
+    makes every layer pre-LN (with a final LayerNorm after each stack). ``pad_id``, ``bos_id``
+    and ``eos_id`` are those of ``minitorch_nlp.data.Vocab``.
+
+    Masks are bool arrays, True on real tokens; where one is not given it is computed from
+    ``pad_id`` (every position holding ``pad_id`` is padding).
+    """
+
+    def __init__(self, src_vocab_size, tgt_vocab_size=None, *, d_model=512, num_heads=8,
+                 num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1,
+                 activation="relu", norm_first=False, max_len=256, positional="sinusoidal",
+                 share_embeddings=True, label_smoothing=0.1, pad_id=0, bos_id=1, eos_id=2):
+        super().__init__()
+        tgt_vocab_size = src_vocab_size if tgt_vocab_size is None else tgt_vocab_size
+        if share_embeddings and tgt_vocab_size != src_vocab_size:
+            raise ValueError(f"Transformer: share_embeddings=True needs one vocabulary for source "
+                             f"and target, got src_vocab_size={src_vocab_size} and "
+                             f"tgt_vocab_size={tgt_vocab_size}; build a joint vocabulary or pass "
+                             "share_embeddings=False")
+        if positional not in POSITIONAL:
+            raise ValueError(f"Transformer: positional must be one of {POSITIONAL}, got "
+                             f"{positional!r}")
+        self.config = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
+                           d_model=d_model, num_heads=num_heads,
+                           num_encoder_layers=num_encoder_layers,
+                           num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout,
+                           activation=activation, norm_first=norm_first, max_len=max_len,
+                           positional=positional, share_embeddings=share_embeddings,
+                           label_smoothing=label_smoothing, pad_id=pad_id, bos_id=bos_id,
+                           eos_id=eos_id)
+        self.d_model, self.max_len = d_model, max_len
+        self.label_smoothing = label_smoothing
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+
+        self.src_embed = self._embedding(src_vocab_size, d_model, pad_id)
+        self.tgt_embed = (self.src_embed if share_embeddings
+                          else self._embedding(tgt_vocab_size, d_model, pad_id))
+        self.positions = (SinusoidalPositionalEncoding(d_model, max_len)
+                          if positional == "sinusoidal"
+                          else LearnedPositionalEmbedding(max_len, d_model))
+        self.dropout = Dropout(dropout)
+        stack = dict(d_model=d_model, num_heads=num_heads, d_ff=d_ff, dropout=dropout,
+                     activation=activation, norm_first=norm_first)
+        self.encoder = TransformerEncoder(num_encoder_layers, **stack)
+        self.decoder = TransformerDecoder(num_decoder_layers, **stack)
+
+    @staticmethod
+    def _embedding(vocab_size, d_model, pad_id):
+        """N(0, 1/d_model) entries: multiplied by sqrt(d_model) they have unit variance, the
+        scale of the positional encodings, and as the tied output projection they give logits of
+        unit variance at the start."""
+        embedding = Embedding(vocab_size, d_model, padding_idx=pad_id)
+        init.normal_(embedding.weight, std=d_model ** -0.5)
+        embedding.weight.data[pad_id] = 0
+        embedding.weight._bump_version()
+        return embedding
+
+    # ---- the model ----------------------------------------------------------------------------
+    def _key_mask(self, ids, mask):
+        return ids != self.pad_id if mask is None else mask
+
+    def embed(self, ids, embedding, start=0):
+        """Embedding * sqrt(d_model) + positional encoding, then dropout (sections 3.4, 3.5,
+        5.4); ``start`` is the position of the first token (> 0 when decoding with a cache)."""
+        x = embedding(ids) * math.sqrt(self.d_model)
+        return self.dropout(self.positions(x, start=start))
+
+    def encode(self, src, src_key_mask=None, need_weights=False):
+        """The encoder's output, the "memory" (batch, src_time, d_model); with
+        ``need_weights=True`` also each layer's self-attention weights."""
+        src = _ids(src, "src")
+        return self.encoder(self.embed(src, self.src_embed),
+                            key_mask=self._key_mask(src, src_key_mask), need_weights=need_weights)
+
+    def decode(self, tgt_in, memory, src_key_mask, tgt_key_mask=None, cache=None,
+               need_weights=False):
+        """Logits (batch, tgt_time, tgt_vocab_size) of the token after each position of
+        ``tgt_in``, given the encoder's ``memory`` and its key mask. With a ``cache``
+        (``self.decoder.new_cache()``), ``tgt_in`` holds only the new positions."""
+        tgt_in = _ids(tgt_in, "tgt_in")
+        start = 0 if cache is None else TransformerDecoder.cache_length(cache)
+        if tgt_key_mask is None and cache is None:
+            tgt_key_mask = tgt_in != self.pad_id
+        hidden = self.decoder(self.embed(tgt_in, self.tgt_embed, start), memory,
+                              tgt_key_mask=tgt_key_mask, memory_key_mask=src_key_mask,
+                              cache=cache, need_weights=need_weights)
+        hidden, weights = hidden if need_weights else (hidden, None)
+        logits = F.linear(hidden, self.tgt_embed.weight)  # the output softmax tied to E (3.4)
+        return (logits, weights) if need_weights else logits
+
+    def forward(self, src, tgt_in, src_key_mask=None, tgt_key_mask=None, need_weights=False):
+        """Logits (batch, tgt_time, tgt_vocab_size) for teacher forcing: position t predicts
+        ``tgt_in[:, t + 1]``, i.e. ``tgt_out[:, t]``. With ``need_weights=True`` returns
+        ``(logits, {"encoder": [...], "decoder": [...]})``, every layer's attention weights
+        (batch, heads, query_time, key_time), for pictures."""
+        src = _ids(src, "src")
+        src_key_mask = self._key_mask(src, src_key_mask)
+        memory = self.encode(src, src_key_mask, need_weights=need_weights)
+        memory, encoder_weights = memory if need_weights else (memory, None)
+        out = self.decode(tgt_in, memory, src_key_mask, tgt_key_mask, need_weights=need_weights)
+        if need_weights:
+            logits, decoder_weights = out
+            return logits, {"encoder": encoder_weights, "decoder": decoder_weights}
+        return out
+
+    def loss(self, src, tgt_in, tgt_out, src_key_mask=None, tgt_key_mask=None):
+        """Mean label-smoothed cross-entropy over the real (non-padding) target tokens."""
+        logits = self(src, tgt_in, src_key_mask, tgt_key_mask)
+        return F.cross_entropy(logits, tgt_out, ignore_index=self.pad_id,
+                               label_smoothing=self.label_smoothing)
+
+    # ---- generation ---------------------------------------------------------------------------
+    def start_decoding(self, src, src_key_mask=None, use_cache=True):
+        """The decoding state of a batch of sources: the memory, its mask, and either empty
+        key/value caches or (``use_cache=False``) the prefix generated so far, which every step
+        then runs through the whole decoder again. Every entry has the batch on axis 0, so
+        ``decoding.reorder_state`` can follow the beams."""
+        src = _ids(src, "src")
+        src_key_mask = self._key_mask(src, src_key_mask)
+        state = {"memory": self.encode(src, src_key_mask), "src_key_mask": src_key_mask}
+        if use_cache:
+            state["cache"] = self.decoder.new_cache()
+        else:
+            state["prefix"] = np.zeros((src.shape[0], 0), dtype=np.int64)
+        return state
+
+    def step(self, tokens, state):
+        """``decoding``'s step function: feed the last tokens (N,) and get the log-probabilities
+        (N, tgt_vocab_size) of the next ones, and the new state."""
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)
+        if "cache" in state:
+            logits = self.decode(tokens, state["memory"], state["src_key_mask"],
+                                 cache=state["cache"])
+        else:
+            state = {**state, "prefix": np.concatenate([state["prefix"], tokens], axis=1)}
+            logits = self.decode(state["prefix"], state["memory"], state["src_key_mask"])
+        return logits[:, -1].log_softmax(axis=-1), state
+
+    @contextlib.contextmanager
+    def _generating(self):
+        """No graph and no dropout while generating; the training mode is put back after."""
+        was_training = self.training
+        self.eval()
+        try:
+            with no_grad():
+                yield
+        finally:
+            self.train(was_training)
+
+    def _max_len(self, src, max_len):
+        return min(self.max_len, 2 * src.shape[1] + 10) if max_len is None else max_len
+
+    def greedy_decode(self, src, src_key_mask=None, max_len=None, use_cache=True):
+        """The most likely next token at every step (eq 1 approximated one step at a time):
+        ids (batch, <= max_len) after <bos>, each row ending with <eos> unless cut off."""
+        src = _ids(src, "src")
+        with self._generating():
+            state = self.start_decoding(src, src_key_mask, use_cache)
+            return decoding.greedy_search(self.step, state, batch_size=src.shape[0],
+                                          bos_id=self.bos_id, eos_id=self.eos_id,
+                                          max_len=self._max_len(src, max_len),
+                                          pad_id=self.pad_id)
+
+    def beam_decode(self, src, src_key_mask=None, beam_size=4, max_len=None,
+                    length_penalty=0.6, use_cache=True):
+        """Beam search with Wu et al.'s (2016) length normalisation (alpha = 0.6 and beam 4 in
+        the paper, section 6.1). Returns ``(ids (batch, length), scores (batch,))``."""
+        src = _ids(src, "src")
+        with self._generating():
+            state = self.start_decoding(src, src_key_mask, use_cache)
+            return decoding.beam_search(self.step, state, batch_size=src.shape[0],
+                                        bos_id=self.bos_id, eos_id=self.eos_id,
+                                        max_len=self._max_len(src, max_len),
+                                        beam_size=beam_size, length_penalty=length_penalty,
+                                        pad_id=self.pad_id)

@@ -1,0 +1,546 @@
+"""Section IV-A: the Transformer (Vaswani et al., 2017), eq 11-12.
+
+Forward values and gradients of the attention weights (eq 11), scaled dot-product and multi-head
+attention (eq 12) and whole encoder / decoder layers against the autograd.numpy references in
+``tests/reference/transformer.py`` (float64); then what holds by construction: causal attention
+ignores the future, padding changes nothing, an encoder without positions is
+permutation-equivariant, a fully padded row gives no NaN, cached decoding equals uncached, beam 1
+equals greedy, and both layer layouts learn.
+"""
+from __future__ import annotations
+
+import autograd
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import minitorch_nlp as mt
+import minitorch_nlp.functional as F
+from minitorch_nlp import nn, optim
+from minitorch_nlp.models.transformer import Transformer
+from tests import strategies as S
+from tests.reference import transformer as R
+
+pytestmark = [pytest.mark.sec4,
+              pytest.mark.filterwarnings("ignore:Output seems independent of input")]
+
+TOL = dict(rtol=1e-7, atol=1e-10)
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+def to_numpy(tree):
+    """The same nested dicts/tuples with every Tensor replaced by its NumPy array."""
+    if isinstance(tree, dict):
+        return {key: to_numpy(value) for key, value in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(to_numpy(value) for value in tree)
+    return tree.numpy()
+
+
+def grads_of(tree):
+    if isinstance(tree, dict):
+        return {key: grads_of(value) for key, value in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(grads_of(value) for value in tree)
+    return np.zeros(tree.shape) if tree.grad is None else tree.grad.numpy()
+
+
+def assert_trees_close(actual, expected, path=""):
+    if isinstance(expected, dict):
+        for key in expected:
+            assert_trees_close(actual[key], expected[key], f"{path}.{key}")
+    elif isinstance(expected, tuple):
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_trees_close(a, e, f"{path}[{i}]")
+    else:
+        np.testing.assert_allclose(actual, expected, **TOL, err_msg=f"gradient of {path}")
+
+
+def attention_parameters(attention):
+    return {f"{name}_{kind[0]}": getattr(getattr(attention, f"{name}_proj"), kind)
+            for name in ("q", "k", "v", "out") for kind in ("weight", "bias")}
+
+
+def layer_parameters(layer):
+    """A layer's parameters in the reference's nested layout (Tensors)."""
+    ff = layer.feed_forward
+    tree = {"attn": attention_parameters(layer.self_attn),
+            "ff": {"w1": ff.linear1.weight, "b1": ff.linear1.bias,
+                   "w2": ff.linear2.weight, "b2": ff.linear2.bias}}
+    for i in (1, 2, 3):
+        norm = getattr(layer, f"norm{i}", None)
+        if norm is not None:
+            tree[f"norm{i}"] = (norm.weight, norm.bias)
+    if hasattr(layer, "cross_attn"):
+        tree["cross"] = attention_parameters(layer.cross_attn)
+    return tree
+
+
+def randomize(module, seed):
+    """Every parameter redrawn from N(0, 0.5^2) in float64, so that biases and LayerNorm gains are
+    not trivially 0 and 1."""
+    module.to(mt.float64)
+    rng = np.random.default_rng(seed)
+    with mt.no_grad():
+        for p in module.parameters():
+            p.data[...] = rng.normal(0.0, 0.5, p.shape)
+            p._bump_version()
+    return module
+
+
+def t64(array, requires_grad=False):
+    return mt.tensor(array, dtype=mt.float64, requires_grad=requires_grad)
+
+
+def tiny_transformer(seed=0, **overrides):
+    mt.manual_seed(seed)
+    config = dict(d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=2, d_ff=32,
+                  dropout=0.0, max_len=32, label_smoothing=0.0)
+    config.update(overrides)
+    return Transformer(12, **config)
+
+
+@st.composite
+def attention_case(draw, max_side=4):
+    """q, k, v (batch, heads, time, d_k), a key mask (maybe with a fully padded row), causal."""
+    batch, heads = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    n_q, n_k, d_k = (draw(st.integers(1, max_side)) for _ in range(3))
+    q = draw(S.arrays((batch, heads, n_q, d_k)))
+    k = draw(S.arrays((batch, heads, n_k, d_k)))
+    v = draw(S.arrays((batch, heads, n_k, d_k)))
+    key_mask = draw(st.none() | S.bool_masks((batch, n_k)))
+    return q, k, v, key_mask, draw(st.booleans())
+
+
+def per_head(reference, key_mask, causal, *arrays):
+    """Apply a one-head reference to every (batch, head) pair and stack the results."""
+    batch, heads = arrays[0].shape[:2]
+    return autograd.numpy.stack([
+        autograd.numpy.stack([
+            reference(*(a[b, h] for a in arrays), key_mask_row=None if key_mask is None
+                      else key_mask[b], causal=causal)
+            for h in range(heads)])
+        for b in range(batch)])
+
+
+def check_against_reference(engine_fn, reference_fn, arrays, seed):
+    """Forward values of engine_fn(*tensors) and reference_fn(*arrays), then the gradient of
+    <output, cotangent> with respect to every input."""
+    tensors = [t64(a, requires_grad=True) for a in arrays]
+    out = engine_fn(*tensors)
+    expected = reference_fn(*arrays)
+    np.testing.assert_allclose(out.numpy(), expected, **TOL)
+    cotangent = np.random.default_rng(seed).standard_normal(expected.shape)
+    grads = mt.grad(out, tensors, grad_outputs=t64(cotangent), allow_unused=True)
+    for i, grad in enumerate(grads):
+        expected_grad = autograd.grad(
+            lambda x: autograd.numpy.sum(reference_fn(*arrays[:i], x, *arrays[i + 1:]) *
+                                         cotangent))(arrays[i])
+        np.testing.assert_allclose(np.zeros_like(expected_grad) if grad is None else grad.numpy(),
+                                   expected_grad, **TOL, err_msg=f"gradient of input {i}")
+
+
+# ---- eq 11-12 against the references -------------------------------------------------------------
+@pytest.mark.eq(11)
+@given(attention_case(), S.seeds())
+def test_eq11_attention_weights_match_reference(case, seed):
+    q, k, _, key_mask, causal = case
+    check_against_reference(
+        lambda tq, tk: nn.attention_weights(tq, tk, causal=causal, key_mask=key_mask),
+        lambda aq, ak: per_head(R.eq11_attention_weights, key_mask, causal, aq, ak),
+        [q, k], seed)
+
+
+@pytest.mark.eq(11)
+def test_eq11_rows_are_distributions_over_visible_keys():
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((2, 1, 3, 8)), rng.standard_normal((2, 1, 4, 8))
+    key_mask = np.array([[True, True, False, True], [False, False, False, False]])
+    weights = nn.attention_weights(t64(q), t64(k), key_mask=key_mask, causal=True).numpy()
+    np.testing.assert_allclose(weights[0].sum(-1), 1.0)
+    assert np.all(weights[0][..., 2] == 0)              # the padded key gets nothing
+    assert np.all(np.triu(weights[0, 0], k=2) == 0)    # 3 queries, 4 keys: query i sees keys <= i+1
+    assert np.all(weights[1] == 0)                      # a fully padded row gives zeros, not NaN
+
+
+@pytest.mark.eq(11)
+def test_eq11_uses_the_original_scale_not_the_surveys():
+    """The survey's softmax(Q K^T) omits 1/sqrt(d_k); the paper's (and ours) has it."""
+    q, k = np.random.default_rng(1).standard_normal((2, 1, 1, 3, 16))
+    scaled = nn.attention_weights(t64(q), t64(k)).numpy()
+    unscaled = nn.attention_weights(t64(q), t64(k), scale=1.0).numpy()
+    scores = q[0, 0] @ k[0, 0].T
+    np.testing.assert_allclose(scaled[0, 0], np.exp(scores / 4) / np.exp(scores / 4).sum(
+        -1, keepdims=True), **TOL)
+    np.testing.assert_allclose(unscaled[0, 0], np.exp(scores) / np.exp(scores).sum(
+        -1, keepdims=True), **TOL)
+
+
+@pytest.mark.eq(12)
+@given(attention_case(), S.seeds())
+def test_eq12_scaled_dot_product_attention_matches_reference(case, seed):
+    q, k, v, key_mask, causal = case
+    check_against_reference(
+        lambda tq, tk, tv: F.scaled_dot_product_attention(tq, tk, tv, causal=causal,
+                                                          key_mask=key_mask),
+        lambda aq, ak, av: per_head(R.eq12_scaled_dot_product_attention, key_mask, causal,
+                                    aq, ak, av),
+        [q, k, v], seed)
+
+
+@pytest.mark.eq(12)
+@settings(max_examples=15)
+@given(st.data())
+def test_eq12_multi_head_attention_matches_reference(data):
+    heads, head_dim = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 2))
+    batch, n_q = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 4))
+    cross, causal = data.draw(st.booleans()), data.draw(st.booleans())
+    n_k = data.draw(st.integers(1, 4)) if cross else n_q
+    d_model = heads * head_dim
+    attention = randomize(nn.MultiHeadAttention(d_model, heads), data.draw(S.seeds()))
+    query = data.draw(S.arrays((batch, n_q, d_model)))
+    key = data.draw(S.arrays((batch, n_k, d_model))) if cross else query
+    key_mask = data.draw(st.none() | S.bool_masks((batch, n_k)))
+    params = attention_parameters(attention)
+
+    tq = t64(query, requires_grad=True)
+    tk = t64(key, requires_grad=True) if cross else None
+    out = attention(tq, tk, key_mask=key_mask, causal=causal)
+
+    def reference(q, k, p):
+        return R.eq12_multi_head_attention(q, k if cross else q, k if cross else q, p, heads,
+                                           key_mask, causal)
+
+    expected = reference(query, key, to_numpy(params))
+    np.testing.assert_allclose(out.numpy(), expected, **TOL)
+    cotangent = np.random.default_rng(data.draw(S.seeds())).standard_normal(expected.shape)
+    out.backward(t64(cotangent))
+
+    def loss(q, k, p):
+        return autograd.numpy.sum(reference(q, k, p) * cotangent)
+
+    np.testing.assert_allclose(tq.grad.numpy(), autograd.grad(loss, 0)(query, key,
+                                                                        to_numpy(params)), **TOL)
+    if cross:
+        np.testing.assert_allclose(tk.grad.numpy(), autograd.grad(loss, 1)(query, key,
+                                                                            to_numpy(params)),
+                                   **TOL)
+    assert_trees_close(grads_of(params), autograd.grad(loss, 2)(query, key, to_numpy(params)))
+
+
+@pytest.mark.eq(11, 12)
+def test_need_weights_agrees_with_the_fused_output():
+    """The explicit weights (eq 11) times the values, heads merged and projected, are the
+    layer's output (eq 12): both paths compute the same attention."""
+    attention = randomize(nn.MultiHeadAttention(6, 3), 0)
+    x = t64(np.random.default_rng(2).standard_normal((2, 5, 6)))
+    key_mask = np.array([[True] * 5, [True, True, True, False, False]])
+    out, weights = attention(x, key_mask=key_mask, causal=True, need_weights=True)
+    values = attention.split_heads(attention.v_proj(x))
+    rebuilt = attention.out_proj(attention.merge_heads(weights @ values))
+    np.testing.assert_allclose(out.numpy(), rebuilt.numpy(), **TOL)
+    assert weights.shape == (2, 3, 5, 5)
+
+
+@pytest.mark.eq(12)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_encoder_layer_matches_reference(norm_first, activation):
+    layer = randomize(nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, activation=activation,
+                                                 norm_first=norm_first), 3)
+    x = np.random.default_rng(4).standard_normal((2, 3, 4))
+    key_mask = np.array([[True, True, True], [True, False, False]])
+    params = layer_parameters(layer)
+    tx = t64(x, requires_grad=True)
+    out = layer(tx, key_mask=key_mask)
+
+    def reference(x, p):
+        return R.encoder_layer(x, p, 2, norm_first, key_mask, activation=activation)
+
+    np.testing.assert_allclose(out.numpy(), reference(x, to_numpy(params)), **TOL)
+    cotangent = np.random.default_rng(5).standard_normal(out.shape)
+    out.backward(t64(cotangent))
+
+    def loss(x, p):
+        return autograd.numpy.sum(reference(x, p) * cotangent)
+
+    np.testing.assert_allclose(tx.grad.numpy(), autograd.grad(loss, 0)(x, to_numpy(params)),
+                               **TOL)
+    assert_trees_close(grads_of(params), autograd.grad(loss, 1)(x, to_numpy(params)))
+
+
+@pytest.mark.eq(12)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_decoder_layer_matches_reference(norm_first):
+    layer = randomize(nn.TransformerDecoderLayer(4, 2, 6, dropout=0.0, norm_first=norm_first), 6)
+    rng = np.random.default_rng(7)
+    x, memory = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 4))
+    memory_mask = np.array([[True, True, True, True], [True, True, False, False]])
+    params = layer_parameters(layer)
+    tx, tm = t64(x, requires_grad=True), t64(memory, requires_grad=True)
+    out = layer(tx, tm, memory_key_mask=memory_mask)
+
+    def reference(x, m, p):
+        return R.decoder_layer(x, m, p, 2, norm_first, memory_key_mask=memory_mask)
+
+    np.testing.assert_allclose(out.numpy(), reference(x, memory, to_numpy(params)), **TOL)
+    cotangent = rng.standard_normal(out.shape)
+    out.backward(t64(cotangent))
+
+    def loss(x, m, p):
+        return autograd.numpy.sum(reference(x, m, p) * cotangent)
+
+    arrays = (x, memory, to_numpy(params))
+    np.testing.assert_allclose(tx.grad.numpy(), autograd.grad(loss, 0)(*arrays), **TOL)
+    np.testing.assert_allclose(tm.grad.numpy(), autograd.grad(loss, 1)(*arrays), **TOL)
+    assert_trees_close(grads_of(params), autograd.grad(loss, 2)(*arrays))
+
+
+# ---- positions, feed-forward, stacks ------------------------------------------------------------
+def test_sinusoidal_encoding_is_the_papers():
+    for d_model in (6, 7):
+        table = nn.SinusoidalPositionalEncoding(d_model, max_len=30).table.numpy()
+        np.testing.assert_allclose(table, R.sinusoidal_positions(30, d_model), rtol=1e-6,
+                                   atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["sinusoidal", "learned"])
+def test_positions_start_offset_and_ids(kind):
+    layer = (nn.SinusoidalPositionalEncoding(4, max_len=10) if kind == "sinusoidal"
+             else nn.LearnedPositionalEmbedding(10, 4))
+    x = mt.zeros(2, 3, 4)
+    table = layer.table.numpy()
+    np.testing.assert_allclose(layer(x, start=5).numpy()[1], table[5:8])
+    ids = np.array([[0, 1, 2], [3, 0, 9]])
+    np.testing.assert_allclose(layer(x, position_ids=ids).numpy(), table[ids])
+    with pytest.raises(ValueError, match="max_len=10"):
+        layer(mt.zeros(1, 4, 4), start=7)
+    with pytest.raises(ValueError, match="position ids"):
+        layer(x, position_ids=ids + 5)
+
+
+def test_learned_positions_train_only_the_rows_used():
+    layer = nn.LearnedPositionalEmbedding(6, 3)
+    layer(mt.zeros(2, 2, 3), start=1).sum().backward()
+    grad = layer.table.grad.numpy()
+    assert np.all(grad[1:3] == 2) and np.all(grad[[0, 3, 4, 5]] == 0)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+def test_feed_forward_activations(activation):
+    ff = randomize(nn.FeedForward(3, 5, activation=activation), 8)
+    x = np.random.default_rng(9).standard_normal((2, 3))
+    hidden = x @ ff.linear1.weight.numpy().T + ff.linear1.bias.numpy()
+    act = {"relu": np.maximum(hidden, 0),
+           "gelu": F.gelu(t64(hidden)).numpy(),
+           "gelu_tanh": F.gelu(t64(hidden), approximate="tanh").numpy()}[activation]
+    expected = act @ ff.linear2.weight.numpy().T + ff.linear2.bias.numpy()
+    np.testing.assert_allclose(ff(t64(x)).numpy(), expected, **TOL)
+
+
+def test_final_norm_defaults_follow_the_layout():
+    assert nn.TransformerEncoder(1, 4, 2, 8, norm_first=True).norm is not None
+    assert nn.TransformerEncoder(1, 4, 2, 8, norm_first=False).norm is None
+    assert nn.TransformerDecoder(1, 4, 2, 8, norm_first=False, final_norm=True).norm is not None
+
+
+# ---- errors --------------------------------------------------------------------------------------
+def test_heads_must_divide_d_model():
+    with pytest.raises(ValueError, match=r"num_heads=3.*d_model=10"):
+        nn.MultiHeadAttention(10, 3)
+    with pytest.raises(ValueError, match=r"num_heads=3.*d_model=10"):
+        nn.TransformerEncoder(2, 10, 3, 16)
+
+
+def test_wrong_masks_and_shapes_are_named():
+    attention = nn.MultiHeadAttention(4, 2)
+    x = mt.zeros(2, 3, 4)
+    with pytest.raises(ValueError, match=r"key_mask must be a bool array of shape .*\(2, 3\)"):
+        attention(x, key_mask=np.ones((2, 4), bool))
+    with pytest.raises(ValueError, match="key_mask must be a bool"):
+        attention(x, key_mask=np.ones((2, 3), np.int64))
+    with pytest.raises(ValueError, match=r"query must be a Tensor of shape \(batch, time, "
+                                         r"d_model=4\)"):
+        attention(mt.zeros(2, 3, 5))
+    with pytest.raises(ValueError, match="same batch"):
+        attention(x, mt.zeros(3, 3, 4))
+    with pytest.raises(ValueError, match="activation"):
+        nn.FeedForward(4, 8, activation="swish")
+    with pytest.raises(ValueError, match="share_embeddings"):
+        Transformer(10, 12)
+
+
+# ---- properties ---------------------------------------------------------------------------------
+@pytest.mark.eq(12)
+@settings(max_examples=15)
+@given(st.integers(2, 6), st.data())
+def test_causal_output_at_t_ignores_later_inputs(length, data):
+    attention = randomize(nn.MultiHeadAttention(4, 2), data.draw(S.seeds()))
+    t = data.draw(st.integers(0, length - 2))
+    x = data.draw(S.arrays((2, length, 4)))
+    changed = x.copy()
+    changed[:, t + 1:] = data.draw(S.arrays((2, length - t - 1, 4)))
+    before = attention(t64(x), causal=True).numpy()
+    after = attention(t64(changed), causal=True).numpy()
+    np.testing.assert_allclose(after[:, :t + 1], before[:, :t + 1], **TOL)
+
+
+def test_decoder_logits_at_t_ignore_later_target_tokens():
+    model = tiny_transformer().to(mt.float64)
+    src = np.array([[3, 4, 5, 6]])
+    tgt = np.array([[1, 7, 8, 9, 10]])
+    changed = tgt.copy()
+    changed[0, 3:] = [11, 4]
+    before, after = model(src, tgt).numpy(), model(src, changed).numpy()
+    np.testing.assert_allclose(after[:, :3], before[:, :3], **TOL)
+    assert not np.allclose(after[:, 3:], before[:, 3:])
+
+
+@settings(max_examples=10)
+@given(S.token_batches(vocab_size=12, max_batch=3, max_len=6), S.seeds())
+def test_padding_changes_no_real_output(batch, seed):
+    """Each sequence alone, unpadded, gives the same memory and logits as inside a padded batch,
+    whatever the padded positions hold."""
+    model = tiny_transformer().to(mt.float64)
+    src = batch.ids.copy()
+    garbage = np.random.default_rng(seed).integers(3, 12, src.shape)
+    src[~batch.mask] = garbage[~batch.mask]            # padding that is not even pad_id
+    tgt = np.where(batch.mask, batch.ids, 0)
+    tgt[:, 0] = 1
+    memory = model.encode(src, batch.mask).numpy()
+    logits = model(src, tgt, batch.mask, batch.mask).numpy()
+    for row, length in enumerate(batch.lengths):
+        alone = model.encode(src[row:row + 1, :length]).numpy()
+        np.testing.assert_allclose(memory[row, :length], alone[0], rtol=1e-9, atol=1e-9)
+        alone = model(src[row:row + 1, :length], tgt[row:row + 1, :length]).numpy()
+        np.testing.assert_allclose(logits[row, :length], alone[0], rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=10)
+@given(st.integers(2, 6), st.data())
+def test_encoder_without_positions_is_permutation_equivariant(length, data):
+    encoder = randomize(nn.TransformerEncoder(2, 4, 2, 8, dropout=0.0), data.draw(S.seeds()))
+    x = data.draw(S.arrays((2, length, 4)))
+    key_mask = data.draw(S.bool_masks((2, length), all_false_row=False))
+    perm = np.array(data.draw(st.permutations(range(length))))
+    out = encoder(t64(x), key_mask=key_mask).numpy()
+    permuted = encoder(t64(x[:, perm]), key_mask=key_mask[:, perm]).numpy()
+    np.testing.assert_allclose(permuted, out[:, perm], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.eq(12)
+def test_fully_padded_rows_give_no_nan():
+    attention = randomize(nn.MultiHeadAttention(4, 2), 10)
+    x = t64(np.random.default_rng(11).standard_normal((2, 3, 4)), requires_grad=True)
+    key_mask = np.array([[True, False, True], [False, False, False]])
+    out = attention(x, key_mask=key_mask)
+    # no visible key: the heads give 0, so the row is the output projection's bias
+    np.testing.assert_allclose(out.numpy()[1], np.broadcast_to(attention.out_proj.bias.numpy(),
+                                                               (3, 4)), **TOL)
+    out.sum().backward()
+    assert np.isfinite(x.grad.numpy()).all()
+    assert all(np.isfinite(p.grad.numpy()).all() for p in attention.parameters())
+
+    model = tiny_transformer()
+    src = np.array([[3, 4, 5], [0, 0, 0]])                # the second source is all padding
+    tgt_in, tgt_out = np.array([[1, 6, 7], [1, 8, 0]]), np.array([[6, 7, 2], [8, 2, 0]])
+    loss = model.loss(src, tgt_in, mt.tensor(tgt_out))
+    loss.backward()
+    assert np.isfinite(loss.item())
+    assert all(np.isfinite(p.grad.numpy()).all() for p in model.parameters())
+    assert np.isfinite(model.greedy_decode(src, max_len=4)).all()
+
+
+# ---- the model -----------------------------------------------------------------------------------
+def test_embeddings_are_shared_scaled_and_tied():
+    model = tiny_transformer()
+    assert model.tgt_embed is model.src_embed
+    assert sum(p is model.src_embed.weight for p in model.parameters()) == 1
+    ids = np.array([[3, 4]])
+    expected = model.src_embed.weight.numpy()[ids] * 4.0 + model.positions.table.numpy()[:2]
+    np.testing.assert_allclose(model.embed(ids, model.src_embed).numpy(), expected, rtol=1e-6)
+    hidden = mt.randn(1, 2, 16)
+    np.testing.assert_allclose(F.linear(hidden, model.src_embed.weight).numpy(),
+                               hidden.numpy() @ model.src_embed.weight.numpy().T, rtol=1e-5)
+    separate = Transformer(10, 12, d_model=8, num_heads=2, num_encoder_layers=1,
+                           num_decoder_layers=1, d_ff=8, share_embeddings=False)
+    logits = separate(np.array([[3, 4]]), np.array([[1, 11, 5]]))
+    assert logits.shape == (1, 3, 12)
+
+
+def test_loss_is_label_smoothed_and_ignores_padding():
+    model = tiny_transformer(label_smoothing=0.1).to(mt.float64)
+    src = np.array([[3, 4, 5], [6, 7, 0]])
+    tgt_in, tgt_out = np.array([[1, 8, 9], [1, 10, 0]]), np.array([[8, 9, 2], [10, 2, 0]])
+    logits = model(src, tgt_in).numpy()
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    real = tgt_out != 0
+    per_token = (0.9 * -np.take_along_axis(log_p, tgt_out[..., None], -1)[..., 0]
+                 + 0.1 * -log_p.mean(-1))
+    expected = per_token[real].mean()
+    np.testing.assert_allclose(model.loss(src, tgt_in, mt.tensor(tgt_out)).item(), expected,
+                               rtol=1e-9)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_kv_cached_steps_equal_the_full_decoder(norm_first):
+    model = tiny_transformer(norm_first=norm_first).to(mt.float64)
+    src = np.array([[3, 4, 5, 0], [6, 7, 8, 9]])
+    tgt = np.array([[1, 10, 11, 4, 5], [1, 3, 3, 7, 2]])
+    full = model(src, tgt, tgt_key_mask=np.ones(tgt.shape, bool)).log_softmax(-1).numpy()
+    state = model.start_decoding(src)
+    for t in range(tgt.shape[1]):
+        log_probs, state = model.step(tgt[:, t], state)
+        np.testing.assert_allclose(log_probs.numpy(), full[:, t], rtol=1e-9, atol=1e-9)
+    assert state["cache"][0]["self"]["k"].shape == (2, 2, 5, 8)
+    assert state["cache"][0]["cross"]["k"].shape == (2, 2, 4, 8)
+
+
+def test_kv_cache_in_a_causal_encoder_stack():
+    """The decoder-only use (GPT): a causal stack fed one token at a time with a cache equals the
+    stack run on the whole sequence, and feeding two tokens at once works too."""
+    stack = randomize(nn.TransformerEncoder(2, 4, 2, 8, dropout=0.0, norm_first=True), 12)
+    x = t64(np.random.default_rng(13).standard_normal((2, 5, 4)))
+    full = stack(x, causal=True).numpy()
+    cache = stack.new_cache()
+    steps = [stack(x[:, :2], causal=True, cache=cache).numpy()]
+    steps += [stack(x[:, t:t + 1], causal=True, cache=cache).numpy() for t in range(2, 5)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-9, atol=1e-9)
+
+
+def test_cached_greedy_equals_uncached_and_beam_one_equals_greedy():
+    model = tiny_transformer(seed=3)
+    src = np.array([[3, 4, 5, 6, 7], [8, 9, 10, 0, 0], [11, 3, 0, 0, 0]])
+    cached = model.greedy_decode(src, max_len=8)
+    uncached = model.greedy_decode(src, max_len=8, use_cache=False)
+    np.testing.assert_array_equal(cached, uncached)
+    beam_ids, _ = model.beam_decode(src, beam_size=1, max_len=8)
+    np.testing.assert_array_equal(beam_ids[:, :cached.shape[1]], cached)
+    assert np.all(beam_ids[:, cached.shape[1]:] == model.pad_id)
+    wide_cached, scores = model.beam_decode(src, beam_size=3, max_len=8)
+    wide_uncached, _ = model.beam_decode(src, beam_size=3, max_len=8, use_cache=False)
+    np.testing.assert_array_equal(wide_cached, wide_uncached)
+    assert scores.shape == (3,) and model.training       # decoding put the mode back
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_overfits_a_tiny_batch(norm_first):
+    """Reverse 8 short sequences: the loss falls at least 20-fold within a few seconds, and
+    greedy decoding then gives the targets back."""
+    model = tiny_transformer(seed=1, norm_first=norm_first, d_model=32, num_heads=4, d_ff=64,
+                             num_encoder_layers=1, num_decoder_layers=1)
+    rng = np.random.default_rng(0)
+    src = rng.integers(3, 12, (8, 5))
+    body = src[:, ::-1]
+    tgt_in = np.concatenate([np.ones((8, 1), np.int64), body], 1)
+    tgt_out = mt.tensor(np.concatenate([body, np.full((8, 1), 2)], 1))
+    optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    first = None
+    for _ in range(150):
+        loss = model.loss(src, tgt_in, tgt_out)
+        first = loss.item() if first is None else first
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < first / 20, (first, loss.item())
+    np.testing.assert_array_equal(model.greedy_decode(src, max_len=6)[:, :5], body)
