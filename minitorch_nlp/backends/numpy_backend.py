@@ -188,7 +188,7 @@ class NumpyBackend:
     def scatter_add_rows(self, index, src, num_rows):
         """``out[index[k]] += src[k]`` for rows ``k``; duplicates add up (replaces ``np.add.at``)."""
         flat = index.reshape(-1)
-        rows = src.reshape(flat.size, src.shape[-1])
+        rows = src.reshape(flat.size, math.prod(src.shape[index.ndim:]))
         out = np.zeros((num_rows, rows.shape[1]), dtype=src.dtype)
         if flat.size == 0:
             return out
