@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two workers on two cores: a second BLAS thread per worker only busy-waits against the other
@@ -66,3 +69,22 @@ def clean_engine():
     mt.set_backend("numpy")
     mt.set_default_dtype(mt.float32)
     mt.set_grad_enabled(True)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def run_example(tmp_path):
+    """``run_example("elmo.py", "--smoke", ...)`` runs ``examples/elmo.py`` in a fresh interpreter
+    that imports this checkout's package, inside ``tmp_path``; returns the completed process after
+    checking it exited 0."""
+    def run(script, *args, timeout=120):
+        paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        done = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args],
+                              capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)})
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    return run

@@ -1,26 +1,15 @@
 """``examples/rnn_attention.py --smoke``: trains Bahdanau and Luong models for a few steps and
 writes the alignment heat maps, the loss curves and the metrics."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.sec3
 
 
-def test_rnn_attention_example_smoke_run(tmp_path):
+def test_rnn_attention_example_smoke_run(tmp_path, run_example):
     out = tmp_path / "rnn_attention"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "rnn_attention.py"), "--smoke",
-                           "--out", str(out), "--seed", "1"],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_example("rnn_attention.py", "--smoke", "--out", str(out), "--seed", "1")
 
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["config"]["smoke"] is True and metrics["config"]["seed"] == 1

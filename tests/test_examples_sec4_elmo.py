@@ -1,25 +1,14 @@
 """``examples/elmo.py --smoke`` pretrains a biLM, trains both classifiers, writes its outputs."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.sec4
 
 
-def test_elmo_example_smoke_run(tmp_path):
+def test_elmo_example_smoke_run(tmp_path, run_example):
     out = tmp_path / "elmo"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "elmo.py"), "--smoke",
-                           "--out", str(out), "--seed", "1"],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_example("elmo.py", "--smoke", "--out", str(out), "--seed", "1")
     assert "test accuracy" in done.stdout and "scalar mix" in done.stdout
 
     metrics = json.loads((out / "metrics.json").read_text())
