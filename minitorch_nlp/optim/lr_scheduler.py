@@ -145,8 +145,8 @@ class LRScheduler:
         self.step()
 
     def lr_at(self, step: int) -> list[float]:
-        """The learning rate of each parameter group at ``step``."""
-        raise NotImplementedError
+        """The learning rate of each parameter group at ``step`` (each schedule defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define lr_at(step)")
 
     def step(self) -> None:
         """Advance to the next step and set every group's ``lr`` to its scheduled value."""
