@@ -393,7 +393,7 @@ class AttentionDecoder(_Decoder):
         return new
 
     def step(self, tokens, state):
-        raise NotImplementedError(f"{type(self).__name__} does not define step()")
+        raise TypeError(f"{type(self).__name__} does not define step()")
 
     def forward(self, tgt_in, state):
         """Teacher forcing over ``tgt_in`` (batch, T): ``(logits (batch, T, V), weights

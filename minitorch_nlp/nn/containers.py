@@ -111,7 +111,7 @@ class ModuleList(_Numbered):
         return self.extend(modules)
 
     def forward(self, *args, **kwargs):
-        raise NotImplementedError("ModuleList has no forward(): iterate over it and call its "
+        raise TypeError("ModuleList has no forward(): iterate over it and call its "
                                   "modules")
 
 
@@ -168,4 +168,4 @@ class ModuleDict(Module):
             self[key] = module
 
     def forward(self, *args, **kwargs):
-        raise NotImplementedError("ModuleDict has no forward(): look its modules up and call them")
+        raise TypeError("ModuleDict has no forward(): look its modules up and call them")

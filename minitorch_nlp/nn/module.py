@@ -52,7 +52,7 @@ class Module:
         object.__setattr__(self, "training", True)
 
     def forward(self, *args, **kwargs):
-        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+        raise TypeError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)

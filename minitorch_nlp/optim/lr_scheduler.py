@@ -146,7 +146,7 @@ class LRScheduler:
 
     def lr_at(self, step: int) -> list[float]:
         """The learning rate of each parameter group at ``step`` (each schedule defines it)."""
-        raise NotImplementedError(f"{type(self).__name__} must define lr_at(step)")
+        raise TypeError(f"{type(self).__name__} must define lr_at(step)")
 
     def step(self) -> None:
         """Advance to the next step and set every group's ``lr`` to its scheduled value."""

@@ -129,7 +129,7 @@ class Optimizer:
         return set()
 
     def _update(self, param, grad, group: dict) -> None:
-        raise NotImplementedError(f"{type(self).__name__} does not implement _update")
+        raise TypeError(f"{type(self).__name__} does not implement _update")
 
     # ---- parameter groups ----------------------------------------------------------------------
     def add_param_group(self, param_group: dict) -> None:
