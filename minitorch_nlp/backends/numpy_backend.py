@@ -264,43 +264,48 @@ class NumpyBackend:
         """Key offsets j - i that query i may use: multiples of ``dilation`` within ``window`` steps."""
         return np.arange(-window, 1 if causal else window + 1) * dilation
 
-    def _band(self, n, window, dilation, causal):
-        idx = np.arange(n)[:, None] + self.band_offsets(window, dilation, causal)[None, :]
-        valid = (idx >= 0) & (idx < n)
-        return np.clip(idx, 0, n - 1), valid
+    def _diagonals(self, n, window, dilation, causal):
+        """(w, query rows, key rows) for each key offset w of the band: query i of ``rows`` uses key
+        i + offset of ``keys``; queries whose key would fall outside the sequence are left out."""
+        for w, offset in enumerate(self.band_offsets(window, dilation, causal)):
+            lo, hi = max(0, -offset), min(n, n - offset)
+            if lo < hi:
+                yield w, slice(lo, hi), slice(lo + offset, hi + offset)
 
     def banded_attention(self, q, k, v, scale, window, dilation, causal, key_mask):
         """Self-attention where query i sees keys i + o*dilation, |o| <= window (o <= 0 if causal).
 
-        Scores are kept as (B, H, n, W) with W = 2*window + 1 (window + 1 if causal): memory grows
-        as n * W, never n^2."""
-        n = q.shape[-2]
-        idx, valid = self._band(n, window, dilation, causal)
-        scores = np.einsum("bhnd,bhnwd->bhnw", q, k[:, :, idx, :]) * scale
-        allowed = valid[None, None]
-        if key_mask is not None:
-            allowed = allowed & key_mask[:, idx][:, None]
-        scores = np.where(allowed, scores, -np.inf).astype(q.dtype, copy=False)
+        Scores are kept as (B, H, n, W) with W = 2*window + 1 (window + 1 if causal) and filled
+        one key offset (one diagonal) at a time, so memory grows as n * W, never n^2."""
+        batch, heads, n, _ = q.shape
+        diagonals = list(self._diagonals(n, window, dilation, causal))
+        width = len(self.band_offsets(window, dilation, causal))
+        scores = np.full((batch, heads, n, width), -np.inf, dtype=q.dtype)
+        for w, rows, keys in diagonals:
+            diagonal = np.einsum("bhnd,bhnd->bhn", q[:, :, rows], k[:, :, keys]) * scale
+            if key_mask is not None:
+                diagonal[~np.broadcast_to(key_mask[:, None, keys], diagonal.shape)] = -np.inf
+            scores[:, :, rows, w] = diagonal
         probs = self.softmax(scores, -1)
-        return np.einsum("bhnw,bhnwd->bhnd", probs, v[:, :, idx, :]), probs
+        out = np.zeros(q.shape[:3] + v.shape[3:], dtype=q.dtype)
+        for w, rows, keys in diagonals:
+            out[:, :, rows] += probs[:, :, rows, w, None] * v[:, :, keys]
+        return out, probs
 
     def banded_attention_backward(self, grad, q, k, v, state, scale, window, dilation, causal,
                                   key_mask):
         probs = state
-        n = q.shape[-2]
-        idx, _ = self._band(n, window, dilation, causal)
-        dprobs = np.einsum("bhnd,bhnwd->bhnw", grad, v[:, :, idx, :])
+        diagonals = list(self._diagonals(q.shape[-2], window, dilation, causal))
+        dprobs = np.zeros_like(probs)
+        for w, rows, keys in diagonals:
+            dprobs[:, :, rows, w] = np.einsum("bhnd,bhnd->bhn", grad[:, :, rows], v[:, :, keys])
         dscores = self.softmax_backward(probs, dprobs, -1)
         dscores *= scale
-        dq = np.einsum("bhnw,bhnwd->bhnd", dscores, k[:, :, idx, :])
-        dk = np.zeros_like(k)
-        dv = np.zeros_like(v)
-        for w, offset in enumerate(self.band_offsets(window, dilation, causal)):
-            lo, hi = max(0, -offset), min(n, n - offset)  # queries whose key i + offset exists
-            if lo >= hi:
-                continue
-            dk[:, :, lo + offset:hi + offset] += dscores[:, :, lo:hi, w, None] * q[:, :, lo:hi]
-            dv[:, :, lo + offset:hi + offset] += probs[:, :, lo:hi, w, None] * grad[:, :, lo:hi]
+        dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+        for w, rows, keys in diagonals:
+            dq[:, :, rows] += dscores[:, :, rows, w, None] * k[:, :, keys]
+            dk[:, :, keys] += dscores[:, :, rows, w, None] * q[:, :, rows]
+            dv[:, :, keys] += probs[:, :, rows, w, None] * grad[:, :, rows]
         return dq, dk, dv
 
     # ---- low-precision matrix products ----------------------------------------------------------
