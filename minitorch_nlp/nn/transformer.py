@@ -400,14 +400,17 @@ class TransformerDecoderLayer(_ResidualLayer):
 
 class _Stack(Module):
     """N identical layers and, optionally, a final LayerNorm (needed in pre-LN, where the last
-    layer's output is an un-normalised residual sum)."""
+    layer's output is an un-normalised residual sum). Subclasses name their ``layer_class``."""
 
-    def __init__(self, layer_class, num_layers, d_model, num_heads, d_ff, dropout, activation,
-                 norm_first, final_norm, layer_norm_eps):
+    layer_class = None
+
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
+                 norm_first=False, final_norm=None, layer_norm_eps=1e-5):
         super().__init__()
         _check_positive(num_layers, "num_layers", type(self).__name__)
         self.layers = ModuleList([
-            layer_class(d_model, num_heads, d_ff, dropout, activation, norm_first, layer_norm_eps)
+            self.layer_class(d_model, num_heads, d_ff, dropout, activation, norm_first,
+                             layer_norm_eps)
             for _ in range(num_layers)])
         final_norm = norm_first if final_norm is None else final_norm
         self.norm = LayerNorm(d_model, eps=layer_norm_eps) if final_norm else None
@@ -422,10 +425,7 @@ class TransformerEncoder(_Stack):
     """A stack of ``num_layers`` ``TransformerEncoderLayer``s. ``final_norm`` (default: on for
     pre-LN, off for post-LN) adds a LayerNorm after the last layer."""
 
-    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, final_norm=None, layer_norm_eps=1e-5):
-        super().__init__(TransformerEncoderLayer, num_layers, d_model, num_heads, d_ff, dropout,
-                         activation, norm_first, final_norm, layer_norm_eps)
+    layer_class = TransformerEncoderLayer
 
     def new_cache(self):
         """Empty key/value caches, one per layer, for ``forward(..., causal=True, cache=...)``."""
@@ -448,10 +448,7 @@ class TransformerDecoder(_Stack):
     """A stack of ``num_layers`` ``TransformerDecoderLayer``s. ``final_norm`` (default: on for
     pre-LN, off for post-LN) adds a LayerNorm after the last layer."""
 
-    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, final_norm=None, layer_norm_eps=1e-5):
-        super().__init__(TransformerDecoderLayer, num_layers, d_model, num_heads, d_ff, dropout,
-                         activation, norm_first, final_norm, layer_norm_eps)
+    layer_class = TransformerDecoderLayer
 
     def new_cache(self):
         """Empty key/value caches, one ``{"self": {}, "cross": {}}`` per layer."""

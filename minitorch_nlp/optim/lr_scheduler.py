@@ -41,6 +41,20 @@ def _check_warmup_total(function: str, warmup_steps, total_steps, min_lr_ratio) 
                          "[0, 1]")
 
 
+def _after_warmup(function: str, step, base_lr, warmup_steps, total_steps, min_lr_ratio,
+                  decay) -> float:
+    """The shared part of the warmup schedules: checks, the linear warmup, then
+    ``base_lr * (r + (1 - r) * decay(progress))`` with progress in [0, 1] over the decay steps."""
+    _check_step(function, step)
+    _check_warmup_total(function, warmup_steps, total_steps, min_lr_ratio)
+    if step < warmup_steps:
+        return base_lr * step / warmup_steps
+    if total_steps == warmup_steps:
+        return float(base_lr)
+    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return base_lr * (min_lr_ratio + (1 - min_lr_ratio) * decay(progress))
+
+
 def constant_lr(step: int, lr: float) -> float:
     """The constant schedule: ``lr(step) = lr``."""
     _check_step("constant_lr", step)
@@ -59,14 +73,8 @@ def linear_warmup_decay_lr(step: int, base_lr: float, warmup_steps: int, total_s
     (constant ``base_lr`` from W on when T = W). The schedule of BERT (Devlin et al. 2019,
     section A.2) and of HuggingFace's ``get_linear_schedule_with_warmup`` (which has r = 0).
     """
-    _check_step("linear_warmup_decay_lr", step)
-    _check_warmup_total("linear_warmup_decay_lr", warmup_steps, total_steps, min_lr_ratio)
-    if step < warmup_steps:
-        return base_lr * step / warmup_steps
-    if total_steps == warmup_steps:
-        return float(base_lr)
-    remaining = max(0.0, (total_steps - step) / (total_steps - warmup_steps))
-    return base_lr * (min_lr_ratio + (1 - min_lr_ratio) * remaining)
+    return _after_warmup("linear_warmup_decay_lr", step, base_lr, warmup_steps, total_steps,
+                         min_lr_ratio, lambda progress: 1 - progress)
 
 
 def cosine_warmup_decay_lr(step: int, base_lr: float, warmup_steps: int, total_steps: int,
@@ -83,14 +91,8 @@ def cosine_warmup_decay_lr(step: int, base_lr: float, warmup_steps: int, total_s
     Hutter (2017), "SGDR: Stochastic Gradient Descent with Warm Restarts", eq. 5 (one cycle, no
     restart); the warmup is Goyal et al. (2017), "Accurate, Large Minibatch SGD".
     """
-    _check_step("cosine_warmup_decay_lr", step)
-    _check_warmup_total("cosine_warmup_decay_lr", warmup_steps, total_steps, min_lr_ratio)
-    if step < warmup_steps:
-        return base_lr * step / warmup_steps
-    if total_steps == warmup_steps:
-        return float(base_lr)
-    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
-    return base_lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return _after_warmup("cosine_warmup_decay_lr", step, base_lr, warmup_steps, total_steps,
+                         min_lr_ratio, lambda progress: 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def noam_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
