@@ -544,3 +544,25 @@ def test_overfits_a_tiny_batch(norm_first):
         optimizer.step()
     assert loss.item() < first / 20, (first, loss.item())
     np.testing.assert_array_equal(model.greedy_decode(src, max_len=6)[:, :5], body)
+
+
+@pytest.mark.eq(11, 12)
+def test_attention_dropout_drops_weights_in_training_only():
+    attention = randomize(nn.MultiHeadAttention(4, 2, dropout=0.5), 12)
+    x = t64(np.random.default_rng(13).standard_normal((2, 3, 4)), requires_grad=True)
+    mt.manual_seed(5)
+    out = attention(x, causal=True)
+    mt.manual_seed(5)
+    q, k, v = (attention.split_heads(proj(x)) for proj in
+               (attention.q_proj, attention.k_proj, attention.v_proj))
+    dropped = F.dropout(nn.attention_weights(q, k, causal=True), 0.5, True)
+    expected = attention.out_proj(attention.merge_heads(dropped @ v))
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), **TOL)
+    out.sum().backward()
+    assert np.isfinite(x.grad.numpy()).all()
+
+    attention.eval()
+    fused = attention(x, causal=True).numpy()
+    attention.attn_dropout.p = 0.0
+    np.testing.assert_allclose(fused, attention(x, causal=True).numpy(), **TOL)
+    assert not np.allclose(fused, out.numpy())

@@ -125,12 +125,16 @@ class MultiHeadAttention(Module):
     this layer implements the original, scaled attention. The h projections of each of Q, K and
     V are one ``Linear(d_model, d_model)`` whose output is split into h heads of size d_k.
 
+    ``dropout`` drops attention weights while training (GPT and BERT use 0.1; Vaswani et al. drop
+    only the sub-layer outputs). It needs the weights themselves, so a training step with it takes
+    the explicit path ``dropout(attention_weights(q, k)) @ v`` instead of the fused kernel.
+
     ``forward(query)`` is self-attention; ``forward(query, key, value)`` attends from ``query``
     to another sequence (cross-attention; ``value`` defaults to ``key``). See ``forward`` for the
     masks and the cache.
     """
 
-    def __init__(self, d_model, num_heads, bias=True):
+    def __init__(self, d_model, num_heads, bias=True, dropout=0.0):
         super().__init__()
         _check_positive(d_model, "d_model", "MultiHeadAttention")
         _check_positive(num_heads, "num_heads", "MultiHeadAttention")
@@ -143,6 +147,7 @@ class MultiHeadAttention(Module):
         self.k_proj = Linear(d_model, d_model, bias=bias)
         self.v_proj = Linear(d_model, d_model, bias=bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
+        self.attn_dropout = Dropout(dropout)
         self.reset_parameters()
 
     def reset_parameters(self, generator=None):
@@ -203,14 +208,19 @@ class MultiHeadAttention(Module):
                     v = concatenate([cache["v"], v], axis=2)
                 cache["k"], cache["v"] = k, v
         mask = _check_key_mask(key_mask, k.shape[0], k.shape[2], layer)
-        z = F.scaled_dot_product_attention(q, k, v, causal=causal, key_mask=mask)  # eq 12, per head
+        weights = None
+        if need_weights or (self.training and self.attn_dropout.p > 0):
+            weights = attention_weights(q, k, causal=causal, key_mask=mask)  # eq 11
+        if self.training and self.attn_dropout.p > 0:
+            z = self.attn_dropout(weights) @ v                                # eq 12, per head
+        else:
+            z = F.scaled_dot_product_attention(q, k, v, causal=causal, key_mask=mask)  # eq 12
         out = self.out_proj(self.merge_heads(z))
-        if need_weights:
-            return out, attention_weights(q, k, causal=causal, key_mask=mask)  # eq 11
-        return out
+        return (out, weights) if need_weights else out
 
     def extra_repr(self):
-        return f"d_model={self.d_model}, num_heads={self.num_heads}"
+        return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
+                f"dropout={self.attn_dropout.p}")
 
 
 class _PositionTable(Module):
@@ -314,14 +324,14 @@ class _ResidualLayer(Module):
     output before it is added (Vaswani section 5.4)."""
 
     def __init__(self, d_model, num_heads, d_ff, dropout, activation, norm_first, layer_norm_eps,
-                 num_sublayers):
+                 attention_dropout, num_sublayers):
         super().__init__()
         name = type(self).__name__
         _check_positive(d_model, "d_model", name)
         _check_positive(d_ff, "d_ff", name)
         _check_activation(activation, name)
         self.norm_first = bool(norm_first)
-        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
         for i in range(1, num_sublayers + 1):
             setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps))
@@ -355,9 +365,9 @@ class TransformerEncoderLayer(_ResidualLayer):
     """
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, layer_norm_eps=1e-5):
+                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout, activation, norm_first,
-                         layer_norm_eps, num_sublayers=2)
+                         layer_norm_eps, attention_dropout, num_sublayers=2)
 
     def forward(self, x, *, key_mask=None, causal=False, cache=None, need_weights=False):
         """``x`` (batch, time, d_model) -> same shape; with ``need_weights=True`` also the
@@ -374,10 +384,10 @@ class TransformerDecoderLayer(_ResidualLayer):
     2017, section 3.1)."""
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, layer_norm_eps=1e-5):
+                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout, activation, norm_first,
-                         layer_norm_eps, num_sublayers=3)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads)
+                         layer_norm_eps, attention_dropout, num_sublayers=3)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
 
     def forward(self, x, memory, *, tgt_key_mask=None, memory_key_mask=None, cache=None,
                 need_weights=False):
@@ -405,12 +415,12 @@ class _Stack(Module):
     layer_class = None
 
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, final_norm=None, layer_norm_eps=1e-5):
+                 norm_first=False, final_norm=None, layer_norm_eps=1e-5, attention_dropout=0.0):
         super().__init__()
         _check_positive(num_layers, "num_layers", type(self).__name__)
         self.layers = ModuleList([
             self.layer_class(d_model, num_heads, d_ff, dropout, activation, norm_first,
-                             layer_norm_eps)
+                             layer_norm_eps, attention_dropout)
             for _ in range(num_layers)])
         final_norm = norm_first if final_norm is None else final_norm
         self.norm = LayerNorm(d_model, eps=layer_norm_eps) if final_norm else None
