@@ -8,8 +8,10 @@ from .autograd import *  # noqa: F401,F403 - the tensor API is the package's API
 from .autograd import __all__ as _autograd_names
 from .backends import available_backends, backend, get_backend, register_backend, set_backend
 from . import functional, io, nn, optim  # noqa: E402 - they build on the names above
+from .io import from_pretrained, save_pretrained  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = list(_autograd_names) + ["available_backends", "backend", "get_backend",
-                                   "register_backend", "set_backend"]
+                                   "from_pretrained", "register_backend", "save_pretrained",
+                                   "set_backend"]

@@ -99,7 +99,7 @@ def save(state, path, *, compress=False):
     header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "tree": tree}
     header_bytes = json.dumps(header, ensure_ascii=True, allow_nan=False).encode("utf-8")
     entries = {HEADER_KEY: np.frombuffer(header_bytes, dtype=np.uint8), **arrays}
-    _atomic_write(_as_str_path(path), entries, compress)
+    atomic_write(_as_str_path(path), lambda file: _write_npz(file, entries, compress))
 
 
 def load(path, *, backend=None):
@@ -218,12 +218,14 @@ def _backend_array_to_numpy(obj):
     return None
 
 
-def _atomic_write(path, entries, compress):
+def atomic_write(path, write):
+    """Call ``write(file)`` on a new temporary file next to ``path``, then rename it over ``path``:
+    readers see the old file or the complete new one, never a half-written one."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, temp_path = _create_temp_file(directory, os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as file:
-            _write_npz(file, entries, compress)
+            write(file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temp_path, path)
