@@ -1,4 +1,5 @@
-"""Data: vocabularies, synthetic sequence-to-sequence tasks, batching, and the built-in corpus.
+"""Data: vocabularies, tokenizers, synthetic sequence-to-sequence tasks, batching, masking for
+masked language models, and the built-in corpus.
 
 Everything here is plain Python/NumPy and needs no download; only :class:`Seq2SeqBatch` holds
 engine tensors.
@@ -8,9 +9,10 @@ from .corpus import load_text, stdlib_corpus
 from .numbers import (LANGUAGES, MAX_NUMBER, number_tokens, number_translation_pairs,
                       number_translation_task, number_words, train_test_split_numbers)
 from .synthetic import addition_task, copy_task, reverse_task, sort_task
+from .tokenizers import load_tokenizer
 from .vocab import Vocab
 
 __all__ = ["LANGUAGES", "MAX_NUMBER", "Seq2SeqBatch", "Vocab", "addition_task", "copy_task",
-           "load_text", "make_batches", "number_tokens", "number_translation_pairs",
+           "load_text", "load_tokenizer", "make_batches", "number_tokens", "number_translation_pairs",
            "number_translation_task", "number_words", "pad_sequences", "reverse_task",
            "sort_task", "stdlib_corpus", "train_test_split_numbers"]

@@ -1,0 +1,36 @@
+"""Tokenizers from scratch: characters, WordPiece (BERT) and byte-level BPE (GPT-2, RoBERTa).
+
+A tokenizer turns text into the integer ids a model reads, and back. The three here span the
+trade-off between a small vocabulary with long sequences and a big vocabulary with short ones:
+
+* :class:`CharTokenizer`: one token per character (``char.py``);
+* :class:`WordPieceTokenizer`: BERT's basic tokenization, then greedy longest-match subwords with
+  ``##`` continuations (``wordpiece.py``; Schuster & Nakajima 2012, Wu et al. 2016);
+* :class:`ByteLevelBPETokenizer`: GPT-2's byte-pair encoding over UTF-8 bytes, which encodes any
+  string and decodes it back exactly (``bpe.py``; Sennrich et al. 2016, Radford et al. 2019).
+
+They share one interface (``base.py``), modelled on HuggingFace's::
+
+    tok = WordPieceTokenizer.train(text, vocab_size=1000)      # or load_tokenizer(directory)
+    tok.tokenize("Hello, world!")          # e.g. ['hello', ',', 'world', '!']
+    ids = tok.encode("Hello", "world")     # [CLS] hello [SEP] world [SEP]
+    tok.decode(ids, skip_special_tokens=True)
+    batch = tok(["a text", "another text"], padding=True, truncation=True, max_length=128,
+                return_tensors="np")       # input_ids, attention_mask, token_type_ids
+    tok.save(directory)                    # HuggingFace's files: vocab.txt, tokenizer_config.json
+    load_tokenizer(directory)              # the right class for what the directory holds
+
+``state_dict()`` / :func:`tokenizer_from_state` put a tokenizer inside a training checkpoint.
+``load_tokenizer`` reads what ``save`` writes and HuggingFace directories (``vocab.txt``,
+``vocab.json`` + ``merges.txt``, or a ``tokenizer.json`` with a WordPiece or byte-level BPE model).
+"""
+from .base import BatchEncoding, Tokenizer
+from .bpe import ByteLevelBPETokenizer, bytes_to_unicode, pretokenize
+from .char import CharTokenizer
+from .load import load_tokenizer, tokenizer_from_state
+from .training import learn_merges
+from .wordpiece import WordPieceTokenizer, basic_tokenize
+
+__all__ = ["BatchEncoding", "ByteLevelBPETokenizer", "CharTokenizer", "Tokenizer",
+           "WordPieceTokenizer", "basic_tokenize", "bytes_to_unicode", "learn_merges",
+           "load_tokenizer", "pretokenize", "tokenizer_from_state"]

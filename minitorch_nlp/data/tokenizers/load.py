@@ -1,0 +1,108 @@
+"""Building a tokenizer from a directory (ours or HuggingFace's) or from a ``state_dict()``.
+
+A HuggingFace tokenizer directory comes in one of two layouts. The "slow" one has the model's
+own files: ``vocab.txt`` (WordPiece) or ``vocab.json`` + ``merges.txt`` (byte-level BPE), with
+``tokenizer_config.json`` / ``special_tokens_map.json`` for the options and special tokens. The
+"fast" one (all that ``transformers`` 5 writes) puts everything in ``tokenizer.json``: the model
+(vocabulary, merges), the normalizer (BERT's lower-casing and accent stripping), the
+pre-tokenizer and the post-processor (the template). Both are read here.
+"""
+from __future__ import annotations
+
+import os
+
+from .base import Tokenizer, hf_model_max_length, read_hf_special_tokens, read_json, tokens_by_id
+from .bpe import STYLES, ByteLevelBPETokenizer, roberta_template
+from .char import FILE_NAME as CHAR_FILE_NAME, CharTokenizer
+from .wordpiece import BERT_SPECIALS, WordPieceTokenizer, bert_template
+
+TOKENIZER_TYPES = {cls.kind: cls for cls in (CharTokenizer, WordPieceTokenizer,
+                                             ByteLevelBPETokenizer)}
+
+
+def tokenizer_from_state(state: dict) -> Tokenizer:
+    """The tokenizer a ``state_dict()`` describes."""
+    state = dict(state)
+    kind = state.pop("type", None)
+    if kind not in TOKENIZER_TYPES:
+        raise ValueError(f"tokenizer_from_state: unknown tokenizer type {kind!r}; the types are "
+                         f"{sorted(TOKENIZER_TYPES)}")
+    return TOKENIZER_TYPES[kind](**state)
+
+
+def _template_from_post_processor(processor: dict | None) -> dict | None:
+    """Our template for a ``tokenizer.json`` post-processor (None: the class's default)."""
+    if processor is None or processor["type"] == "ByteLevel":
+        return None
+    if processor["type"] == "Sequence":
+        found = [_template_from_post_processor(p) for p in processor["processors"]]
+        return next((template for template in found if template is not None), None)
+    if processor["type"] == "TemplateProcessing":
+        def word(piece):  # {"Sequence": {"id": "A", "type_id": 0}} or {"SpecialToken": ...}
+            (kind, body), = piece.items()
+            name = "$" + body["id"] if kind == "Sequence" else body["id"]
+            return f"{name}:{body['type_id']}" if body["type_id"] else name
+        return {which: " ".join(map(word, processor[which])) for which in ("single", "pair")}
+    if processor["type"] in ("BertProcessing", "RobertaProcessing"):
+        make = bert_template if processor["type"] == "BertProcessing" else roberta_template
+        return make({"cls": processor["cls"][0], "sep": processor["sep"][0]})
+    raise ValueError(f"load_tokenizer: tokenizer.json has a {processor['type']} post-processor, "
+                     "which minitorch_nlp does not read")
+
+
+def _from_tokenizer_json(directory: str) -> Tokenizer:
+    """A WordPiece (BERT normalizer and pre-tokenizer) or byte-level BPE ``tokenizer.json``."""
+    data = read_json(os.path.join(directory, "tokenizer.json"))
+    config = read_json(os.path.join(directory, "tokenizer_config.json"), {})
+    model = data["model"]
+    vocab = {**model["vocab"], **{t["content"]: t["id"] for t in data.get("added_tokens", [])}}
+    tokens = tokens_by_id(vocab, os.path.join(directory, "tokenizer.json"))
+    roles, extras = read_hf_special_tokens(directory, config)
+    common = dict(extra_special_tokens=extras, model_max_length=hf_model_max_length(config),
+                  template=_template_from_post_processor(data.get("post_processor")))
+    normalizer, pre = data.get("normalizer") or {}, (data.get("pre_tokenizer") or {}).get("type")
+    if (model["type"] == "WordPiece" and pre == "BertPreTokenizer"
+            and normalizer.get("type", "BertNormalizer") == "BertNormalizer"):
+        return WordPieceTokenizer(
+            tokens, do_lower_case=normalizer.get("lowercase", False),
+            strip_accents=normalizer.get("strip_accents"),
+            tokenize_chinese_chars=normalizer.get("handle_chinese_chars", True),
+            max_input_chars_per_word=model.get("max_input_chars_per_word", 100),
+            special_tokens=roles or {r: t for r, t in BERT_SPECIALS.items() if t in vocab},
+            **common)
+    if (model["type"] == "BPE" and pre == "ByteLevel" and not normalizer
+            and not data["pre_tokenizer"].get("add_prefix_space")):
+        style = STYLES["roberta" if config.get("tokenizer_class", "").startswith("Roberta")
+                       else "gpt2"]
+        return ByteLevelBPETokenizer(
+            tokens, [m.split(" ") if isinstance(m, str) else m for m in model["merges"]],
+            special_tokens=roles or {r: t for r, t in style.special_tokens.items() if t in vocab},
+            **common)
+    raise ValueError(f"load_tokenizer: {directory}/tokenizer.json holds a {model['type']} model "
+                     f"with the {normalizer.get('type')} normalizer and the {pre} pre-tokenizer; "
+                     "minitorch_nlp reads WordPiece with BERT's normalizer and pre-tokenizer, and "
+                     "byte-level BPE (GPT-2, RoBERTa)")
+
+
+# What load_tokenizer looks for, in this order: (files that must all be there, what reads them).
+DIRECTORY_LAYOUTS = (((CHAR_FILE_NAME,), CharTokenizer.from_pretrained),
+                     (("vocab.json", "merges.txt"), ByteLevelBPETokenizer.from_pretrained),
+                     (("vocab.txt",), WordPieceTokenizer.from_pretrained),
+                     (("tokenizer.json",), _from_tokenizer_json))
+
+
+def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
+    """The tokenizer saved in ``directory`` by ``save`` or by HuggingFace: ``char_tokenizer.json``
+    -> :class:`CharTokenizer`; ``vocab.json`` + ``merges.txt`` -> :class:`ByteLevelBPETokenizer`
+    (GPT-2's template, or RoBERTa's when ``tokenizer_config.json`` names a Roberta tokenizer);
+    ``vocab.txt`` -> :class:`WordPieceTokenizer` (lower-casing and accents as
+    ``tokenizer_config.json`` says); otherwise ``tokenizer.json``."""
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"load_tokenizer: {directory!r} is not a directory")
+    for names, read in DIRECTORY_LAYOUTS:
+        if all(os.path.isfile(os.path.join(directory, name)) for name in names):
+            return read(directory)
+    wanted = ", ".join(" + ".join(names) for names, _ in DIRECTORY_LAYOUTS)
+    raise FileNotFoundError(f"load_tokenizer: {directory!r} holds no tokenizer: looked for "
+                            f"{wanted}; found {sorted(os.listdir(directory)) or 'nothing'}")
