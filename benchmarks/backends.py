@@ -31,7 +31,6 @@ batched matmul into a scheduling contest (see the printed warning); compare with
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import math
 import os
@@ -92,38 +91,9 @@ def median_ratio(a, b):
 
 
 # ---- threads -------------------------------------------------------------------------------------
-def _openblas_libraries():
-    """The OpenBLAS libraries loaded in this process (NumPy's, SciPy's ...)."""
-    paths = set()
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
-    except OSError:
-        pass
-    if not paths:
-        bundled = Path(np.__file__).parent.parent / "numpy.libs"
-        paths = {str(p) for p in bundled.glob("*openblas*")}
-    return sorted(paths)
-
-
 def pin_threads(threads):
     """Give ``threads`` threads to OpenBLAS, Numba and PyTorch; returns a line saying so."""
-    done = []
-    for path in _openblas_libraries():
-        lib = ctypes.CDLL(path)
-        for setter in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                       "openblas_set_num_threads64_", "openblas_set_num_threads"):
-            if hasattr(lib, setter):
-                getattr(lib, setter)(ctypes.c_int(threads))
-                done.append("OpenBLAS")
-                break
-    try:
-        import numba
-
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        done.append(f"numba ({numba.config.THREADING_LAYER} layer)")
-    except ImportError:
-        pass
+    done = mt.set_num_threads(threads)
     try:
         import torch
 

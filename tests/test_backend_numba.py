@@ -503,3 +503,15 @@ def test_kernels_called_from_several_threads_at_once():
         for t in threads:
             t.join()
     assert not errors
+
+
+def test_set_num_threads_takes_openblas_and_numba_and_refuses_nonsense():
+    before = numba.get_num_threads()
+    try:
+        assert "OpenBLAS" in mt.set_num_threads(1)
+        assert numba.get_num_threads() == 1
+    finally:
+        mt.set_num_threads(before)
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="set_num_threads: threads must be a positive int"):
+            mt.set_num_threads(bad)
