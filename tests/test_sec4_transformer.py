@@ -566,3 +566,13 @@ def test_attention_dropout_drops_weights_in_training_only():
     attention.attn_dropout.p = 0.0
     np.testing.assert_allclose(fused, attention(x, causal=True).numpy(), **TOL)
     assert not np.allclose(fused, out.numpy())
+
+
+def test_dropout_placements_are_separate_settings():
+    layer = nn.TransformerEncoderLayer(4, 2, 6, dropout=0.3, attention_dropout=0.2,
+                                       activation_dropout=0.0)
+    assert (layer.dropout.p, layer.self_attn.attn_dropout.p, layer.feed_forward.dropout.p) == \
+        (0.3, 0.2, 0.0)
+    stack = nn.TransformerDecoder(2, 4, 2, 6, dropout=0.3)
+    assert all(layer.feed_forward.dropout.p == 0.3 and layer.cross_attn.attn_dropout.p == 0.0
+               for layer in stack.layers)

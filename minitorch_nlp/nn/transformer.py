@@ -321,10 +321,12 @@ class _ResidualLayer(Module):
     LayerNorm after the sum (post-LN, Vaswani et al. section 3.1: LayerNorm(x + Sublayer(x))) or
     before the sub-layer (pre-LN, ``norm_first=True``: x + Sublayer(LayerNorm(x)), Xiong et al.,
     2020, which trains without a warm-up and is GPT-2's layout). Dropout acts on each sub-layer's
-    output before it is added (Vaswani section 5.4)."""
+    output before it is added (Vaswani section 5.4), on the attention weights with
+    ``attention_dropout`` and on the feed-forward hidden units with ``activation_dropout``
+    (default: ``dropout``, as PyTorch's layers; GPT and BERT use 0)."""
 
     def __init__(self, d_model, num_heads, d_ff, dropout, activation, norm_first, layer_norm_eps,
-                 attention_dropout, num_sublayers):
+                 attention_dropout, activation_dropout, num_sublayers):
         super().__init__()
         name = type(self).__name__
         _check_positive(d_model, "d_model", name)
@@ -332,7 +334,9 @@ class _ResidualLayer(Module):
         _check_activation(activation, name)
         self.norm_first = bool(norm_first)
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
+        self.feed_forward = FeedForward(d_model, d_ff,
+                                        dropout if activation_dropout is None else
+                                        activation_dropout, activation)
         for i in range(1, num_sublayers + 1):
             setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps))
         self.dropout = Dropout(dropout)
@@ -365,9 +369,10 @@ class TransformerEncoderLayer(_ResidualLayer):
     """
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0):
+                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0,
+                 activation_dropout=None):
         super().__init__(d_model, num_heads, d_ff, dropout, activation, norm_first,
-                         layer_norm_eps, attention_dropout, num_sublayers=2)
+                         layer_norm_eps, attention_dropout, activation_dropout, num_sublayers=2)
 
     def forward(self, x, *, key_mask=None, causal=False, cache=None, need_weights=False):
         """``x`` (batch, time, d_model) -> same shape; with ``need_weights=True`` also the
@@ -384,9 +389,10 @@ class TransformerDecoderLayer(_ResidualLayer):
     2017, section 3.1)."""
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0):
+                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0,
+                 activation_dropout=None):
         super().__init__(d_model, num_heads, d_ff, dropout, activation, norm_first,
-                         layer_norm_eps, attention_dropout, num_sublayers=3)
+                         layer_norm_eps, attention_dropout, activation_dropout, num_sublayers=3)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
 
     def forward(self, x, memory, *, tgt_key_mask=None, memory_key_mask=None, cache=None,
@@ -415,12 +421,13 @@ class _Stack(Module):
     layer_class = None
 
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, final_norm=None, layer_norm_eps=1e-5, attention_dropout=0.0):
+                 norm_first=False, final_norm=None, layer_norm_eps=1e-5, attention_dropout=0.0,
+                 activation_dropout=None):
         super().__init__()
         _check_positive(num_layers, "num_layers", type(self).__name__)
         self.layers = ModuleList([
             self.layer_class(d_model, num_heads, d_ff, dropout, activation, norm_first,
-                             layer_norm_eps, attention_dropout)
+                             layer_norm_eps, attention_dropout, activation_dropout)
             for _ in range(num_layers)])
         final_norm = norm_first if final_norm is None else final_norm
         self.norm = LayerNorm(d_model, eps=layer_norm_eps) if final_norm else None
