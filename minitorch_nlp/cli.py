@@ -1,5 +1,8 @@
 """The ``minitorch-nlp`` command.
 
+``minitorch-nlp demo``       the main job: train a small GPT on the built-in corpus, then sample
+``minitorch-nlp train``      train a GPT or a BERT on your own text (``--resume`` continues a run)
+``minitorch-nlp generate``   continue a prompt with a trained GPT (or fill [MASK]s with a BERT)
 ``minitorch-nlp equations``  the paper's equations, the code that implements each and its tests
 ``minitorch-nlp example``    a worked example of the engine: an MLP learns the two-spirals task
 """
@@ -8,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -15,7 +19,7 @@ import time
 import numpy as np
 
 import minitorch_nlp as mt
-from minitorch_nlp import cookbook, nn, optim
+from minitorch_nlp import cookbook, nn, optim, training
 from minitorch_nlp import functional as F
 from minitorch_nlp.backends import backend, get_backend
 
@@ -70,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         "--log-every", type=int, metavar="N", help="print the loss every N steps (steps/10)"
     )
     example.set_defaults(run=_example)
+    _add_language_model_commands(commands)
     return parser
 
 
@@ -248,4 +253,169 @@ def _fit(steps: int, seed: int, lr: float, log_every: int) -> int:
         f"fresh points {_accuracy(model, test_points, test_labels):.1%} "
         f"({steps} steps in {seconds:.1f} s)"
     )
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# demo, train, generate
+
+
+def _add_run_options(command, out) -> None:
+    """The options every training command takes."""
+    command.add_argument("--backend", default=training.TrainConfig.backend,
+                         help="array backend (%(default)s)")
+    command.add_argument("--out", default=out,
+                         help="output directory (%(default)s)" if out else "output directory "
+                         "(runs/MODEL)")
+    command.add_argument("--threads", type=int, default=1,
+                         help="threads for BLAS and Numba (%(default)s: small matrices run "
+                         "fastest on one, and on a busy machine more threads spin against each "
+                         "other)")
+    command.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_language_model_commands(commands) -> None:
+    defaults = training.TrainConfig()
+    demo = commands.add_parser(
+        "demo",
+        help="train a small GPT on the standard library's docstrings, then generate text",
+        description="The main job: a GPT-2-style character model (4 layers, d 128, context 128) "
+        "trained on the Python standard library's docstrings (no download), with a progress bar, "
+        "validation loss, a loss-curve PNG, a checkpoint and generated samples, all in --out. "
+        "About 7 minutes on 2 CPU cores.",
+    )
+    demo.add_argument("--steps", type=int, help=f"training steps ({defaults.steps}; --smoke: 20)")
+    demo.add_argument("--seed", type=int, default=0, help="seed (%(default)s)")
+    demo.add_argument("--smoke", action="store_true",
+                      help="a tiny model for a few steps: checks the pipeline in seconds")
+    _add_run_options(demo, "runs/demo")
+    demo.set_defaults(run=_demo)
+
+    train = commands.add_parser(
+        "train",
+        help="train a GPT (next token) or a BERT (masked LM) on a text file",
+        description="Train a language model on a UTF-8 text file (default: the built-in corpus). "
+        "Writes checkpoint.npz, loss.png, metrics.json and (GPT) samples.txt to --out; "
+        "--resume DIR continues a stopped run exactly where it stopped.",
+    )
+    train.add_argument("model", choices=training.MODELS, help="gpt or bert")
+    train.add_argument("--text", metavar="FILE", help="UTF-8 text to train on (built-in corpus)")
+    train.add_argument("--max-chars", type=int, default=defaults.max_chars,
+                       help="characters of the built-in corpus to use (%(default)s)")
+    train.add_argument("--tokenizer", choices=training.TOKENIZERS,
+                       help="char (gpt default), bpe (byte-level BPE) or wordpiece (bert default)")
+    train.add_argument("--vocab-size", type=int, default=defaults.vocab_size,
+                       help="vocabulary size of a trained bpe / wordpiece (%(default)s)")
+    for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps",
+                 "warmup_steps", "eval_every", "seed"):
+        train.add_argument("--" + name.replace("_", "-"), type=int,
+                           default=getattr(defaults, name), help="(%(default)s)")
+    for name in ("lr", "dropout", "weight_decay"):
+        train.add_argument("--" + name.replace("_", "-"), type=float,
+                           default=getattr(defaults, name), help="(%(default)s)")
+    train.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR")
+    train.add_argument("--stop-at", type=int, metavar="STEP",
+                       help="stop (and save) after this step; --resume continues")
+    train.add_argument("--checkpoint-every", type=int, metavar="N", help="also save every N steps")
+    _add_run_options(train, None)
+    train.set_defaults(run=_train)
+
+    generate = commands.add_parser(
+        "generate",
+        help="continue a prompt with a trained GPT checkpoint, streaming tokens",
+        description="Load a checkpoint written by `train`/`demo` (a file or its directory), or a "
+        "HuggingFace directory (config.json, model.safetensors and the tokenizer's files), and "
+        "continue --prompt, printing each token as it is produced. A BERT fills each [MASK] of "
+        "the prompt instead.",
+    )
+    generate.add_argument("checkpoint", help="checkpoint.npz, its run directory, or a "
+                          "HuggingFace model directory")
+    generate.add_argument("--prompt", default="The ", help="text to continue (%(default)r)")
+    generate.add_argument("--max-new-tokens", type=int, default=200, help="(%(default)s)")
+    generate.add_argument("--temperature", type=float, default=0.8, help="(%(default)s)")
+    generate.add_argument("--top-k", type=int, default=None, help="keep the k likeliest tokens")
+    generate.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
+    generate.add_argument("--repetition-penalty", type=float, default=1.0, help="(%(default)s)")
+    generate.add_argument("--greedy", action="store_true", help="always take the likeliest token")
+    generate.add_argument("--seed", type=int, default=0, help="sampling seed (%(default)s)")
+    generate.add_argument("--backend", default=None, help="array backend (the checkpoint's)")
+    generate.set_defaults(run=_generate)
+
+
+def _check_backend(name, parser):
+    try:
+        get_backend(name)
+    except (ValueError, RuntimeError) as error:
+        parser.error(str(error))
+
+
+def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    _check_backend(args.backend, parser)
+    mt.set_num_threads(args.threads)
+    try:
+        config = training.demo_config(steps=args.steps, backend=args.backend, seed=args.seed,
+                                      smoke=args.smoke)
+    except ValueError as error:
+        parser.error(str(error))
+    return _run_training(training.LanguageModelRun(config), args.out, None, args.no_progress, None)
+
+
+def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    mt.set_num_threads(args.threads)
+    if args.resume:
+        overrides = {"backend": args.backend} if args.backend != training.TrainConfig.backend \
+            else {}
+        run = training.LanguageModelRun.load(args.resume, **overrides)
+        out = args.out or args.resume
+    else:
+        _check_backend(args.backend, parser)
+        fields = ("text", "max_chars", "vocab_size", "n_layer", "n_head", "n_embd", "block_size",
+                  "batch_size", "steps", "warmup_steps", "eval_every", "seed", "lr", "dropout",
+                  "weight_decay", "backend")
+        tokenizer = args.tokenizer or ("char" if args.model == "gpt" else "wordpiece")
+        try:
+            config = training.TrainConfig(model=args.model, tokenizer=tokenizer,
+                                          **{name: getattr(args, name) for name in fields})
+        except ValueError as error:
+            parser.error(str(error))
+        run = training.LanguageModelRun(config)
+        out = args.out or f"runs/{args.model}"
+    return _run_training(run, out, args.stop_at, args.no_progress, args.checkpoint_every)
+
+
+def _run_training(run, out, stop_at, no_progress, checkpoint_every) -> int:
+    config = run.config
+    print(f"{config.model}: {run.model.num_parameters():,} parameters, {config.tokenizer} "
+          f"tokenizer ({len(run.tokenizer)} tokens), {len(run.train_ids):,} training tokens, "
+          f"backend {config.backend}, steps {run.step} -> {stop_at or config.steps}")
+    start = time.perf_counter()
+    val_loss = run.train(stop_at, progress=not no_progress,
+                         checkpoint_path=os.path.join(out, training.CHECKPOINT_NAME),
+                         checkpoint_every=checkpoint_every)
+    seconds = time.perf_counter() - start
+    report = training.write_report(run, out, seconds)
+    print(f"step {run.step}: validation loss {val_loss:.4f} ({seconds:.1f} s); wrote {out}/: "
+          + ", ".join(report["files"]))
+    for sample in report.get("samples", []):
+        print("-" * 72)
+        print(sample)
+    return 0
+
+
+def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    overrides = {} if args.backend is None else {"backend": args.backend}
+    try:
+        model, tokenizer, kind = training.load_for_inference(args.checkpoint, **overrides)
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(str(error))
+    if kind == "bert":
+        print(training.fill_masks(model, tokenizer, args.prompt))
+        return 0
+    print(args.prompt, end="", flush=True)
+    training.generate_text(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
+                           temperature=0.0 if args.greedy else args.temperature,
+                           top_k=args.top_k, top_p=args.top_p,
+                           repetition_penalty=args.repetition_penalty, seed=args.seed,
+                           on_text=lambda piece: print(piece, end="", flush=True))
+    print()
     return 0

@@ -1,4 +1,5 @@
-"""Decoding an autoregressive model: greedy search and beam search (the survey's eq 1-2).
+"""Decoding an autoregressive model: greedy search and beam search (the survey's eq 1-2), and the
+sampling rules of open-ended generation (temperature, top-k, top-p, repetition penalty).
 
 A model is seen through one step function::
 
@@ -12,6 +13,11 @@ axis 0 is the N rows. Beam search keeps ``N = batch * beam`` rows and reorders t
 
 Both searches return the generated ids after <bos>, <eos> included, and ``pad_id`` after a row's
 <eos>. They run without recording a graph.
+
+Sampling works on the logits of the next token, a NumPy array ``(N, V)``, one small function per
+rule so that each can be read and tested alone; :func:`next_tokens` chains them in the order
+HuggingFace does (repetition penalty, temperature, top-k, top-p) and picks one token per row.
+A filter sets the logits of the tokens it removes to -inf.
 """
 from __future__ import annotations
 
@@ -20,9 +26,11 @@ import numpy as np
 from . import cookbook
 from . import functional as F
 from .autograd import Tensor, no_grad
+from .autograd.random import rng
 
-__all__ = ["beam_search", "expand_state", "greedy_search", "reorder_state", "sequence_log_prob",
-           "wu_length_penalty"]
+__all__ = ["apply_repetition_penalty", "apply_temperature", "beam_search", "expand_state",
+           "greedy_search", "next_tokens", "reorder_state", "sample_logits", "sequence_log_prob",
+           "top_k_filter", "top_p_filter", "wu_length_penalty"]
 
 
 def reorder_state(state, index):
@@ -168,3 +176,95 @@ def sequence_log_prob(logits, targets, pad_id=0):
     teacher-forced ``logits`` ``(batch, T, V)`` and ``targets`` ``(batch, T)``; positions
     holding ``pad_id`` count for nothing. Returns ``(batch,)``, differentiable in the logits."""
     return -F.cross_entropy(logits, targets, ignore_index=pad_id, reduction="none").sum(axis=-1)
+
+
+# ---- sampling ------------------------------------------------------------------------------------
+def _check_logits(logits, op):
+    logits = np.asarray(logits, dtype=np.float64)
+    if logits.ndim != 2 or logits.shape[1] == 0:
+        raise ValueError(f"{op}: logits must be (rows, vocab), got shape {logits.shape}")
+    return logits
+
+
+def _softmax(logits):
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def apply_repetition_penalty(logits, previous_ids, penalty):
+    """Make every token already in ``previous_ids`` (rows, time) less likely: its logit is
+    divided by ``penalty`` when positive and multiplied by it when negative (Keskar et al.,
+    2019, CTRL, section 4.1, in HuggingFace's form: CTRL divides every such logit by theta,
+    which makes a negative one *more* likely). ``penalty`` = 1 changes nothing; CTRL uses 1.2."""
+    logits = _check_logits(logits, "apply_repetition_penalty")
+    if not penalty > 0:
+        raise ValueError(f"apply_repetition_penalty: penalty must be > 0, got {penalty}")
+    previous_ids = np.asarray(previous_ids, dtype=np.int64).reshape(logits.shape[0], -1)
+    rows = np.arange(logits.shape[0])[:, None]
+    seen = logits[rows, previous_ids]
+    out = logits.copy()
+    out[rows, previous_ids] = np.where(seen > 0, seen / penalty, seen * penalty)
+    return out
+
+
+def apply_temperature(logits, temperature):
+    """softmax(logits / T): T < 1 sharpens the distribution (T -> 0 is the argmax), T > 1
+    flattens it (Ackley et al., 1985; the usual knob of sampling)."""
+    if not temperature > 0:
+        raise ValueError(f"apply_temperature: temperature must be > 0, got {temperature} (for "
+                         "the argmax, decode greedily)")
+    return _check_logits(logits, "apply_temperature") / temperature
+
+
+def top_k_filter(logits, k):
+    """Keep the ``k`` largest logits of each row (Fan et al., 2018), ties broken towards the
+    lower id so that exactly k survive; the others become -inf."""
+    logits = _check_logits(logits, "top_k_filter")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"top_k_filter: k must be a positive int, got {k!r}")
+    keep = np.argsort(-logits, axis=-1, kind="stable")[:, :k]
+    out = np.full_like(logits, -np.inf)
+    np.put_along_axis(out, keep, np.take_along_axis(logits, keep, axis=-1), axis=-1)
+    return out
+
+
+def top_p_filter(logits, p):
+    """Nucleus sampling (Holtzman et al., 2020): keep the smallest set of most likely tokens
+    whose probability adds up to at least ``p``, i.e. every token whose more likely predecessors
+    hold less than ``p``; the others become -inf. The most likely token always stays."""
+    logits = _check_logits(logits, "top_p_filter")
+    if not 0 < p <= 1:
+        raise ValueError(f"top_p_filter: p must be in (0, 1], got {p}")
+    order = np.argsort(-logits, axis=-1, kind="stable")
+    probs = np.take_along_axis(_softmax(logits), order, axis=-1)
+    mass_before = np.cumsum(probs, axis=-1) - probs
+    drop = np.zeros(logits.shape, dtype=bool)
+    np.put_along_axis(drop, order, mass_before >= p, axis=-1)
+    return np.where(drop, -np.inf, logits)
+
+
+def sample_logits(logits, generator=None):
+    """One token per row drawn from softmax(logits), with one uniform number per row from
+    ``generator`` (a ``minitorch_nlp.Generator``; the global one when None): the first token
+    whose cumulative probability exceeds it."""
+    cdf = np.cumsum(_softmax(_check_logits(logits, "sample_logits")), axis=-1)
+    u = rng(generator).random(cdf.shape[0])[:, None] * cdf[:, -1:]
+    return np.minimum((cdf <= u).sum(axis=-1), cdf.shape[1] - 1).astype(np.int64)
+
+
+def next_tokens(logits, previous_ids, *, do_sample=False, temperature=1.0, top_k=None,
+                top_p=None, repetition_penalty=1.0, generator=None):
+    """The next token of each row from its logits (N, V): the repetition penalty over
+    ``previous_ids`` (N, time), then either the argmax (``do_sample=False``, greedy) or the
+    temperature, the top-k and top-p filters and one draw. Returns int64 ids (N,)."""
+    logits = _check_logits(logits, "next_tokens")
+    if repetition_penalty != 1.0:
+        logits = apply_repetition_penalty(logits, previous_ids, repetition_penalty)
+    if not do_sample:
+        return logits.argmax(axis=-1)
+    logits = apply_temperature(logits, temperature)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, p=top_p)
+    return sample_logits(logits, generator)

@@ -19,14 +19,13 @@ row of attention instead of re-running the whole prefix.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
 
 from .. import decoding
 from .. import functional as F
-from ..autograd import Tensor, no_grad
+from ..autograd import Tensor
 from ..nn import (Dropout, Embedding, LearnedPositionalEmbedding, Module,
                   SinusoidalPositionalEncoding, TransformerDecoder, TransformerEncoder, init)
 
@@ -189,17 +188,6 @@ class Transformer(Module):
             logits = self.decode(state["prefix"], state["memory"], state["src_key_mask"])
         return logits[:, -1].log_softmax(axis=-1), state
 
-    @contextlib.contextmanager
-    def _generating(self):
-        """No graph and no dropout while generating; the training mode is put back after."""
-        was_training = self.training
-        self.eval()
-        try:
-            with no_grad():
-                yield
-        finally:
-            self.train(was_training)
-
     def _max_len(self, src, max_len):
         return min(self.max_len, 2 * src.shape[1] + 10) if max_len is None else max_len
 
@@ -207,7 +195,7 @@ class Transformer(Module):
         """The most likely next token at every step (eq 1 approximated one step at a time):
         ids (batch, <= max_len) after <bos>, each row ending with <eos> unless cut off."""
         src = _ids(src, "src")
-        with self._generating():
+        with self.inference():
             state = self.start_decoding(src, src_key_mask, use_cache)
             return decoding.greedy_search(self.step, state, batch_size=src.shape[0],
                                           bos_id=self.bos_id, eos_id=self.eos_id,
@@ -219,7 +207,7 @@ class Transformer(Module):
         """Beam search with Wu et al.'s (2016) length normalisation (alpha = 0.6 and beam 4 in
         the paper, section 6.1). Returns ``(ids (batch, length), scores (batch,))``."""
         src = _ids(src, "src")
-        with self._generating():
+        with self.inference():
             state = self.start_decoding(src, src_key_mask, use_cache)
             return decoding.beam_search(self.step, state, batch_size=src.shape[0],
                                         bos_id=self.bos_id, eos_id=self.eos_id,

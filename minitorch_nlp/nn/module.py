@@ -14,6 +14,8 @@ Registered values are also ordinary instance attributes, so reading ``self.weigh
 """
 from __future__ import annotations
 
+import contextlib
+
 from collections import namedtuple
 from collections.abc import Mapping
 
@@ -255,6 +257,18 @@ class Module:
     def eval(self):
         """``train(False)``."""
         return self.train(False)
+
+    @contextlib.contextmanager
+    def inference(self):
+        """``with model.inference():`` evaluation mode and no graph (generating, decoding,
+        evaluating), then the mode the model was in is put back."""
+        was_training = self.training
+        self.eval()
+        try:
+            with no_grad():
+                yield self
+        finally:
+            self.train(was_training)
 
     def requires_grad_(self, requires_grad=True):
         """Freeze (``False``) or unfreeze every parameter. Returns self."""

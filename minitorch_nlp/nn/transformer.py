@@ -448,6 +448,12 @@ class TransformerEncoder(_Stack):
         """Empty key/value caches, one per layer, for ``forward(..., causal=True, cache=...)``."""
         return [{} for _ in self.layers]
 
+    @staticmethod
+    def cache_length(cache):
+        """How many positions ``cache`` holds (0 when empty): the next step's position."""
+        keys = cache[0].get("k")
+        return 0 if keys is None else keys.shape[2]
+
     def forward(self, x, *, key_mask=None, causal=False, cache=None, need_weights=False):
         """``x`` (batch, time, d_model) -> same shape; with ``need_weights=True`` also the list
         of each layer's self-attention weights."""

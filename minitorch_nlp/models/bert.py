@@ -1,0 +1,576 @@
+"""BERT: Bidirectional Encoder Representations from Transformers (Devlin et al., 2019, "BERT:
+Pre-training of Deep Bidirectional Transformers for Language Understanding"), the survey's
+section IV-C.
+
+BERT is the Transformer's encoder (Vaswani et al., 2017) pretrained on unlabelled text with two
+objectives, then fine-tuned with one small output layer per task:
+
+* the input of every position is the sum of its WordPiece token embedding, its segment embedding
+  (sentence A or B) and its learned position embedding, normalised by LayerNorm (Devlin section
+  3.2, Figure 2: ``BertEmbeddings``);
+* L post-LN encoder layers with GELU feed-forward networks (``nn.TransformerEncoder``, the one
+  attention implementation of the package); the final hidden state of [CLS] goes through a dense
+  layer and tanh, the "pooler", to give the sentence representation C (``BertPooler``);
+* Masked LM: 15% of the tokens are chosen, of those 80% are replaced by [MASK], 10% by a random
+  token and 10% left unchanged (``minitorch_nlp.data.masking``), and the model predicts the
+  original token at every chosen position from both sides' context (section 3.1, Task #1;
+  the survey's eq 25 writes this objective, ``masked_lm_loss``). The prediction head is a dense
+  layer, GELU and LayerNorm, then the decoder tied to the input word embeddings with an output
+  bias of its own (``BertLMHead``);
+* Next Sentence Prediction: for a pair (A, B), B is the true next segment half of the time and a
+  random one from another document otherwise; C predicts which (section 3.1, Task #2,
+  ``BertForPreTraining``);
+* fine-tuning (section 4, Figure 4): a linear layer on C for sequence classification, on every
+  token for tagging, and start / end vectors over the tokens for extractive question answering
+  (``BertForSequenceClassification``, ``BertForTokenClassification``,
+  ``BertForQuestionAnswering`` with ``best_span``).
+
+Names and calls mirror HuggingFace's ``transformers`` (``BertConfig`` fields,
+``model(input_ids=..., attention_mask=..., token_type_ids=..., labels=...)`` returning a
+``ModelOutput``), and the HuggingFace checkpoints load through an explicit key map at the end of
+this file. ``mean_pool`` turns the last hidden states into sentence embeddings (Reimers and
+Gurevych, 2019, Sentence-BERT), as all-MiniLM-L6-v2 does.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import cookbook
+from .. import functional as F
+from ..autograd import Tensor, tensor, zeros
+from ..io.huggingface import HFArchitecture, Rule, register_architecture
+from ..nn import (Dropout, Embedding, LayerNorm, LearnedPositionalEmbedding, Linear, Module,
+                  Parameter, TransformerEncoder, init)
+from .outputs import ModelOutput
+
+__all__ = ["BertConfig", "BertEmbeddings", "BertForMaskedLM", "BertForPreTraining",
+           "BertForQuestionAnswering", "BertForSequenceClassification",
+           "BertForTokenClassification", "BertLMHead", "BertModel", "BertPooler", "best_span",
+           "init_bert_weights", "masked_lm_loss", "mean_pool"]
+
+IGNORE_INDEX = -100
+# HuggingFace's hidden_act -> the activation name of nn.FeedForward: BERT uses the exact (erf)
+# GELU (Devlin section 3.1: "we use a gelu activation ... rather than the standard relu").
+HIDDEN_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh"}
+
+
+@dataclass
+class BertConfig:
+    """BERT's hyper-parameters under HuggingFace's names. The defaults are BERT-base (Devlin
+    section 3: L = 12 layers, H = 768, A = 12 heads, feed-forward size 4H, 110M parameters,
+    30 522 WordPiece tokens, 512 positions, two segments, dropout 0.1).
+
+    ``num_labels`` and ``classifier_dropout`` (None: ``hidden_dropout_prob``) are for the
+    fine-tuning heads. ``initializer_range`` is the standard deviation of the initial weights.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    num_labels: int = 2
+    classifier_dropout: float | None = None
+
+    model_type = "bert"
+
+    def __post_init__(self):
+        name = type(self).__name__
+        for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                      "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                      "num_labels"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}: {field} must be a positive int, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"{name}: hidden_size={self.hidden_size} is not a multiple of "
+                             f"num_attention_heads={self.num_attention_heads}")
+        if self.hidden_act not in HIDDEN_ACT:
+            raise ValueError(f"{name}: hidden_act must be one of {sorted(HIDDEN_ACT)}, got "
+                             f"{self.hidden_act!r}")
+        for field in ("hidden_dropout_prob", "attention_probs_dropout_prob",
+                      "classifier_dropout"):
+            value = getattr(self, field)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ValueError(f"{name}: {field} must be in [0, 1), got {value!r}")
+        if not self.layer_norm_eps > 0 or not self.initializer_range > 0:
+            raise ValueError(f"{name}: layer_norm_eps and initializer_range must be > 0, got "
+                             f"{self.layer_norm_eps!r} and {self.initializer_range!r}")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"{name}: pad_token_id={self.pad_token_id} is outside the "
+                             f"vocabulary [0, {self.vocab_size})")
+
+    @classmethod
+    def from_hf(cls, hf_config):
+        """The config of a HuggingFace ``config.json`` (a dict). Fields we do not model
+        (``transformers_version``, ``use_cache`` ...) are skipped; settings that change the
+        maths and that we do not implement (relative positions, a decoder, an MLM decoder not
+        tied to the word embeddings) are errors."""
+        name = cls.__name__
+        if not hf_config.get("tie_word_embeddings", True):
+            raise ValueError(f"{name}: tie_word_embeddings=False is not implemented: the MLM "
+                             "decoder is the word-embedding matrix")
+        if hf_config.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError(f"{name}: only absolute position embeddings are implemented, got "
+                             f"position_embedding_type={hf_config['position_embedding_type']!r}")
+        if hf_config.get("is_decoder") or hf_config.get("add_cross_attention"):
+            raise ValueError(f"{name}: BERT as a decoder (is_decoder / add_cross_attention) is "
+                             "not implemented")
+        fields = {field.name for field in dataclasses.fields(cls)}
+        values = {key: value for key, value in hf_config.items() if key in fields}
+        if "num_labels" not in hf_config and "id2label" in hf_config:
+            values["num_labels"] = len(hf_config["id2label"])
+        return cls(**values)
+
+    def to_hf(self):
+        """The fields of a HuggingFace ``config.json`` (without ``architectures`` and
+        ``model_type``); the labels as HuggingFace writes them, ``id2label`` / ``label2id``."""
+        hf_config = dataclasses.asdict(self)
+        labels = [f"LABEL_{i}" for i in range(hf_config.pop("num_labels"))]
+        hf_config.update(id2label={str(i): label for i, label in enumerate(labels)},
+                         label2id={label: i for i, label in enumerate(labels)},
+                         position_embedding_type="absolute")
+        return hf_config
+
+
+def init_bert_weights(module, std):
+    """BERT's initialisation (Devlin et al.'s released code): every weight matrix and embedding
+    from a normal of standard deviation ``std`` (``initializer_range``, 0.02) truncated at two
+    standard deviations, biases zero, LayerNorm gains one; padding rows of embeddings zero."""
+    for layer in module.modules():
+        if isinstance(layer, Linear):
+            init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
+            init.zeros_(layer.bias)
+        elif isinstance(layer, Embedding):
+            init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
+            if layer.padding_idx is not None:
+                layer.weight.data[layer.padding_idx] = 0
+                layer.weight._bump_version()
+        elif isinstance(layer, LearnedPositionalEmbedding):
+            init.trunc_normal_(layer.table, std=std, a=-2 * std, b=2 * std)
+
+
+def _ids_array(values, what, model, shape=None):
+    """Integer ids (a Tensor, array or nested lists) as an int64 array of shape (batch, time)."""
+    array = values.numpy() if isinstance(values, Tensor) else np.asarray(values)
+    if array.ndim != 2 or array.dtype.kind not in "iu" or (shape is not None
+                                                           and array.shape != shape):
+        expected = "(batch, time)" if shape is None else str(shape)
+        raise ValueError(f"{model}: {what} must be integer ids of shape {expected}, got "
+                         f"{array.dtype} {array.shape}")
+    return array.astype(np.int64, copy=False)
+
+
+def _check_range(array, high, what, size_name, model):
+    if array.size and (array.min() < 0 or array.max() >= high):
+        bad = int(array.min() if array.min() < 0 else array.max())
+        raise ValueError(f"{model}: {what} holds {bad}, outside [0, {size_name}={high})")
+
+
+class BertEmbeddings(Module):
+    """The input representation (Devlin section 3.2, Figure 2): token + segment + position
+    embeddings, summed, then LayerNorm and dropout."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.word_embeddings = Embedding(config.vocab_size, config.hidden_size,
+                                         padding_idx=config.pad_token_id)
+        self.position_embeddings = LearnedPositionalEmbedding(config.max_position_embeddings,
+                                                              config.hidden_size)
+        self.token_type_embeddings = Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.max_length = config.max_position_embeddings
+
+    def forward(self, input_ids, token_type_ids, position_ids=None):
+        """``input_ids`` and ``token_type_ids`` (batch, time) int arrays; positions 0 .. time-1
+        unless ``position_ids`` (batch, time) are given."""
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.norm(self.position_embeddings(x, position_ids=position_ids)))
+
+
+class BertPooler(Module):
+    """C = tanh(W h_[CLS] + b): the final hidden state of the first token, [CLS], through a dense
+    layer and tanh, the sequence's representation for NSP and classification."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden):
+        return F.tanh(self.dense(hidden[:, 0]))
+
+
+class BertModel(Module):
+    """The BERT encoder: embeddings, ``num_hidden_layers`` post-LN Transformer encoder layers and
+    (``add_pooling_layer=True``) the pooler. Returns ``ModelOutput(last_hidden_state (batch,
+    time, hidden_size), pooler_output (batch, hidden_size) or None)``."""
+
+    config_class = BertConfig
+    embeddings_class = BertEmbeddings
+
+    def __init__(self, config, add_pooling_layer=True):
+        super().__init__()
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__}: config must be a "
+                            f"{self.config_class.__name__}, got {type(config).__name__}")
+        self.config = config
+        self.embeddings = self.embeddings_class(config)
+        self.encoder = TransformerEncoder(
+            config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
+            config.intermediate_size, dropout=config.hidden_dropout_prob,
+            activation=HIDDEN_ACT[config.hidden_act], norm_first=False,
+            layer_norm_eps=config.layer_norm_eps,
+            attention_dropout=config.attention_probs_dropout_prob,
+            activation_dropout=0.0)   # BERT drops the feed-forward output, not its hidden units
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        init_bert_weights(self, config.initializer_range)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None):
+        """``input_ids`` (batch, time) ints in [0, vocab_size); ``attention_mask`` (batch, time),
+        1/True on real tokens and 0/False on padding (None: every token is real);
+        ``token_type_ids`` (batch, time) segment ids, 0 for sentence A and 1 for B (None: all
+        0); ``position_ids`` (batch, time), None for the model's own."""
+        name = type(self).__name__
+        config = self.config
+        ids = _ids_array(input_ids, "input_ids", name)
+        _check_range(ids, config.vocab_size, "input_ids", "vocab_size", name)
+        if ids.shape[1] > self.embeddings.max_length:
+            raise ValueError(f"{name}: the sequence length {ids.shape[1]} exceeds the "
+                             f"{self.embeddings.max_length} positions the model has")
+        if token_type_ids is None:
+            types = np.zeros_like(ids)
+        else:
+            types = _ids_array(token_type_ids, "token_type_ids", name, ids.shape)
+            _check_range(types, config.type_vocab_size, "token_type_ids", "type_vocab_size",
+                         name)
+        key_mask = None
+        if attention_mask is not None:
+            mask = (attention_mask.numpy() if isinstance(attention_mask, Tensor)
+                    else np.asarray(attention_mask))
+            if mask.shape != ids.shape:
+                raise ValueError(f"{name}: attention_mask of shape {mask.shape} must match "
+                                 f"input_ids {ids.shape}")
+            key_mask = mask.astype(bool)
+        hidden = self.encoder(self.embeddings(ids, types, position_ids), key_mask=key_mask)
+        pooled = None if self.pooler is None else self.pooler(hidden)
+        return ModelOutput(last_hidden_state=hidden, pooler_output=pooled)
+
+
+@cookbook.equation(25)
+def masked_lm_loss(logits, labels):
+    r"""The masked-LM loss: the mean over the chosen positions T of -log p(x | N), where N is the
+    input with those positions masked (Devlin section 3.1, Task #1)::
+
+        L_BERT = sum_{x in T} log p(x | N)                                    (survey eq 25)
+
+    is the log-likelihood this loss negates (and averages over |T|): each chosen token is
+    predicted from the unmasked ones, independently of the other chosen tokens (which XLNet's
+    eq 26-27 change). ``logits`` (batch, time, vocab), ``labels`` (batch, time): the original
+    token at chosen positions and -100 elsewhere.
+    """
+    return F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
+
+
+class BertLMHead(Module):
+    """The masked-LM prediction head: a dense layer, GELU and LayerNorm, then the decoder, which
+    is the input word-embedding matrix itself (tied, so it costs no parameters) plus an output
+    bias of its own (Devlin et al.'s released code; HuggingFace's ``cls.predictions``)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.approximate = "tanh" if HIDDEN_ACT[config.hidden_act] == "gelu_tanh" else "none"
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.norm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.bias = Parameter(zeros(config.vocab_size))
+
+    def forward(self, hidden, word_embeddings):
+        """``hidden`` (batch, time, hidden_size) and the (vocab_size, hidden_size) word-embedding
+        Parameter -> logits (batch, time, vocab_size)."""
+        x = self.norm(F.gelu(self.dense(hidden), approximate=self.approximate))
+        return F.linear(x, word_embeddings, self.bias)
+
+
+class _BertWithHead(Module):
+    """A ``BertModel`` (or subclass, ``base_model_class``) under ``self.bert`` plus a task head;
+    the head's new layers get BERT's initialisation."""
+
+    base_model_class = BertModel
+    add_pooling_layer = False
+
+    def __init__(self, config):
+        super().__init__()
+        self.bert = self.base_model_class(config, add_pooling_layer=self.add_pooling_layer)
+        self.config = config
+
+    def _init_head(self, *modules):
+        for module in modules:
+            init_bert_weights(module, self.config.initializer_range)
+
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids):
+        return self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                         position_ids=position_ids)
+
+    @property
+    def word_embeddings(self):
+        """The (vocab_size, hidden_size) input word-embedding Parameter."""
+        return self.bert.embeddings.word_embeddings.weight
+
+
+class BertForMaskedLM(_BertWithHead):
+    """BERT with the masked-LM head (no pooler, as in HuggingFace). With ``labels`` (the
+    original ids at masked positions, -100 elsewhere; ``data.masking.MaskedLMCollator`` makes
+    them) the output has ``loss``, ``masked_lm_loss``; ``logits`` (batch, time, vocab_size)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.mlm = BertLMHead(config)
+        self._init_head(self.mlm)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None):
+        hidden = self._encode(input_ids, attention_mask, token_type_ids,
+                              position_ids).last_hidden_state
+        logits = self.mlm(hidden, self.word_embeddings)
+        loss = None if labels is None else masked_lm_loss(logits, labels)
+        return ModelOutput(loss=loss, logits=logits)
+
+
+class BertForPreTraining(_BertWithHead):
+    """BERT with both pretraining heads (Devlin section 3.1): the masked-LM head on every token
+    (``prediction_logits``) and NSP, a linear layer on the pooled [CLS] (``seq_relationship_logits``
+    (batch, 2): class 0 "B follows A", class 1 "B is random", HuggingFace's convention). With
+    ``labels`` and ``next_sentence_label`` both given, ``loss`` is the sum of the two mean losses
+    (the paper's "sum of the mean masked LM likelihood and the mean next sentence prediction
+    likelihood", appendix A.2)."""
+
+    add_pooling_layer = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.mlm = BertLMHead(config)
+        self.nsp = Linear(config.hidden_size, 2)
+        self._init_head(self.mlm, self.nsp)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None, next_sentence_label=None):
+        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids)
+        prediction_logits = self.mlm(out.last_hidden_state, self.word_embeddings)
+        seq_relationship_logits = self.nsp(out.pooler_output)
+        loss = None
+        if labels is not None and next_sentence_label is not None:
+            loss = (masked_lm_loss(prediction_logits, labels)
+                    + F.cross_entropy(seq_relationship_logits, next_sentence_label))
+        return ModelOutput(loss=loss, prediction_logits=prediction_logits,
+                           seq_relationship_logits=seq_relationship_logits)
+
+
+class BertForSequenceClassification(_BertWithHead):
+    """Fine-tuning for a label per sequence (or pair; Devlin section 4.1, GLUE): dropout and a
+    linear layer on the pooled [CLS] C, ``logits`` (batch, num_labels). ``labels`` (batch,):
+    class ids and cross-entropy, or with ``num_labels == 1`` real targets and mean squared error
+    (regression, as STS-B), as HuggingFace does."""
+
+    add_pooling_layer = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        p = config.classifier_dropout
+        self.dropout = Dropout(config.hidden_dropout_prob if p is None else p)
+        self.classifier = Linear(config.hidden_size, config.num_labels)
+        self._init_head(self.classifier)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None):
+        pooled = self._encode(input_ids, attention_mask, token_type_ids,
+                              position_ids).pooler_output
+        logits = self.classifier(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            loss = (F.mse_loss(logits[:, 0], tensor(labels, dtype=logits.dtype,
+                                                    backend=logits.backend))
+                    if self.config.num_labels == 1 else F.cross_entropy(logits, labels))
+        return ModelOutput(loss=loss, logits=logits)
+
+
+class BertForTokenClassification(_BertWithHead):
+    """Fine-tuning for a label per token (Devlin section 5.3, named entities): dropout and a
+    linear layer on every final hidden state, ``logits`` (batch, time, num_labels); ``labels``
+    (batch, time) with -100 where no label counts (padding, continuation word pieces)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        p = config.classifier_dropout
+        self.dropout = Dropout(config.hidden_dropout_prob if p is None else p)
+        self.classifier = Linear(config.hidden_size, config.num_labels)
+        self._init_head(self.classifier)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None):
+        hidden = self._encode(input_ids, attention_mask, token_type_ids,
+                              position_ids).last_hidden_state
+        logits = self.classifier(self.dropout(hidden))
+        loss = None if labels is None else F.cross_entropy(logits, labels,
+                                                           ignore_index=IGNORE_INDEX)
+        return ModelOutput(loss=loss, logits=logits)
+
+
+class BertForQuestionAnswering(_BertWithHead):
+    """Extractive question answering (Devlin section 4.2, SQuAD): question as sentence A, passage
+    as sentence B; a start vector S and an end vector E (one ``Linear(hidden_size, 2)``) score
+    every token, P(i is the start) = softmax_i(S . T_i), likewise for the end.
+
+    ``start_logits``, ``end_logits`` (batch, time). With ``start_positions`` and
+    ``end_positions`` (batch,), the loss is the mean of the two cross-entropies; positions
+    outside the sequence are clamped to ``time`` and ignored, as in HuggingFace. ``best_span``
+    decodes the answer."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.qa_outputs = Linear(config.hidden_size, 2)
+        self._init_head(self.qa_outputs)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                start_positions=None, end_positions=None):
+        hidden = self._encode(input_ids, attention_mask, token_type_ids,
+                              position_ids).last_hidden_state
+        logits = self.qa_outputs(hidden)
+        start_logits, end_logits = logits[..., 0], logits[..., 1]
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            time = start_logits.shape[1]
+            losses = [F.cross_entropy(scores, np.clip(np.asarray(positions, dtype=np.int64),
+                                                      0, time), ignore_index=time)
+                      for scores, positions in ((start_logits, start_positions),
+                                                (end_logits, end_positions))]
+            loss = (losses[0] + losses[1]) / 2
+        return ModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
+
+
+def best_span(start_logits, end_logits, max_answer_length=30, allowed=None):
+    """The answer span of extractive QA: the (i, j) with i <= j < i + ``max_answer_length`` that
+    maximises S . T_i + E . T_j (Devlin section 4.2), i.e. ``start_logits[i] + end_logits[j]``.
+
+    ``start_logits``, ``end_logits`` (batch, time) Tensors or arrays; ``allowed`` (batch, time)
+    bool, True where an answer may start or end (the passage's tokens; None: everywhere).
+    Returns int64 arrays ``starts``, ``ends`` (batch,) and the float ``scores`` (batch,).
+    """
+    start, end = (np.asarray(x.numpy() if isinstance(x, Tensor) else x, dtype=np.float64)
+                  for x in (start_logits, end_logits))
+    if start.ndim != 2 or start.shape != end.shape:
+        raise ValueError(f"best_span: start_logits {start.shape} and end_logits {end.shape} "
+                         "must both be (batch, time)")
+    if isinstance(max_answer_length, bool) or not isinstance(max_answer_length, int) \
+            or max_answer_length < 1:
+        raise ValueError(f"best_span: max_answer_length must be a positive int, got "
+                         f"{max_answer_length!r}")
+    batch, time = start.shape
+    offsets = np.arange(time)[None, :] - np.arange(time)[:, None]     # j - i
+    valid = np.broadcast_to((offsets >= 0) & (offsets < max_answer_length), (batch, time, time))
+    if allowed is not None:
+        allowed = np.asarray(allowed, dtype=bool)
+        valid = valid & allowed[:, :, None] & allowed[:, None, :]
+    if not valid.reshape(batch, -1).any(axis=1).all():
+        raise ValueError("best_span: some example has no allowed position for an answer")
+    scores = np.where(valid, start[:, :, None] + end[:, None, :], -np.inf)
+    best = scores.reshape(batch, -1).argmax(axis=1)
+    starts, ends = np.divmod(best, time)
+    return starts, ends, scores.reshape(batch, -1)[np.arange(batch), best]
+
+
+def mean_pool(last_hidden_state, attention_mask, normalize=False):
+    """Sentence embeddings: the mean of the token vectors over the real tokens (Reimers and
+    Gurevych, 2019, Sentence-BERT's MEAN pooling), L2-normalised with ``normalize=True`` so that
+    a dot product is the cosine similarity (all-MiniLM-L6-v2's ``Normalize`` module).
+
+    ``last_hidden_state`` (batch, time, hidden) Tensor; ``attention_mask`` (batch, time), 1 on
+    real tokens. Differentiable; returns (batch, hidden)::
+
+        out = model(**tok(sentences, padding=True, return_tensors="np"))
+        embeddings = mean_pool(out.last_hidden_state, batch["attention_mask"], normalize=True)
+    """
+    mask = np.asarray(attention_mask.numpy() if isinstance(attention_mask, Tensor)
+                      else attention_mask)
+    if mask.shape != last_hidden_state.shape[:2]:
+        raise ValueError(f"mean_pool: attention_mask {mask.shape} must be (batch, time) = "
+                         f"{last_hidden_state.shape[:2]}")
+    weights = tensor(mask[:, :, None], dtype=last_hidden_state.dtype,
+                     backend=last_hidden_state.backend)
+    summed = (last_hidden_state * weights).sum(axis=1)
+    pooled = summed / weights.sum(axis=1).clip(1e-9, None)
+    if normalize:
+        pooled = pooled / (pooled * pooled).sum(axis=-1, keepdims=True).sqrt().clip(1e-12, None)
+    return pooled
+
+
+# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
+# HuggingFace's names -> ours. Linear weights are (out, in) in both: nothing is transposed. The
+# ``embeddings.position_ids`` buffer and the decoder (a tied copy of the word embeddings and of
+# the output bias) hold nothing of their own.
+BERT_IGNORE = (r"(bert\.|roberta\.)?embeddings\.(position_ids|token_type_ids)",
+               r"(cls\.predictions|lm_head)\.decoder\.(weight|bias)")
+
+
+def weight_and_bias(hf, ours):
+    """The rules of a Linear or LayerNorm: ``{hf}.weight`` -> ``{ours}.weight``, and the bias."""
+    return [Rule(f"{hf}.{kind}", f"{ours}.{kind}") for kind in ("weight", "bias")]
+
+
+def bert_rules(hf_prefix, prefix, pooler):
+    """The key map of ``BertModel`` (and ``RobertaModel``) under HuggingFace's ``hf_prefix``
+    (``"bert."``, ``"roberta."``, ``""``) and our ``prefix``."""
+    hf_embed, embed = f"{hf_prefix}embeddings.", f"{prefix}embeddings."
+    rules = [Rule(f"{hf_embed}word_embeddings.weight", f"{embed}word_embeddings.weight"),
+             Rule(f"{hf_embed}position_embeddings.weight", f"{embed}position_embeddings.table"),
+             Rule(f"{hf_embed}token_type_embeddings.weight",
+                  f"{embed}token_type_embeddings.weight"),
+             *weight_and_bias(f"{hf_embed}LayerNorm", f"{embed}norm")]
+    hf_layer, layer = f"{hf_prefix}encoder.layer.{{i}}.", f"{prefix}encoder.layers.{{i}}."
+    for hf, ours in (("attention.self.query", "self_attn.q_proj"),
+                     ("attention.self.key", "self_attn.k_proj"),
+                     ("attention.self.value", "self_attn.v_proj"),
+                     ("attention.output.dense", "self_attn.out_proj"),
+                     ("attention.output.LayerNorm", "norm1"),
+                     ("intermediate.dense", "feed_forward.linear1"),
+                     ("output.dense", "feed_forward.linear2"),
+                     ("output.LayerNorm", "norm2")):
+        rules += weight_and_bias(hf_layer + hf, layer + ours)
+    if pooler:
+        rules += weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense")
+    return rules
+
+
+def register_bert_architecture(model_class, rules, default_for_type=False):
+    """Register ``model_class`` (named as its HuggingFace counterpart) with ``rules``."""
+    config_class = getattr(model_class, "base_model_class", model_class).config_class
+    register_architecture(HFArchitecture(
+        name=model_class.__name__, model_type=config_class.model_type, model_class=model_class,
+        from_config=lambda hf_config: model_class(config_class.from_hf(hf_config)),
+        to_config=lambda model: model.config.to_hf(), rules=tuple(rules), ignore=BERT_IGNORE,
+        default_for_type=default_for_type))
+
+
+MLM_HEAD_RULES = [*weight_and_bias("cls.predictions.transform.dense", "mlm.dense"),
+                  *weight_and_bias("cls.predictions.transform.LayerNorm", "mlm.norm"),
+                  Rule("cls.predictions.bias", "mlm.bias")]
+register_bert_architecture(BertModel, bert_rules("", "", pooler=True), default_for_type=True)
+register_bert_architecture(BertForMaskedLM, bert_rules("bert.", "bert.", False) + MLM_HEAD_RULES)
+register_bert_architecture(BertForPreTraining, bert_rules("bert.", "bert.", True) + MLM_HEAD_RULES
+                           + weight_and_bias("cls.seq_relationship", "nsp"))
+register_bert_architecture(BertForSequenceClassification, bert_rules("bert.", "bert.", True)
+                           + weight_and_bias("classifier", "classifier"))
+register_bert_architecture(BertForTokenClassification, bert_rules("bert.", "bert.", False)
+                           + weight_and_bias("classifier", "classifier"))
+register_bert_architecture(BertForQuestionAnswering, bert_rules("bert.", "bert.", False)
+                           + weight_and_bias("qa_outputs", "qa_outputs"))
