@@ -17,7 +17,9 @@ median time per runner and the median of the per-round ratios:
   ``tracemalloc``, in a separate untimed call), next to full attention where it fits;
 * gpt: one AdamW training step of a small GPT (vocab 65, d_model 128, 4 heads, 4 layers,
   context 128, batch 16; ``benchmarks/gpt.py``) on each runner, from the same weights; with
-  ``--profile``, where the time of a step goes on the numpy and numba backends.
+  ``--profile``, where the time of a step goes on the numpy and numba backends. The
+  ``library/numba`` runner is the library's own ``models.gpt.GPT2LMHeadModel`` at the same sizes
+  (what ``minitorch-nlp demo`` trains), from its own initialisation.
 
 Targets (issue "Backends"): numba GPT step <= 1.0x PyTorch's, numpy's <= 1.2x, both >= 3.5x faster
 than HIPS autograd; fused attention forward + backward at n = 512 >= 1.5x faster than the numpy
@@ -454,9 +456,33 @@ def gpt_section(args, peers, have_numba):
         opt = optim.AdamW(model.parameters(), lr=1e-3)
         return lambda: G.train_step(model, opt, inputs, targets)
 
+    def library(backend):
+        """The library's own GPT-2 (``models.gpt``: separate q/k/v projections, labels shifted
+        inside) at the same sizes, from its own initialisation."""
+        from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
+
+        with mt.backend(backend):
+            mt.manual_seed(0)
+            model = GPT2LMHeadModel(GPTConfig(
+                vocab_size=config.vocab_size, n_positions=config.block_size,
+                n_embd=config.n_embd, n_layer=config.n_layer, n_head=config.n_head,
+                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
+                eos_token_id=None))
+            inputs = mt.tensor(x)
+        opt = optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step():
+            loss = model(inputs, labels=inputs).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.item()
+        return step
+
     steps = {"numpy": ours("numpy")}
     if have_numba:
         steps["numba"] = ours("numba")
+        steps["library/numba"] = library("numba")
     torch = peers["torch"]
     if torch is not None:
         model = G.torch_gpt(config, weights)

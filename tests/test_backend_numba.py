@@ -285,7 +285,8 @@ def test_attention(inputs, keep_probs, block, causal_rows, parallel):
     keys those rows can see), as at long sequence lengths."""
     q, k, v, grad, key_mask, scale, causal = inputs
     expected, ref_state = REF.attention(q, k, v, scale, causal, key_mask)
-    with mock.patch.multiple(numba_backend, _KEEP_PROBS=(1 << 20) * keep_probs,
+    keep = (1 << 20) * keep_probs
+    with mock.patch.multiple(numba_backend, _KEEP_PROBS=keep, _CAUSAL_KEEP_PROBS=keep,
                              _ATTENTION_BLOCK=block, _CAUSAL_ROWS=causal_rows), \
             on_threads(parallel):
         actual, state = NUMBA.attention(q, k, v, scale, causal, key_mask)

@@ -44,10 +44,12 @@ _LAUNCH = threading.Lock()  # the workqueue threading layer must not be entered 
 # cache between the matmul that writes them, the softmax kernel and the matmul that reads them).
 _ATTENTION_BLOCK = 1 << 20
 _CAUSAL_ROWS = 128
-# Attention probabilities of up to this many elements in all are kept for the backward (which
-# saves it recomputing q k^T); larger ones are recomputed block by block, so the saved state stays
-# O(n).
-_KEEP_PROBS = 1 << 20
+# Attention probabilities of up to this many elements in all (64 MB in float32) are kept for the
+# backward, which saves it recomputing q k^T; larger ones are recomputed block by block, so the
+# saved state stays O(n). With a causal mask the blocks skip the hidden half of the scores, which
+# pays more than keeping them once there is more than one block (_CAUSAL_KEEP_PROBS).
+_KEEP_PROBS = 1 << 24
+_CAUSAL_KEEP_PROBS = 1 << 20
 _WORKSPACE_KEEP = 64 << 20  # workspace buffers up to this many bytes are kept for the next call
 _GELU_CHUNK = 1 << 14  # elements per unit of parallel work for GELU without a bias
 _PARALLEL_WORK = 1 << 15  # below this, kernels run on the calling thread only
@@ -347,7 +349,8 @@ class NumbaBackend(NumpyBackend):
         out = np.empty((pairs, tq, v3.shape[2]), dtype=dtype)
         peak = np.empty((pairs, tq), dtype=dtype)
         inv_total = np.empty((pairs, tq), dtype=dtype)
-        kept = np.empty((pairs, tq, tk), dtype=dtype) if pairs * tq * tk <= _KEEP_PROBS else None
+        keep = _CAUSAL_KEEP_PROBS if causal else _KEEP_PROBS
+        kept = np.empty((pairs, tq, tk), dtype=dtype) if pairs * tq * tk <= keep else None
         blocks = [(0, pairs, 0, tq, tk)] if kept is not None else \
             self._attention_blocks(pairs, tq, tk, causal)
         for p0, p1, i0, i1, keys in blocks:
