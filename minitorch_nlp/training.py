@@ -80,6 +80,9 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"TrainConfig: {name} must be a positive int, got {value!r}")
+        if self.model == "bert" and self.tokenizer == "char":
+            raise ValueError("TrainConfig: a BERT needs [CLS], [SEP] and [MASK] tokens: use the "
+                             "wordpiece or bpe tokenizer, not char")
         if self.n_embd % self.n_head:
             raise ValueError(f"TrainConfig: n_head={self.n_head} must divide n_embd={self.n_embd}")
         if not 0 < self.validation_fraction < 1:
@@ -99,8 +102,10 @@ def _train_tokenizer(config, text):
     from .data import tokenizers
     if config.tokenizer == "char":
         return tokenizers.CharTokenizer.train(text)
-    if config.tokenizer == "bpe":
-        return tokenizers.ByteLevelBPETokenizer.train(text, vocab_size=config.vocab_size)
+    if config.tokenizer == "bpe":   # RoBERTa's special tokens (<s> </s> <mask> ...) for a BERT
+        return tokenizers.ByteLevelBPETokenizer.train(
+            text, vocab_size=config.vocab_size,
+            style="roberta" if config.model == "bert" else "gpt2")
     return tokenizers.WordPieceTokenizer.train(text, vocab_size=config.vocab_size)
 
 
@@ -121,8 +126,8 @@ def _build_model(config, vocab_size, tokenizer):
 
 
 def _decay_groups(model, weight_decay):
-    """Weight decay on matrices only (not on biases, LayerNorm gains or position tables' rows are
-    matrices too, as in nanoGPT: every parameter of two or more dimensions decays)."""
+    """Weight decay on every parameter of two or more dimensions (weights, embeddings, the
+    position table), none on biases and LayerNorm gains, as nanoGPT does."""
     params = [p for p in model.parameters() if p.requires_grad]
     return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]

@@ -124,3 +124,12 @@ def test_generate_from_a_huggingface_directory(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == expected.strip()
     with pytest.raises(SystemExit):
         cli.main(["generate", str(tmp_path / "nothing-here")])
+
+
+def test_a_bert_trains_on_byte_level_bpe_with_roberta_specials_and_refuses_characters():
+    run = training.LanguageModelRun(tiny(model="bert", tokenizer="bpe", vocab_size=300, steps=2),
+                                    text=TEXT)
+    assert np.isfinite(run.train(progress=False))
+    assert run.tokenizer.mask_token == "<mask>"
+    with pytest.raises(ValueError, match="a BERT needs \\[CLS\\], \\[SEP\\] and \\[MASK\\]"):
+        tiny(model="bert", tokenizer="char")
