@@ -714,3 +714,41 @@ def test_other_argument_messages():
         mt.pad(mt.zeros(2, 2), [(1, 1), (1, 1), (1, 1)])
     with pytest.raises(ValueError, match="gelu: approximate"):
         mt.zeros(2).gelu(approximate="sigmoid")
+
+
+# ---- multi-output functions (split) ------------------------------------------------------------
+def test_split_pieces_share_one_node_whose_backward_runs_once():
+    x = mt.tensor(np.arange(12.0).reshape(3, 4), dtype=mt.float64, requires_grad=True)
+    a, b, c = x.split([1, 2, 1], axis=1)
+    assert a.grad_fn.ctx is c.grad_fn.ctx and repr(a.grad_fn) == "<SplitBackward output 0>"
+    seen = []
+    b.register_hook(seen.append)
+    c.retain_grad()
+    loss = (a * 2).sum() + (a * 3).sum() + (c ** 2).sum()     # a used twice, b unused
+    loss.backward()
+    assert not seen                                           # no gradient reached b
+    np.testing.assert_array_equal(c.grad.numpy(), 2 * c.numpy())
+    expected = np.zeros((3, 4))
+    expected[:, 0] = 5
+    expected[:, 3] = 2 * x.numpy()[:, 3]
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
+
+
+def test_gradients_from_and_to_a_piece():
+    x = mt.tensor(np.arange(6.0), dtype=mt.float64, requires_grad=True)
+    first, second = x.chunk(2)
+    second.backward(mt.tensor([1.0, 2.0, 3.0], dtype=mt.float64))   # a piece as the root
+    np.testing.assert_array_equal(x.grad.numpy(), [0, 0, 0, 1, 2, 3])
+    (g_piece,) = mt.grad((first * second).sum(), [first])          # a piece as the target
+    np.testing.assert_array_equal(g_piece.numpy(), second.numpy())
+    with mt.no_grad():
+        pieces = x.split(2)
+    assert all(p.grad_fn is None and not p.requires_grad for p in pieces)
+
+
+def test_split_pieces_are_views_sharing_the_version_counter():
+    x = mt.zeros(4, requires_grad=True) * 1.0
+    a, b = x.split(2)
+    assert a._version is x._version
+    with pytest.raises(ValueError, match=r"split: piece sizes must be ints >= 0"):
+        x.split([5, -1])

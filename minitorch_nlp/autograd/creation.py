@@ -190,11 +190,10 @@ def split(x, split_size_or_sections, axis=0):
         sizes = list(split_size_or_sections)
         if sum(sizes) != n:
             raise ValueError(f"split: sizes {sizes} add up to {sum(sizes)}, but axis {axis} has {n}")
-    pieces, start = [], 0
-    for size in sizes:
-        pieces.append(x[(slice(None),) * axis + (slice(start, start + size),)])
-        start += size
-    return tuple(pieces)
+    if any(isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0
+           for size in sizes):
+        raise ValueError(f"split: piece sizes must be ints >= 0, got {sizes}")
+    return sh.Split.apply(x, sizes=[int(size) for size in sizes], axis=axis)
 
 
 def chunk(x, chunks, axis=0):

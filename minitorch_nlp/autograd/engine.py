@@ -5,6 +5,8 @@ Nodes are visited in reverse topological order, so every gradient that reaches a
 summed before the node's ``backward`` runs. This is the one place that
 
 * reduces a gradient of broadcast shape back to the shape of the input it belongs to,
+* gathers the gradients of a multi-output Function's outputs (``OutputNode``s) into one call
+  of its backward,
 * sums gradients when a tensor is used more than once,
 * runs tensor hooks, fills ``.grad`` of leaves (and of tensors that asked ``retain_grad()``),
 * frees saved tensors unless ``retain_graph``.
@@ -15,7 +17,7 @@ tensors with a graph of their own, ready to be differentiated again.
 from __future__ import annotations
 
 from . import grad_mode
-from .function import LeafNode
+from .function import LeafNode, OutputNode
 
 Tensor = None  # the Tensor class, handed over by tensor.py
 sum_to = None  # ops_shape.sum_to, handed over by tensor.py
@@ -96,7 +98,11 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, targets=None)
                 kept = node.retained()
                 if kept is not None:
                     kept.grad = g if kept.grad is None else kept.grad + g
-            input_grads = node.fn.backward(node, g)
+            if isinstance(node, OutputNode):   # one output of a multi-output Function
+                slots = pending.setdefault(id(node.ctx), [None] * node.ctx.num_outputs)
+                slots[node.index] = g
+                continue
+            input_grads = node.fn.backward(node, tuple(g) if isinstance(g, list) else g)
             if not isinstance(input_grads, tuple):
                 input_grads = (input_grads,)
             for child, meta, child_grad in zip(node.next_nodes, node.input_meta, input_grads):

@@ -3,7 +3,10 @@
 A ``Function`` subclass defines
 
 * ``forward(ctx, *arrays, **static)`` on raw backend arrays (non-tensor inputs such as Python
-  scalars or constant masks arrive unchanged), returning one array;
+  scalars or constant masks arrive unchanged), returning one array (or, for a Function with
+  ``multi_output = True`` such as ``split``, a tuple of arrays: each output tensor then gets an
+  ``OutputNode`` that hands its gradient to the shared ``Context``, whose ``backward(ctx, grads)``
+  runs once with one gradient per output, ``None`` for outputs no gradient reached);
 * ``backward(ctx, grad)`` written with ``Tensor`` operations, returning one gradient per input
   (``None`` where there is none). Because it is written with tensor operations, running it with
   recording switched on (``create_graph=True``) records the graph of the gradient itself, which is
@@ -93,6 +96,27 @@ class Context:
         return f"<{self.name}Backward>"
 
 
+class OutputNode:
+    """The node of output ``index`` of a multi-output Function: the engine passes the gradient
+    that reaches it on to the shared ``Context`` ``ctx``, slot ``index``."""
+
+    fn = None
+    input_meta = ()
+    hooks = None
+    retained = None
+    released = False
+
+    def __init__(self, ctx, index):
+        self.ctx, self.index = ctx, index
+        self.next_nodes = (ctx,)
+
+    def release(self):
+        self.released = True
+
+    def __repr__(self):
+        return f"<{self.ctx.name}Backward output {self.index}>"
+
+
 class LeafNode:
     """Where gradients of a leaf tensor (one made by the user, e.g. a parameter) arrive."""
 
@@ -113,6 +137,7 @@ class Function:
 
     is_view = False  # output shares memory with input 0 (so they share a version counter)
     differentiable = True
+    multi_output = False  # forward returns a tuple of arrays, backward takes a tuple of grads
 
     @staticmethod
     def forward(ctx, *args, **kwargs):
@@ -164,9 +189,15 @@ class Function:
             ctx.fn = cls
             ctx.next_nodes = next_nodes
             ctx.input_meta = input_meta
-            result = Tensor._wrap(out, backend, node=ctx)
-        else:
-            result = Tensor._wrap(out, backend)
+        if cls.multi_output:
+            ctx.num_outputs = len(out)
+            results = tuple(Tensor._wrap(o, backend, node=OutputNode(ctx, i) if record else None)
+                            for i, o in enumerate(out))
+            for result in results if cls.is_view else ():
+                result._version = inputs[0]._version
+                result._is_view = True
+            return results
+        result = Tensor._wrap(out, backend, node=ctx if record else None)
         if cls.is_view:
             result._version = inputs[0]._version
             result._is_view = True

@@ -7,6 +7,7 @@ otherwise, never the slow ``np.add.at``.
 """
 from __future__ import annotations
 
+from . import function
 from .function import Function
 
 
@@ -117,6 +118,29 @@ class Concatenate(Function):
             grads.append(grad[prefix + (slice(start, start + size),)] if need else None)
             start += size
         return tuple(grads)
+
+
+class Split(Function):
+    """Pieces of ``sizes`` along ``axis`` (views). One node for all of them: the backward
+    concatenates the pieces' gradients once, instead of each piece scattering into a zero array
+    of the whole input."""
+
+    is_view = True
+    multi_output = True
+
+    @staticmethod
+    def forward(ctx, x, *, sizes, axis):
+        ctx.axis, ctx.dtype = axis, x.dtype
+        ctx.shapes = [x.shape[:axis] + (size,) + x.shape[axis + 1:] for size in sizes]
+        bounds = [sum(sizes[:i + 1]) for i in range(len(sizes) - 1)]
+        return tuple(_xp(ctx).split(x, bounds, axis=axis))
+
+    @staticmethod
+    def backward(ctx, grads):
+        xp = _xp(ctx)
+        pieces = [g if g is not None else function.Tensor._wrap(
+            xp.zeros(shape, dtype=ctx.dtype), ctx.backend) for g, shape in zip(grads, ctx.shapes)]
+        return Concatenate.apply(*pieces, axis=ctx.axis)
 
 
 class Stack(Function):
