@@ -189,6 +189,12 @@ def split_inputs(draw, as_list):
 
 
 @st.composite
+def unbind_inputs(draw):
+    shape = draw(S.shapes(min_dims=1))
+    return (draw(lay(S.arrays(shape))),), {"axis": draw(S.axis(len(shape)))}
+
+
+@st.composite
 def pad_inputs(draw):
     shape = draw(S.shapes(min_dims=1))
     widths = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in shape)
@@ -492,6 +498,7 @@ CASES = [
       lambda x, sections, axis: P.split(
           x, _chunk_sizes(x.shape[axis], sections), axis), split_inputs(as_list=False),
       exact=True),
+    C("unbind", lambda x, axis: x.unbind(axis), P.unbind, unbind_inputs(), exact=True),
     C("pad", lambda x, pad_width, value: mt.pad(x, pad_width, value=value), P.pad, pad_inputs(),
       exact=True),
     C("flip", lambda x, axis: x.flip(axis), P.flip, flip_inputs(), exact=True),

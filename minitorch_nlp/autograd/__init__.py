@@ -3,7 +3,8 @@ from . import dtypes
 from .creation import (arange, argsort, as_tensor, cat, chunk, concatenate, empty, eye, full,
                        full_like, gather, index_select, linspace, one_hot, ones, ones_like, pad,
                        rand, rand_like, randint, randint_like, randn, randn_like, scatter_add,
-                       sort, split, stack, take_along_axis, tensor, topk, zeros, zeros_like)
+                       sort, split, stack, take_along_axis, tensor, topk, unbind, zeros,
+                       zeros_like)
 from .dtypes import (bool_, float16, float32, float64, get_default_dtype, int8, int32, int64,
                      set_default_dtype, uint8)
 from .engine_api import backward, grad
@@ -152,6 +153,7 @@ __all__ = [
     "tril",
     "triu",
     "uint8",
+    "unbind",
     "unsqueeze",
     "var",
     "where",

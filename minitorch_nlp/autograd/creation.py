@@ -196,6 +196,14 @@ def split(x, split_size_or_sections, axis=0):
     return sh.Split.apply(x, sizes=[int(size) for size in sizes], axis=axis)
 
 
+def unbind(x, axis=0):
+    """The slices of ``x`` along ``axis``, that axis removed (``stack``'s inverse): stepping
+    through time one slice at a time without each slice's backward filling a zero array of the
+    whole of ``x``."""
+    (axis,) = sh.normalize_axis(axis, x.ndim, "unbind")
+    return sh.Unbind.apply(x, axis=axis)
+
+
 def chunk(x, chunks, axis=0):
     """``chunks`` pieces of equal size along ``axis`` (the last may be smaller)."""
     if chunks <= 0:

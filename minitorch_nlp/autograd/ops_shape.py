@@ -143,6 +143,28 @@ class Split(Function):
         return Concatenate.apply(*pieces, axis=ctx.axis)
 
 
+class Unbind(Function):
+    """The slices ``x[i]`` along ``axis`` (views, the axis removed): the inverse of ``stack``, with
+    one backward that stacks the slices' gradients."""
+
+    is_view = True
+    multi_output = True
+
+    @staticmethod
+    def forward(ctx, x, *, axis):
+        ctx.axis, ctx.dtype = axis, x.dtype
+        ctx.shape = x.shape[:axis] + x.shape[axis + 1:]
+        prefix = (slice(None),) * axis
+        return tuple(x[prefix + (i,)] for i in range(x.shape[axis]))
+
+    @staticmethod
+    def backward(ctx, grads):
+        xp = _xp(ctx)
+        slices = [g if g is not None else function.Tensor._wrap(
+            xp.zeros(ctx.shape, dtype=ctx.dtype), ctx.backend) for g in grads]
+        return Stack.apply(*slices, axis=ctx.axis)
+
+
 class Stack(Function):
     @staticmethod
     def forward(ctx, *xs, axis):

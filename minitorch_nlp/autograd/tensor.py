@@ -594,6 +594,11 @@ class Tensor:
 
         return chunk(self, chunks, axis=dim if dim is not None else axis)
 
+    def unbind(self, axis=0, dim=None):
+        from .creation import unbind
+
+        return unbind(self, axis=dim if dim is not None else axis)
+
     # ---- indexing ----------------------------------------------------------------------------------
     def __getitem__(self, index):
         return sh.GetItem.apply(self, index=_index_data(index, self))

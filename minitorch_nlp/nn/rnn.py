@@ -323,7 +323,8 @@ class _RNNBase(Module):
             outputs = []
             for direction in range(self.num_directions):
                 weight_ih, weight_hh, bias_ih, bias_hh = self._weights(layer, direction)
-                x_proj = F.linear(layer_input, weight_ih, bias_ih)  # every step in one GEMM
+                # every step's input projection in one GEMM, then one slice per step
+                x_proj = F.linear(layer_input, weight_ih, bias_ih).unbind(0)
                 state = initial[layer * self.num_directions + direction]
                 out = [None] * time
                 for t in (range(time) if direction == 0 else reversed(range(time))):

@@ -253,6 +253,11 @@ def stack(*xs, axis=0):
     return anp.stack(xs, axis=axis)
 
 
+def unbind(x, axis=0):
+    """The slices x[..., i, ...] along ``axis``, one per index."""
+    return tuple(x[(slice(None),) * (axis % x.ndim) + (i,)] for i in range(x.shape[axis]))
+
+
 def split(x, sizes, axis=0):
     """Pieces of the given sizes along ``axis``."""
     pieces, start = [], 0
