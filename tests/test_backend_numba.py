@@ -124,27 +124,32 @@ def test_fast_exp_is_exp_to_an_ulp():
         assert out[-4] == 0 and np.isposinf(out[-3]) and np.isnan(out[-2]) and out[-1] == 1
 
 
-def test_gelu_tanh_in_float32_is_accurate():
-    """The tanh GELU is computed as x * sigmoid(2u) (0.5 (1 + tanh u) = sigmoid(2u)); on [-10, 10]
-    its float32 values and derivatives are within 1e-6 relative of the exact ones (long double),
-    and agree with the textbook tanh formula in float64 where that formula does not cancel."""
+def test_gelu_tanh_is_as_accurate_as_its_precision_allows():
+    """The tanh GELU is computed as x * sigmoid(2u) (0.5 (1 + tanh u) = sigmoid(2u)) in the
+    precision of x. On [-10, 10], in float32, its values and derivatives are as close to the exact
+    ones (long double) as the NumPy backend's float32 tanh formula, within a factor of 2 in the
+    worst absolute error (relative error is no measure near the derivative's zero at x = -0.75,
+    where two terms cancel); in float64 it agrees with the textbook formula to 1e-12."""
     x = np.linspace(-10, 10, 400_001).astype(np.float32)
     w = x.astype(np.longdouble)
     u = np.sqrt(np.longdouble(2) / np.pi) * (w + np.longdouble(0.044715) * w ** 3)
     s = 1 / (1 + np.exp(-2 * u))
     du = np.sqrt(np.longdouble(2) / np.pi) * (1 + 3 * np.longdouble(0.044715) * w ** 2)
     exact, exact_grad = w * s, s + 2 * w * s * (1 - s) * du
-    got, got_grad = NUMBA.gelu(x, "tanh"), NUMBA.gelu_backward(x, np.ones_like(x), "tanh")
-    for value, want in ((got, exact), (got_grad, exact_grad)):
-        significant = np.abs(want) > 1e-30
-        relative = np.abs(value[significant] - want[significant]) / np.abs(want[significant])
-        assert relative.max() <= 1e-6
-    textbook = x > -3
-    x64 = x[textbook].astype(np.float64)
-    np.testing.assert_allclose(got[textbook], REF.gelu(x64, "tanh"), rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(got_grad[textbook],
-                               REF.gelu_backward(x64, np.ones_like(x64), "tanh"),
-                               rtol=1e-6, atol=1e-7)
+    ones = np.ones_like(x)
+    ours = (NUMBA.gelu(x, "tanh"), NUMBA.gelu_backward(x, ones, "tanh"))
+    numpy_f32 = (REF.gelu(x, "tanh"), REF.gelu_backward(x, ones, "tanh"))
+    for got, baseline, want in zip(ours, numpy_f32, (exact, exact_grad)):
+        assert got.dtype == np.float32
+        worst = np.abs(got.astype(np.longdouble) - want).max()
+        assert worst <= 2 * np.abs(baseline.astype(np.longdouble) - want).max()
+        assert worst <= 2.5e-6
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(NUMBA.gelu(x64, "tanh"), REF.gelu(x64, "tanh"), rtol=1e-12,
+                               atol=1e-14)
+    np.testing.assert_allclose(NUMBA.gelu_backward(x64, np.ones_like(x64), "tanh"),
+                               REF.gelu_backward(x64, np.ones_like(x64), "tanh"), rtol=1e-12,
+                               atol=1e-14)
 
 
 @given(st.data())

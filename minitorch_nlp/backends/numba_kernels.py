@@ -330,21 +330,20 @@ _GELU_TANH_C = 0.044715
 
 
 @register_jitable
-def _gelu_tanh(x):
-    """0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + c x^3), in float64."""
-    w = np.float64(x)
-    u = _SQRT_2_OVER_PI * (w + _GELU_TANH_C * w * w * w)
-    return w / (1.0 + _exp_f64(-2.0 * u))
+def _gelu_tanh(v, one, k, c):
+    """0.5 v (1 + tanh(u)) = v sigmoid(2u), u = k (v + c v^3), k = sqrt(2/pi), in the precision
+    of v (``one``, ``k``, ``c`` come in v's dtype): float32 math with the float32 exp vectorises,
+    and its rounding error (a few ulp) is that of a float32 result anyway."""
+    u = k * (v + c * v * v * v)
+    return v / (one + fast_exp(-(one + one) * u))
 
 
 @register_jitable
-def _gelu_tanh_grad(x):
-    """d/dx x sigmoid(2u) = s + 2 x s (1 - s) u'(x), in float64."""
-    w = np.float64(x)
-    u = _SQRT_2_OVER_PI * (w + _GELU_TANH_C * w * w * w)
-    s = 1.0 / (1.0 + _exp_f64(-2.0 * u))
-    du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_C * w * w)
-    return s + 2.0 * w * s * (1.0 - s) * du
+def _gelu_tanh_grad(v, one, k, c):
+    """d/dv v sigmoid(2u) = s + 2 v s (1 - s) u'(v), u'(v) = k (1 + 3 c v^2)."""
+    u = k * (v + c * v * v * v)
+    s = one / (one + fast_exp(-(one + one) * u))
+    return s + (one + one) * v * s * (one - s) * k * (one + (one + one + one) * c * v * v)
 
 
 @_rows
@@ -354,12 +353,13 @@ def _gelu_row(x, bias, grad, out, tanh, backward, r):
     grad_blk = grad[r * cols:(r + 1) * cols]
     out_blk = out[r * cols:(r + 1) * cols]
     dtype = x.dtype.type
+    one, k, c = dtype(1.0), dtype(_SQRT_2_OVER_PI), dtype(_GELU_TANH_C)
     if tanh and not backward:
         for i in range(x_blk.shape[0]):
-            out_blk[i] = _gelu_tanh(x_blk[i] + bias[i])
+            out_blk[i] = _gelu_tanh(x_blk[i] + bias[i], one, k, c)
     elif tanh:
         for i in range(x_blk.shape[0]):
-            out_blk[i] = _gelu_tanh_grad(x_blk[i] + bias[i]) * grad_blk[i]
+            out_blk[i] = _gelu_tanh_grad(x_blk[i] + bias[i], one, k, c) * grad_blk[i]
     elif not backward:
         for i in range(x_blk.shape[0]):
             v = x_blk[i] + bias[i]
