@@ -511,29 +511,30 @@ def _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, fir
     h, r, pair, i, b, end = _attention_row(scores, causal, heads, first_pair, first_query, tq,
                                            tk, row)
     minus_inf = scores.dtype.type(-np.inf)
-    for j in range(end):
-        scores[h, r, j] = scores[h, r, j] * scale if key_mask[b, j] else minus_inf
+    line, allowed = scores[h, r], key_mask[b]   # 1-D views: loops LLVM can vectorise
     top = minus_inf
     for j in range(end):
-        top = max(top, scores[h, r, j])
+        v = line[j] * scale if allowed[j] else minus_inf
+        line[j] = v
+        top = v if v > top else top
     if not math.isfinite(top):
         top = scores.dtype.type(0)
     total = 0.0
     for j0 in range(0, end, _BLOCK):
-        blk = scores[h, r, j0:min(end, j0 + _BLOCK)]
+        blk = line[j0:min(end, j0 + _BLOCK)]
         part = scores.dtype.type(0)
         for j in range(blk.shape[0]):
             e = fast_exp(blk[j] - top)
             blk[j] = e
             part += e
         total += part
-    for j in range(end, scores.shape[2]):
-        scores[h, r, j] = 0
+    for j in range(end, line.shape[0]):
+        line[j] = 0
     if total == 0.0:
         total = 1.0
     inv = scores.dtype.type(1.0 / total)
     for j in range(end):
-        scores[h, r, j] *= inv
+        line[j] *= inv
     peak[pair, i] = top
     inv_total[pair, i] = inv
 
