@@ -282,7 +282,7 @@ def _add_language_model_commands(commands) -> None:
         description="The main job: a GPT-2-style character model (4 layers, d 128, context 128) "
         "trained on the Python standard library's docstrings (no download), with a progress bar, "
         "validation loss, a loss-curve PNG, a checkpoint and generated samples, all in --out. "
-        "About 6.5 minutes on 2 CPU cores.",
+        "Under 6 minutes on 2 CPU cores.",
     )
     demo.add_argument("--steps", type=int, help=f"training steps ({defaults.steps}; --smoke: 20)")
     demo.add_argument("--seed", type=int, default=0, help="seed (%(default)s)")

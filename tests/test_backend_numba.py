@@ -124,6 +124,27 @@ def test_fast_exp_is_exp_to_an_ulp():
         assert out[-4] == 0 and np.isposinf(out[-3]) and np.isnan(out[-2]) and out[-1] == 1
 
 
+@numba.njit(cache=True)
+def _shifted_exp_array(x, out):
+    for i in range(x.shape[0]):
+        out[i] = numba_kernels.shifted_exp(x[i])
+
+
+def test_shifted_exp_is_exp_to_an_ulp_on_a_softmaxs_range():
+    """The softmax kernels' exp of (score - max) <= 0: within 1.5 ulp down to -87, 0 below (and
+    for -inf, a masked score), in float32; fast_exp in float64."""
+    for dtype, ulps in ((np.float32, 1.5), (np.float64, 2.5)):
+        x = np.concatenate([np.linspace(-86.9, 0, 200_001), [-1e-30, 0.0]]).astype(dtype)
+        out = np.empty_like(x)
+        _shifted_exp_array(x, out)
+        exact = np.exp(x.astype(np.longdouble))
+        assert (np.abs(out - exact) / exact).max() <= ulps * np.finfo(dtype).eps
+    below = np.array([-87.5, -100.0, -1e30, -np.inf], dtype=np.float32)
+    out = np.empty_like(below)
+    _shifted_exp_array(below, out)
+    assert np.all(out == 0)
+
+
 def test_gelu_tanh_is_as_accurate_as_its_precision_allows():
     """The tanh GELU is computed as x * sigmoid(2u) (0.5 (1 + tanh u) = sigmoid(2u)) in the
     precision of x. On [-10, 10], in float32, its values and derivatives are as close to the exact

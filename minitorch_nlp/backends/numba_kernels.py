@@ -139,6 +139,52 @@ def _exp_f64(v):
     return result
 
 
+@intrinsic
+def _bits_from_f32(typingctx, value):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+_ROUND_MAGIC = 12582912.0  # 1.5 * 2^23: adding it rounds a float32 below 2^22 to an integer
+
+
+@register_jitable
+def _shifted_exp_f32(v):
+    """exp(v) for the v <= 0 of a softmax shifted by its maximum, branch-free so that a loop of
+    it vectorises: n = round(v / ln 2) by the magic-number trick (the integer lands in the low
+    bits of v / ln 2 + 1.5 * 2^23), 2^n built from n's bits. 0 below -87, where exp(v) < 2e-38
+    would vanish next to the row's largest term, 1, anyway."""
+    c = max(v, np.float32(-87.0))
+    shifted = c * np.float32(1.4426950408889634) + np.float32(_ROUND_MAGIC)
+    n = shifted - np.float32(_ROUND_MAGIC)
+    n_int = _bits_from_f32(shifted) - np.int32(0x4B400000)
+    r = c - n * np.float32(0.693145751953125) - n * np.float32(1.428606765330187e-06)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    p = p * r * r + r + np.float32(1.0)
+    e = p * _f32_from_bits((n_int + np.int32(127)) << np.int32(23))
+    return e if v >= np.float32(-87.0) else np.float32(0.0)
+
+
+def shifted_exp(x):
+    """exp(x) for x <= 0 (a softmax's exponent after subtracting the maximum)."""
+    return math.exp(x)
+
+
+@overload(shifted_exp)
+def _shifted_exp_overload(x):
+    if x == types.float32:
+        return lambda x: _shifted_exp_f32(x)
+    if x == types.float64:
+        return lambda x: _exp_f64(x)
+    return None
+
+
 def fast_exp(x):
     """exp(x) in the precision of x; compiled code gets the vectorisable polynomials above."""
     return math.exp(x)
@@ -505,6 +551,25 @@ def _attention_row(scores, causal, heads, first_pair, first_query, tq, tk, row):
     return h, r, pair, i, pair // heads, end
 
 
+@register_jitable
+def _row_max(line, end, minus_inf):
+    """max(line[:end]) with four running maxima: a single one is a chain of dependent compares
+    that the CPU cannot overlap (and a float max is no reduction LLVM vectorises)."""
+    m0 = m1 = m2 = m3 = minus_inf
+    j = 0
+    while j + 4 <= end:
+        m0 = line[j] if line[j] > m0 else m0
+        m1 = line[j + 1] if line[j + 1] > m1 else m1
+        m2 = line[j + 2] if line[j + 2] > m2 else m2
+        m3 = line[j + 3] if line[j + 3] > m3 else m3
+        j += 4
+    for k in range(j, end):
+        m0 = line[k] if line[k] > m0 else m0
+    m0 = m1 if m1 > m0 else m0
+    m2 = m3 if m3 > m2 else m2
+    return m2 if m2 > m0 else m0
+
+
 @_rows
 def _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, first_query, tq, tk,
                          peak, inv_total, row):
@@ -512,11 +577,9 @@ def _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, fir
                                            tk, row)
     minus_inf = scores.dtype.type(-np.inf)
     line, allowed = scores[h, r], key_mask[b]   # 1-D views: loops LLVM can vectorise
-    top = minus_inf
     for j in range(end):
-        v = line[j] * scale if allowed[j] else minus_inf
-        line[j] = v
-        top = v if v > top else top
+        line[j] = line[j] * scale if allowed[j] else minus_inf
+    top = _row_max(line, end, minus_inf)
     if not math.isfinite(top):
         top = scores.dtype.type(0)
     total = 0.0
@@ -524,7 +587,7 @@ def _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, fir
         blk = line[j0:min(end, j0 + _BLOCK)]
         part = scores.dtype.type(0)
         for j in range(blk.shape[0]):
-            e = fast_exp(blk[j] - top)
+            e = shifted_exp(blk[j] - top)
             blk[j] = e
             part += e
         total += part
