@@ -171,18 +171,16 @@ def _shifted_exp_f32(v):
     return e if v >= np.float32(-87.0) else np.float32(0.0)
 
 
-def shifted_exp(x):
-    """exp(x) for x <= 0 (a softmax's exponent after subtracting the maximum)."""
-    return math.exp(x)
-
-
-@overload(shifted_exp)
-def _shifted_exp_overload(x):
-    if x == types.float32:
-        return lambda x: _shifted_exp_f32(x)
-    if x == types.float64:
-        return lambda x: _exp_f64(x)
-    return None
+def _in_precision(f32_exp):
+    """An overload that compiles exp of a float32 to ``f32_exp`` and of a float64 to
+    ``_exp_f64``."""
+    def choose(x):
+        if x == types.float32:
+            return lambda x: f32_exp(x)
+        if x == types.float64:
+            return lambda x: _exp_f64(x)
+        return None
+    return choose
 
 
 def fast_exp(x):
@@ -190,13 +188,13 @@ def fast_exp(x):
     return math.exp(x)
 
 
-@overload(fast_exp)
-def _fast_exp_overload(x):
-    if x == types.float32:
-        return lambda x: _exp_f32(x)
-    if x == types.float64:
-        return lambda x: _exp_f64(x)
-    return None
+def shifted_exp(x):
+    """exp(x) for x <= 0 (a softmax's exponent after subtracting the maximum)."""
+    return math.exp(x)
+
+
+overload(fast_exp)(_in_precision(_exp_f32))
+overload(shifted_exp)(_in_precision(_shifted_exp_f32))
 
 
 def _rows(fn):
