@@ -181,3 +181,20 @@ def test_generate_edges_and_errors(model):
         model.generate([[50]], 2)
     with pytest.raises(ValueError, match=r"shape \(batch, time\)"):
         model.generate([[1, 2], [3]], 2)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_left_padded_prompts_continue_as_they_would_alone(use_cache):
+    mt.manual_seed(3)
+    model = GPT2LMHeadModel(GPTConfig.tiny(bos_token_id=None, eos_token_id=None))
+    short, long = [5, 9, 2], [7, 1, 4, 4, 8, 3]
+    alone = [model.generate(np.array([p]), 6, use_cache=use_cache)[0, len(p):]
+             for p in (short, long)]
+    pad = len(long) - len(short)
+    batch = np.array([[0] * pad + short, long])
+    mask = np.array([[0] * pad + [1] * len(short), [1] * len(long)])
+    together = model.generate(batch, 6, attention_mask=mask, use_cache=use_cache)[:, len(long):]
+    np.testing.assert_array_equal(together[0], alone[0])
+    np.testing.assert_array_equal(together[1], alone[1])
+    with pytest.raises(ValueError, match=r"attention_mask of shape \(2, 5\) must match"):
+        model.generate(batch, 2, attention_mask=mask[:, 1:])

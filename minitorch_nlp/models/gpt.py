@@ -383,10 +383,13 @@ class GPTLMHeadModel(Module):
 
     def generate(self, input_ids, max_new_tokens=20, *, do_sample=False, temperature=1.0,
                  top_k=None, top_p=None, repetition_penalty=1.0, eos_token_id=None,
-                 pad_token_id=None, generator=None, streamer=None, use_cache=True):
-        """Continue the prompts ``input_ids`` (batch, time), all of the same length, by up to
-        ``max_new_tokens`` tokens; returns the prompts and their continuations, int64
-        (batch, time + new).
+                 pad_token_id=None, generator=None, streamer=None, use_cache=True,
+                 attention_mask=None):
+        """Continue the prompts ``input_ids`` (batch, time) by up to ``max_new_tokens`` tokens;
+        returns the prompts and their continuations, int64 (batch, time + new). Prompts of
+        different lengths are padded on the left, with ``attention_mask`` (batch, time) 0 on the
+        padding, as for HuggingFace: positions then count real tokens only, so each row continues
+        exactly as it would alone.
 
         Each step turns the last position's logits into the next token with
         ``decoding.next_tokens``: the repetition penalty (CTRL), then with ``do_sample`` the
@@ -415,16 +418,24 @@ class GPTLMHeadModel(Module):
         stop = np.array([] if eos is None else np.ravel(eos), dtype=np.int64)
         pad = pad_token_id if pad_token_id is not None else int(stop[0]) if stop.size else 0
         finished = np.zeros(ids.shape[0], dtype=bool)
+        mask = (np.ones(ids.shape, dtype=bool) if attention_mask is None
+                else _numpy(attention_mask).astype(bool))
+        if mask.shape != ids.shape:
+            raise ValueError(f"{name}.generate: attention_mask of shape {mask.shape} must match "
+                             f"input_ids {ids.shape}")
         with self.inference():
             cache = self.transformer.new_cache() if use_cache else None
             feed = ids
             for _ in range(max_new_tokens):
-                logits = self(feed, cache=cache).logits[:, -1].numpy()
+                positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)    # real tokens before
+                logits = self(feed, attention_mask=mask, cache=cache,
+                              position_ids=positions[:, -feed.shape[1]:]).logits[:, -1].numpy()
                 new = decoding.next_tokens(
                     logits, ids, do_sample=do_sample, temperature=temperature, top_k=top_k,
                     top_p=top_p, repetition_penalty=repetition_penalty, generator=generator)
                 new = np.where(finished, pad, new)
                 ids = np.concatenate([ids, new[:, None]], axis=1)
+                mask = np.concatenate([mask, np.ones((len(ids), 1), dtype=bool)], axis=1)
                 if streamer is not None:
                     streamer(new)
                 finished |= np.isin(new, stop)
