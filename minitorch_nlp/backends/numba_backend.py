@@ -345,6 +345,7 @@ class NumbaBackend(NumpyBackend):
             return super().attention(q, k, v, scale, causal, key_mask)
         q3, k3, v3, mask = inputs
         dtype = q3.dtype
+        q3 = np.multiply(q3, dtype.type(scale))   # (scale q) k^T: tk / d_k fewer multiplications
         pairs, tq, tk, heads = q3.shape[0], q3.shape[1], k3.shape[1], q.shape[1]
         out = np.empty((pairs, tq, v3.shape[2]), dtype=dtype)
         peak = np.empty((pairs, tq), dtype=dtype)
@@ -356,7 +357,7 @@ class NumbaBackend(NumpyBackend):
         for p0, p1, i0, i1, keys in blocks:
             scores = kept if kept is not None else _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
             np.matmul(q3[p0:p1, i0:i1], k3[p0:p1, :keys].swapaxes(1, 2), out=scores)
-            _run(kernels.attention_probs, scores.size, scores, mask, causal, dtype.type(scale),
+            _run(kernels.attention_probs, scores.size, scores, mask, key_mask is not None, causal,
                  heads, p0, i0, tq, tk, peak, inv_total)
             np.matmul(scores, v3[p0:p1, :keys], out=out[p0:p1, i0:i1])
         state = _AttentionState(mask, peak, inv_total, kept, (q3, k3, v3))
@@ -365,7 +366,7 @@ class NumbaBackend(NumpyBackend):
     def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask):
         if not isinstance(state, _AttentionState):
             return super().attention_backward(grad, q, k, v, state, scale, causal, key_mask)
-        q3, k3, v3 = state.qkv
+        q3, k3, v3 = state.qkv   # q3 is scale q
         dtype = q3.dtype
         pairs, tq, tk, heads = q3.shape[0], q3.shape[1], k3.shape[1], q.shape[1]
         g3 = np.ascontiguousarray(grad, dtype=dtype).reshape(pairs, tq, v3.shape[2])
@@ -386,8 +387,7 @@ class NumbaBackend(NumpyBackend):
             dscores = _workspace(1, (p1 - p0, i1 - i0, keys), dtype)
             np.matmul(g_blk, v3[p0:p1, :keys].swapaxes(1, 2), out=dscores)
             _run(kernels.attention_probs_backward, probs.size, probs, dscores, state.key_mask,
-                 causal, dtype.type(scale), heads, p0, i0, tq, tk, state.peak, state.inv_total,
-                 not kept)
+                 causal, heads, p0, i0, tq, tk, state.peak, state.inv_total, not kept)
             np.matmul(dscores, k3[p0:p1, :keys], out=dq[p0:p1, i0:i1])
             if whole_pairs:
                 np.matmul(probs.swapaxes(1, 2), g_blk, out=dv[p0:p1])
@@ -395,6 +395,7 @@ class NumbaBackend(NumpyBackend):
             else:
                 dv[p0:p1, :keys] += np.matmul(probs.swapaxes(1, 2), g_blk)
                 dk[p0:p1, :keys] += np.matmul(dscores.swapaxes(1, 2), q_blk)
+        dq *= dtype.type(scale)   # dscores is the gradient of the scaled scores
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
     # ---- banded attention -----------------------------------------------------------------------

@@ -569,14 +569,15 @@ def _row_max(line, end, minus_inf):
 
 
 @_rows
-def _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, first_query, tq, tk,
-                         peak, inv_total, row):
+def _attention_probs_row(scores, key_mask, use_mask, causal, heads, first_pair, first_query, tq,
+                         tk, peak, inv_total, row):
     h, r, pair, i, b, end = _attention_row(scores, causal, heads, first_pair, first_query, tq,
                                            tk, row)
     minus_inf = scores.dtype.type(-np.inf)
     line, allowed = scores[h, r], key_mask[b]   # 1-D views: loops LLVM can vectorise
-    for j in range(end):
-        line[j] = line[j] * scale if allowed[j] else minus_inf
+    if use_mask:
+        for j in range(end):
+            line[j] = line[j] if allowed[j] else minus_inf
     top = _row_max(line, end, minus_inf)
     if not math.isfinite(top):
         top = scores.dtype.type(0)
@@ -601,36 +602,33 @@ def _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, fir
 
 
 @_kernel
-def attention_probs(parallel, scores, key_mask, causal, scale, heads, first_pair, first_query,
+def attention_probs(parallel, scores, key_mask, use_mask, causal, heads, first_pair, first_query,
                     tq, tk, peak, inv_total):
-    """In place: the raw scores q k^T of a block (pairs, queries, keys) become
-    softmax(scores * scale) with the causal mask and the key mask (batch, tk; True = real token)
-    applied. The block holds the (batch * head) pairs from ``first_pair`` and the queries from
+    """In place: the scores (scale q) k^T of a block (pairs, queries, keys) become their softmax
+    with the causal mask and, when ``use_mask``, the key mask (batch, tk; True = real token)
+    applied (the scale is applied to q, a factor tk / d_k fewer multiplications). The block holds the (batch * head) pairs from ``first_pair`` and the queries from
     ``first_query`` of (pairs, tq, tk) attention, and possibly only the first keys (when the others
     are causally masked for every query of the block). Saves each row's shift and 1 / sum of
     exponentials in ``peak`` / ``inv_total`` (pairs, tq). A row with no allowed key becomes 0."""
     rows = scores.shape[0] * scores.shape[1]
     if parallel:
         for row in prange(rows):
-            _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, first_query,
-                                 tq, tk, peak, inv_total, row)
+            _attention_probs_row(scores, key_mask, use_mask, causal, heads, first_pair,
+                                 first_query, tq, tk, peak, inv_total, row)
     else:
         for row in range(rows):
-            _attention_probs_row(scores, key_mask, causal, scale, heads, first_pair, first_query,
-                                 tq, tk, peak, inv_total, row)
+            _attention_probs_row(scores, key_mask, use_mask, causal, heads, first_pair,
+                                 first_query, tq, tk, peak, inv_total, row)
 
 
 @_rows
-def _attention_probs_backward_row(scores, dprobs, key_mask, causal, scale, heads, first_pair,
+def _attention_probs_backward_row(scores, dprobs, key_mask, causal, heads, first_pair,
                                   first_query, tq, tk, peak, inv_total, recompute, row):
     h, r, pair, i, b, end = _attention_row(scores, causal, heads, first_pair, first_query, tq,
                                            tk, row)
     zero = scores.dtype.type(0)
     top = peak[pair, i]
     inv = inv_total[pair, i]
-    if recompute:
-        for j in range(end):  # a pass of its own: round scores * scale as the forward did
-            scores[h, r, j] *= scale
     dot = 0.0
     for j0 in range(0, end, _BLOCK):
         j1 = min(end, j0 + _BLOCK)
@@ -653,27 +651,26 @@ def _attention_probs_backward_row(scores, dprobs, key_mask, causal, scale, heads
         dprobs[h, r, j] = 0
     d = scores.dtype.type(dot)
     for j in range(end):
-        dprobs[h, r, j] = (dprobs[h, r, j] - d) * scores[h, r, j] * scale
+        dprobs[h, r, j] = (dprobs[h, r, j] - d) * scores[h, r, j]
 
 
 @_kernel
-def attention_probs_backward(parallel, scores, dprobs, key_mask, causal, scale, heads,
-                             first_pair, first_query, tq, tk, peak, inv_total, recompute):
+def attention_probs_backward(parallel, scores, dprobs, key_mask, causal, heads, first_pair,
+                             first_query, tq, tk, peak, inv_total, recompute):
     """On a block laid out as in ``attention_probs``: dprobs = g v^T becomes, in place,
-    dscores = (dprobs - sum(dprobs p)) p * scale, where p is ``scores`` itself (the saved
-    probabilities) or, when ``recompute``, the forward's probabilities computed again in place
-    from the raw scores q k^T and the saved shift and 1 / sum."""
+    dscores = (dprobs - sum(dprobs p)) p, the gradient of the scaled scores, where p is
+    ``scores`` itself (the saved probabilities) or, when ``recompute``, the forward's
+    probabilities computed again in place from the scores (scale q) k^T and the saved shift and
+    1 / sum."""
     rows = scores.shape[0] * scores.shape[1]
     if parallel:
         for row in prange(rows):
-            _attention_probs_backward_row(scores, dprobs, key_mask, causal, scale, heads,
-                                          first_pair, first_query, tq, tk, peak, inv_total,
-                                          recompute, row)
+            _attention_probs_backward_row(scores, dprobs, key_mask, causal, heads, first_pair,
+                                          first_query, tq, tk, peak, inv_total, recompute, row)
     else:
         for row in range(rows):
-            _attention_probs_backward_row(scores, dprobs, key_mask, causal, scale, heads,
-                                          first_pair, first_query, tq, tk, peak, inv_total,
-                                          recompute, row)
+            _attention_probs_backward_row(scores, dprobs, key_mask, causal, heads, first_pair,
+                                          first_query, tq, tk, peak, inv_total, recompute, row)
 
 
 # ---- banded (sliding-window, dilated) self-attention -------------------------------------------
