@@ -638,7 +638,7 @@ def _attention_probs_backward_row(scores, dprobs, key_mask, causal, heads, first
         part = zero
         if recompute:
             for j in range(p_blk.shape[0]):
-                p = fast_exp(p_blk[j] - top) * inv if mask_blk[j] else zero
+                p = shifted_exp(p_blk[j] - top) * inv if mask_blk[j] else zero
                 p_blk[j] = p
                 part += p * dp_blk[j]
         else:
