@@ -374,9 +374,11 @@ class NumbaBackend(NumpyBackend):
         blocks = [(0, pairs, 0, tq, tk)] if kept else \
             list(self._attention_blocks(pairs, tq, tk, causal))
         whole_pairs = all(i0 == 0 and i1 == tq for _, _, i0, i1, _ in blocks)
-        dq = np.empty_like(q3)
-        dk = np.empty_like(k3) if whole_pairs else np.zeros_like(k3)
-        dv = np.empty_like(v3) if whole_pairs else np.zeros_like(v3)
+        # allocated in the inputs' shapes, so that the gradients handed back own their memory
+        # (the engine copies a view before storing it as a leaf's .grad)
+        grads = [(np.empty if whole_pairs or x is q else np.zeros)(x.shape, dtype=dtype)
+                 for x in (q, k, v)]
+        dq, dk, dv = (g.reshape(x3.shape) for g, x3 in zip(grads, (q3, k3, v3)))
         for p0, p1, i0, i1, keys in blocks:
             q_blk, g_blk = q3[p0:p1, i0:i1], g3[p0:p1, i0:i1]
             if kept:
@@ -396,7 +398,7 @@ class NumbaBackend(NumpyBackend):
                 dv[p0:p1, :keys] += np.matmul(probs.swapaxes(1, 2), g_blk)
                 dk[p0:p1, :keys] += np.matmul(dscores.swapaxes(1, 2), q_blk)
         dq *= dtype.type(scale)   # dscores is the gradient of the scaled scores
-        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+        return tuple(grads)
 
     # ---- banded attention -----------------------------------------------------------------------
     def banded_attention(self, q, k, v, scale, window, dilation, causal, key_mask):
