@@ -65,13 +65,12 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
-from minitorch_nlp import decoding, optim  # noqa: E402
+from minitorch_nlp import decoding, training  # noqa: E402
 from minitorch_nlp.data import load_text, stdlib_corpus  # noqa: E402
-from minitorch_nlp.data.tokenizers import CharTokenizer, load_tokenizer  # noqa: E402
-from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig  # noqa: E402
+from minitorch_nlp.data.tokenizers import load_tokenizer  # noqa: E402
+from minitorch_nlp.models.gpt import GPT2LMHeadModel  # noqa: E402
 
 SETTINGS = {
     "full": dict(corpus_chars=None, n_embd=128, n_layer=4, n_head=4, n_positions=128,
@@ -100,37 +99,22 @@ def parse_args(argv=None):
 # %% [markdown]
 # ## A small GPT-2, trained briefly
 #
-# One token per character (`CharTokenizer`), so no word is ever out of the vocabulary. The
-# model is `GPT2LMHeadModel(GPTConfig(variant="gpt2", ...))`; `model(ids, labels=ids)` returns
-# the mean next-character cross-entropy, $-L_1$ per character (eq 18).
+# The run behind `minitorch-nlp demo` (`minitorch_nlp.training.LanguageModelRun`): one token per
+# character, so no word is ever out of the vocabulary; the model is
+# `GPT2LMHeadModel(GPTConfig.gpt2(...))`, trained with AdamW on random windows of the text, and
+# `model(ids, labels=ids)` returns the mean next-character cross-entropy, $-L_1$ per character
+# (eq 18).
 
 # %%
 def train(cfg, steps, text, seed):
-    tokenizer = CharTokenizer(["<pad>", "<unk>", *sorted(set(text))],
-                              special_tokens={"pad": "<pad>", "unk": "<unk>"})
-    ids = np.array(tokenizer.encode(text), dtype=np.int64)
-    config = GPTConfig(variant="gpt2", vocab_size=len(tokenizer), n_positions=cfg["n_positions"],
-                       n_embd=cfg["n_embd"], n_layer=cfg["n_layer"], n_head=cfg["n_head"],
-                       resid_pdrop=cfg["dropout"], embd_pdrop=cfg["dropout"],
-                       attn_pdrop=cfg["dropout"])
-    model = GPT2LMHeadModel(config)
-    optimizer = optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
-    schedule = optim.CosineWarmupDecayLR(optimizer, warmup_steps=max(1, steps // 20),
-                                         total_steps=steps)
-    rng, width, losses = np.random.default_rng(seed), cfg["n_positions"], []
-    bar = tqdm(range(steps), desc="training", unit="step")
-    for _ in bar:
-        batch = np.stack([ids[s:s + width]
-                          for s in rng.integers(0, len(ids) - width, cfg["batch"])])
-        loss = model(batch, labels=batch).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optim.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
-    return model, tokenizer, losses
+    config = training.TrainConfig(
+        max_chars=None, n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_embd=cfg["n_embd"],
+        block_size=cfg["n_positions"], dropout=cfg["dropout"], batch_size=cfg["batch"],
+        steps=steps, lr=cfg["lr"], warmup_steps=max(1, steps // 20), eval_every=steps,
+        eval_batches=2, seed=seed, backend=mt.get_backend().name)
+    run = training.LanguageModelRun(config, text=text)
+    run.train()
+    return run.model, run.tokenizer, run.history["loss"]
 
 
 # %% [markdown]
