@@ -318,6 +318,14 @@ class _BertWithHead(Module):
         for module in modules:
             init_bert_weights(module, self.config.initializer_range)
 
+    def _add_classifier(self):
+        """Dropout (``classifier_dropout``, else ``hidden_dropout_prob``) and a linear layer to
+        ``num_labels``: the fine-tuning heads of Devlin et al. section 4."""
+        p = self.config.classifier_dropout
+        self.dropout = Dropout(self.config.hidden_dropout_prob if p is None else p)
+        self.classifier = Linear(self.config.hidden_size, self.config.num_labels)
+        self._init_head(self.classifier)
+
     def _encode(self, input_ids, attention_mask, token_type_ids, position_ids):
         return self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                          position_ids=position_ids)
@@ -386,10 +394,7 @@ class BertForSequenceClassification(_BertWithHead):
 
     def __init__(self, config):
         super().__init__(config)
-        p = config.classifier_dropout
-        self.dropout = Dropout(config.hidden_dropout_prob if p is None else p)
-        self.classifier = Linear(config.hidden_size, config.num_labels)
-        self._init_head(self.classifier)
+        self._add_classifier()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None):
@@ -411,10 +416,7 @@ class BertForTokenClassification(_BertWithHead):
 
     def __init__(self, config):
         super().__init__(config)
-        p = config.classifier_dropout
-        self.dropout = Dropout(config.hidden_dropout_prob if p is None else p)
-        self.classifier = Linear(config.hidden_size, config.num_labels)
-        self._init_head(self.classifier)
+        self._add_classifier()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None):
