@@ -306,9 +306,10 @@ def attention_inputs(draw, same_length=False):
 @given(attention_inputs(), st.booleans(), st.sampled_from([1 << 20, 7, 3]),
        st.sampled_from([128, 2, 1]), parallel)
 def test_attention(inputs, keep_probs, block, causal_rows, parallel):
-    """Without ``keep_probs`` the backward recomputes the probabilities; small ``block`` and
-    ``causal_rows`` then split the scores into blocks of query rows (and, when causal, of only the
-    keys those rows can see), as at long sequence lengths."""
+    """Without ``keep_probs`` the backward recomputes the probabilities. A small ``block`` splits
+    the scores, kept or not, into blocks of pairs and query rows; without ``keep_probs`` a small
+    ``causal_rows`` then makes causal blocks of only the keys their rows can see, as at long
+    sequence lengths."""
     q, k, v, grad, key_mask, scale, causal = inputs
     expected, ref_state = REF.attention(q, k, v, scale, causal, key_mask)
     keep = (1 << 20) * keep_probs
