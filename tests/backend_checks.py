@@ -13,6 +13,7 @@ give 0, never NaN) and logits of size 1e4. Backward kernels get the same cotange
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -179,12 +180,19 @@ def _attention_pair(backend, inputs, scale, causal, seed):
 
 
 @FEW
-@given(inputs=attention_inputs(), causal=st.booleans(), seed=S.seeds())
+@given(inputs=attention_inputs(), causal=st.booleans(), one_pair_blocks=st.booleans(),
+       seed=S.seeds())
 @example(inputs=(np.zeros((1, 1, 3, 1)), np.zeros((1, 1, 1, 1)), np.zeros((1, 1, 1, 1)), None),
-         causal=False, seed=0)  # more queries than keys: every query must still see every key
-def test_attention_matches_numpy(gpu_backend, inputs, causal, seed):
+         causal=False, one_pair_blocks=False, seed=0)  # more queries than keys: each sees them all
+def test_attention_matches_numpy(gpu_backend, inputs, causal, one_pair_blocks, seed):
+    """``one_pair_blocks``: the scores are computed one (batch, head) pair at a time, as for
+    long sequences."""
+    from minitorch_nlp.backends import cuda_kernels
+
     scale = 1.0 / math.sqrt(inputs[0].shape[-1])
-    out, grads = _attention_pair(gpu_backend, inputs, scale, causal, seed)
+    block = 1 if one_pair_blocks else cuda_kernels.ATTENTION_BLOCK
+    with mock.patch.object(cuda_kernels, "ATTENTION_BLOCK", block):
+        out, grads = _attention_pair(gpu_backend, inputs, scale, causal, seed)
     want_out, want_grads = _attention_pair(REFERENCE, inputs, scale, causal, seed)
     assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
     assert_same(out, want_out)

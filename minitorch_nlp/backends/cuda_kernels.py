@@ -7,16 +7,26 @@ device arrays. On a GPU the arrays are CuPy arrays, which the kernels read throu
 Python starts) the same launchers take NumPy arrays and run the kernels on the CPU: that is how CI
 tests them against the NumPy backend without a GPU.
 
-The kernels are kept simple, for reading next to the NumPy reference: one thread per row (or per
-output element) with a loop, no shared memory. Row sums and dot products are accumulated in
-float64 (the attention output accumulates in its own dtype). They follow the NumPy backend's
-semantics exactly: softmax is shifted by the row maximum, a row whose entries are all ``-inf``
-(or an attention query whose keys are all masked) gives 0 and a zero gradient. Each kernel is
-compiled on first use for the argument types it gets, and cached on disk by numba.
+Two shapes of kernel:
 
-Attention keeps only the log-sum-exp of each query row for backward (O(n) memory instead of the
-n x n probabilities) and recomputes the probabilities there; masks are applied inside the kernels,
-never materialised. Full attention is the banded kernel with a band wide enough for every key.
+* row kernels (softmax, log-softmax, layer norm, cross-entropy and the masked softmax of
+  attention): one block of threads per row. The threads stride along the row, so that neighbours
+  read neighbouring elements (one memory transaction serves a whole warp), and combine their
+  partial maxima and sums in shared memory (``_block_max`` / ``_block_sum``);
+* elementwise kernels (GELU, bias + GELU, scatter-add, the low-precision products): one thread per
+  output element.
+
+Row sums are accumulated in float64. The kernels follow the NumPy backend's semantics exactly:
+softmax is shifted by the row maximum, a row whose entries are all ``-inf`` (or an attention query
+whose keys are all masked) gives 0 and a zero gradient. Each kernel is compiled on first use for
+the argument types it gets, and cached on disk by numba.
+
+Full attention leaves its three matrix products to the array module (cuBLAS on a GPU), blocks of
+(batch, head) pairs at a time, with the masked softmax kernel in between; it keeps only the
+log-sum-exp of each query row for backward (O(n) saved state instead of the n x n probabilities)
+and recomputes the scores there, as FlashAttention does. Banded attention is a kernel of its own,
+one thread per query (or key) over the band, in O(n * window) work and memory; masks are applied
+inside the kernels, never materialised.
 """
 from __future__ import annotations
 
@@ -25,8 +35,12 @@ import math
 import numpy as np
 from numba import cuda
 
-THREADS_PER_BLOCK = 128
+THREADS_PER_BLOCK = 128  # also the most threads a row kernel's block has
 TILE = 16  # threads per block side of the 2-D (matrix product) kernels
+# Full attention computes the scores of this many elements at a time (64 MB in float32): large
+# enough for cuBLAS to fill the GPU (a block of pairs is one batched product), small enough that
+# long sequences do not hold n x n scores for every (batch, head) pair at once.
+ATTENTION_BLOCK = 1 << 24
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -58,6 +72,14 @@ def _run(kernel, n, *args):
         _launch(kernel, (n + threads - 1) // threads, threads, args)
 
 
+def _run_rows(kernel, rows, length, *args):
+    """Launch a row kernel: one block per row, with the smallest power of two of threads (the
+    reductions halve it) that covers ``length``, at most ``THREADS_PER_BLOCK``."""
+    if rows > 0:
+        threads = min(THREADS_PER_BLOCK, 1 << max(0, length - 1).bit_length())
+        _launch(kernel, rows, threads, args)
+
+
 def _run_2d(kernel, rows, cols, *args):
     """Launch ``kernel`` with one thread per element of a ``rows`` x ``cols`` output."""
     if rows > 0 and cols > 0:
@@ -77,24 +99,61 @@ def _as_rows(x, axis=-1):
 
 # ---- device functions --------------------------------------------------------------------------
 @cuda.jit(device=True)
-def _row_shift(x, r):
-    """The maximum of row ``r``, or 0 when it is not finite (a row of -inf shifts by 0)."""
+def _block_sum(shared, value):
+    """The sum of ``value`` over the threads of the block, returned to every thread. ``shared``
+    is the block's (THREADS_PER_BLOCK,) float64 scratch array; blockDim.x is a power of two."""
+    t = cuda.threadIdx.x
+    shared[t] = value
+    cuda.syncthreads()
+    half = cuda.blockDim.x // 2
+    while half > 0:
+        if t < half:
+            shared[t] += shared[t + half]
+        cuda.syncthreads()
+        half //= 2
+    total = shared[0]
+    cuda.syncthreads()  # every thread has read it before ``shared`` is used again
+    return total
+
+
+@cuda.jit(device=True)
+def _block_max(shared, value):
+    """The maximum of ``value`` over the threads of the block, as ``_block_sum``."""
+    t = cuda.threadIdx.x
+    shared[t] = value
+    cuda.syncthreads()
+    half = cuda.blockDim.x // 2
+    while half > 0:
+        if t < half and shared[t + half] > shared[t]:
+            shared[t] = shared[t + half]
+        cuda.syncthreads()
+        half //= 2
+    top = shared[0]
+    cuda.syncthreads()
+    return top
+
+
+@cuda.jit(device=True)
+def _row_shift(x, r, shared):
+    """The maximum of row ``r`` (0 when it is not finite: a row of -inf shifts by 0)."""
     m = -math.inf
-    for c in range(x.shape[1]):
+    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
         if x[r, c] > m:
             m = x[r, c]
+    m = _block_max(shared, m)
     if math.isinf(m):
         return 0.0
     return m
 
 
 @cuda.jit(device=True)
-def _row_log_sum_exp(x, r):
+def _row_log_sum_exp(x, r, shared):
     """log(sum(exp(x[r]))), computed shifted by the row maximum; -inf rows give their shift."""
-    shift = _row_shift(x, r)
-    total = 0.0
-    for c in range(x.shape[1]):
-        total += math.exp(x[r, c] - shift)
+    shift = _row_shift(x, r, shared)
+    part = 0.0
+    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
+        part += math.exp(x[r, c] - shift)
+    total = _block_sum(shared, part)
     if total == 0.0:
         return shift
     return shift + math.log(total)
@@ -139,55 +198,54 @@ def _key(i, o, q_len, k_len, dilation, mask, has_mask, b):
     return j
 
 
-# ---- softmax and log-softmax over the last axis of (rows, n) ------------------------------------
+# ---- softmax and log-softmax over the last axis of (rows, n): one block per row -----------------
 @cuda.jit(cache=True)
 def _softmax_kernel(x, y):
-    r = cuda.grid(1)
-    if r >= x.shape[0]:
-        return
-    shift = _row_shift(x, r)
-    total = 0.0
-    for c in range(x.shape[1]):
+    shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
+    r = cuda.blockIdx.x
+    shift = _row_shift(x, r, shared)
+    part = 0.0
+    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
         e = math.exp(x[r, c] - shift)
         y[r, c] = e
-        total += e
+        part += e
+    total = _block_sum(shared, part)
     if total == 0.0:  # a row that was all -inf gives zeros, not NaN
         total = 1.0
-    for c in range(x.shape[1]):
+    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
         y[r, c] /= total
 
 
 @cuda.jit(cache=True)
 def _softmax_backward_kernel(y, g, out):
-    r = cuda.grid(1)
-    if r >= y.shape[0]:
-        return
-    dot = 0.0
-    for c in range(y.shape[1]):
-        dot += g[r, c] * y[r, c]
-    for c in range(y.shape[1]):
+    shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
+    r = cuda.blockIdx.x
+    part = 0.0
+    for c in range(cuda.threadIdx.x, y.shape[1], cuda.blockDim.x):
+        part += g[r, c] * y[r, c]
+    dot = _block_sum(shared, part)
+    for c in range(cuda.threadIdx.x, y.shape[1], cuda.blockDim.x):
         out[r, c] = (g[r, c] - dot) * y[r, c]
 
 
 @cuda.jit(cache=True)
 def _log_softmax_kernel(x, y):
-    r = cuda.grid(1)
-    if r >= x.shape[0]:
-        return
-    lse = _row_log_sum_exp(x, r)
-    for c in range(x.shape[1]):
+    shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
+    r = cuda.blockIdx.x
+    lse = _row_log_sum_exp(x, r, shared)
+    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
         y[r, c] = x[r, c] - lse
 
 
 @cuda.jit(cache=True)
 def _log_softmax_backward_kernel(y, g, out):
-    r = cuda.grid(1)
-    if r >= y.shape[0]:
-        return
-    total = 0.0
-    for c in range(y.shape[1]):
-        total += g[r, c]
-    for c in range(y.shape[1]):
+    shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
+    r = cuda.blockIdx.x
+    part = 0.0
+    for c in range(cuda.threadIdx.x, y.shape[1], cuda.blockDim.x):
+        part += g[r, c]
+    total = _block_sum(shared, part)
+    for c in range(cuda.threadIdx.x, y.shape[1], cuda.blockDim.x):
         out[r, c] = g[r, c] - math.exp(y[r, c]) * total
 
 
@@ -196,7 +254,7 @@ def _rowwise(kernel, axis, *arrays):
     rows, restore = _as_rows(arrays[0], axis)
     others = [_as_rows(a, axis)[0] for a in arrays[1:]]
     out = _xp(rows).empty_like(rows)
-    _run(kernel, rows.shape[0], rows, *others, out)
+    _run_rows(kernel, rows.shape[0], rows.shape[1], rows, *others, out)
     return restore(out)
 
 
@@ -216,24 +274,24 @@ def log_softmax_backward(y, grad, axis):
     return _rowwise(_log_softmax_backward_kernel, axis, y, grad)
 
 
-# ---- layer norm over the last axis ---------------------------------------------------------------
+# ---- layer norm over the last axis: one block per row ---------------------------------------------
 @cuda.jit(cache=True)
 def _layer_norm_kernel(x, weight, bias, eps, y, xhat, rstd):
-    r = cuda.grid(1)
-    if r >= x.shape[0]:
-        return
+    shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
+    r = cuda.blockIdx.x
     n = x.shape[1]
-    mean = 0.0
-    for c in range(n):
-        mean += x[r, c]
-    mean /= n
-    var = 0.0
-    for c in range(n):
+    part = 0.0
+    for c in range(cuda.threadIdx.x, n, cuda.blockDim.x):
+        part += x[r, c]
+    mean = _block_sum(shared, part) / n
+    part = 0.0
+    for c in range(cuda.threadIdx.x, n, cuda.blockDim.x):
         d = x[r, c] - mean
-        var += d * d
-    inv = 1.0 / math.sqrt(var / n + eps)
-    rstd[r] = inv
-    for c in range(n):
+        part += d * d
+    inv = 1.0 / math.sqrt(_block_sum(shared, part) / n + eps)
+    if cuda.threadIdx.x == 0:
+        rstd[r] = inv
+    for c in range(cuda.threadIdx.x, n, cuda.blockDim.x):
         h = (x[r, c] - mean) * inv
         xhat[r, c] = h
         y[r, c] = h * weight[c] + bias[c]
@@ -241,19 +299,18 @@ def _layer_norm_kernel(x, weight, bias, eps, y, xhat, rstd):
 
 @cuda.jit(cache=True)
 def _layer_norm_backward_kernel(g, xhat, rstd, weight, dx):
-    r = cuda.grid(1)
-    if r >= g.shape[0]:
-        return
+    shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
+    r = cuda.blockIdx.x
     n = g.shape[1]
-    mean_d = 0.0
-    mean_d_xhat = 0.0
-    for c in range(n):
+    part_d = 0.0
+    part_d_xhat = 0.0
+    for c in range(cuda.threadIdx.x, n, cuda.blockDim.x):
         d = g[r, c] * weight[c]
-        mean_d += d
-        mean_d_xhat += d * xhat[r, c]
-    mean_d /= n
-    mean_d_xhat /= n
-    for c in range(n):
+        part_d += d
+        part_d_xhat += d * xhat[r, c]
+    mean_d = _block_sum(shared, part_d) / n
+    mean_d_xhat = _block_sum(shared, part_d_xhat) / n
+    for c in range(cuda.threadIdx.x, n, cuda.blockDim.x):
         dx[r, c] = (g[r, c] * weight[c] - mean_d - xhat[r, c] * mean_d_xhat) * rstd[r]
 
 
@@ -280,7 +337,8 @@ def layer_norm(x, weight, bias, eps):
     bias = xp.zeros(n, dtype=x.dtype) if bias is None else xp.ascontiguousarray(bias)
     y, xhat = xp.empty_like(rows), xp.empty_like(rows)
     rstd = xp.empty(rows.shape[0], dtype=x.dtype)
-    _run(_layer_norm_kernel, rows.shape[0], rows, weight, bias, float(eps), y, xhat, rstd)
+    _run_rows(_layer_norm_kernel, rows.shape[0], n, rows, weight, bias, float(eps), y, xhat,
+              rstd)
     return restore(y), restore(xhat), rstd.reshape(x.shape[:-1] + (1,))
 
 
@@ -292,8 +350,8 @@ def layer_norm_backward(grad, xhat, rstd, weight):
     n = g.shape[1]
     scale = xp.ones(n, dtype=grad.dtype) if weight is None else xp.ascontiguousarray(weight)
     dx = xp.empty_like(g)
-    _run(_layer_norm_backward_kernel, g.shape[0], g, h, xp.ascontiguousarray(rstd).reshape(-1),
-         scale, dx)
+    _run_rows(_layer_norm_backward_kernel, g.shape[0], n, g, h,
+              xp.ascontiguousarray(rstd).reshape(-1), scale, dx)
     dweight, dbias = xp.empty(n, dtype=grad.dtype), xp.empty(n, dtype=grad.dtype)
     _run(_layer_norm_params_kernel, n, g, h, dweight, dbias)
     return restore(dx), (dweight if weight is not None else None), dbias
@@ -399,38 +457,37 @@ def scatter_add_rows(index, src, num_rows):
     return out
 
 
-# ---- cross-entropy from logits (N, C) and targets (N,) -------------------------------------------
+# ---- cross-entropy from logits (N, C) and targets (N,): one block per row ------------------------
 @cuda.jit(cache=True)
 def _cross_entropy_kernel(logits, target, ignore_index, smoothing, log_probs, loss):
-    r = cuda.grid(1)
-    if r >= logits.shape[0]:
-        return
+    shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
+    r = cuda.blockIdx.x
     n = logits.shape[1]
-    lse = _row_log_sum_exp(logits, r)
-    total = 0.0
-    for c in range(n):
+    lse = _row_log_sum_exp(logits, r, shared)
+    part = 0.0
+    for c in range(cuda.threadIdx.x, n, cuda.blockDim.x):
         log_probs[r, c] = logits[r, c] - lse
-        total += log_probs[r, c]
-    t = target[r]
-    if t == ignore_index:
-        loss[r] = 0.0
-    elif smoothing == 0.0:
-        loss[r] = -log_probs[r, t]
-    else:
-        loss[r] = -(1.0 - smoothing) * log_probs[r, t] - smoothing * total / n
+        part += log_probs[r, c]
+    total = _block_sum(shared, part)
+    if cuda.threadIdx.x == 0:
+        t = target[r]
+        if t == ignore_index:
+            loss[r] = 0.0
+        elif smoothing == 0.0:
+            loss[r] = -(logits[r, t] - lse)
+        else:
+            loss[r] = -(1.0 - smoothing) * (logits[r, t] - lse) - smoothing * total / n
 
 
 @cuda.jit(cache=True)
 def _cross_entropy_backward_kernel(log_probs, target, grad_rows, ignore_index, smoothing, out):
-    r = cuda.grid(1)
-    if r >= log_probs.shape[0]:
-        return
+    r = cuda.blockIdx.x
     n = log_probs.shape[1]
     t = target[r]
     g = 0.0
     if t != ignore_index:
         g = grad_rows[r]
-    for c in range(n):
+    for c in range(cuda.threadIdx.x, n, cuda.blockDim.x):
         d = math.exp(log_probs[r, c]) - smoothing / n
         if c == t:
             d -= 1.0 - smoothing
@@ -443,21 +500,83 @@ def cross_entropy(logits, target, ignore_index, label_smoothing):
     logits = xp.ascontiguousarray(logits)
     log_probs = xp.empty_like(logits)
     loss = xp.empty(logits.shape[0], dtype=logits.dtype)
-    _run(_cross_entropy_kernel, logits.shape[0], logits, xp.ascontiguousarray(target),
-         int(ignore_index), float(label_smoothing), log_probs, loss)
+    _run_rows(_cross_entropy_kernel, logits.shape[0], logits.shape[1], logits,
+              xp.ascontiguousarray(target), int(ignore_index), float(label_smoothing), log_probs,
+              loss)
     return loss, log_probs
 
 
 def cross_entropy_backward(log_probs, target, grad_rows, ignore_index, label_smoothing):
     xp = _xp(log_probs)
     out = xp.empty_like(log_probs)
-    _run(_cross_entropy_backward_kernel, log_probs.shape[0], xp.ascontiguousarray(log_probs),
-         xp.ascontiguousarray(target), xp.ascontiguousarray(grad_rows), int(ignore_index),
-         float(label_smoothing), out)
+    _run_rows(_cross_entropy_backward_kernel, log_probs.shape[0], log_probs.shape[1],
+              xp.ascontiguousarray(log_probs), xp.ascontiguousarray(target),
+              xp.ascontiguousarray(grad_rows), int(ignore_index), float(label_smoothing), out)
     return out
 
 
-# ---- attention on (B*H, T, D) arrays, full or banded ---------------------------------------------
+# ---- full attention: the masked softmax between the matrix products, one block per query row ----
+@cuda.jit(device=True)
+def _query(row, q_len, k_len, causal, first_pair, heads):
+    """(pair in the block, query, batch, end) of a row of a (pairs, q_len, k_len) score block:
+    keys j < end are causally allowed (queries are the last q_len of k_len positions)."""
+    h, i = row // q_len, row % q_len
+    end = min(k_len, i + k_len - q_len + 1) if causal else k_len
+    return h, i, (first_pair + h) // heads, end
+
+
+@cuda.jit(cache=True)
+def _attention_softmax_kernel(scores, mask, has_mask, causal, heads, first_pair, lse):
+    """In place: a block of scores (scale q) k^T of the pairs from ``first_pair`` becomes the
+    masked softmax; ``lse`` (all pairs, q_len) gets each row's log-sum-exp, inf for a query with
+    no allowed key (whose probabilities are then 0)."""
+    shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
+    q_len, k_len = scores.shape[1], scores.shape[2]
+    h, i, b, end = _query(cuda.blockIdx.x, q_len, k_len, causal, first_pair, heads)
+    m = -math.inf
+    for j in range(cuda.threadIdx.x, end, cuda.blockDim.x):
+        if (not has_mask or mask[b, j]) and scores[h, i, j] > m:
+            m = scores[h, i, j]
+    m = _block_max(shared, m)
+    part = 0.0
+    for j in range(cuda.threadIdx.x, k_len, cuda.blockDim.x):
+        e = 0.0
+        if j < end and (not has_mask or mask[b, j]) and m != -math.inf:
+            e = math.exp(scores[h, i, j] - m)
+        scores[h, i, j] = e
+        part += e
+    total = _block_sum(shared, part)
+    if total == 0.0:
+        total = 1.0
+    for j in range(cuda.threadIdx.x, k_len, cuda.blockDim.x):
+        scores[h, i, j] /= total
+    if cuda.threadIdx.x == 0:
+        lse[first_pair + h, i] = math.inf if m == -math.inf else m + math.log(total)
+
+
+@cuda.jit(cache=True)
+def _attention_softmax_backward_kernel(scores, dprobs, mask, has_mask, causal, heads, first_pair,
+                                       lse):
+    """In place, on a block laid out as in ``_attention_softmax_kernel``: the recomputed scores
+    become the probabilities exp(s - lse) (0 where masked) and dprobs = g v^T becomes
+    dscores = p (dprobs - sum(p dprobs)), the gradient of the scaled scores."""
+    shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
+    q_len, k_len = scores.shape[1], scores.shape[2]
+    h, i, b, end = _query(cuda.blockIdx.x, q_len, k_len, causal, first_pair, heads)
+    row_lse = lse[first_pair + h, i]
+    part = 0.0
+    for j in range(cuda.threadIdx.x, k_len, cuda.blockDim.x):
+        p = 0.0
+        if j < end and (not has_mask or mask[b, j]):
+            p = math.exp(scores[h, i, j] - row_lse)
+        scores[h, i, j] = p
+        part += p * dprobs[h, i, j]
+    delta = _block_sum(shared, part)
+    for j in range(cuda.threadIdx.x, k_len, cuda.blockDim.x):
+        dprobs[h, i, j] = scores[h, i, j] * (dprobs[h, i, j] - delta)
+
+
+# ---- banded attention on (B*H, T, D) arrays: one thread per query (or key) over the band ---------
 @cuda.jit(cache=True)
 def _attention_kernel(q, k, v, mask, has_mask, heads, scale, low, high, dilation, out, lse):
     idx = cuda.grid(1)
@@ -605,24 +724,47 @@ def _attend_backward(grad, q, k, v, lse, key_mask, scale, low, high, dilation):
     return h.unflatten(dq), h.unflatten(dk), h.unflatten(dv)
 
 
+def _pair_blocks(h):
+    """(first pair, end pair) of the score blocks of full attention: ``ATTENTION_BLOCK`` elements
+    of (pairs, q_len, k_len) scores at a time, whole pairs."""
+    pairs, per_pair = h.q.shape[0], h.q.shape[1] * h.k.shape[1]
+    step = max(1, ATTENTION_BLOCK // max(1, per_pair))
+    return [(p0, min(pairs, p0 + step)) for p0 in range(0, pairs, step)]
+
+
 def attention(q, k, v, scale, causal, key_mask):
     """(softmax(q k^T * scale, masked) v, lse of each query row (B*H, Tq) float64).
 
     ``key_mask`` (B, Tk) is True for real keys; causal queries are the last Tq of Tk positions.
-    A query whose keys are all masked outputs 0."""
-    return _attend(q, k, v, key_mask, scale, *_band_limits(_full_window(q, k), causal), 1)
+    A query whose keys are all masked outputs 0. The products are the array module's (cuBLAS)."""
+    h = _Heads(q, k, v, key_mask)
+    xp, q_scaled = h.xp, h.q * scale
+    out = xp.empty(h.q.shape[:2] + h.v.shape[2:], dtype=h.q.dtype)
+    lse = xp.empty(h.q.shape[:2], dtype=np.float64)
+    for p0, p1 in _pair_blocks(h):
+        scores = xp.matmul(q_scaled[p0:p1], h.k[p0:p1].transpose(0, 2, 1))
+        _run_rows(_attention_softmax_kernel, scores.shape[0] * scores.shape[1], scores.shape[2],
+                  scores, h.mask, h.has_mask, bool(causal), h.heads, p0, lse)
+        out[p0:p1] = xp.matmul(scores, h.v[p0:p1])
+    return h.unflatten(out), lse
 
 
 def attention_backward(grad, q, k, v, lse, scale, causal, key_mask):
-    return _attend_backward(grad, q, k, v, lse, key_mask, scale,
-                            *_band_limits(_full_window(q, k), causal), 1)
-
-
-def _full_window(q, k):
-    """A band that reaches every key from every query: full attention as banded attention.
-    Query i sits at position i + Tk - Tq, so key j is at offset j - i - Tk + Tq, in
-    (-Tk, Tq)."""
-    return max(q.shape[-2], k.shape[-2])
+    """(dq, dk, dv) of ``attention``, recomputing the scores block by block from ``lse``."""
+    h = _Heads(q, k, v, key_mask)
+    xp, q_scaled, g = h.xp, h.q * scale, h.flatten(grad)
+    dq, dk, dv = xp.empty_like(h.q), xp.empty_like(h.k), xp.empty_like(h.v)
+    for p0, p1 in _pair_blocks(h):
+        blk = slice(p0, p1)
+        scores = xp.matmul(q_scaled[blk], h.k[blk].transpose(0, 2, 1))
+        dscores = xp.matmul(g[blk], h.v[blk].transpose(0, 2, 1))
+        _run_rows(_attention_softmax_backward_kernel, scores.shape[0] * scores.shape[1],
+                  scores.shape[2], scores, dscores, h.mask, h.has_mask, bool(causal), h.heads, p0,
+                  lse)
+        dq[blk] = xp.matmul(dscores, h.k[blk]) * scale
+        dk[blk] = xp.matmul(dscores.transpose(0, 2, 1), q_scaled[blk])
+        dv[blk] = xp.matmul(scores.transpose(0, 2, 1), g[blk])
+    return h.unflatten(dq), h.unflatten(dk), h.unflatten(dv)
 
 
 def _check_self_attention(q, k, op):
