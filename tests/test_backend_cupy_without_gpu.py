@@ -74,6 +74,8 @@ def _call_every_launcher(kernels, dtype):
     mask = np.ones((1, 3), dtype=bool)
     _, lse = kernels.attention(q, q, q, 0.5, True, mask)
     kernels.attention_backward(q, q, q, q, lse, 0.5, True, mask)
+    _, lse = kernels.banded_attention(q, q, q, 0.5, 1, 2, False, mask)
+    kernels.banded_attention_backward(q, q, q, q, lse, 0.5, 1, 2, False, mask)
     kernels.pack_signs(x)
     small = rng.integers(-3, 3, size=(2, 2), dtype=np.int8)
     kernels.matmul_int8(small, small)
@@ -112,6 +114,8 @@ def test_every_kernel_compiles_for_the_cuda_target(monkeypatch):
     monkeypatch.setattr(cuda_kernels, "_run", lambda kernel, n, *args:
                         compile_instead_of_launch(kernel, *args))
     monkeypatch.setattr(cuda_kernels, "_run_2d", lambda kernel, rows, cols, *args:
+                        compile_instead_of_launch(kernel, *args))
+    monkeypatch.setattr(cuda_kernels, "_run_rows", lambda kernel, rows, length, *args:
                         compile_instead_of_launch(kernel, *args))
     for dtype in (np.float32, np.float64):
         _call_every_launcher(cuda_kernels, dtype)

@@ -521,7 +521,9 @@ def _query(row, q_len, k_len, causal, first_pair, heads):
     """(pair in the block, query, batch, end) of a row of a (pairs, q_len, k_len) score block:
     keys j < end are causally allowed (queries are the last q_len of k_len positions)."""
     h, i = row // q_len, row % q_len
-    end = min(k_len, i + k_len - q_len + 1) if causal else k_len
+    end = k_len
+    if causal and i + k_len - q_len + 1 < k_len:
+        end = i + k_len - q_len + 1
     return h, i, (first_pair + h) // heads, end
 
 
