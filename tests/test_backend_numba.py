@@ -533,6 +533,20 @@ def test_kernels_called_from_several_threads_at_once():
     assert not errors
 
 
+def test_set_num_threads_before_the_backend_keeps_the_workqueue_layer():
+    """``numba.set_num_threads`` starts Numba's threads: had it run before the backend chose the
+    layer, the OpenMP layer would have started (and fought OpenBLAS's threads)."""
+    code = ("import numba, minitorch_nlp as mt\n"
+            "mt.set_num_threads(2)\n"
+            "with mt.backend('numba'):\n"
+            "    mt.functional.softmax(mt.randn(64, 1024), -1)\n"
+            "print(numba.threading_layer())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "workqueue"
+
+
 def test_set_num_threads_takes_openblas_and_numba_and_refuses_nonsense():
     before = numba.get_num_threads()
     try:

@@ -15,9 +15,9 @@ IEEE meaning, which the masked softmax relies on. The tanh form of GELU uses
 call (a slow scalar libm call with PyPI's llvmlite) is needed and float32 results are within a
 few float32 ulp of the exact value on [-10, 10].
 
-Threading. Importing this module selects Numba's ``workqueue`` threading layer, unless the user
-chose one (``NUMBA_THREADING_LAYER`` or ``numba.config.THREADING_LAYER``) or a parallel kernel
-already ran in this process. The OpenMP layer's threads spin after a parallel kernel while
+Threading. Importing this module (or calling ``set_num_threads``) selects Numba's ``workqueue``
+threading layer, unless the user chose one (``NUMBA_THREADING_LAYER`` or
+``numba.config.THREADING_LAYER``) or Numba's threads already started in this process. The OpenMP layer's threads spin after a parallel kernel while
 OpenBLAS threads spin after a matmul, and on a machine with few cores the two pools slow each
 other down (measured on 2 cores: a 512 x 512 matmul right after a kernel took 1.5x its time alone
 with OpenMP, 1.08x with ``workqueue``, and a kernel right after a matmul 2x). ``workqueue``
@@ -45,8 +45,9 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload, register_jitable
 
-if numba.config.THREADING_LAYER == "default":
-    numba.config.THREADING_LAYER = "workqueue"
+from .threads import choose_numba_threading_layer
+
+choose_numba_threading_layer()
 
 _FASTMATH = {"contract", "reassoc"}
 

@@ -33,6 +33,16 @@ def _openblas_libraries():
     return sorted(paths)
 
 
+def choose_numba_threading_layer():
+    """Select Numba's ``workqueue`` threading layer unless the user chose one (see
+    ``numba_kernels``: OpenMP threads spinning against OpenBLAS's slow both down). It only takes
+    effect before Numba starts its threads, which ``numba.set_num_threads`` does: call this first."""
+    import numba
+
+    if numba.config.THREADING_LAYER == "default":
+        numba.config.THREADING_LAYER = "workqueue"
+
+
 def set_num_threads(threads):
     """Give ``threads`` threads to OpenBLAS and to Numba's parallel kernels; returns the names of
     the libraries that took the setting."""
@@ -49,5 +59,6 @@ def set_num_threads(threads):
         import numba
     except ImportError:
         return done
+    choose_numba_threading_layer()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     return done + [f"numba ({numba.config.THREADING_LAYER} layer)"]
