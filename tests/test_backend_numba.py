@@ -15,6 +15,7 @@ the two backend objects so that nothing compiles twice in a session.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import subprocess
 import sys
@@ -74,10 +75,18 @@ layouts = st.sampled_from((None,) + S.LAYOUTS)
 parallel = st.booleans()
 
 
+@contextlib.contextmanager
 def on_threads(parallel):
-    """Run the numba kernels with ``prange`` (``parallel``) or on the calling thread, whatever the
-    size of their input (by default small inputs stay on the calling thread)."""
-    return mock.patch.object(numba_backend, "_PARALLEL_WORK", 0 if parallel else 1 << 62)
+    """Run the numba kernels with ``prange`` on all of Numba's threads (``parallel``) or on the
+    calling thread, whatever the size of their input (by default small inputs, and every input
+    when Numba has one thread, stay on the calling thread)."""
+    before = numba.get_num_threads()
+    with mock.patch.object(numba_backend, "_PARALLEL_WORK", 0 if parallel else 1 << 62):
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS if parallel else before)
+        try:
+            yield
+        finally:
+            numba.set_num_threads(before)
 
 
 @st.composite
@@ -531,6 +540,19 @@ def test_kernels_called_from_several_threads_at_once():
         for t in threads:
             t.join()
     assert not errors
+
+
+def test_kernels_stay_on_the_calling_thread_when_numba_has_one_thread():
+    calls = []
+    before = numba.get_num_threads()
+    try:
+        for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(threads)
+            numba_backend._run(lambda parallel: calls.append((threads, parallel)), 1 << 30)
+    finally:
+        numba.set_num_threads(before)
+    assert calls[0] == (1, False)
+    assert all(parallel for threads, parallel in calls[1:])
 
 
 def test_set_num_threads_before_the_backend_keeps_the_workqueue_layer():

@@ -391,7 +391,9 @@ def _gelu_tanh_grad(v, one, k, c):
     return s + (one + one) * v * s * (one - s) * k * (one + (one + one + one) * c * v * v)
 
 
-@_rows
+# Inlined by Numba itself: left to LLVM, this four-branch body stayed a call in the plain loop of
+# ``gelu_rows`` (one thread), whose element loops then ran 7x slower, unvectorised.
+@register_jitable(fastmath=_FASTMATH, inline="always")
 def _gelu_row(x, bias, grad, out, tanh, backward, r):
     cols = bias.shape[0]
     x_blk = x[r * cols:(r + 1) * cols]
