@@ -430,6 +430,40 @@ def test_special_tokens_can_be_set(gpt2):
         tok.pad_token_id = 3
 
 
+def test_roberta_mask_takes_the_space_before_it_as_huggingface(tmp_path, roberta):
+    """The hub's roberta-base marks ``<mask>`` ``lstrip`` (in ``tokenizer.json`` only), so that
+    ``"is <mask>"`` is ``Ġis <mask>``, as in pre-training; the fixture's RobertaTokenizer does the
+    same, and our reading of its files must too."""
+    fast = load_tokenizer(FIXTURES / "roberta_fast")
+    hub = tmp_path / "hub"  # the hub's layout: vocab.json + merges.txt, the flag in tokenizer.json
+    hub.mkdir()
+    for source in (FIXTURES / "bpe" / "vocab.json", FIXTURES / "bpe" / "merges.txt",
+                   FIXTURES / "roberta_fast" / "tokenizer.json"):
+        shutil.copy(source, hub / source.name)
+    for tok in (fast, load_tokenizer(hub)):
+        assert (tok.lstrip_tokens, tok.rstrip_tokens) == (("<mask>",), ())
+        for case in EXPECTED["roberta_mask_lstrip"]["strings"]:
+            assert tok.encode(case["text"]) == case["ids"], case["text"]
+            assert tok.decode(case["ids"]) == case["decoded"], case["text"]
+        tok.save(tmp_path / "ours")
+        for again in (load_tokenizer(tmp_path / "ours"), tokenizer_from_state(tok.state_dict())):
+            assert again.lstrip_tokens == ("<mask>",)
+            assert again.encode("is <mask>.") == tok.encode("is <mask>.")
+    written = json.loads((tmp_path / "ours" / "special_tokens_map.json").read_text())
+    assert written["mask_token"] == {"content": "<mask>", "lstrip": True, "rstrip": False,
+                                     "normalized": False, "single_word": False}
+    # without the flag the space before <mask> is a token of its own
+    assert roberta.tokenize("is <mask>") == ["is", "\u0120", "<mask>"]
+
+
+def test_rstrip_tokens_take_the_space_after_them():
+    tok = CharTokenizer(["<sep>", "a", " "], special_tokens={"sep": "<sep>"},
+                        rstrip_tokens=["<sep>"])
+    assert tok.tokenize("a <sep>  a") == ["a", " ", "<sep>", "a"]
+    with pytest.raises(ValueError, match=r"lstrip_tokens must be special tokens; \['a'\] are not"):
+        CharTokenizer(["<sep>", "a"], special_tokens={"sep": "<sep>"}, lstrip_tokens=["a"])
+
+
 # ---- saving and loading --------------------------------------------------------------------------
 def test_save_load_and_state_round_trips(tmp_path, trained_bpe, trained_wordpiece, roberta,
                                          corpus):

@@ -6,7 +6,9 @@ for all of them and lives here:
 
 * ids <-> tokens, with ``[UNK]`` (or a clear error) for a token the vocabulary lacks;
 * special tokens (``[CLS]``, ``<|endoftext|>`` ...) found in the text first and kept whole, so
-  that no algorithm ever splits, lower-cases or merges them;
+  that no algorithm ever splits, lower-cases or merges them; some absorb the spaces next to them
+  (HuggingFace's ``lstrip`` / ``rstrip``: RoBERTa's ``<mask>`` takes the space before it, so
+  ``"is <mask>"`` gives ``Ġis <mask>``, not ``Ġis Ġ <mask>``);
 * the *template* that frames one or two segments with special tokens. It uses HuggingFace's
   ``TemplateProcessing`` notation: ``$A`` and ``$B`` stand for the two segments, any other word is
   a special token, and a ``:n`` suffix gives the token-type id of that piece (0 when absent)::
@@ -32,7 +34,7 @@ import re
 import sys
 import unicodedata
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -87,7 +89,9 @@ class Tokenizer:
     ``extra_special_tokens`` are kept whole and marked special without a role. ``template`` is
     ``{"single": ..., "pair": ...}`` (see the module docstring; by default no special token is
     added). ``model_max_length`` is the ``max_length`` used when truncation or
-    ``padding="max_length"`` needs one and the call gives none.
+    ``padding="max_length"`` needs one and the call gives none. ``lstrip_tokens`` /
+    ``rstrip_tokens`` are special tokens that take the whitespace on their left / right with them
+    (it is dropped from the text around them).
     """
 
     kind = ""  # the "type" of state_dict(), one per subclass
@@ -100,7 +104,8 @@ class Tokenizer:
 
     def __init__(self, vocab: Sequence[str], *, special_tokens: dict[str, str] | None = None,
                  extra_special_tokens: Iterable[str] = (), template: dict[str, str] | None = None,
-                 model_max_length: int | None = None):
+                 model_max_length: int | None = None, lstrip_tokens: Iterable[str] = (),
+                 rstrip_tokens: Iterable[str] = ()):
         self.id_to_token = list(vocab)
         self.vocab = {token: index for index, token in enumerate(self.id_to_token)}
         if len(self.vocab) != len(self.id_to_token):
@@ -110,6 +115,13 @@ class Tokenizer:
         self.template = dict(template or PLAIN_TEMPLATE)
         self.extra_special_tokens = ()
         self.set_special_tokens(special_tokens or {}, extra_special_tokens)
+        self.lstrip_tokens, self.rstrip_tokens = tuple(lstrip_tokens), tuple(rstrip_tokens)
+        for what, tokens in (("lstrip_tokens", self.lstrip_tokens),
+                             ("rstrip_tokens", self.rstrip_tokens)):
+            stray = [token for token in tokens if token not in self.all_special_tokens]
+            if stray:
+                raise ValueError(f"{self.name}: {what} must be special tokens; {stray} are not "
+                                 f"(the special tokens are {self.all_special_tokens})")
 
     @property
     def name(self) -> str:
@@ -178,7 +190,8 @@ class Tokenizer:
     # ---- text <-> tokens <-> ids ---------------------------------------------------------------
     def tokenize(self, text: str) -> list[str]:
         """The tokens of ``text``: special tokens found in it are kept whole, the text between
-        them goes through the tokenizer's algorithm."""
+        them goes through the tokenizer's algorithm (less the whitespace that an ``lstrip`` /
+        ``rstrip`` token next to it takes)."""
         if not isinstance(text, str):
             raise TypeError(f"{self.name}.tokenize: expected a str, got {type(text).__name__}")
         pieces = self._special_split.split(text) if self._special_split else [text]
@@ -186,7 +199,12 @@ class Tokenizer:
         for index, piece in enumerate(pieces):  # re.split puts the specials at odd indices
             if index % 2:
                 tokens.append(piece)
-            elif piece:
+                continue
+            if index and pieces[index - 1] in self.rstrip_tokens:
+                piece = piece.lstrip()
+            if index + 1 < len(pieces) and pieces[index + 1] in self.lstrip_tokens:
+                piece = piece.rstrip()
+            if piece:
                 tokens.extend(self._tokenize(piece))
         return tokens
 
@@ -414,7 +432,8 @@ class Tokenizer:
                 "special_tokens": dict(self.special_tokens),
                 "extra_special_tokens": list(self.extra_special_tokens),
                 "template": dict(self.template), "model_max_length": self.model_max_length,
-                **self._options()}
+                "lstrip_tokens": list(self.lstrip_tokens),
+                "rstrip_tokens": list(self.rstrip_tokens), **self._options()}
 
     def save(self, directory: str | os.PathLike) -> None:
         raise TypeError(f"{self.name} must define save(directory)")
@@ -430,10 +449,18 @@ class Tokenizer:
         return config
 
     def _special_tokens_map(self) -> dict:
-        """HuggingFace's ``special_tokens_map.json``."""
-        roles = {f"{role}_token": token for role, token in self.special_tokens.items()}
+        """HuggingFace's ``special_tokens_map.json``: a token that takes whitespace with it is
+        written as an ``AddedToken`` dict, which says so."""
+        def entry(token):
+            if token not in self.lstrip_tokens and token not in self.rstrip_tokens:
+                return token
+            return {"content": token, "lstrip": token in self.lstrip_tokens,
+                    "rstrip": token in self.rstrip_tokens, "normalized": False,
+                    "single_word": False}
+
+        roles = {f"{role}_token": entry(token) for role, token in self.special_tokens.items()}
         if self.extra_special_tokens:
-            roles["additional_special_tokens"] = list(self.extra_special_tokens)
+            roles["additional_special_tokens"] = [entry(t) for t in self.extra_special_tokens]
         return roles
 
 
@@ -490,15 +517,42 @@ def tokens_by_id(vocab: dict[str, int], where: str) -> list[str]:
     return tokens
 
 
-def read_hf_special_tokens(directory: str | os.PathLike, config: dict):
-    """``(roles, extras)`` from ``special_tokens_map.json`` and ``tokenizer_config.json``: the
-    tokens are plain strings or HuggingFace ``AddedToken`` dicts (``{"content": ...}``)."""
+def roles_in(roles: dict[str, str], vocab) -> dict[str, str]:
+    """The roles whose token is in ``vocab`` (a family's default special tokens, for a vocabulary
+    that may lack some)."""
+    return {role: token for role, token in roles.items() if token in vocab}
+
+
+class HFSpecialTokens(NamedTuple):
+    """What a HuggingFace directory says of its special tokens (the keyword arguments of a
+    tokenizer's constructor of the same names)."""
+    special_tokens: dict
+    extra_special_tokens: list
+    lstrip_tokens: list
+    rstrip_tokens: list
+
+
+def read_hf_special_tokens(directory: str | os.PathLike, config: dict,
+                           default_roles: dict[str, str]) -> HFSpecialTokens:
+    """The special tokens of ``special_tokens_map.json`` and ``tokenizer_config.json`` (plain
+    strings or HuggingFace ``AddedToken`` dicts, ``{"content": ...}``; ``default_roles`` when they
+    name none), and which of them take the whitespace beside them: the ``lstrip`` / ``rstrip`` of
+    those dicts, of ``tokenizer_config``'s ``added_tokens_decoder`` and of ``tokenizer.json``'s
+    ``added_tokens`` (the hub's roberta-base says it only there)."""
     merged = {**read_json(os.path.join(directory, "special_tokens_map.json"), {}), **config}
     content = lambda token: token["content"] if isinstance(token, dict) else token  # noqa: E731
     roles = {role: content(merged[f"{role}_token"]) for role in SPECIAL_ROLES
-             if merged.get(f"{role}_token") is not None}
+             if merged.get(f"{role}_token") is not None} or dict(default_roles)
     extras = merged.get("additional_special_tokens") or merged.get("extra_special_tokens") or []
-    return roles, [content(token) for token in extras]
+    added = [*(read_json(os.path.join(directory, "tokenizer.json"), {}).get("added_tokens") or []),
+             *(config.get("added_tokens_decoder") or {}).values(),
+             *(merged.get(f"{role}_token") for role in SPECIAL_ROLES), *extras]
+    flags = {entry["content"]: entry for entry in added if isinstance(entry, dict)}
+    specials = set(roles.values()) | {content(token) for token in extras}
+    return HFSpecialTokens(roles, [content(token) for token in extras],
+                           *([token for token, entry in flags.items()
+                              if entry.get(side) and token in specials]
+                             for side in ("lstrip", "rstrip")))
 
 
 def hf_model_max_length(config: dict) -> int | None:

@@ -33,7 +33,8 @@ from collections import Counter
 from typing import Callable, Iterable, NamedTuple, Sequence
 
 from .base import (PLAIN_TEMPLATE, Tokenizer, char_class, hf_model_max_length,
-                   read_hf_special_tokens, read_json, tokens_by_id, write_json, write_text)
+                   read_hf_special_tokens, read_json, roles_in, tokens_by_id, write_json,
+                   write_text)
 from .training import learn_merges, texts_between
 
 # Unicode's White_Space property, which ``\s`` means in GPT-2's pattern (str.isspace() differs).
@@ -122,12 +123,14 @@ class ByteLevelBPETokenizer(Tokenizer):
     def __init__(self, vocab: Sequence[str], merges: Iterable[Sequence[str]], *,
                  special_tokens: dict[str, str] | None = None,
                  extra_special_tokens: Iterable[str] = (), template: dict | None = None,
-                 model_max_length: int | None = None):
+                 model_max_length: int | None = None, lstrip_tokens: Iterable[str] = (),
+                 rstrip_tokens: Iterable[str] = ()):
         special_tokens = STYLES["gpt2"].special_tokens if special_tokens is None else special_tokens
         super().__init__(vocab, special_tokens=special_tokens,
                          extra_special_tokens=extra_special_tokens,
                          template=template or gpt2_template(special_tokens),
-                         model_max_length=model_max_length)
+                         model_max_length=model_max_length, lstrip_tokens=lstrip_tokens,
+                         rstrip_tokens=rstrip_tokens)
         self.merges = [tuple(pair) for pair in merges]
         for first, second in self.merges:
             if first + second not in self.vocab:
@@ -232,10 +235,8 @@ class ByteLevelBPETokenizer(Tokenizer):
         named = config.get("tokenizer_class") or ""
         style = STYLES["roberta" if named.startswith("Roberta")
                        or (not named and {"<s>", "</s>"} <= vocab.keys()) else "gpt2"]
-        roles, extras = read_hf_special_tokens(directory, config)
-        if not roles:
-            roles = {role: token for role, token in style.special_tokens.items() if token in vocab}
+        found = read_hf_special_tokens(directory, config, roles_in(style.special_tokens, vocab))
         return cls(tokens_by_id(vocab, os.path.join(directory, "vocab.json")), merges,
-                   special_tokens=roles, extra_special_tokens=extras,
-                   template=config.get("template") or style.template(roles),
+                   **found._asdict(),
+                   template=config.get("template") or style.template(found.special_tokens),
                    model_max_length=hf_model_max_length(config))

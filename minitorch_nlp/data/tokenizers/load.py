@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 
-from .base import Tokenizer, hf_model_max_length, read_hf_special_tokens, read_json, tokens_by_id
+from .base import (Tokenizer, hf_model_max_length, read_hf_special_tokens, read_json, roles_in,
+                   tokens_by_id)
 from .bpe import STYLES, ByteLevelBPETokenizer, roberta_template
 from .char import FILE_NAME as CHAR_FILE_NAME, CharTokenizer
 from .wordpiece import BERT_SPECIALS, WordPieceTokenizer, bert_template
@@ -57,9 +58,12 @@ def _from_tokenizer_json(directory: str) -> Tokenizer:
     model = data["model"]
     vocab = {**model["vocab"], **{t["content"]: t["id"] for t in data.get("added_tokens", [])}}
     tokens = tokens_by_id(vocab, os.path.join(directory, "tokenizer.json"))
-    roles, extras = read_hf_special_tokens(directory, config)
-    common = dict(extra_special_tokens=extras, model_max_length=hf_model_max_length(config),
+    common = dict(model_max_length=hf_model_max_length(config),
                   template=_template_from_post_processor(data.get("post_processor")))
+
+    def specials(defaults):  # the constructor's special-token arguments
+        return read_hf_special_tokens(directory, config, roles_in(defaults, vocab))._asdict()
+
     normalizer, pre = data.get("normalizer") or {}, (data.get("pre_tokenizer") or {}).get("type")
     if (model["type"] == "WordPiece" and pre == "BertPreTokenizer"
             and normalizer.get("type", "BertNormalizer") == "BertNormalizer"):
@@ -68,7 +72,7 @@ def _from_tokenizer_json(directory: str) -> Tokenizer:
             strip_accents=normalizer.get("strip_accents"),
             tokenize_chinese_chars=normalizer.get("handle_chinese_chars", True),
             max_input_chars_per_word=model.get("max_input_chars_per_word", 100),
-            special_tokens=roles or {r: t for r, t in BERT_SPECIALS.items() if t in vocab},
+            **specials(BERT_SPECIALS),
             **common)
     if (model["type"] == "BPE" and pre == "ByteLevel" and not normalizer
             and not data["pre_tokenizer"].get("add_prefix_space")):
@@ -76,7 +80,7 @@ def _from_tokenizer_json(directory: str) -> Tokenizer:
                        else "gpt2"]
         return ByteLevelBPETokenizer(
             tokens, [m.split(" ") if isinstance(m, str) else m for m in model["merges"]],
-            special_tokens=roles or {r: t for r, t in style.special_tokens.items() if t in vocab},
+            **specials(style.special_tokens),
             **common)
     raise ValueError(f"load_tokenizer: {directory}/tokenizer.json holds a {model['type']} model "
                      f"with the {normalizer.get('type')} normalizer and the {pre} pre-tokenizer; "

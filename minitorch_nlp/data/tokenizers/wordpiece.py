@@ -36,7 +36,7 @@ from collections import Counter
 from typing import Iterable, Sequence
 
 from .base import (CharMap, Tokenizer, char_class, hf_model_max_length, read_hf_special_tokens,
-                   read_json, write_json, write_text)
+                   read_json, roles_in, write_json, write_text)
 from .training import learn_merges, texts_between
 
 BERT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
@@ -118,7 +118,8 @@ class WordPieceTokenizer(Tokenizer):
                  max_input_chars_per_word: int = 100, clean_up_tokenization_spaces: bool = True,
                  special_tokens: dict[str, str] | None = None,
                  extra_special_tokens: Iterable[str] = (), template: dict | None = None,
-                 model_max_length: int | None = None):
+                 model_max_length: int | None = None, lstrip_tokens: Iterable[str] = (),
+                 rstrip_tokens: Iterable[str] = ()):
         special_tokens = BERT_SPECIALS if special_tokens is None else special_tokens
         template = template or bert_template(special_tokens)
         if template is None:
@@ -126,7 +127,8 @@ class WordPieceTokenizer(Tokenizer):
                              f"special_tokens={special_tokens} and no template")
         super().__init__(vocab, special_tokens=special_tokens,
                          extra_special_tokens=extra_special_tokens, template=template,
-                         model_max_length=model_max_length)
+                         model_max_length=model_max_length, lstrip_tokens=lstrip_tokens,
+                         rstrip_tokens=rstrip_tokens)
         self.do_lower_case, self.strip_accents = do_lower_case, strip_accents
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.max_input_chars_per_word = max_input_chars_per_word
@@ -225,14 +227,11 @@ class WordPieceTokenizer(Tokenizer):
         if config.get("do_basic_tokenize") is False:
             raise ValueError(f"WordPieceTokenizer: {directory} asks for do_basic_tokenize=False; "
                              "this tokenizer always runs BERT's basic tokenization")
-        roles, extras = read_hf_special_tokens(directory, config)
-        if not roles:
-            roles = {role: token for role, token in BERT_SPECIALS.items() if token in vocab}
+        found = read_hf_special_tokens(directory, config, roles_in(BERT_SPECIALS, vocab))
         options = {key: config[key] for key in ("do_lower_case", "strip_accents",
                                                 "tokenize_chinese_chars",
                                                 "max_input_chars_per_word",
                                                 "clean_up_tokenization_spaces")
                    if config.get(key) is not None}
-        return cls(vocab, special_tokens=roles, extra_special_tokens=extras,
-                   template=config.get("template"),
+        return cls(vocab, **found._asdict(), template=config.get("template"),
                    model_max_length=hf_model_max_length(config), **options)
