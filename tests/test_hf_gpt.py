@@ -66,6 +66,24 @@ def test_double_heads_model_gives_huggingface_logits():
     np.testing.assert_allclose(out.mc_logits.numpy(), arrays["mc_logits"], **TOL)
 
 
+@pytest.mark.parametrize("keys", ["transformer.tokens_embed.weight", "both"])
+def test_double_heads_checkpoint_of_transformers_4_loads(keys, tmp_path):
+    """transformers 4 saved the tied W_e as transformer.tokens_embed.weight (5 as lm_head.weight);
+    a checkpoint with both holds two copies of one tensor."""
+    def rename(state):
+        tied = state["lm_head.weight"]
+        state = {k: v for k, v in state.items() if k != "lm_head.weight" or keys == "both"}
+        return {**state, "transformer.tokens_embed.weight": tied}
+
+    model = mt.from_pretrained(copy_fixture("OpenAIGPTDoubleHeadsModel", tmp_path, rename))
+    arrays = expected("OpenAIGPTDoubleHeadsModel")
+    out = model(arrays["input_ids"], mc_token_ids=arrays["mc_token_ids"])
+    np.testing.assert_allclose(out.logits.numpy(), arrays["logits"], **TOL)
+    mt.save_pretrained(model, tmp_path / "saved")
+    assert "lm_head.weight" in hf_state(tmp_path / "saved")
+    assert "transformer.tokens_embed.weight" not in hf_state(tmp_path / "saved")
+
+
 @pytest.mark.parametrize("name", sorted(LM_ARCHITECTURES) + ["OpenAIGPTDoubleHeadsModel"])
 def test_save_pretrained_writes_huggingface_keys_and_reloads(name, tmp_path):
     model = mt.from_pretrained(FIXTURES / name)

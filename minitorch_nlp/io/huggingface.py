@@ -71,13 +71,16 @@ class Rule:
 
     ``to_ours(hf_array)`` gives our array (or a tuple of arrays, one per name in ``ours``);
     ``to_hf(*our_arrays)`` gives the HuggingFace array back. Both default to the identity, and
-    ``to_hf`` defaults to ``transpose`` when ``to_ours`` is ``transpose``.
+    ``to_hf`` defaults to ``transpose`` when ``to_ours`` is ``transpose``. ``also``: other names
+    older versions of ``transformers`` saved the tensor under, read when ``hf`` is absent (and
+    taken as copies of it when both are there); ``save_pretrained`` writes ``hf``.
     """
 
     hf: str
     ours: str | tuple[str, ...]
     to_ours: Callable | None = None
     to_hf: Callable | None = None
+    also: tuple[str, ...] = ()
 
     def __post_init__(self):
         names = (self.ours,) if isinstance(self.ours, str) else tuple(self.ours)
@@ -95,7 +98,8 @@ class Rule:
         if "{i}" not in self.hf:
             return [self]
         return [Rule(self.hf.format(i=i), tuple(name.format(i=i) for name in self.ours),
-                     self.to_ours, self.to_hf) for i in layer_indices]
+                     self.to_ours, self.to_hf, tuple(name.format(i=i) for name in self.also))
+                for i in layer_indices]
 
     def hf_array(self, our_arrays):
         return self.to_hf(*our_arrays) if self.to_hf else our_arrays[0]
@@ -223,13 +227,15 @@ def convert_to_ours(architecture, hf_state, our_shapes):
         if unknown:
             raise ValueError(f"{architecture.name} key map: rule {rule.hf!r} names {unknown}, "
                              f"which our {architecture.model_class.__name__} does not have")
-        if rule.hf not in hf_state:
+        present = [key for key in (rule.hf, *rule.also) if key in hf_state]
+        if not present:
             missing_hf.append(rule.hf)
             continue
-        used.add(rule.hf)
-        for name, array in zip(rule.ours, rule.our_arrays(hf_state[rule.hf])):
+        used.update(present)
+        hf_key = present[0]
+        for name, array in zip(rule.ours, rule.our_arrays(hf_state[hf_key])):
             if tuple(array.shape) != tuple(our_shapes[name]):
-                mis_shaped.append(f"{rule.hf} {tuple(hf_state[rule.hf].shape)} -> {name} "
+                mis_shaped.append(f"{hf_key} {tuple(hf_state[hf_key].shape)} -> {name} "
                                   f"{tuple(array.shape)}, expected {tuple(our_shapes[name])}")
             state[name] = array
     unexpected = [k for k in hf_state if k not in used and not architecture.is_ignored(k)]

@@ -695,12 +695,13 @@ register_architecture(HFArchitecture(
     to_config=lambda model: model.config.to_hf(), rules=GPT2_RULES, ignore=LM_IGNORE,
     base_prefix="transformer.", default_for_type=True))
 # transformers 5 writes the double-heads model's tied W_e under lm_head.weight (its tie runs the
-# other way round), so that is the key we read and write.
+# other way round), so that is the key we write; 4.x wrote transformer.tokens_embed.weight.
 register_architecture(HFArchitecture(
     name="OpenAIGPTDoubleHeadsModel", model_type="openai-gpt", model_class=GPTDoubleHeadsModel,
     from_config=lambda hf: GPTDoubleHeadsModel(GPTConfig.from_hf(hf)),
     to_config=lambda model: model.config.to_hf(),
-    rules=(Rule("lm_head.weight", "transformer.wte.weight"),
+    rules=(Rule("lm_head.weight", "transformer.wte.weight",
+                also=("transformer.tokens_embed.weight",)),
            Rule("multiple_choice_head.summary.weight", "multiple_choice_head.summary.weight"),
            Rule("multiple_choice_head.summary.bias", "multiple_choice_head.summary.bias"))
     + GPT1_RULES[1:]))
