@@ -456,6 +456,28 @@ def test_roberta_mask_takes_the_space_before_it_as_huggingface(tmp_path, roberta
     assert roberta.tokenize("is <mask>") == ["is", "\u0120", "<mask>"]
 
 
+@pytest.mark.parametrize("style", ["gpt2", "roberta"])
+def test_add_prefix_space_equals_huggingface(tmp_path_factory, tmp_path, style):
+    """Each stretch of text between special tokens that does not start with a space gets one."""
+    directory = bpe_directory(tmp_path_factory, f"{style.capitalize()}Tokenizer_prefix")
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "RobertaTokenizer" if style == "roberta" else "GPT2Tokenizer",
+        "add_prefix_space": True}))
+    tok = load_tokenizer(directory)
+    assert tok.add_prefix_space
+    check_strings(tok, EXPECTED[f"{style}_prefix_space"]["strings"])
+    if style == "roberta":
+        check_pairs(tok, EXPECTED["roberta_prefix_space"]["pairs"])
+        fast = json.loads((FIXTURES / "roberta_fast" / "tokenizer.json").read_text())
+        fast["pre_tokenizer"]["add_prefix_space"] = True  # as transformers 5 writes it
+        (tmp_path / "fast").mkdir()
+        (tmp_path / "fast" / "tokenizer.json").write_text(json.dumps(fast))
+        assert load_tokenizer(tmp_path / "fast").encode(" x\ny") == tok.encode("x\ny")
+    tok.save(tmp_path / "ours")
+    for again in (load_tokenizer(tmp_path / "ours"), tokenizer_from_state(tok.state_dict())):
+        assert again.add_prefix_space and again.encode("x y") == tok.encode(" x y")
+
+
 def test_rstrip_tokens_take_the_space_after_them():
     tok = CharTokenizer(["<sep>", "a", " "], special_tokens={"sep": "<sep>"},
                         rstrip_tokens=["<sep>"])

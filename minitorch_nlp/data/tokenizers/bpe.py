@@ -115,7 +115,11 @@ class ByteLevelBPETokenizer(Tokenizer):
 
     ``special_tokens`` and ``template`` default to GPT-2's (``<|endoftext|>``, no special token
     added); ``ByteLevelBPETokenizer.train(..., style="roberta")`` or a RoBERTa directory give
-    RoBERTa's. ``decode(encode(text)) == text`` for every string.
+    RoBERTa's. ``decode(encode(text)) == text`` for every string, unless ``add_prefix_space``:
+    then each stretch of text between special tokens that does not start with a space gets one
+    (as HuggingFace's byte-level pre-tokenizer does), so that a first word is encoded as it is
+    mid-sentence (``Ġworld``, not ``world``); RoBERTa's token-classification fine-tuning on
+    pre-split words uses it, and ``decode`` keeps the added space.
     """
 
     kind = "bpe"
@@ -124,7 +128,7 @@ class ByteLevelBPETokenizer(Tokenizer):
                  special_tokens: dict[str, str] | None = None,
                  extra_special_tokens: Iterable[str] = (), template: dict | None = None,
                  model_max_length: int | None = None, lstrip_tokens: Iterable[str] = (),
-                 rstrip_tokens: Iterable[str] = ()):
+                 rstrip_tokens: Iterable[str] = (), add_prefix_space: bool = False):
         special_tokens = STYLES["gpt2"].special_tokens if special_tokens is None else special_tokens
         super().__init__(vocab, special_tokens=special_tokens,
                          extra_special_tokens=extra_special_tokens,
@@ -132,6 +136,7 @@ class ByteLevelBPETokenizer(Tokenizer):
                          model_max_length=model_max_length, lstrip_tokens=lstrip_tokens,
                          rstrip_tokens=rstrip_tokens)
         self.merges = [tuple(pair) for pair in merges]
+        self.add_prefix_space = bool(add_prefix_space)
         for first, second in self.merges:
             if first + second not in self.vocab:
                 raise ValueError(f"{self.name}: merge {first!r} + {second!r} makes "
@@ -193,13 +198,16 @@ class ByteLevelBPETokenizer(Tokenizer):
         return parts
 
     def _tokenize(self, text: str) -> list[str]:
+        if self.add_prefix_space and not text.startswith(" "):
+            text = " " + text
         return [token for word in pretokenize(text) for token in self._bpe(_byte_chars(word))]
 
     def _decode(self, ids: list[int]) -> str:
         return b"".join(self._token_bytes[index] for index in ids).decode("utf-8", "replace")
 
     def _options(self) -> dict:
-        return {"merges": [list(pair) for pair in self.merges]}
+        return {"merges": [list(pair) for pair in self.merges],
+                "add_prefix_space": self.add_prefix_space}
 
     def save(self, directory: str | os.PathLike) -> None:
         """HuggingFace's layout: ``vocab.json``, ``merges.txt``, ``tokenizer_config.json`` and
@@ -210,8 +218,9 @@ class ByteLevelBPETokenizer(Tokenizer):
         write_json(os.path.join(directory, "vocab.json"), self.vocab)
         write_text(os.path.join(directory, "merges.txt"),
                    "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in self.merges))
-        write_json(os.path.join(directory, "tokenizer_config.json"), self._hf_config(
-            style.hf_class, style.template(self.special_tokens)))
+        write_json(os.path.join(directory, "tokenizer_config.json"), {
+            **self._hf_config(style.hf_class, style.template(self.special_tokens)),
+            "add_prefix_space": self.add_prefix_space})
         write_json(os.path.join(directory, "special_tokens_map.json"), self._special_tokens_map())
 
     @classmethod
@@ -221,9 +230,6 @@ class ByteLevelBPETokenizer(Tokenizer):
         when the vocabulary has ``<s>`` and ``</s>``), else GPT-2's."""
         directory = os.fspath(directory)
         config = read_json(os.path.join(directory, "tokenizer_config.json"), {})
-        if config.get("add_prefix_space"):
-            raise ValueError(f"ByteLevelBPETokenizer: {directory} asks for add_prefix_space=True, "
-                             "which this tokenizer does not do (GPT-2 and RoBERTa do not)")
         vocab = read_json(os.path.join(directory, "vocab.json"))
         with open(os.path.join(directory, "merges.txt"), encoding="utf-8") as file:
             merges = [line.split(" ") for line in file.read().split("\n")
@@ -239,4 +245,5 @@ class ByteLevelBPETokenizer(Tokenizer):
         return cls(tokens_by_id(vocab, os.path.join(directory, "vocab.json")), merges,
                    **found._asdict(),
                    template=config.get("template") or style.template(found.special_tokens),
+                   add_prefix_space=bool(config.get("add_prefix_space")),
                    model_max_length=hf_model_max_length(config))

@@ -74,14 +74,14 @@ def _from_tokenizer_json(directory: str) -> Tokenizer:
             max_input_chars_per_word=model.get("max_input_chars_per_word", 100),
             **specials(BERT_SPECIALS),
             **common)
-    if (model["type"] == "BPE" and pre == "ByteLevel" and not normalizer
-            and not data["pre_tokenizer"].get("add_prefix_space")):
-        style = STYLES["roberta" if config.get("tokenizer_class", "").startswith("Roberta")
-                       else "gpt2"]
+    if model["type"] == "BPE" and pre == "ByteLevel" and not normalizer:
+        roberta = (config.get("tokenizer_class", "").startswith("Roberta")
+                   or (data.get("post_processor") or {}).get("type") == "RobertaProcessing")
+        style = STYLES["roberta" if roberta else "gpt2"]
         return ByteLevelBPETokenizer(
             tokens, [m.split(" ") if isinstance(m, str) else m for m in model["merges"]],
-            **specials(style.special_tokens),
-            **common)
+            add_prefix_space=bool(data["pre_tokenizer"].get("add_prefix_space")),
+            **specials(style.special_tokens), **common)
     raise ValueError(f"load_tokenizer: {directory}/tokenizer.json holds a {model['type']} model "
                      f"with the {normalizer.get('type')} normalizer and the {pre} pre-tokenizer; "
                      "minitorch_nlp reads WordPiece with BERT's normalizer and pre-tokenizer, and "
