@@ -274,7 +274,7 @@ def log_softmax_backward(y, grad, axis):
     return _rowwise(_log_softmax_backward_kernel, axis, y, grad)
 
 
-# ---- layer norm over the last axis: one block per row ---------------------------------------------
+# ---- layer norm over the last axis: one block per row -------------------------------------------
 @cuda.jit(cache=True)
 def _layer_norm_kernel(x, weight, bias, eps, y, xhat, rstd):
     shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)

@@ -17,14 +17,15 @@ few float32 ulp of the exact value on [-10, 10].
 
 Threading. Importing this module (or calling ``set_num_threads``) selects Numba's ``workqueue``
 threading layer, unless the user chose one (``NUMBA_THREADING_LAYER`` or
-``numba.config.THREADING_LAYER``) or Numba's threads already started in this process. The OpenMP layer's threads spin after a parallel kernel while
-OpenBLAS threads spin after a matmul, and on a machine with few cores the two pools slow each
-other down (measured on 2 cores: a 512 x 512 matmul right after a kernel took 1.5x its time alone
-with OpenMP, 1.08x with ``workqueue``, and a kernel right after a matmul 2x). ``workqueue``
-threads sleep between kernels. It must not be entered by two Python threads at once, so the
-backend serialises its parallel kernel calls with one lock. Small inputs run on the calling
-thread (each kernel has a ``parallel`` switch), since starting the threads costs tens of
-microseconds.
+``numba.config.THREADING_LAYER``) or Numba's threads already started in this process. The OpenMP
+layer's threads spin after a parallel kernel while OpenBLAS threads spin after a matmul, and on a
+machine with few cores the two pools slow each other down (measured on 2 cores: a 512 x 512
+matmul right after a kernel took 1.5x its time alone with OpenMP, 1.08x with ``workqueue``, and a
+kernel right after a matmul 2x). ``workqueue`` threads sleep between kernels. It must not be
+entered by two Python threads at once, so the backend serialises its parallel kernel calls with
+one lock. Small inputs, and every input when Numba has one thread, run on the calling thread
+(each kernel has a ``parallel`` switch): starting the threads costs tens of microseconds, and on
+one thread the workqueue layer would still hand the loop to a worker and wait for it.
 
 Compile cache. Every kernel is ``cache=True``: the first call of each signature (dtype) compiles
 it (about a second each) and stores the machine code; later processes load it in milliseconds.
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -609,9 +609,10 @@ def attention_probs(parallel, scores, key_mask, use_mask, causal, heads, first_p
                     tq, tk, peak, inv_total):
     """In place: the scores (scale q) k^T of a block (pairs, queries, keys) become their softmax
     with the causal mask and, when ``use_mask``, the key mask (batch, tk; True = real token)
-    applied (the scale is applied to q, a factor tk / d_k fewer multiplications). The block holds the (batch * head) pairs from ``first_pair`` and the queries from
-    ``first_query`` of (pairs, tq, tk) attention, and possibly only the first keys (when the others
-    are causally masked for every query of the block). Saves each row's shift and 1 / sum of
+    applied (the scale is applied to q, a factor tk / d_k fewer multiplications). The block holds
+    the (batch * head) pairs from ``first_pair`` and the queries from ``first_query`` of
+    (pairs, tq, tk) attention, and possibly only the first keys (when the others are causally
+    masked for every query of the block). Saves each row's shift and 1 / sum of
     exponentials in ``peak`` / ``inv_total`` (pairs, tq). A row with no allowed key becomes 0."""
     rows = scores.shape[0] * scores.shape[1]
     if parallel:

@@ -36,7 +36,8 @@ def _openblas_libraries():
 def choose_numba_threading_layer():
     """Select Numba's ``workqueue`` threading layer unless the user chose one (see
     ``numba_kernels``: OpenMP threads spinning against OpenBLAS's slow both down). It only takes
-    effect before Numba starts its threads, which ``numba.set_num_threads`` does: call this first."""
+    effect before Numba starts its threads, which ``numba.set_num_threads`` does: call this
+    first."""
     import numba
 
     if numba.config.THREADING_LAYER == "default":
