@@ -533,18 +533,22 @@ class HFSpecialTokens(NamedTuple):
 
 
 def read_hf_special_tokens(directory: str | os.PathLike, config: dict,
-                           default_roles: dict[str, str]) -> HFSpecialTokens:
+                           default_roles: dict[str, str],
+                           added_tokens: list | None = None) -> HFSpecialTokens:
     """The special tokens of ``special_tokens_map.json`` and ``tokenizer_config.json`` (plain
     strings or HuggingFace ``AddedToken`` dicts, ``{"content": ...}``; ``default_roles`` when they
     name none), and which of them take the whitespace beside them: the ``lstrip`` / ``rstrip`` of
     those dicts, of ``tokenizer_config``'s ``added_tokens_decoder`` and of ``tokenizer.json``'s
-    ``added_tokens`` (the hub's roberta-base says it only there)."""
+    ``added_tokens`` (the hub's roberta-base says it only there; pass them as ``added_tokens``
+    when the file is read already)."""
     merged = {**read_json(os.path.join(directory, "special_tokens_map.json"), {}), **config}
     content = lambda token: token["content"] if isinstance(token, dict) else token  # noqa: E731
     roles = {role: content(merged[f"{role}_token"]) for role in SPECIAL_ROLES
              if merged.get(f"{role}_token") is not None} or dict(default_roles)
     extras = merged.get("additional_special_tokens") or merged.get("extra_special_tokens") or []
-    added = [*(read_json(os.path.join(directory, "tokenizer.json"), {}).get("added_tokens") or []),
+    if added_tokens is None:
+        added_tokens = read_json(os.path.join(directory, "tokenizer.json"), {}).get("added_tokens")
+    added = [*(added_tokens or []),
              *(config.get("added_tokens_decoder") or {}).values(),
              *(merged.get(f"{role}_token") for role in SPECIAL_ROLES), *extras]
     flags = {entry["content"]: entry for entry in added if isinstance(entry, dict)}

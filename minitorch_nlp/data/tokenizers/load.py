@@ -62,7 +62,8 @@ def _from_tokenizer_json(directory: str) -> Tokenizer:
                   template=_template_from_post_processor(data.get("post_processor")))
 
     def specials(defaults):  # the constructor's special-token arguments
-        return read_hf_special_tokens(directory, config, roles_in(defaults, vocab))._asdict()
+        return read_hf_special_tokens(directory, config, roles_in(defaults, vocab),
+                                      data.get("added_tokens", []))._asdict()
 
     normalizer, pre = data.get("normalizer") or {}, (data.get("pre_tokenizer") or {}).get("type")
     if (model["type"] == "WordPiece" and pre == "BertPreTokenizer"
