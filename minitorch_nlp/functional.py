@@ -19,7 +19,9 @@ import numpy as np
 
 from .autograd import Tensor, as_tensor, dtypes, one_hot, pad, where
 from .autograd import ops_elementwise as _ew
+from . import cookbook
 from .autograd.ops_fused import Attention as _Attention
+from .autograd.ops_fused import visible_keys as _visible_keys
 from .autograd.ops_fused import BandedAttention as _BandedAttention
 from .autograd.ops_fused import BiasGelu as _BiasGelu
 from .autograd.ops_fused import CrossEntropy as _CrossEntropy
@@ -32,7 +34,7 @@ REDUCTIONS = ("mean", "sum", "none")
 __all__ = [
     "banded_attention", "bias_gelu", "binary_cross_entropy_with_logits", "cosine_similarity", "cross_entropy", "dropout",
     "embedding", "gelu", "kl_div", "layer_norm", "linear", "log_softmax", "mse_loss",
-    "nll_loss", "one_hot", "pad", "relu", "scaled_dot_product_attention", "sigmoid", "softmax",
+    "attention_weights", "nll_loss", "one_hot", "pad", "relu", "repeat_kv_heads", "scaled_dot_product_attention", "sigmoid", "softmax",
     "softplus", "tanh",
 ]
 
@@ -175,9 +177,10 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     return y.reshape(x.shape)
 
 
-def _check_probability(p, op):
+def _check_probability(p, op, name="p"):
     if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"{op}: the drop probability p must be a number in [0, 1], got {p!r}")
+        raise ValueError(f"{op}: the drop probability {name} must be a number in [0, 1], got "
+                         f"{p!r}")
 
 
 def dropout(x, p=0.5, training=True, generator=None):
@@ -433,14 +436,20 @@ def cosine_similarity(a, b, axis=-1, eps=1e-8, dim=None):
 
 # ---- attention -----------------------------------------------------------------------------------
 def _attention_inputs(q, k, v, key_mask, op):
+    """q, k, v as (batch, heads, time, head_dim) tensors and ``key_mask`` as a (batch, key_time)
+    bool array. k and v may have fewer heads than q when that number divides q's: grouped-query
+    attention (Ainslie et al., 2023), every group of q heads sharing one k/v head."""
     q, k, v = _tensor(q), _tensor(k), _tensor(v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim != 4:
             raise ValueError(f"{op}: {name} must have shape (batch, heads, time, head_dim), got "
                              f"{t.shape}")
-    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if (q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]
+            or heads % kv_heads):
         raise ValueError(f"{op}: shapes q {q.shape}, k {k.shape}, v {v.shape} do not fit: q and k "
-                         "need the same batch, heads and head_dim; k and v the same time")
+                         "need the same batch and head_dim, k and v the same batch, heads and "
+                         "time, and k's number of heads must divide q's")
     if key_mask is None:
         return q, k, v, None
     mask = key_mask.data if isinstance(key_mask, Tensor) else q.backend.asarray(key_mask)
@@ -451,17 +460,119 @@ def _attention_inputs(q, k, v, key_mask, op):
     return q, k, v, mask
 
 
-def scaled_dot_product_attention(q, k, v, *, causal=False, key_mask=None, scale=None):
-    """softmax(q k^T / sqrt(d_k)) v over (batch, heads, time, head_dim) tensors (Vaswani et al.,
-    2017, eq. 1; the survey's eq. 11-12 leave out the 1/sqrt(d_k) scale).
+def repeat_kv_heads(x, heads):
+    """Grouped-query attention: (batch, kv_heads, time, d) -> (batch, heads, time, d), each k/v
+    head repeated for the ``heads / kv_heads`` query heads of its group. An index, so the
+    gradients of a group's heads add up on the shared head."""
+    groups = heads // x.shape[1]
+    if groups == 1:
+        return x
+    return x[:, np.arange(heads) // groups]
 
-    ``causal`` lets query t see keys up to t (with fewer queries than keys, the queries are the
-    last positions, as when decoding with a key/value cache); ``key_mask`` (batch, key_time) is
-    True for real tokens and False for padding. A query with no visible key outputs zeros.
-    The masks are applied inside the backend kernel, never materialised as an n x n tensor."""
-    q, k, v, mask = _attention_inputs(q, k, v, key_mask, "scaled_dot_product_attention")
-    scale = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
-    return _Attention.apply(q, k, v, mask, scale=scale, causal=bool(causal))
+
+def _scores_shape(q, k):
+    return (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+
+
+def _broadcastable(shape, target):
+    return len(shape) <= len(target) and all(
+        s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
+def _attention_mask(mask, q, k, op):
+    """``mask`` as a bool backend array broadcastable to (batch, heads, q_time, k_time)."""
+    if mask is None:
+        return None
+    array = mask.data if isinstance(mask, Tensor) else q.backend.asarray(mask)
+    target = _scores_shape(q, k)
+    if array.dtype.kind != "b" or not _broadcastable(array.shape, target):
+        raise ValueError(f"{op}: mask must be a bool array broadcastable to (batch, heads, "
+                         f"q_time, k_time) = {target}, True where the query may attend the key; "
+                         f"got {array.dtype} {tuple(array.shape)}")
+    return array
+
+
+def _attention_bias(bias, q, k, op):
+    """``bias`` as a float tensor broadcastable to (batch, heads, q_time, k_time)."""
+    if bias is None:
+        return None
+    bias = bias if isinstance(bias, Tensor) else as_tensor(bias, dtype=q.dtype,
+                                                          backend=q.backend.name)
+    target = _scores_shape(q, k)
+    if not dtypes.is_floating(bias.dtype) or not _broadcastable(bias.shape, target):
+        raise ValueError(f"{op}: bias must be a float tensor broadcastable to (batch, heads, "
+                         f"q_time, k_time) = {target}; got {bias.dtype} {bias.shape}")
+    return bias
+
+
+def _scale(q, scale):
+    return 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+
+
+def _attention_arguments(q, k, v, key_mask, mask, bias, op):
+    """Every attention input checked (errors name ``op``) and k/v heads shared among q's."""
+    q, k, v, key_mask = _attention_inputs(q, k, v, key_mask, op)
+    k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
+    return q, k, v, key_mask, _attention_mask(mask, q, k, op), _attention_bias(bias, q, k, op)
+
+
+def _attention_weights(q, k, mask, bias, causal, key_mask, scale):
+    scores = (q @ k.mT) * _scale(q, scale)
+    if bias is not None:
+        scores = scores + bias
+    allowed = _visible_keys(q.backend.xp, q.shape[2], k.shape[2], causal, key_mask)
+    if mask is not None:
+        allowed = allowed & mask
+    return scores.masked_fill(~allowed, -np.inf).softmax(axis=-1)
+
+
+@cookbook.equation(11)
+def attention_weights(q, k, *, mask=None, bias=None, causal=False, key_mask=None, scale=None):
+    r"""The attention weights W_SM = softmax(Q K^T / sqrt(d_k) + bias) of each head (eq 11).
+
+    The survey writes eq 11 as softmax(Q . K^T); Vaswani et al. (2017, eq. 1) divide the scores
+    by sqrt(d_k) so that their variance does not grow with the head size and push the softmax
+    into regions of tiny gradients. This is the original, scaled form (``scale`` overrides
+    1/sqrt(d_k)).
+
+    ``q`` is ``(batch, heads, query_time, d_k)``, ``k`` ``(batch, heads, key_time, d_k)``; the
+    result is ``(batch, heads, query_time, key_time)``, each row a distribution over the keys the
+    query may see. What a query may see is the intersection of: ``causal`` (query t sees keys up
+    to t, queries aligned with the *last* keys when there are fewer of them, as when decoding
+    with a cache), ``key_mask`` ``(batch, key_time)`` (False on padding) and ``mask`` (bool,
+    broadcastable to the scores' shape, True = may attend; the builders are in
+    ``minitorch_nlp.attention``). ``bias`` is added to the scaled scores (T5's relative position
+    bias, Transformer-XL's positional terms) and receives a gradient. A query that sees no key
+    gets a row of zeros.
+    """
+    q, k, _, key_mask, mask, bias = _attention_arguments(q, k, k, key_mask, mask, bias,
+                                                         "attention_weights")
+    return _attention_weights(q, k, mask, bias, causal, key_mask, scale)
+
+
+def scaled_dot_product_attention(q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
+                                 scale=None, dropout_p=0.0, generator=None):
+    """softmax(q k^T / sqrt(d_k) + bias) v over (batch, heads, time, head_dim) tensors (Vaswani
+    et al., 2017, eq. 1; the survey's eq. 11-12 leave out the 1/sqrt(d_k) scale): the one path
+    every attention in the library takes.
+
+    The masks and the bias are those of ``attention_weights``: ``causal``, ``key_mask`` (batch,
+    key_time), ``mask`` (bool, broadcastable to (batch, heads, q_time, k_time), True = may
+    attend) and ``bias`` (additive, differentiable). ``dropout_p`` drops attention weights
+    (drawn from ``generator``); k and v may have fewer heads than q (grouped-query attention).
+    A query with no visible key outputs zeros.
+
+    The choice of path is made here, once: causal and key masks alone run the backend's fused
+    kernel, which applies them inside without materialising an n x n mask and keeps no
+    probabilities it can recompute; a general mask, a bias or dropout take the composite
+    ``dropout(attention_weights(...)) @ v``, differentiable in every input (bias included)."""
+    op = "scaled_dot_product_attention"
+    q, k, v, key_mask, mask, bias = _attention_arguments(q, k, v, key_mask, mask, bias, op)
+    _check_probability(dropout_p, op, name="dropout_p")
+    if mask is None and bias is None and dropout_p == 0:
+        return _Attention.apply(q, k, v, key_mask, scale=_scale(q, scale), causal=bool(causal))
+    weights = _attention_weights(q, k, mask, bias, causal, key_mask, scale)
+    return dropout(weights, dropout_p, generator=generator) @ v
 
 
 def banded_attention(q, k, v, *, window, dilation=1, causal=False, key_mask=None, scale=None):
@@ -469,12 +580,12 @@ def banded_attention(q, k, v, *, window, dilation=1, causal=False, key_mask=None
     sees keys i + o * dilation for -window <= o <= window (o <= 0 when ``causal``). Memory grows
     as time * (2 * window + 1), not time^2; with window >= time it equals full attention."""
     q, k, v, mask = _attention_inputs(q, k, v, key_mask, "banded_attention")
+    k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"banded_attention: is self-attention; q has {q.shape[2]} positions, k "
                          f"{k.shape[2]}")
     for name, value in (("window", window), ("dilation", dilation)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"banded_attention: {name} must be a positive int, got {value!r}")
-    scale = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
-    return _BandedAttention.apply(q, k, v, mask, scale=scale, window=int(window),
+    return _BandedAttention.apply(q, k, v, mask, scale=_scale(q, scale), window=int(window),
                                   dilation=int(dilation), causal=bool(causal))

@@ -308,8 +308,9 @@ def test_inputs_must_be_4d(function, name):
 def test_shapes_must_fit(function, shapes):
     q, k, v = (_ones(*s) for s in shapes)
     with pytest.raises(ValueError, match=rf"^{function}: shapes q .* do not fit: q and k need "
-                                         r"the same batch, heads and head_dim; k and v the same "
-                                         r"time$"):
+                                         r"the same batch and head_dim, k and v the same batch, "
+                                         r"heads and time, and k's number of heads must divide "
+                                         r"q's$"):
         _call(function, q, k, v)
 
 

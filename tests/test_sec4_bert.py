@@ -233,7 +233,7 @@ def test_bert_initialisation_and_dropout_settings():
     assert np.abs(words).max() <= 0.04
     layer = model.bert.encoder.layers[0]
     assert np.all(layer.self_attn.q_proj.bias.numpy() == 0)
-    assert layer.self_attn.attn_dropout.p == 0.2 and layer.dropout.p == 0.1
+    assert layer.self_attn.core.dropout.p == 0.2 and layer.dropout.p == 0.1
     assert layer.feed_forward.dropout.p == 0.0 and not layer.norm_first
     assert layer.norm1.eps == 1e-12 and layer.feed_forward.activation == "gelu"
 
@@ -323,7 +323,8 @@ def test_bad_inputs_are_named():
     model = build(BertForMaskedLM)
     ids, mask, types = batch(9)
     with pytest.raises(ValueError,
-                       match=r"BertModel: input_ids holds 23, outside \[0, vocab_size=23\)"):
+                       match=r"BertModel: input_ids holds 23, outside the vocabulary "
+                             r"\[0, vocab_size=23\)"):
         model(np.where(ids == ids[0, 1], 23, ids))
     with pytest.raises(ValueError, match=r"BertModel: input_ids holds -1"):
         model(np.where(ids == ids[0, 1], -1, ids))

@@ -355,10 +355,10 @@ def test_double_heads_equals_fine_tuning_multiple_choice_with_the_same_weights()
 def test_errors_name_the_problem():
     config = GPTConfig.tiny("gpt1")
     model = GPTLMHeadModel(config)
-    with pytest.raises(ValueError, match=r"GPTModel: input_ids holds token id 100, outside the "
-                                         r"vocabulary \[0, 100\)"):
+    with pytest.raises(ValueError, match=r"GPTModel: input_ids holds 100, outside the "
+                                         r"vocabulary \[0, vocab_size=100\)"):
         model([[1, 100]])
-    with pytest.raises(ValueError, match="token id -1"):
+    with pytest.raises(ValueError, match="input_ids holds -1, outside the vocabulary"):
         model([[-1, 2]])
     with pytest.raises(ValueError, match="33 tokens is longer than n_positions=32"):
         model(np.zeros((1, 33), dtype=np.int64))

@@ -71,7 +71,7 @@ def layer_parameters(layer):
         norm = getattr(layer, f"norm{i}", None)
         if norm is not None:
             tree[f"norm{i}"] = (norm.weight, norm.bias)
-    if hasattr(layer, "cross_attn"):
+    if layer.cross_attn is not None:
         tree["cross"] = attention_parameters(layer.cross_attn)
     return tree
 
@@ -423,8 +423,8 @@ def test_encoder_without_positions_is_permutation_equivariant(length, data):
     x = data.draw(S.arrays((2, length, 4)))
     key_mask = data.draw(S.bool_masks((2, length), all_false_row=False))
     perm = np.array(data.draw(st.permutations(range(length))))
-    out = encoder(t64(x), key_mask=key_mask).numpy()
-    permuted = encoder(t64(x[:, perm]), key_mask=key_mask[:, perm]).numpy()
+    out = encoder(t64(x), key_mask=key_mask).last_hidden_state.numpy()
+    permuted = encoder(t64(x[:, perm]), key_mask=key_mask[:, perm]).last_hidden_state.numpy()
     np.testing.assert_allclose(permuted, out[:, perm], rtol=1e-9, atol=1e-9)
 
 
@@ -501,10 +501,12 @@ def test_kv_cache_in_a_causal_encoder_stack():
     stack run on the whole sequence, and feeding two tokens at once works too."""
     stack = randomize(nn.TransformerEncoder(2, 4, 2, 8, dropout=0.0, norm_first=True), 12)
     x = t64(np.random.default_rng(13).standard_normal((2, 5, 4)))
-    full = stack(x, causal=True).numpy()
+    def run(x, cache=None):
+        return stack(x, causal=True, cache=cache).last_hidden_state.numpy()
+
+    full = run(x)
     cache = stack.new_cache()
-    steps = [stack(x[:, :2], causal=True, cache=cache).numpy()]
-    steps += [stack(x[:, t:t + 1], causal=True, cache=cache).numpy() for t in range(2, 5)]
+    steps = [run(x[:, :2], cache)] + [run(x[:, t:t + 1], cache) for t in range(2, 5)]
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-9, atol=1e-9)
 
 
@@ -563,7 +565,7 @@ def test_attention_dropout_drops_weights_in_training_only():
 
     attention.eval()
     fused = attention(x, causal=True).numpy()
-    attention.attn_dropout.p = 0.0
+    attention.core.dropout.p = 0.0
     np.testing.assert_allclose(fused, attention(x, causal=True).numpy(), **TOL)
     assert not np.allclose(fused, out.numpy())
 
@@ -571,8 +573,8 @@ def test_attention_dropout_drops_weights_in_training_only():
 def test_dropout_placements_are_separate_settings():
     layer = nn.TransformerEncoderLayer(4, 2, 6, dropout=0.3, attention_dropout=0.2,
                                        activation_dropout=0.0)
-    assert (layer.dropout.p, layer.self_attn.attn_dropout.p, layer.feed_forward.dropout.p) == \
+    assert (layer.dropout.p, layer.self_attn.core.dropout.p, layer.feed_forward.dropout.p) == \
         (0.3, 0.2, 0.0)
     stack = nn.TransformerDecoder(2, 4, 2, 6, dropout=0.3)
-    assert all(layer.feed_forward.dropout.p == 0.3 and layer.cross_attn.attn_dropout.p == 0.0
+    assert all(layer.feed_forward.dropout.p == 0.3 and layer.cross_attn.core.dropout.p == 0.0
                for layer in stack.layers)

@@ -63,7 +63,7 @@ def test_cache_fed_in_chunks_equals_the_whole_sequence():
     ids = np.random.default_rng(1).integers(0, 100, (3, 10))
     cache = model.transformer.new_cache()
     chunks = [model(ids[:, a:b], cache=cache) for a, b in ((0, 4), (4, 5), (5, 10))]
-    assert chunks[-1].past_key_values is cache and cache[0]["k"].shape == (3, 4, 10, 8)
+    assert chunks[-1].past_key_values is cache and cache[0]["self"]["k"].shape == (3, 4, 10, 8)
     np.testing.assert_allclose(np.concatenate([c.logits.numpy() for c in chunks], axis=1),
                                model(ids).logits.numpy(), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="33 tokens is longer than n_positions=32"):

@@ -195,6 +195,18 @@ class CrossEntropy(FusedFunction):
         return loss * keep
 
 
+def visible_keys(xp, q_time, k_time, causal, key_mask):
+    """Which keys each query sees under the masks the fused attention kernels apply inside: a
+    bool array broadcastable to (batch, heads, q_time, k_time), the causal mask (queries aligned
+    with the last keys) and the key mask (batch, k_time), True = visible."""
+    allowed = xp.ones((1, 1, q_time, k_time), dtype=bool)
+    if causal:
+        allowed = allowed & xp.tri(q_time, k_time, k=k_time - q_time, dtype=bool)
+    if key_mask is not None:
+        allowed = allowed & key_mask[:, None, None, :]
+    return allowed
+
+
 class Attention(FusedFunction):
     """Scaled dot-product attention softmax(q k^T * scale) v on (B, H, T, D) arrays (Vaswani et
     al., 2017, eq. 1), with a causal mask and a key mask (B, Tk; True = real token) applied inside
@@ -216,15 +228,8 @@ class Attention(FusedFunction):
 
     @staticmethod
     def composite(q, k, v, key_mask, *, scale, causal):
-        xp = q.backend.xp
-        scores = (q @ k.mT) * scale
-        tq, tk = q.shape[-2], k.shape[-2]
-        allowed = xp.ones((1, 1, tq, tk), dtype=bool)
-        if causal:
-            allowed = allowed & xp.tri(tq, tk, k=tk - tq, dtype=bool)
-        if key_mask is not None:
-            allowed = allowed & key_mask[:, None, None, :]
-        return scores.masked_fill(~allowed, -math.inf).softmax(-1) @ v
+        allowed = visible_keys(q.backend.xp, q.shape[-2], k.shape[-2], causal, key_mask)
+        return ((q @ k.mT) * scale).masked_fill(~allowed, -math.inf).softmax(-1) @ v
 
 
 class BandedAttention(FusedFunction):

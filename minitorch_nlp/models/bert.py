@@ -38,13 +38,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import cookbook
+from .. import checks, cookbook
 from .. import functional as F
 from ..autograd import Tensor, tensor, zeros
 from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, LayerNorm, LearnedPositionalEmbedding, Linear, Module,
                   Parameter, TransformerEncoder, init)
-from .outputs import ModelOutput
+from ..nn.outputs import ModelOutput
 
 __all__ = ["BertConfig", "BertEmbeddings", "BertForMaskedLM", "BertForPreTraining",
            "BertForQuestionAnswering", "BertForSequenceClassification",
@@ -90,9 +90,7 @@ class BertConfig:
         for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                       "intermediate_size", "max_position_embeddings", "type_vocab_size",
                       "num_labels"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name}: {field} must be a positive int, got {value!r}")
+            checks.positive_int(getattr(self, field), field, name)
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"{name}: hidden_size={self.hidden_size} is not a multiple of "
                              f"num_attention_heads={self.num_attention_heads}")
@@ -161,23 +159,6 @@ def init_bert_weights(module, std):
             init.trunc_normal_(layer.table, std=std, a=-2 * std, b=2 * std)
 
 
-def _ids_array(values, what, model, shape=None):
-    """Integer ids (a Tensor, array or nested lists) as an int64 array of shape (batch, time)."""
-    array = values.numpy() if isinstance(values, Tensor) else np.asarray(values)
-    if array.ndim != 2 or array.dtype.kind not in "iu" or (shape is not None
-                                                           and array.shape != shape):
-        expected = "(batch, time)" if shape is None else str(shape)
-        raise ValueError(f"{model}: {what} must be integer ids of shape {expected}, got "
-                         f"{array.dtype} {array.shape}")
-    return array.astype(np.int64, copy=False)
-
-
-def _check_range(array, high, what, size_name, model):
-    if array.size and (array.min() < 0 or array.max() >= high):
-        bad = int(array.min() if array.min() < 0 else array.max())
-        raise ValueError(f"{model}: {what} holds {bad}, outside [0, {size_name}={high})")
-
-
 class BertEmbeddings(Module):
     """The input representation (Devlin section 3.2, Figure 2): token + segment + position
     embeddings, summed, then LayerNorm and dropout."""
@@ -237,35 +218,35 @@ class BertModel(Module):
         self.pooler = BertPooler(config) if add_pooling_layer else None
         init_bert_weights(self, config.initializer_range)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None):
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                head_mask=None, output_hidden_states=False, output_attentions=False):
         """``input_ids`` (batch, time) ints in [0, vocab_size); ``attention_mask`` (batch, time),
         1/True on real tokens and 0/False on padding (None: every token is real);
         ``token_type_ids`` (batch, time) segment ids, 0 for sentence A and 1 for B (None: all
-        0); ``position_ids`` (batch, time), None for the model's own."""
+        0); ``position_ids`` (batch, time), None for the model's own. ``head_mask`` (layers,
+        heads) scales each head's output (0 prunes it); ``output_hidden_states`` and
+        ``output_attentions`` add ``hidden_states`` (the embeddings and every layer's output)
+        and ``attentions`` (every layer's weights) to the output, as in HuggingFace."""
         name = type(self).__name__
         config = self.config
-        ids = _ids_array(input_ids, "input_ids", name)
-        _check_range(ids, config.vocab_size, "input_ids", "vocab_size", name)
+        ids = checks.token_ids(input_ids, config.vocab_size, name)
         if ids.shape[1] > self.embeddings.max_length:
             raise ValueError(f"{name}: the sequence length {ids.shape[1]} exceeds the "
                              f"{self.embeddings.max_length} positions the model has")
         if token_type_ids is None:
             types = np.zeros_like(ids)
         else:
-            types = _ids_array(token_type_ids, "token_type_ids", name, ids.shape)
-            _check_range(types, config.type_vocab_size, "token_type_ids", "type_vocab_size",
-                         name)
-        key_mask = None
-        if attention_mask is not None:
-            mask = (attention_mask.numpy() if isinstance(attention_mask, Tensor)
-                    else np.asarray(attention_mask))
-            if mask.shape != ids.shape:
-                raise ValueError(f"{name}: attention_mask of shape {mask.shape} must match "
-                                 f"input_ids {ids.shape}")
-            key_mask = mask.astype(bool)
-        hidden = self.encoder(self.embeddings(ids, types, position_ids), key_mask=key_mask)
+            types = checks.token_ids(token_type_ids, config.type_vocab_size, name,
+                                     name="token_type_ids", size_name="type_vocab_size",
+                                     shape=ids.shape)
+        key_mask = checks.attention_mask(attention_mask, ids.shape, name)
+        out = self.encoder(self.embeddings(ids, types, position_ids), key_mask=key_mask,
+                           head_mask=head_mask, output_hidden_states=output_hidden_states,
+                           output_attentions=output_attentions)
+        hidden = out.last_hidden_state
         pooled = None if self.pooler is None else self.pooler(hidden)
-        return ModelOutput(last_hidden_state=hidden, pooler_output=pooled)
+        return ModelOutput(last_hidden_state=hidden, pooler_output=pooled,
+                           hidden_states=out.hidden_states, attentions=out.attentions)
 
 
 @cookbook.equation(25)
@@ -326,9 +307,10 @@ class _BertWithHead(Module):
         self.classifier = Linear(self.config.hidden_size, self.config.num_labels)
         self._init_head(self.classifier)
 
-    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids):
-        return self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                         position_ids=position_ids)
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, head_mask=None,
+                output_hidden_states=False, output_attentions=False):
+        return self.bert(input_ids, attention_mask, token_type_ids, position_ids, head_mask,
+                         output_hidden_states, output_attentions)
 
     @property
     def word_embeddings(self):
@@ -347,12 +329,13 @@ class BertForMaskedLM(_BertWithHead):
         self._init_head(self.mlm)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None):
-        hidden = self._encode(input_ids, attention_mask, token_type_ids,
-                              position_ids).last_hidden_state
-        logits = self.mlm(hidden, self.word_embeddings)
+                labels=None, head_mask=None, output_hidden_states=False, output_attentions=False):
+        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, head_mask,
+                           output_hidden_states, output_attentions)
+        logits = self.mlm(out.last_hidden_state, self.word_embeddings)
         loss = None if labels is None else masked_lm_loss(logits, labels)
-        return ModelOutput(loss=loss, logits=logits)
+        return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                           attentions=out.attentions)
 
 
 class BertForPreTraining(_BertWithHead):

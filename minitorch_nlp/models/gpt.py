@@ -41,14 +41,14 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from .. import cookbook, decoding
+from .. import checks, cookbook, decoding
 from .. import functional as F
 from ..autograd import Tensor
 from ..io.huggingface import (HFArchitecture, Rule, concat_columns, register_architecture,
                               split_columns, transpose)
 from ..nn import (Dropout, Embedding, LearnedPositionalEmbedding, Linear, Module,
-                  TransformerEncoder, init)
-from .outputs import ModelOutput
+                  DecoderOnlyStack, init)
+from ..nn.outputs import ModelOutput
 
 __all__ = ["GPT2LMHeadModel", "GPTConfig", "GPTDoubleHeadsModel", "GPTForFineTuning",
            "GPTLMHeadModel", "GPTModel", "TASKS", "TaskFormatter", "causal_lm_loss"]
@@ -100,9 +100,9 @@ class GPTConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
-            _check_positive_int(getattr(self, name), name)
+            checks.positive_int(getattr(self, name), name, "GPTConfig")
         if self.n_inner is not None:
-            _check_positive_int(self.n_inner, "n_inner")
+            checks.positive_int(self.n_inner, "n_inner", "GPTConfig")
         if self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig: n_head={self.n_head} does not divide n_embd="
                              f"{self.n_embd}; each head gets n_embd / n_head features")
@@ -205,55 +205,6 @@ class GPTConfig:
         return hf
 
 
-def _check_positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"GPTConfig: {name} must be a positive int, got {value!r}")
-
-
-# ---- inputs --------------------------------------------------------------------------------------
-def _numpy(value):
-    """A Tensor, an array or nested lists as a NumPy array."""
-    return value.numpy() if isinstance(value, Tensor) else np.asarray(value)
-
-
-def _int_array(value, name, model, ndim):
-    """``value`` as an int64 NumPy array of ``ndim`` axes."""
-    axes = "(batch, time)" if ndim == 2 else "(batch, choices, time)"
-    try:
-        array = _numpy(value)
-    except ValueError:
-        raise ValueError(f"{model}: {name} must be integer ids of shape {axes}, got sequences of "
-                         "different lengths") from None
-    if array.ndim != ndim or (array.size and array.dtype.kind not in "iu"):
-        raise ValueError(f"{model}: {name} must be integer ids of shape {axes}, got {array.dtype} "
-                         f"of shape {array.shape}")
-    return array.astype(np.int64, copy=False)
-
-
-def _token_ids(ids, config, model, ndim=2, name="input_ids"):
-    array = _int_array(ids, name, model, ndim)
-    if array.shape[-1] == 0:
-        raise ValueError(f"{model}: {name} is empty (shape {array.shape})")
-    outside = (array < 0) | (array >= config.vocab_size)
-    if outside.any():
-        raise ValueError(f"{model}: {name} holds token id {int(array[outside][0])}, outside the "
-                         f"vocabulary [0, {config.vocab_size})")
-    return array
-
-
-def _key_mask(attention_mask, shape, model):
-    """HuggingFace's attention_mask (1 / True on real tokens) as our bool key mask, None when
-    every token is real (the fused attention then skips the mask)."""
-    if attention_mask is None:
-        return None
-    mask = _numpy(attention_mask)
-    if mask.shape != shape:
-        raise ValueError(f"{model}: attention_mask of shape {mask.shape} must be {shape}: one "
-                         "entry per key (cached ones included), 1 for tokens and 0 for padding")
-    mask = mask.astype(bool)
-    return None if mask.all() else mask
-
-
 def _check_variant(model, config):
     """A model class with a HuggingFace counterpart is one paper's model (GPTLMHeadModel: GPT-1,
     GPT2LMHeadModel: GPT-2), so that ``save_pretrained`` knows which checkpoint to write."""
@@ -269,7 +220,7 @@ class GPTModel(Module):
     """The GPT body: token and position embeddings (eq 20), then n_layer decoder blocks (eq 19),
     returning the last layer's states h_n.
 
-    A block is ``nn.TransformerEncoderLayer`` run with ``causal=True``: masked multi-head
+    A block is an ``nn.DecoderOnlyLayer``: masked multi-head
     self-attention and a position-wise feed-forward network, each in a residual connection;
     post-LN for GPT-1, pre-LN plus a final LayerNorm for GPT-2. As in OpenAI's code, dropout acts
     on the embeddings, on the attention weights and on each sub-block's output, not on the
@@ -284,7 +235,7 @@ class GPTModel(Module):
         self.wte = Embedding(config.vocab_size, config.n_embd)
         self.wpe = LearnedPositionalEmbedding(config.n_positions, config.n_embd)
         self.drop = Dropout(config.embd_pdrop)
-        self.blocks = TransformerEncoder(
+        self.blocks = DecoderOnlyStack(
             config.n_layer, config.n_embd, config.n_head, config.d_ff, dropout=config.resid_pdrop,
             activation=config.activation, norm_first=config.pre_ln, final_norm=config.pre_ln,
             layer_norm_eps=config.layer_norm_epsilon, attention_dropout=config.attn_pdrop,
@@ -313,7 +264,7 @@ class GPTModel(Module):
         return self.blocks.new_cache()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                cache=None):
+                cache=None, head_mask=None, output_hidden_states=False, output_attentions=False):
         """``input_ids`` (batch, time) -> ``last_hidden_state`` h_n (batch, time, n_embd).
 
         ``attention_mask`` (batch, keys): 1 on tokens, 0 on padding. ``token_type_ids`` are
@@ -321,20 +272,27 @@ class GPTModel(Module):
         ``start .. start + time - 1``, ``start`` being the number of positions in ``cache``.
         ``cache`` (``new_cache()``) is filled in place with each block's keys and values, so that
         the next call feeds only the new tokens; it is returned as ``past_key_values``.
+        ``head_mask`` (n_layer, n_head) scales each head's output (0 prunes it);
+        ``output_hidden_states`` / ``output_attentions`` add ``hidden_states`` (n_layer + 1 of
+        them) and ``attentions`` (each block's weights) to the output, as in HuggingFace.
         """
         name = type(self).__name__
-        ids = _token_ids(input_ids, self.config, name)
+        ids = checks.token_ids(input_ids, self.config.vocab_size, name)
         start = 0 if cache is None else self.blocks.cache_length(cache)
         if position_ids is None and start + ids.shape[1] > self.config.n_positions:
             raise ValueError(f"{name}: a sequence of {start + ids.shape[1]} tokens is longer "
                              f"than n_positions={self.config.n_positions}")
         x = self.wte(ids)                                                    # U W_e
         if token_type_ids is not None:
-            x = x + self.wte(_token_ids(token_type_ids, self.config, name, name="token_type_ids"))
+            x = x + self.wte(checks.token_ids(token_type_ids, self.config.vocab_size, name,
+                                                   name="token_type_ids"))
         h = self.drop(self.wpe(x, start=start, position_ids=position_ids))  # + W_p (eq 20)
-        mask = _key_mask(attention_mask, (ids.shape[0], start + ids.shape[1]), name)
-        h = self.blocks(h, key_mask=mask, causal=True, cache=cache)          # eq 19
-        return ModelOutput(last_hidden_state=h, past_key_values=cache)
+        mask = checks.attention_mask(attention_mask, (ids.shape[0], start + ids.shape[1]), name)
+        out = self.blocks(h, key_mask=mask, cache=cache, head_mask=head_mask,          # eq 19
+                          output_hidden_states=output_hidden_states,
+                          output_attentions=output_attentions)
+        return ModelOutput(last_hidden_state=out.last_hidden_state, past_key_values=cache,
+                           hidden_states=out.hidden_states, attentions=out.attentions)
 
     @cookbook.equation(21)
     def lm_logits(self, hidden):
@@ -351,7 +309,7 @@ def causal_lm_loss(logits, labels):
     shifted inside, as in HuggingFace: position t is scored on ``labels[..., t + 1]``. Labels
     equal to -100 (padding, prompts) are not predicted. The context window k is the whole
     prefix (at most n_positions tokens)."""
-    labels = _numpy(labels)
+    labels = np.asarray(labels)
     if labels.shape != logits.shape[:-1]:
         raise ValueError(f"causal_lm_loss: labels of shape {labels.shape} must match the ids, "
                          f"{logits.shape[:-1]}")
@@ -375,11 +333,14 @@ class GPTLMHeadModel(Module):
         self.transformer = GPTModel(config)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, cache=None):
-        out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids, cache)
+                labels=None, cache=None, head_mask=None, output_hidden_states=False,
+                output_attentions=False):
+        out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids, cache,
+                               head_mask, output_hidden_states, output_attentions)
         logits = self.transformer.lm_logits(out.last_hidden_state)
         loss = None if labels is None else causal_lm_loss(logits, labels)
-        return ModelOutput(loss=loss, logits=logits, past_key_values=cache)
+        return ModelOutput(loss=loss, logits=logits, past_key_values=cache,
+                           hidden_states=out.hidden_states, attentions=out.attentions)
 
     def generate(self, input_ids, max_new_tokens=20, *, do_sample=False, temperature=1.0,
                  top_k=None, top_p=None, repetition_penalty=1.0, eos_token_id=None,
@@ -405,7 +366,7 @@ class GPTLMHeadModel(Module):
         prompt plus ``max_new_tokens`` must fit ``n_positions``.
         """
         name = type(self).__name__
-        ids = _token_ids(input_ids, self.config, name)
+        ids = checks.token_ids(input_ids, self.config.vocab_size, name)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
                 or max_new_tokens < 0:
             raise ValueError(f"{name}.generate: max_new_tokens must be an int >= 0, got "
@@ -419,7 +380,7 @@ class GPTLMHeadModel(Module):
         pad = pad_token_id if pad_token_id is not None else int(stop[0]) if stop.size else 0
         finished = np.zeros(ids.shape[0], dtype=bool)
         mask = (np.ones(ids.shape, dtype=bool) if attention_mask is None
-                else _numpy(attention_mask).astype(bool))
+                else np.asarray(attention_mask).astype(bool))
         if mask.shape != ids.shape:
             raise ValueError(f"{name}.generate: attention_mask of shape {mask.shape} must match "
                              f"input_ids {ids.shape}")
@@ -539,12 +500,13 @@ def _run_choices(transformer, input_ids, extract_positions, attention_mask, mode
     (hidden (batch, K, time, n_embd), h_l^m (batch, K, n_embd) at ``extract_positions``
     (batch, K); the last position when None)."""
     config = transformer.config
-    ids = _token_ids(input_ids, config, model, ndim=3)
+    ids = checks.token_ids(input_ids, config.vocab_size, model,
+                           axes="(batch, choices, time)")
     batch, choices, time = ids.shape
     if extract_positions is None:
         positions = np.full((batch, choices), time - 1, dtype=np.int64)
     else:
-        positions = _int_array(extract_positions, "extract positions", model, 2)
+        positions = checks.ids_array(extract_positions, "extract positions", model)
         if positions.shape != (batch, choices):
             raise ValueError(f"{model}: extract positions of shape {positions.shape} must be "
                              f"(batch, choices) = {(batch, choices)}")
@@ -553,7 +515,7 @@ def _run_choices(transformer, input_ids, extract_positions, attention_mask, mode
                              f"{int(positions.min())} is outside the sequence [0, {time})")
 
     def flat(value):
-        return None if value is None else _numpy(value).reshape(batch * choices, -1)
+        return None if value is None else np.asarray(value).reshape(batch * choices, -1)
 
     hidden = transformer(ids.reshape(batch * choices, time), flat(attention_mask),
                          flat(token_type_ids), flat(position_ids)).last_hidden_state
@@ -647,7 +609,7 @@ class GPTForFineTuning(Module):
             return ModelOutput(logits=logits, lm_logits=lm_logits)
         task_loss = F.cross_entropy(logits, labels)                                   # -L_2
         lm_labels = ids if attention_mask is None else np.where(
-            _numpy(attention_mask).astype(bool), ids, IGNORE_INDEX)
+            np.asarray(attention_mask).astype(bool), ids, IGNORE_INDEX)
         lm_loss = causal_lm_loss(lm_logits, lm_labels)                                # -L_1
         return ModelOutput(loss=task_loss + self.lm_coef * lm_loss, logits=logits,    # -L_3
                            task_loss=task_loss, lm_loss=lm_loss, lm_logits=lm_logits)

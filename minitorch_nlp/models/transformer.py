@@ -121,8 +121,11 @@ class Transformer(Module):
         """The encoder's output, the "memory" (batch, src_time, d_model); with
         ``need_weights=True`` also each layer's self-attention weights."""
         src = _ids(src, "src")
-        return self.encoder(self.embed(src, self.src_embed),
-                            key_mask=self._key_mask(src, src_key_mask), need_weights=need_weights)
+        out = self.encoder(self.embed(src, self.src_embed),
+                           key_mask=self._key_mask(src, src_key_mask),
+                           output_attentions=need_weights)
+        return (out.last_hidden_state, list(out.attentions)) if need_weights else \
+            out.last_hidden_state
 
     def decode(self, tgt_in, memory, src_key_mask, tgt_key_mask=None, cache=None,
                need_weights=False):
@@ -133,12 +136,14 @@ class Transformer(Module):
         start = 0 if cache is None else TransformerDecoder.cache_length(cache)
         if tgt_key_mask is None and cache is None:
             tgt_key_mask = tgt_in != self.pad_id
-        hidden = self.decoder(self.embed(tgt_in, self.tgt_embed, start), memory,
-                              tgt_key_mask=tgt_key_mask, memory_key_mask=src_key_mask,
-                              cache=cache, need_weights=need_weights)
-        hidden, weights = hidden if need_weights else (hidden, None)
-        logits = F.linear(hidden, self.tgt_embed.weight)  # the output softmax tied to E (3.4)
-        return (logits, weights) if need_weights else logits
+        out = self.decoder(self.embed(tgt_in, self.tgt_embed, start), memory,
+                           key_mask=tgt_key_mask, memory_key_mask=src_key_mask, cache=cache,
+                           output_attentions=need_weights)
+        logits = F.linear(out.last_hidden_state, self.tgt_embed.weight)  # tied to E (3.4)
+        if not need_weights:
+            return logits
+        return logits, [{"self": s, "cross": c}
+                        for s, c in zip(out.attentions, out.cross_attentions)]
 
     def forward(self, src, tgt_in, src_key_mask=None, tgt_key_mask=None, need_weights=False):
         """Logits (batch, tgt_time, tgt_vocab_size) for teacher forcing: position t predicts

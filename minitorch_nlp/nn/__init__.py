@@ -10,14 +10,19 @@ from .layers import GELU, Dropout, Embedding, Identity, LayerNorm, Linear, ReLU,
 from .module import IncompatibleKeys, Module
 from .parameter import Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
-from .transformer import (FeedForward, LearnedPositionalEmbedding, MultiHeadAttention,
-                          SinusoidalPositionalEncoding, TransformerDecoder, TransformerDecoderLayer,
-                          TransformerEncoder, TransformerEncoderLayer, attention_weights)
+from .outputs import ModelOutput
+from .transformer import (DecoderOnlyLayer, DecoderOnlyStack, FeedForward, FullAttention,
+                          LearnedPositionalEmbedding, MultiHeadAttention,
+                          SinusoidalPositionalEncoding, SlidingWindowAttention, TransformerDecoder,
+                          TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
+                          TransformerLayer, TransformerStack, attention_weights)
 
 __all__ = ["GELU", "Dropout", "Embedding", "Identity", "IncompatibleKeys", "LayerNorm", "Linear",
            "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid",
            "Softmax", "Tanh", "init",
            "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
-           "FeedForward", "LearnedPositionalEmbedding", "MultiHeadAttention",
-           "SinusoidalPositionalEncoding", "TransformerDecoder", "TransformerDecoderLayer",
-           "TransformerEncoder", "TransformerEncoderLayer", "attention_weights"]
+           "DecoderOnlyLayer", "DecoderOnlyStack", "FeedForward", "FullAttention",
+           "LearnedPositionalEmbedding", "ModelOutput", "MultiHeadAttention",
+           "SinusoidalPositionalEncoding", "SlidingWindowAttention", "TransformerDecoder",
+           "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
+           "TransformerLayer", "TransformerStack", "attention_weights"]

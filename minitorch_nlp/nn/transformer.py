@@ -1,58 +1,61 @@
-"""Transformer layers (Vaswani et al., 2017, "Attention Is All You Need"): section IV-A of the
-survey, equations 11-12.
+"""The Transformer toolkit (Vaswani et al., 2017, "Attention Is All You Need"): section IV-A of the
+survey, equations 11-12, and the parts every later architecture is assembled from.
 
 One class per component, in the order the paper builds them:
 
-* ``attention_weights``: W_SM = softmax(Q K^T / sqrt(d_k)) (eq 11), the explicit path that
-  returns the weights for pictures and tests;
-* ``MultiHeadAttention``: heads split, Z = W_SM V per head (eq 12) through the one fused
-  ``F.scaled_dot_product_attention``, heads merged; self- or cross-attention, key padding masks,
-  causal masking and a key/value cache for incremental decoding;
+* ``FullAttention``: the attention core, z = softmax(q k^T / sqrt(d_k) + bias) v per head
+  (eq 11-12) through the one ``F.scaled_dot_product_attention``, with any mask and an additive,
+  differentiable score bias; ``SlidingWindowAttention`` is the banded core (Longformer). A new
+  attention variant (relative, block-sparse, LSH, low-rank, random-feature) is a new core;
+* ``MultiHeadAttention``: projections, heads split and merged, the key/value cache, around a
+  core; self- or cross-attention, grouped-query heads, a head mask;
 * ``SinusoidalPositionalEncoding`` (Vaswani) and ``LearnedPositionalEmbedding`` (GPT, BERT);
 * ``FeedForward``: max(0, x W1 + b1) W2 + b2, or GELU in place of ReLU;
-* ``TransformerEncoderLayer`` / ``TransformerDecoderLayer``: residual sub-layers with LayerNorm
-  after the residual sum (post-LN, the original) or before the sub-layer (pre-LN,
-  ``norm_first=True``, as in GPT-2);
-* ``TransformerEncoder`` / ``TransformerDecoder``: stacks of layers with an optional final
-  LayerNorm.
+* ``TransformerLayer``: residual sub-layers assembled from injected parts (self-attention,
+  optional cross-attention, a feed-forward network or anything of its shape, a norm), LayerNorm
+  after the residual sum (post-LN, the original) or before the sub-layer (pre-LN, GPT-2).
+  ``TransformerEncoderLayer``, ``TransformerDecoderLayer`` and ``DecoderOnlyLayer`` (a GPT block)
+  are its three classic assemblies;
+* ``TransformerStack``: any list of layers (the same layer object repeated is ALBERT's sharing),
+  an optional final norm, every hidden state and attention map on request.
+  ``TransformerEncoder`` / ``TransformerDecoder`` build the classic stacks.
 
-Shapes are batch-first: ``(batch, time, d_model)``. Masks are bool, True for real tokens and False
-for padding, of shape ``(batch, key_time)``; a query that sees no key at all (a fully padded row)
-gets zeros, never NaN.
+Shapes are batch-first: ``(batch, time, d_model)``. Key masks are bool, True for real tokens and
+False for padding, of shape ``(batch, key_time)``; a general ``mask`` is bool and broadcastable to
+``(batch, heads, query_time, key_time)``, True where the query may attend the key
+(``minitorch_nlp.attention`` builds the patterns). A query that sees no key at all gets zeros,
+never NaN.
 
 The key/value cache is plain data so that beam search can reorder it like any other decoding
-state (``minitorch_nlp.decoding.reorder_state``): one dict per attention layer, empty at first,
-that the layer fills with its keys and values ``{"k": (B, H, T, d_k), "v": (B, H, T, d_k)}``.
+state (``minitorch_nlp.decoding.reorder_state``): one ``{"self": {}, "cross": {}}`` per layer,
+that the attention layers fill with their keys and values ``{"k": (B, H, T, d_k), "v": ...}``.
 Self-attention appends each new step's keys and values; cross-attention projects the encoder's
-memory once and reuses it. ``TransformerEncoder.new_cache()`` / ``TransformerDecoder.new_cache()``
-make the empty caches of a whole stack.
+memory once and reuses it. ``TransformerStack.new_cache()`` makes the empty caches of a stack.
 """
 from __future__ import annotations
 
-import math
+import functools
 
 import numpy as np
 
-from .. import cookbook
+from .. import checks, cookbook
 from .. import functional as F
 from ..autograd import Tensor, concatenate, empty, get_default_dtype, tensor
 from . import init
 from .containers import ModuleList
 from .layers import Dropout, LayerNorm, Linear
 from .module import Module
+from .outputs import ModelOutput
 from .parameter import Parameter
 
-__all__ = ["FeedForward", "LearnedPositionalEmbedding", "MultiHeadAttention",
-           "SinusoidalPositionalEncoding", "TransformerDecoder", "TransformerDecoderLayer",
-           "TransformerEncoder", "TransformerEncoderLayer", "attention_weights"]
+__all__ = ["DecoderOnlyLayer", "FeedForward", "FullAttention", "LearnedPositionalEmbedding",
+           "MultiHeadAttention", "SinusoidalPositionalEncoding", "SlidingWindowAttention",
+           "DecoderOnlyStack", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerEncoderLayer", "TransformerLayer", "TransformerStack", "attention_weights"]
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 
-
-def _check_positive(value, name, layer):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{layer}: {name} must be a positive int, got {value!r}")
-    return value
+attention_weights = F.attention_weights
 
 
 def _check_activation(activation, layer):
@@ -61,58 +64,76 @@ def _check_activation(activation, layer):
     return activation
 
 
-def _check_features(x, d_model, name, layer):
-    if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[-1] != d_model:
-        shape = x.shape if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"{layer}: {name} must be a Tensor of shape (batch, time, d_model="
-                         f"{d_model}), got {shape}")
+# ---- attention cores -----------------------------------------------------------------------------
+class FullAttention(Module):
+    r"""The core of multi-head attention, per head (eq 11-12, Vaswani et al. eq. 1)::
 
+        z = Dropout(softmax(q k^T / sqrt(d_k) + bias)) v
 
-def _check_key_mask(key_mask, batch, key_time, layer):
-    """``key_mask`` as a bool array of shape (batch, key_time), or None."""
-    if key_mask is None:
-        return None
-    mask = key_mask.data if isinstance(key_mask, Tensor) else key_mask
-    mask_dtype, mask_shape = getattr(mask, "dtype", None), tuple(getattr(mask, "shape", ()))
-    if mask_dtype is None or mask_dtype.kind != "b" or mask_shape != (batch, key_time):
-        raise ValueError(f"{layer}: key_mask must be a bool array of shape (batch, key_time) = "
-                         f"{(batch, key_time)}, True for real tokens and False for padding; got "
-                         f"{mask_dtype} {mask_shape}")
-    return mask
+    on (batch, heads, time, d_k) tensors, with the masks and the bias of
+    ``F.scaled_dot_product_attention`` (which picks the fused kernel or the composite). ``dropout``
+    drops attention weights while training (GPT and BERT use 0.1).
 
-
-@cookbook.equation(11)
-def attention_weights(q, k, *, causal=False, key_mask=None, scale=None):
-    r"""The attention weights W_SM = softmax(Q K^T / sqrt(d_k)) of each head (eq 11).
-
-    The survey writes eq 11 as softmax(Q . K^T); Vaswani et al. (2017, eq. 1) divide the scores
-    by sqrt(d_k) so that their variance does not grow with the head size and push the softmax
-    into regions of tiny gradients. This is the original, scaled form (``scale`` overrides
-    1/sqrt(d_k)).
-
-    ``q`` is ``(batch, heads, query_time, d_k)``, ``k`` ``(batch, heads, key_time, d_k)``; the
-    result is ``(batch, heads, query_time, key_time)``, each row a distribution over the keys the
-    query may see. The masks are those of ``F.scaled_dot_product_attention``: ``causal`` lets
-    query t see keys up to t (queries aligned with the *last* keys when there are fewer of them,
-    as when decoding with a cache), ``key_mask`` ``(batch, key_time)`` is False on padding. A
-    query that sees no key gets a row of zeros.
-
-    This explicit path exists to *look at* the weights (attention maps, tests); the attention
-    output itself is always computed by the fused ``F.scaled_dot_product_attention``.
+    A variant of attention overrides ``forward`` (or computes a bias and calls it): its signature
+    ``forward(q, k, v, *, mask, bias, causal, key_mask, need_weights)`` returns ``(z, weights)``,
+    the weights (batch, heads, q_time, k_time) when ``need_weights`` and None otherwise.
     """
-    q, k, _, mask = F._attention_inputs(q, k, k, key_mask, "attention_weights")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    xp = q.backend.xp
-    query_time, key_time = q.shape[2], k.shape[2]
-    allowed = xp.ones((1, 1, query_time, key_time), dtype=bool)
-    if causal:
-        allowed = allowed & xp.tri(query_time, key_time, k=key_time - query_time, dtype=bool)
-    if mask is not None:
-        allowed = allowed & mask[:, None, None, :]
-    scores = (q @ k.mT) * scale
-    return scores.masked_fill(~allowed, -math.inf).softmax(axis=-1)
+
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.dropout = Dropout(dropout)
+
+    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
+                need_weights=False):
+        dropout_p = self.dropout.p if self.training else 0.0
+        if not need_weights:
+            return F.scaled_dot_product_attention(q, k, v, mask=mask, bias=bias, causal=causal,
+                                                  key_mask=key_mask, dropout_p=dropout_p), None
+        weights = F.attention_weights(q, k, mask=mask, bias=bias, causal=causal,
+                                      key_mask=key_mask)                       # eq 11
+        v = F.repeat_kv_heads(v, weights.shape[1])
+        return self.dropout(weights) @ v, weights                               # eq 12
 
 
+class SlidingWindowAttention(FullAttention):
+    """Each query attends the keys within ``window`` positions on each side, every
+    ``dilation``-th (Longformer's local pattern, Beltagy et al., 2020; only earlier keys when
+    causal). Self-attention without a general mask, bias, dropout or weights runs the banded
+    kernel, whose memory grows as time * (2 window + 1); anything else takes the full core with
+    the band as a mask. With window >= time it equals full attention."""
+
+    def __init__(self, window, dilation=1, dropout=0.0):
+        super().__init__(dropout)
+        self.window = checks.positive_int(window, "window", "SlidingWindowAttention")
+        self.dilation = checks.positive_int(dilation, "dilation", "SlidingWindowAttention")
+
+    def band(self, q, k, causal):
+        """The band as a bool (q_time, k_time) mask, queries aligned with the last keys."""
+        xp = q.backend.xp
+        q_time, k_time = q.shape[2], k.shape[2]
+        offsets = xp.asarray(q.backend.band_offsets(self.window, self.dilation, causal))
+        query_position = xp.arange(q_time)[:, None] + (k_time - q_time)
+        return ((xp.arange(k_time)[None, :] - query_position)[..., None] == offsets).any(-1)
+
+    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
+                need_weights=False):
+        banded_kernel = (mask is None and bias is None and not need_weights
+                         and q.shape[2] == k.shape[2]
+                         and (not self.training or self.dropout.p == 0))
+        if banded_kernel:
+            return F.banded_attention(q, k, v, window=self.window, dilation=self.dilation,
+                                      causal=causal, key_mask=key_mask), None
+        band = self.band(q, k, causal)
+        mask = band if mask is None else band & (mask.data if isinstance(mask, Tensor) else
+                                                  q.backend.asarray(mask))
+        return super().forward(q, k, v, mask=mask, bias=bias, causal=causal, key_mask=key_mask,
+                               need_weights=need_weights)
+
+    def extra_repr(self):
+        return f"window={self.window}, dilation={self.dilation}"
+
+
+# ---- multi-head attention ------------------------------------------------------------------------
 @cookbook.equation(12)
 class MultiHeadAttention(Module):
     r"""Multi-head scaled dot-product attention (Vaswani et al., 2017, section 3.2)::
@@ -123,31 +144,43 @@ class MultiHeadAttention(Module):
 
     The survey's eq 12, Z_Att = softmax(Q . K^T) . V = W_SM . V, leaves out the 1/sqrt(d_k) scale;
     this layer implements the original, scaled attention. The h projections of each of Q, K and
-    V are one ``Linear(d_model, d_model)`` whose output is split into h heads of size d_k.
+    V are one ``Linear`` whose output is split into h heads of size d_k.
 
-    ``dropout`` drops attention weights while training (GPT and BERT use 0.1; Vaswani et al. drop
-    only the sub-layer outputs). It needs the weights themselves, so a training step with it takes
-    the explicit path ``dropout(attention_weights(q, k)) @ v`` instead of the fused kernel.
+    The layer owns the projections, the heads and the cache; ``Attention(...)`` itself is the
+    replaceable ``core`` (default ``FullAttention(dropout)``; ``SlidingWindowAttention`` ...).
+    ``head_dim`` sets d_k apart from d_model / h (T5); ``num_kv_heads`` < ``num_heads`` shares
+    each key/value head among a group of query heads (grouped-query attention); ``bias=False``
+    drops the projections' biases (T5).
 
     ``forward(query)`` is self-attention; ``forward(query, key, value)`` attends from ``query``
     to another sequence (cross-attention; ``value`` defaults to ``key``). See ``forward`` for the
     masks and the cache.
     """
 
-    def __init__(self, d_model, num_heads, bias=True, dropout=0.0):
+    def __init__(self, d_model, num_heads, bias=True, dropout=0.0, *, core=None, head_dim=None,
+                 num_kv_heads=None):
         super().__init__()
-        _check_positive(d_model, "d_model", "MultiHeadAttention")
-        _check_positive(num_heads, "num_heads", "MultiHeadAttention")
-        if d_model % num_heads:
-            raise ValueError(f"MultiHeadAttention: num_heads={num_heads} does not divide "
+        name = "MultiHeadAttention"
+        checks.positive_int(d_model, "d_model", name)
+        checks.positive_int(num_heads, "num_heads", name)
+        if head_dim is None and d_model % num_heads:
+            raise ValueError(f"{name}: num_heads={num_heads} does not divide "
                              f"d_model={d_model}; pick a number of heads that divides d_model "
-                             "(each head gets d_model / num_heads features)")
-        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
-        self.q_proj = Linear(d_model, d_model, bias=bias)
-        self.k_proj = Linear(d_model, d_model, bias=bias)
-        self.v_proj = Linear(d_model, d_model, bias=bias)
-        self.out_proj = Linear(d_model, d_model, bias=bias)
-        self.attn_dropout = Dropout(dropout)
+                             "(each head gets d_model / num_heads features), or set head_dim")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        checks.positive_int(num_kv_heads, "num_kv_heads", name)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"{name}: num_kv_heads={num_kv_heads} must divide "
+                             f"num_heads={num_heads} (each key/value head serves a group of "
+                             "query heads)")
+        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
+        self.head_dim = (d_model // num_heads if head_dim is None
+                         else checks.positive_int(head_dim, "head_dim", name))
+        self.q_proj = Linear(d_model, num_heads * self.head_dim, bias=bias)
+        self.k_proj = Linear(d_model, num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = Linear(d_model, num_kv_heads * self.head_dim, bias=bias)
+        self.out_proj = Linear(num_heads * self.head_dim, d_model, bias=bias)
+        self.core = FullAttention(dropout) if core is None else core
         self.reset_parameters()
 
     def reset_parameters(self, generator=None):
@@ -157,23 +190,29 @@ class MultiHeadAttention(Module):
             if proj.bias is not None:
                 init.zeros_(proj.bias)
 
-    def split_heads(self, x):
-        """(batch, time, d_model) -> (batch, heads, time, d_k)."""
+    def split_heads(self, x, heads=None):
+        """(batch, time, heads * d_k) -> (batch, heads, time, d_k); ``heads`` defaults to
+        ``num_heads``."""
         batch, time, _ = x.shape
-        return x.reshape(batch, time, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
+        heads = self.num_heads if heads is None else heads
+        return x.reshape(batch, time, heads, self.head_dim).permute(0, 2, 1, 3)
 
     def merge_heads(self, x):
-        """(batch, heads, time, d_k) -> (batch, time, d_model): Concat(head_1, ..., head_h)."""
+        """(batch, heads, time, d_k) -> (batch, time, heads * d_k): Concat(head_1, ..., head_h)."""
         batch, heads, time, head_dim = x.shape
         return x.permute(0, 2, 1, 3).reshape(batch, time, heads * head_dim)
 
     def forward(self, query, key=None, value=None, *, key_mask=None, causal=False, cache=None,
-                need_weights=False):
+                mask=None, bias=None, head_mask=None, need_weights=False):
         """Attend from ``query`` (batch, query_time, d_model) to ``key``/``value`` (batch,
         key_time, d_model); self-attention when ``key`` is None.
 
         ``key_mask`` (batch, key_time), bool, False on padded keys. With a ``cache`` it covers
         every cached key, not just the new ones. ``causal=True`` hides later keys from each query.
+        ``mask`` (bool, broadcastable to (batch, heads, query_time, key_time), True = may attend)
+        and ``bias`` (added to the scores, differentiable) go to the core as they are.
+        ``head_mask`` (heads,) or (batch, heads) multiplies each head's output (0 switches a head
+        off: head pruning, eq 54-55).
 
         ``cache`` (a dict, see the module docstring) is updated in place: in self-attention the
         new keys and values are appended to the cached ones, so decoding one token at a time
@@ -183,44 +222,56 @@ class MultiHeadAttention(Module):
         Returns the output (batch, query_time, d_model), and with ``need_weights=True`` the pair
         (output, weights (batch, heads, query_time, key_time)), the weights from eq 11.
         """
-        layer = "MultiHeadAttention"
+        q, k, v = self.project(query, key, value, cache)
+        mask_keys = checks.key_mask(key_mask, k.shape[0], k.shape[2], "MultiHeadAttention")
+        z, weights = self.core(q, k, v, mask=mask, bias=bias, causal=causal, key_mask=mask_keys,
+                               need_weights=need_weights)                       # eq 11-12
+        if head_mask is not None:
+            z, weights = self.mask_heads(z, weights, head_mask)
+        out = self.out_proj(self.merge_heads(z))
+        return (out, weights) if need_weights else out
+
+    def project(self, query, key, value, cache):
+        """Q W^Q, K W^K, V W^V split into heads, through the cache (see ``forward``)."""
+        name = "MultiHeadAttention"
         self_attention = key is None
-        _check_features(query, self.d_model, "query", layer)
+        checks.features(query, self.d_model, "query", name)
         if self_attention:
             key = value = query
         else:
             value = key if value is None else value
-            _check_features(key, self.d_model, "key", layer)
-            _check_features(value, self.d_model, "value", layer)
+            checks.features(key, self.d_model, "key", name)
+            checks.features(value, self.d_model, "value", name)
             if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
-                raise ValueError(f"{layer}: query {query.shape}, key {key.shape} and value "
+                raise ValueError(f"{name}: query {query.shape}, key {key.shape} and value "
                                  f"{value.shape} need the same batch, and key and value the "
                                  "same time")
         q = self.split_heads(self.q_proj(query))
         if cache is not None and not self_attention and "k" in cache:
-            k, v = cache["k"], cache["v"]
-        else:
-            k = self.split_heads(self.k_proj(key))
-            v = self.split_heads(self.v_proj(value))
-            if cache is not None:
-                if self_attention and "k" in cache:
-                    k = concatenate([cache["k"], k], axis=2)
-                    v = concatenate([cache["v"], v], axis=2)
-                cache["k"], cache["v"] = k, v
-        mask = _check_key_mask(key_mask, k.shape[0], k.shape[2], layer)
-        weights = None
-        if need_weights or (self.training and self.attn_dropout.p > 0):
-            weights = attention_weights(q, k, causal=causal, key_mask=mask)  # eq 11
-        if self.training and self.attn_dropout.p > 0:
-            z = self.attn_dropout(weights) @ v                                # eq 12, per head
-        else:
-            z = F.scaled_dot_product_attention(q, k, v, causal=causal, key_mask=mask)  # eq 12
-        out = self.out_proj(self.merge_heads(z))
-        return (out, weights) if need_weights else out
+            return q, cache["k"], cache["v"]
+        k = self.split_heads(self.k_proj(key), self.num_kv_heads)
+        v = self.split_heads(self.v_proj(value), self.num_kv_heads)
+        if cache is not None:
+            if self_attention and "k" in cache:
+                k = concatenate([cache["k"], k], axis=2)
+                v = concatenate([cache["v"], v], axis=2)
+            cache["k"], cache["v"] = k, v
+        return q, k, v
+
+    def mask_heads(self, z, weights, head_mask):
+        """Each head's output (and weights) times its entry of ``head_mask``."""
+        factors = head_mask if isinstance(head_mask, Tensor) else tensor(
+            np.asarray(head_mask), dtype=z.dtype, backend=z.backend.name)
+        if factors.shape not in ((self.num_heads,), (z.shape[0], self.num_heads)):
+            raise ValueError(f"MultiHeadAttention: head_mask must have shape (heads,) = "
+                             f"({self.num_heads},) or (batch, heads) = "
+                             f"{(z.shape[0], self.num_heads)}, got {factors.shape}")
+        factors = factors.reshape(-1 if factors.ndim == 2 else 1, self.num_heads, 1, 1)
+        return z * factors, None if weights is None else weights * factors
 
     def extra_repr(self):
-        return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
-                f"dropout={self.attn_dropout.p}")
+        kv = "" if self.num_kv_heads == self.num_heads else f", num_kv_heads={self.num_kv_heads}"
+        return f"d_model={self.d_model}, num_heads={self.num_heads}{kv}"
 
 
 class _PositionTable(Module):
@@ -228,15 +279,15 @@ class _PositionTable(Module):
 
     def __init__(self, max_len, d_model):
         super().__init__()
-        self.max_len = _check_positive(max_len, "max_len", type(self).__name__)
-        self.d_model = _check_positive(d_model, "d_model", type(self).__name__)
+        self.max_len = checks.positive_int(max_len, "max_len", type(self).__name__)
+        self.d_model = checks.positive_int(d_model, "d_model", type(self).__name__)
 
     def forward(self, x, start=0, position_ids=None):
         """``x`` (batch, time, d_model) plus the rows for positions ``start .. start + time - 1``
         (``start`` > 0 when decoding with a cache), or for ``position_ids`` (batch, time) ints
         when given."""
         name = type(self).__name__
-        _check_features(x, self.d_model, "x", name)
+        checks.features(x, self.d_model, "x", name)
         if position_ids is None:
             if start + x.shape[1] > self.max_len:
                 raise ValueError(f"{name}: positions {start} .. {start + x.shape[1] - 1} do not "
@@ -316,162 +367,132 @@ class FeedForward(Module):
         return f"activation={self.activation!r}"
 
 
-class _ResidualLayer(Module):
-    """What encoder and decoder layers share: residual connections around sub-layers, with
-    LayerNorm after the sum (post-LN, Vaswani et al. section 3.1: LayerNorm(x + Sublayer(x))) or
-    before the sub-layer (pre-LN, ``norm_first=True``: x + Sublayer(LayerNorm(x)), Xiong et al.,
-    2020, which trains without a warm-up and is GPT-2's layout). Dropout acts on each sub-layer's
-    output before it is added (Vaswani section 5.4), on the attention weights with
-    ``attention_dropout`` and on the feed-forward hidden units with ``activation_dropout``
-    (default: ``dropout``, as PyTorch's layers; GPT and BERT use 0)."""
+# ---- layers --------------------------------------------------------------------------------------
+class TransformerLayer(Module):
+    """Sub-layers in residual connections (Vaswani et al., 2017, section 3.1), assembled from
+    parts: ``self_attn`` (a ``MultiHeadAttention``), an optional ``cross_attn`` over the encoder's
+    output, and ``feed_forward`` (a ``FeedForward``, a mixture of experts, anything that maps
+    (batch, time, d_model) to itself). ``norm`` makes one normalisation module per sub-layer
+    (``functools.partial(LayerNorm, d_model)``, an RMSNorm ...).
 
-    def __init__(self, d_model, num_heads, d_ff, dropout, activation, norm_first, layer_norm_eps,
-                 attention_dropout, activation_dropout, num_sublayers):
-        super().__init__()
-        name = type(self).__name__
-        _check_positive(d_model, "d_model", name)
-        _check_positive(d_ff, "d_ff", name)
-        _check_activation(activation, name)
-        self.norm_first = bool(norm_first)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
-        self.feed_forward = FeedForward(d_model, d_ff,
-                                        dropout if activation_dropout is None else
-                                        activation_dropout, activation)
-        for i in range(1, num_sublayers + 1):
-            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps))
-        self.dropout = Dropout(dropout)
-
-    def _enter(self, x, norm):
-        """The sub-layer's input: LayerNorm(x) in pre-LN, x in post-LN."""
-        return norm(x) if self.norm_first else x
-
-    def _residual(self, x, sublayer_output, norm):
-        """x + Dropout(Sublayer), normalised afterwards in post-LN."""
-        x = x + self.dropout(sublayer_output)
-        return x if self.norm_first else norm(x)
-
-    def _attend(self, attention, x, norm, need_weights, **kwargs):
-        """One attention sub-layer with its residual; returns (x, weights or None)."""
-        out = attention(self._enter(x, norm), need_weights=need_weights, **kwargs)
-        out, weights = out if need_weights else (out, None)
-        return self._residual(x, out, norm), weights
-
-    def extra_repr(self):
-        return f"norm_first={self.norm_first}"
-
-
-class TransformerEncoderLayer(_ResidualLayer):
-    """Self-attention then the feed-forward network, each in a residual connection
-    (Vaswani et al., 2017, section 3.1).
-
-    ``causal=True`` with a ``cache`` makes it a decoder-only block (GPT): masked self-attention
-    and a feed-forward network, no cross-attention.
+    Post-LN (the original): x = Norm(x + Dropout(Sublayer(x))). Pre-LN (``norm_first=True``,
+    Xiong et al., 2020; GPT-2): x = x + Dropout(Sublayer(Norm(x))), which trains without a
+    warm-up. Dropout acts on each sub-layer's output before it is added (Vaswani section 5.4).
+    ``causal=True`` makes the self-attention masked by default (decoder layers, GPT blocks).
     """
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0,
-                 activation_dropout=None):
-        super().__init__(d_model, num_heads, d_ff, dropout, activation, norm_first,
-                         layer_norm_eps, attention_dropout, activation_dropout, num_sublayers=2)
-
-    def forward(self, x, *, key_mask=None, causal=False, cache=None, need_weights=False):
-        """``x`` (batch, time, d_model) -> same shape; with ``need_weights=True`` also the
-        self-attention weights (batch, heads, time, key_time)."""
-        x, weights = self._attend(self.self_attn, x, self.norm1, need_weights,
-                                  key_mask=key_mask, causal=causal, cache=cache)
-        x = self._residual(x, self.feed_forward(self._enter(x, self.norm2)), self.norm2)
-        return (x, weights) if need_weights else x
-
-
-class TransformerDecoderLayer(_ResidualLayer):
-    """Masked (causal) self-attention, attention over the encoder's output ("encoder-decoder
-    attention"), then the feed-forward network, each in a residual connection (Vaswani et al.,
-    2017, section 3.1)."""
-
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0,
-                 activation_dropout=None):
-        super().__init__(d_model, num_heads, d_ff, dropout, activation, norm_first,
-                         layer_norm_eps, attention_dropout, activation_dropout, num_sublayers=3)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
-
-    def forward(self, x, memory, *, tgt_key_mask=None, memory_key_mask=None, cache=None,
-                need_weights=False):
-        """``x`` (batch, tgt_time, d_model) attends causally to itself and to ``memory`` (batch,
-        src_time, d_model), the encoder's output. ``cache`` is ``{"self": {}, "cross": {}}``
-        (see the module docstring). With ``need_weights=True`` also returns
-        ``{"self": weights, "cross": weights}``."""
-        cache = {} if cache is None else cache
-        x, self_weights = self._attend(self.self_attn, x, self.norm1, need_weights,
-                                       key_mask=tgt_key_mask, causal=True,
-                                       cache=cache.get("self"))
-        x, cross_weights = self._attend(self.cross_attn, x, self.norm2, need_weights,
-                                        key=memory, key_mask=memory_key_mask,
-                                        cache=cache.get("cross"))
-        x = self._residual(x, self.feed_forward(self._enter(x, self.norm3)), self.norm3)
-        if need_weights:
-            return x, {"self": self_weights, "cross": cross_weights}
-        return x
-
-
-class _Stack(Module):
-    """N identical layers and, optionally, a final LayerNorm (needed in pre-LN, where the last
-    layer's output is an un-normalised residual sum). Subclasses name their ``layer_class``."""
-
-    layer_class = None
-
-    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, final_norm=None, layer_norm_eps=1e-5, attention_dropout=0.0,
-                 activation_dropout=None):
+    def __init__(self, self_attn, feed_forward, norm, *, cross_attn=None, dropout=0.0,
+                 norm_first=False, causal=False):
         super().__init__()
-        _check_positive(num_layers, "num_layers", type(self).__name__)
-        self.layers = ModuleList([
-            self.layer_class(d_model, num_heads, d_ff, dropout, activation, norm_first,
-                             layer_norm_eps, attention_dropout, activation_dropout)
-            for _ in range(num_layers)])
-        final_norm = norm_first if final_norm is None else final_norm
-        self.norm = LayerNorm(d_model, eps=layer_norm_eps) if final_norm else None
+        self.norm_first, self.causal = bool(norm_first), bool(causal)
+        self.self_attn = self_attn
+        self.norm1 = norm()
+        self.cross_attn = cross_attn
+        self.norm2 = norm()
+        self.feed_forward = feed_forward
+        self.norm3 = norm() if cross_attn is not None else None
+        self.dropout = Dropout(dropout)
 
-    def _finish(self, x, weights, need_weights):
-        if self.norm is not None:
-            x = self.norm(x)
-        return (x, weights) if need_weights else x
+    def forward(self, x, memory=None, *, key_mask=None, causal=None, memory_key_mask=None,
+                cache=None, attentions=None, **attention_kwargs):
+        """``x`` (batch, time, d_model) -> same shape. ``memory`` (batch, src_time, d_model) is
+        what ``cross_attn`` reads, with ``memory_key_mask``. ``key_mask``, ``causal`` (default:
+        the layer's) and ``attention_kwargs`` (``mask``, ``bias``, ``head_mask`` ...) go to the
+        self-attention. ``cache`` is ``{"self": {}, "cross": {}}``. A dict ``attentions``
+        receives the attention weights under "self" and "cross"."""
+        cache = {} if cache is None else cache
+        causal = self.causal if causal is None else causal
+        x = self.residual(x, self.norm1, self.self_attn, attentions, "self", key_mask=key_mask,
+                          causal=causal, cache=cache.get("self"), **attention_kwargs)
+        if self.cross_attn is not None:
+            x = self.residual(x, self.norm2, self.cross_attn, attentions, "cross", key=memory,
+                              key_mask=memory_key_mask, cache=cache.get("cross"))
+        return self.residual(x, self.feed_forward_norm, self.feed_forward)
+
+    @property
+    def feed_forward_norm(self):
+        return self.norm2 if self.cross_attn is None else self.norm3
+
+    def residual(self, x, norm, sublayer, attentions=None, name=None, **kwargs):
+        """One sub-layer in its residual connection, pre- or post-LN; an attention sub-layer
+        records its weights in ``attentions[name]`` when ``attentions`` is a dict."""
+        h = norm(x) if self.norm_first else x
+        if attentions is None:
+            out = sublayer(h, **kwargs)
+        else:
+            out, attentions[name] = sublayer(h, need_weights=True, **kwargs)
+        x = x + self.dropout(out)
+        return x if self.norm_first else norm(x)
+
+    def extra_repr(self):
+        return f"norm_first={self.norm_first}, causal={self.causal}"
 
 
-class TransformerEncoder(_Stack):
-    """A stack of ``num_layers`` ``TransformerEncoderLayer``s. ``final_norm`` (default: on for
-    pre-LN, off for post-LN) adds a LayerNorm after the last layer."""
-
-    layer_class = TransformerEncoderLayer
-
-    def new_cache(self):
-        """Empty key/value caches, one per layer, for ``forward(..., causal=True, cache=...)``."""
-        return [{} for _ in self.layers]
-
-    @staticmethod
-    def cache_length(cache):
-        """How many positions ``cache`` holds (0 when empty): the next step's position."""
-        keys = cache[0].get("k")
-        return 0 if keys is None else keys.shape[2]
-
-    def forward(self, x, *, key_mask=None, causal=False, cache=None, need_weights=False):
-        """``x`` (batch, time, d_model) -> same shape; with ``need_weights=True`` also the list
-        of each layer's self-attention weights."""
-        weights = []
-        for i, layer in enumerate(self.layers):
-            x = layer(x, key_mask=key_mask, causal=causal,
-                      cache=None if cache is None else cache[i], need_weights=need_weights)
-            if need_weights:
-                x, layer_weights = x
-                weights.append(layer_weights)
-        return self._finish(x, weights, need_weights)
+def _classic_parts(d_model, num_heads, d_ff, dropout, activation, layer_norm_eps,
+                   attention_dropout, activation_dropout, layer):
+    """The attention, feed-forward and norm of Vaswani et al.'s layers. ``activation_dropout``
+    (default: ``dropout``, as PyTorch's layers) drops the feed-forward hidden units; GPT and
+    BERT use 0."""
+    checks.positive_int(d_model, "d_model", layer)
+    checks.positive_int(d_ff, "d_ff", layer)
+    _check_activation(activation, layer)
+    hidden_dropout = dropout if activation_dropout is None else activation_dropout
+    return (MultiHeadAttention(d_model, num_heads, dropout=attention_dropout),
+            FeedForward(d_model, d_ff, hidden_dropout, activation),
+            functools.partial(LayerNorm, d_model, eps=layer_norm_eps))
 
 
-class TransformerDecoder(_Stack):
-    """A stack of ``num_layers`` ``TransformerDecoderLayer``s. ``final_norm`` (default: on for
-    pre-LN, off for post-LN) adds a LayerNorm after the last layer."""
+class TransformerEncoderLayer(TransformerLayer):
+    """Self-attention then the feed-forward network (Vaswani et al., 2017, section 3.1)."""
 
-    layer_class = TransformerDecoderLayer
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
+                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0,
+                 activation_dropout=None):
+        attention, feed_forward, norm = _classic_parts(
+            d_model, num_heads, d_ff, dropout, activation, layer_norm_eps, attention_dropout,
+            activation_dropout, type(self).__name__)
+        super().__init__(attention, feed_forward, norm, dropout=dropout, norm_first=norm_first)
+
+
+class DecoderOnlyLayer(TransformerLayer):
+    """A GPT block: masked (causal) self-attention then the feed-forward network, no
+    cross-attention (Radford et al., 2018; Liu et al., 2018's decoder-only Transformer)."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
+                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0,
+                 activation_dropout=None):
+        attention, feed_forward, norm = _classic_parts(
+            d_model, num_heads, d_ff, dropout, activation, layer_norm_eps, attention_dropout,
+            activation_dropout, type(self).__name__)
+        super().__init__(attention, feed_forward, norm, dropout=dropout, norm_first=norm_first,
+                         causal=True)
+
+
+class TransformerDecoderLayer(TransformerLayer):
+    """Masked (causal) self-attention, attention over the encoder's output ("encoder-decoder
+    attention"), then the feed-forward network (Vaswani et al., 2017, section 3.1)."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
+                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0,
+                 activation_dropout=None):
+        attention, feed_forward, norm = _classic_parts(
+            d_model, num_heads, d_ff, dropout, activation, layer_norm_eps, attention_dropout,
+            activation_dropout, type(self).__name__)
+        super().__init__(attention, feed_forward, norm, dropout=dropout, norm_first=norm_first,
+                         causal=True, cross_attn=MultiHeadAttention(d_model, num_heads,
+                                                                    dropout=attention_dropout))
+
+
+# ---- stacks --------------------------------------------------------------------------------------
+class TransformerStack(Module):
+    """Layers applied in turn, then ``norm`` (needed in pre-LN, where the last layer's output is
+    an un-normalised residual sum). ``layers`` is any list of layers; the same layer object
+    listed n times shares its parameters across the n depths (ALBERT, Lan et al., 2020)."""
+
+    def __init__(self, layers, norm=None):
+        super().__init__()
+        self.layers = ModuleList(layers)
+        self.norm = norm
 
     def new_cache(self):
         """Empty key/value caches, one ``{"self": {}, "cross": {}}`` per layer."""
@@ -479,20 +500,84 @@ class TransformerDecoder(_Stack):
 
     @staticmethod
     def cache_length(cache):
-        """How many target positions ``cache`` holds (0 when empty): the next step's position."""
+        """How many positions ``cache`` holds (0 when empty): the next step's position."""
         keys = cache[0]["self"].get("k")
         return 0 if keys is None else keys.shape[2]
 
-    def forward(self, x, memory, *, tgt_key_mask=None, memory_key_mask=None, cache=None,
-                need_weights=False):
-        """``x`` (batch, tgt_time, d_model) and the encoder's ``memory`` (batch, src_time,
-        d_model) -> (batch, tgt_time, d_model); with ``need_weights=True`` also the list of each
-        layer's ``{"self": weights, "cross": weights}``."""
-        weights = []
+    def forward(self, x, memory=None, *, cache=None, head_mask=None, output_hidden_states=False,
+                output_attentions=False, **layer_kwargs):
+        """``x`` (batch, time, d_model) through every layer; ``memory``, ``cache`` (from
+        ``new_cache``) and ``layer_kwargs`` (``key_mask``, ``causal``, ``memory_key_mask``,
+        ``mask``, ``bias`` ...) go to each layer. ``head_mask`` (layers, heads) gives each
+        layer's self-attention its row.
+
+        Returns a ``ModelOutput``: ``last_hidden_state``; with ``output_hidden_states`` also
+        ``hidden_states``, the input and each layer's output (the last one after ``norm``); with
+        ``output_attentions`` also ``attentions`` (each layer's self-attention weights) and, for
+        layers with cross-attention, ``cross_attentions``.
+        """
+        head_mask = self._head_mask_rows(head_mask)
+        hidden, attentions = [x], []
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, tgt_key_mask=tgt_key_mask, memory_key_mask=memory_key_mask,
-                      cache=None if cache is None else cache[i], need_weights=need_weights)
-            if need_weights:
-                x, layer_weights = x
-                weights.append(layer_weights)
-        return self._finish(x, weights, need_weights)
+            record = {} if output_attentions else None
+            if head_mask is not None:
+                layer_kwargs["head_mask"] = head_mask[i]
+            x = layer(x, memory, cache=None if cache is None else cache[i], attentions=record,
+                      **layer_kwargs)
+            hidden.append(x)
+            attentions.append(record)
+        if self.norm is not None:
+            x = hidden[-1] = self.norm(x)
+        cross = [a["cross"] for a in attentions if a and "cross" in a]
+        return ModelOutput(
+            last_hidden_state=x,
+            hidden_states=tuple(hidden) if output_hidden_states else None,
+            attentions=tuple(a["self"] for a in attentions) if output_attentions else None,
+            cross_attentions=tuple(cross) if cross else None)
+
+    def _head_mask_rows(self, head_mask):
+        if head_mask is None:
+            return None
+        rows = head_mask.numpy() if isinstance(head_mask, Tensor) else np.asarray(head_mask)
+        if rows.ndim != 2 or rows.shape[0] != len(self.layers):
+            raise ValueError(f"{type(self).__name__}: head_mask must have shape (layers, heads) "
+                             f"with {len(self.layers)} layers, got {rows.shape}")
+        return rows
+
+
+class _ClassicStack(TransformerStack):
+    """``num_layers`` fresh layers of ``layer_class`` and, optionally, a final LayerNorm
+    (default: on for pre-LN, off for post-LN)."""
+
+    layer_class = None
+
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
+                 norm_first=False, final_norm=None, layer_norm_eps=1e-5, attention_dropout=0.0,
+                 activation_dropout=None):
+        checks.positive_int(num_layers, "num_layers", type(self).__name__)
+        layers = [self.layer_class(d_model, num_heads, d_ff, dropout=dropout,
+                                   activation=activation, norm_first=norm_first,
+                                   layer_norm_eps=layer_norm_eps,
+                                   attention_dropout=attention_dropout,
+                                   activation_dropout=activation_dropout)
+                  for _ in range(num_layers)]
+        final_norm = norm_first if final_norm is None else final_norm
+        super().__init__(layers, LayerNorm(d_model, eps=layer_norm_eps) if final_norm else None)
+
+
+class TransformerEncoder(_ClassicStack):
+    """A stack of ``num_layers`` ``TransformerEncoderLayer``s."""
+
+    layer_class = TransformerEncoderLayer
+
+
+class DecoderOnlyStack(_ClassicStack):
+    """A stack of ``num_layers`` ``DecoderOnlyLayer``s (GPT)."""
+
+    layer_class = DecoderOnlyLayer
+
+
+class TransformerDecoder(_ClassicStack):
+    """A stack of ``num_layers`` ``TransformerDecoderLayer``s."""
+
+    layer_class = TransformerDecoderLayer

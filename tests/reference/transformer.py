@@ -28,28 +28,38 @@ def _allowed(n_q, n_k, causal, key_mask_row):
     return allowed
 
 
-def eq11_attention_weights(q, k, key_mask_row=None, causal=False, scale=None):
-    """W_SM = softmax(Q K^T / sqrt(d_k))  (survey eq 11 without, Vaswani eq. 1 with the scale).
+def eq11_attention_weights(q, k, key_mask_row=None, causal=False, scale=None, mask=None,
+                           bias=None):
+    """W_SM = softmax(Q K^T / sqrt(d_k) + B)  (survey eq 11 without, Vaswani eq. 1 with the
+    scale; the bias B of T5 and Transformer-XL is 0 in both).
 
     ``q`` (n_q, d_k), ``k`` (n_k, d_k) of one head; ``key_mask_row`` (n_k,) bool, False on
-    padding. Each row is exp(score) over the allowed keys divided by their sum; a query that may
-    see no key gets a row of zeros."""
+    padding; ``mask`` (n_q, n_k) bool, False where the query may not attend the key; ``bias``
+    (n_q, n_k) added to each score. Each row is exp(score) over the allowed keys divided by
+    their sum (the largest allowed score subtracted first, so that large biases stay finite); a
+    query that may see no key gets a row of zeros."""
     d_k = q.shape[-1]
     scale = 1.0 / np.sqrt(d_k) if scale is None else scale
     allowed = _allowed(q.shape[0], k.shape[0], causal, key_mask_row)
+    if mask is not None:
+        allowed = allowed * np.asarray(mask, dtype=float)
     rows = []
     for i in range(q.shape[0]):
-        scores = anp.array([anp.sum(q[i] * k[j]) * scale for j in range(k.shape[0])])
-        e = anp.exp(scores) * allowed[i]
+        scores = anp.array([anp.sum(q[i] * k[j]) * scale
+                            + (0.0 if bias is None else bias[i][j]) for j in range(k.shape[0])])
+        visible = [scores[j] for j in range(k.shape[0]) if allowed[i, j]]
+        shift = max(visible) if visible else 0.0
+        e = anp.exp(scores - shift) * allowed[i]
         total = anp.sum(e)
         rows.append(e / total if allowed[i].any() else e * 0.0)
     return anp.stack(rows)
 
 
-def eq12_scaled_dot_product_attention(q, k, v, key_mask_row=None, causal=False, scale=None):
-    """Z = W_SM V = softmax(Q K^T / sqrt(d_k)) V for one head (survey eq 12 with Vaswani's scale):
-    each output row is the weighted sum of the value rows."""
-    weights = eq11_attention_weights(q, k, key_mask_row, causal, scale)
+def eq12_scaled_dot_product_attention(q, k, v, key_mask_row=None, causal=False, scale=None,
+                                      mask=None, bias=None):
+    """Z = W_SM V = softmax(Q K^T / sqrt(d_k) + B) V for one head (survey eq 12 with Vaswani's
+    scale): each output row is the weighted sum of the value rows."""
+    weights = eq11_attention_weights(q, k, key_mask_row, causal, scale, mask, bias)
     rows = []
     for i in range(q.shape[0]):
         row = 0.0 * v[0]

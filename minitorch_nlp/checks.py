@@ -1,0 +1,96 @@
+"""Input checks shared by the layers and models: one place for the messages a user reads when an
+argument is wrong. Each check names the operation (``where``), the argument and what was given,
+and says what to change; each returns the value in the form the caller computes with.
+
+A model file calls these in one or two lines at the top of ``forward``, so that the paper's maths
+below them reads without guards.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .autograd import Tensor
+
+__all__ = ["attention_mask", "features", "ids_array", "key_mask", "positive_int", "token_ids"]
+
+
+def positive_int(value, name, where):
+    """``value`` if it is an int > 0 (bools refused), else a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def features(x, width, name, where):
+    """``x`` must be a Tensor (batch, time, ``width``)."""
+    if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[-1] != width:
+        shape = x.shape if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{where}: {name} must be a Tensor of shape (batch, time, d_model="
+                         f"{width}), got {shape}")
+    return x
+
+
+def _numpy(value):
+    return value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+
+
+def ids_array(values, name, where, shape=None, axes="(batch, time)"):
+    """Integer ids (a Tensor, an array or nested lists) as an int64 NumPy array with the axes
+    ``axes`` (or exactly ``shape``)."""
+    ndim = axes.count(",") + 1
+    try:
+        array = _numpy(values)
+    except ValueError:
+        raise ValueError(f"{where}: {name} must be integer ids of shape {axes}, got sequences of "
+                         "different lengths; pad them to one length") from None
+    if (array.ndim != ndim or (array.size and array.dtype.kind not in "iu")
+            or (shape is not None and array.shape != tuple(shape))):
+        expected = axes if shape is None else str(tuple(shape))
+        raise ValueError(f"{where}: {name} must be integer ids of shape {expected}, got "
+                         f"{array.dtype} of shape {array.shape}")
+    return array.astype(np.int64, copy=False)
+
+
+def token_ids(values, vocab_size, where, name="input_ids", size_name="vocab_size", shape=None,
+              axes="(batch, time)"):
+    """``ids_array`` whose ids all lie in [0, vocab_size), and that is not empty."""
+    array = ids_array(values, name, where, shape, axes)
+    if array.shape[-1] == 0:
+        raise ValueError(f"{where}: {name} is empty (shape {array.shape})")
+    outside = (array < 0) | (array >= vocab_size)
+    if outside.any():
+        table = "the vocabulary " if size_name == "vocab_size" else ""
+        raise ValueError(f"{where}: {name} holds {int(array[outside][0])}, outside {table}"
+                         f"[0, {size_name}={vocab_size})")
+    return array
+
+
+def attention_mask(mask, shape, where):
+    """HuggingFace's ``attention_mask`` (batch, keys), 1 / True on tokens and 0 / False on
+    padding, as the bool key mask the attention takes; None when every token is real (the fused
+    attention then skips the mask)."""
+    if mask is None:
+        return None
+    array = _numpy(mask)
+    if array.shape != tuple(shape):
+        raise ValueError(f"{where}: attention_mask of shape {array.shape} must be {tuple(shape)}: "
+                         "one entry per key (cached ones included), 1 for tokens and 0 for "
+                         "padding")
+    array = array.astype(bool)
+    return None if array.all() else array
+
+
+def key_mask(mask, batch, key_time, where):
+    """A layer's ``key_mask``: a bool array (batch, key_time), True for real tokens; None stays
+    None. Returns the backend array."""
+    if mask is None:
+        return None
+    array = mask.data if isinstance(mask, Tensor) else mask
+    dtype, shape = getattr(array, "dtype", None), tuple(getattr(array, "shape", ()))
+    if dtype is None or dtype.kind != "b" or shape != (batch, key_time):
+        raise ValueError(f"{where}: key_mask must be a bool array of shape (batch, key_time) = "
+                         f"{(batch, key_time)}, True for real tokens and False for padding; got "
+                         f"{dtype} {shape}")
+    return array
