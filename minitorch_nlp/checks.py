@@ -13,7 +13,7 @@ import numpy as np
 
 from .autograd import Tensor
 
-__all__ = ["attention_mask", "features", "ids_array", "key_mask", "positive_int", "token_ids"]
+__all__ = ["attention_mask", "features", "ids_array", "positive_int", "token_ids"]
 
 
 def positive_int(value, name, where):
@@ -80,17 +80,3 @@ def attention_mask(mask, shape, where):
                          "padding")
     array = array.astype(bool)
     return None if array.all() else array
-
-
-def key_mask(mask, batch, key_time, where):
-    """A layer's ``key_mask``: a bool array (batch, key_time), True for real tokens; None stays
-    None. Returns the backend array."""
-    if mask is None:
-        return None
-    array = mask.data if isinstance(mask, Tensor) else mask
-    dtype, shape = getattr(array, "dtype", None), tuple(getattr(array, "shape", ()))
-    if dtype is None or dtype.kind != "b" or shape != (batch, key_time):
-        raise ValueError(f"{where}: key_mask must be a bool array of shape (batch, key_time) = "
-                         f"{(batch, key_time)}, True for real tokens and False for padding; got "
-                         f"{dtype} {shape}")
-    return array

@@ -19,7 +19,7 @@ import numpy as np
 
 from .autograd import Tensor, as_tensor, dtypes, one_hot, pad, where
 from .autograd import ops_elementwise as _ew
-from . import cookbook
+from . import checks, cookbook
 from .autograd.ops_fused import Attention as _Attention
 from .autograd.ops_fused import visible_keys as _visible_keys
 from .autograd.ops_fused import BandedAttention as _BandedAttention
@@ -585,7 +585,6 @@ def banded_attention(q, k, v, *, window, dilation=1, causal=False, key_mask=None
         raise ValueError(f"banded_attention: is self-attention; q has {q.shape[2]} positions, k "
                          f"{k.shape[2]}")
     for name, value in (("window", window), ("dilation", dilation)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"banded_attention: {name} must be a positive int, got {value!r}")
+        checks.positive_int(value, name, "banded_attention")
     return _BandedAttention.apply(q, k, v, mask, scale=_scale(q, scale), window=int(window),
                                   dilation=int(dilation), causal=bool(causal))

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import checks
+
 __all__ = ["IGNORE_INDEX", "MaskedLMCollator", "MaskedLMDataset", "next_sentence_pairs",
            "pack_full_sentences"]
 
@@ -148,9 +150,7 @@ class MaskedLMDataset:
     """
 
     def __init__(self, batch, collator, *, dynamic=True, dupe_factor=1):
-        if isinstance(dupe_factor, bool) or not isinstance(dupe_factor, int) or dupe_factor < 1:
-            raise ValueError(f"MaskedLMDataset: dupe_factor must be a positive int, got "
-                             f"{dupe_factor!r}")
+        checks.positive_int(dupe_factor, "dupe_factor", "MaskedLMDataset")
         self.fields = dict(batch) if isinstance(batch, dict) else {"input_ids": batch}
         self.collator, self.dynamic = collator, dynamic
         self.copies = None if dynamic else [collator(self.fields) for _ in range(dupe_factor)]

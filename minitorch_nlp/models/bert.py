@@ -456,10 +456,7 @@ def best_span(start_logits, end_logits, max_answer_length=30, allowed=None):
     if start.ndim != 2 or start.shape != end.shape:
         raise ValueError(f"best_span: start_logits {start.shape} and end_logits {end.shape} "
                          "must both be (batch, time)")
-    if isinstance(max_answer_length, bool) or not isinstance(max_answer_length, int) \
-            or max_answer_length < 1:
-        raise ValueError(f"best_span: max_answer_length must be a positive int, got "
-                         f"{max_answer_length!r}")
+    checks.positive_int(max_answer_length, "max_answer_length", "best_span")
     batch, time = start.shape
     offsets = np.arange(time)[None, :] - np.arange(time)[:, None]     # j - i
     valid = np.broadcast_to((offsets >= 0) & (offsets < max_answer_length), (batch, time, time))

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import cookbook
+from .. import checks, cookbook
 from .. import functional as F
 from ..autograd import Tensor, concatenate, empty, no_grad, ones, pad, stack, zeros
 from ..nn import LSTM, Dropout, Embedding, Linear, Module, ModuleList, Parameter, init
@@ -312,9 +312,7 @@ class ScalarMix(Module):
 
     def __init__(self, num_layers, layer_norm=False):
         super().__init__()
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"ScalarMix: num_layers must be a positive int, got {num_layers!r}")
-        self.num_layers = num_layers
+        self.num_layers = checks.positive_int(num_layers, "num_layers", "ScalarMix")
         self.layer_norm = layer_norm
         self.scalars = Parameter(zeros(num_layers))
         self.gamma = Parameter(ones(1))

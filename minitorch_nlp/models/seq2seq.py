@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import cookbook, decoding
+from .. import checks, cookbook, decoding
 from .. import functional as F
 from ..autograd import Tensor, concatenate, no_grad, stack, zeros
 from ..nn import (GRU, LSTM, RNN, Dropout, Embedding, GRUCell, Linear, LSTMCell, Module,
@@ -303,9 +303,8 @@ class LuongAttention(Module):
             raise ValueError(f"LuongAttention: the dot score needs query and key sizes to match, "
                              f"got hidden size {query_size} and encoder state size {key_size}; "
                              "use score='general' or 'concat'")
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int)
-                                   or window < 1):
-            raise ValueError(f"LuongAttention: window D must be a positive int, got {window!r}")
+        if window is not None:
+            checks.positive_int(window, "window D", "LuongAttention")
         self.query_size, self.key_size = query_size, key_size
         self.score_name = score
         self.window = window

@@ -15,11 +15,10 @@ there), so a padded batch gives each sequence the result it gets alone, in both 
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
-from .. import cookbook
+from .. import checks, cookbook
 from .. import functional as F
 from ..autograd import Tensor, concatenate, empty, stack, where, zeros
 from . import init
@@ -93,12 +92,6 @@ _MODES = {  # mode -> (number of gates, step function)
 }
 
 
-def _positive_int(value, name, op):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
-    return int(value)
-
-
 def _elman_mode(nonlinearity, op):
     if nonlinearity not in ("tanh", "relu"):
         raise ValueError(f"{op}: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
@@ -123,8 +116,8 @@ class _CellBase(Module):
     def __init__(self, input_size, hidden_size, bias=True, dtype=None, generator=None):
         super().__init__()
         name = type(self).__name__
-        self.input_size = _positive_int(input_size, "input_size", name)
-        self.hidden_size = _positive_int(hidden_size, "hidden_size", name)
+        self.input_size = checks.positive_int(input_size, "input_size", name)
+        self.hidden_size = checks.positive_int(hidden_size, "hidden_size", name)
         rows = _MODES[self.mode][0] * hidden_size
         self.weight_ih = Parameter(empty(rows, input_size, dtype=dtype))
         self.weight_hh = Parameter(empty(rows, hidden_size, dtype=dtype))
@@ -218,9 +211,9 @@ class _RNNBase(Module):
                  dropout=0.0, bidirectional=False, dtype=None, generator=None):
         super().__init__()
         name = type(self).__name__
-        self.input_size = _positive_int(input_size, "input_size", name)
-        self.hidden_size = _positive_int(hidden_size, "hidden_size", name)
-        self.num_layers = _positive_int(num_layers, "num_layers", name)
+        self.input_size = checks.positive_int(input_size, "input_size", name)
+        self.hidden_size = checks.positive_int(hidden_size, "hidden_size", name)
+        self.num_layers = checks.positive_int(num_layers, "num_layers", name)
         F._check_probability(dropout, name)
         self.bias = bool(bias)
         self.batch_first = bool(batch_first)

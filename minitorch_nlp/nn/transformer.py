@@ -223,8 +223,7 @@ class MultiHeadAttention(Module):
         (output, weights (batch, heads, query_time, key_time)), the weights from eq 11.
         """
         q, k, v = self.project(query, key, value, cache)
-        mask_keys = checks.key_mask(key_mask, k.shape[0], k.shape[2], "MultiHeadAttention")
-        z, weights = self.core(q, k, v, mask=mask, bias=bias, causal=causal, key_mask=mask_keys,
+        z, weights = self.core(q, k, v, mask=mask, bias=bias, causal=causal, key_mask=key_mask,
                                need_weights=need_weights)                       # eq 11-12
         if head_mask is not None:
             z, weights = self.mask_heads(z, weights, head_mask)
