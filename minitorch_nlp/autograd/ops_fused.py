@@ -180,7 +180,7 @@ class CrossEntropy(FusedFunction):
     @staticmethod
     def fast_backward(ctx, grad):
         _, target = ctx.saved_tensors
-        return (ctx.backend.cross_entropy_backward(ctx.kernel_state, target, grad,
+        return (ctx.backend.cross_entropy_backward(ctx.kernel_state, target.data, grad,
                                                    ctx.static["ignore_index"],
                                                    ctx.static["label_smoothing"]), None)
 
