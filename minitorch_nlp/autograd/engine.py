@@ -57,7 +57,8 @@ def _nodes_leading_to(order, targets):
 def _owns_memory(array):
     """True when ``array`` is a fresh buffer that may be accumulated into in place."""
     flags = getattr(array, "flags", None)
-    return flags is not None and array.base is None and flags.writeable
+    # CuPy's flags have no ``writeable``: its arrays cannot be made read-only
+    return flags is not None and array.base is None and getattr(flags, "writeable", True)
 
 
 def run_backward(roots, root_grads, *, retain_graph, create_graph, targets=None):
