@@ -179,8 +179,11 @@ class CrossEntropy(FusedFunction):
 
     @staticmethod
     def fast_backward(ctx, grad):
+        from .tensor import Tensor
+
         _, target = ctx.saved_tensors
-        return (ctx.backend.cross_entropy_backward(ctx.kernel_state, target.data, grad,
+        target = target.data if isinstance(target, Tensor) else target  # as given to forward
+        return (ctx.backend.cross_entropy_backward(ctx.kernel_state, target, grad,
                                                    ctx.static["ignore_index"],
                                                    ctx.static["label_smoothing"]), None)
 
