@@ -132,8 +132,9 @@ class ModelSpec:
                                      f"say in skips why {check!r} does not apply"))
         unknown = set(self.skips) - set(OPTIONAL_CHECKS)
         if unknown:
-            raise ValueError(f"ModelSpec {self.name}: skips names unknown checks {sorted(unknown)}; "
-                             f"the optional checks are {sorted(OPTIONAL_CHECKS)}")
+            raise ValueError(f"ModelSpec {self.name}: skips names unknown checks "
+                             f"{sorted(unknown)}; the optional checks are "
+                             f"{sorted(OPTIONAL_CHECKS)}")
         if self.incremental is not None and self.causal is None:
             raise ValueError(f"ModelSpec {self.name}: incremental outputs are compared with the "
                              "causal ones; set causal too")
@@ -157,6 +158,17 @@ def overfit(model, loss_fn, steps, lr=3e-3):
         optimizer.step()
         losses.append(loss.item())
     return losses
+
+
+def feed_one_at_a_time(step, state, ids):
+    """The outputs (batch, time, vocab) of ``step(tokens, state) -> (outputs, state)`` (a
+    decoding step function, ``minitorch_nlp.decoding``'s convention) fed the columns of ``ids``
+    one at a time."""
+    steps = []
+    for t in range(ids.shape[1]):
+        out, state = step(ids[:, t], state)
+        steps.append(numpy_of(out))
+    return np.stack(steps, axis=1)
 
 
 def numpy_of(output):

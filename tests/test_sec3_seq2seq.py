@@ -20,12 +20,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp import cookbook, decoding, nn, optim
+from minitorch_nlp import cookbook, decoding, nn
 from minitorch_nlp.models.seq2seq import (BahdanauAttention, BahdanauDecoder, EncoderOutput,
                                           LuongAttention, LuongDecoder, RNNDecoder, RNNEncoder,
                                           Seq2Seq)
 from tests import strategies as S
-from tests.model_checks import Learning, ModelChecks, ModelSpec
+from tests.model_checks import Learning, ModelChecks, ModelSpec, feed_one_at_a_time
 from tests.reference import seq2seq as R
 
 pytestmark = [pytest.mark.sec3,
@@ -722,12 +722,7 @@ def seq2seq_spec(kind, cell, steps=30):
         return model(ids, TARGET.repeat(len(ids), 0), mask.sum(axis=1))
 
     def incremental(model, ids):
-        step_fn, state = model.start(TARGET.repeat(len(ids), 0))
-        steps = []
-        for t in range(ids.shape[1]):
-            log_probs, state = step_fn(ids[:, t], state)
-            steps.append(log_probs.numpy())
-        return np.stack(steps, axis=1)
+        return feed_one_at_a_time(*model.start(TARGET.repeat(len(ids), 0)), ids)
 
     def translates_the_batch(model, batch):
         src, lengths, _, tgt_out = batch

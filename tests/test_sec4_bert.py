@@ -5,8 +5,8 @@ embeddings, NSP) against a float64 reference written out in autograd.numpy from 
 and gradients of every parameter; the masked-LM objective (eq 25); then what holds by
 construction: segments matter, the decoder is the embedding matrix; the fine-tuning heads and the
 span decoder; clear errors; and every model learns a tiny batch. Padding, dropout, round trips,
-dtypes and backends are the shared checks of ``tests/model_checks.py``. Equality with HuggingFace's models is in
-``tests/test_hf_bert.py``.
+dtypes and backends are the shared checks of ``tests/model_checks.py``. Equality with
+HuggingFace's models is in ``tests/test_hf_bert.py``.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp import cookbook, optim
+from minitorch_nlp import cookbook
 from minitorch_nlp.models.gpt import (GPTConfig, GPTDoubleHeadsModel, GPTForFineTuning,
                                       GPTLMHeadModel, GPTModel, TaskFormatter, causal_lm_loss)
 from tests import strategies as S

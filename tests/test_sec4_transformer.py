@@ -21,8 +21,8 @@ from minitorch_nlp import nn
 from minitorch_nlp.models.transformer import Transformer
 from tests import strategies as S
 from tests.model_checks import (Learning, ModelChecks, ModelSpec, assert_trees_close,
-                                attention_parameters, grads_of, layer_parameters, randomize,
-                                to_numpy)
+                                attention_parameters, feed_one_at_a_time, grads_of,
+                                layer_parameters, randomize, to_numpy)
 from tests.reference import transformer as R
 
 pytestmark = [pytest.mark.sec4,
@@ -451,12 +451,8 @@ def transformer_spec(norm_first):
         return model(ids, tgt, mask, mask)
 
     def incremental(model, ids):
-        state = model.start_decoding(SOURCE.repeat(len(ids), 0))
-        steps = []
-        for t in range(ids.shape[1]):
-            log_probs, state = model.step(ids[:, t], state)
-            steps.append(log_probs.numpy())
-        return np.stack(steps, axis=1)
+        return feed_one_at_a_time(model.step, model.start_decoding(SOURCE.repeat(len(ids), 0)),
+                                  ids)
 
     def reversal_batch():
         src = np.random.default_rng(0).integers(3, VOCAB, (8, 5))
