@@ -520,13 +520,17 @@ ENCODER_SKIPS = {
 }
 
 
-def encoder_spec(name, build, *, vocab, output="logits", skips=(), **fields):
+def encoder_spec(name, build, *, vocab, output="logits", padding_token_type=None, skips=(),
+                 **fields):
     """The spec of a HuggingFace-style encoder (BERT and its relatives): called as
-    ``model(input_ids, attention_mask=...)``, compared on ``output`` (``"logits"`` or
-    ``"last_hidden_state"``), with a HuggingFace architecture; not causal, no cache."""
+    ``model(input_ids, attention_mask=..., token_type_ids=...)``, compared on ``output``
+    (``"logits"`` or ``"last_hidden_state"``), with a HuggingFace architecture; not causal, no
+    cache. With ``padding_token_type`` the padded positions hold that segment, real ones 0, so the
+    padding checks see that segments on padding change nothing."""
 
     def forward(model, ids, mask):
-        return getattr(model(ids, attention_mask=mask), output)
+        types = None if padding_token_type is None else np.where(mask, 0, padding_token_type)
+        return getattr(model(ids, attention_mask=mask, token_type_ids=types), output)
 
     return ModelSpec(name=name, build=build, forward=forward, vocab=vocab, hf=True,
                      skips={**ENCODER_SKIPS, **dict(skips)}, **fields)

@@ -351,12 +351,13 @@ def build_with_dropout(model_class):
 
 
 class TestBertForMaskedLMChecks(ModelChecks):
-    """Right padding, round trips, learning (the loss falls 20-fold in 100 steps), dtypes,
-    backends, dropout: ``tests/model_checks.py``. BERT's positions count from the first column,
-    so a left-padded row reads differently (as in HuggingFace)."""
+    """Right padding (holding random ids of segment 1), round trips, learning (the loss falls
+    20-fold in 100 steps), dtypes, backends, dropout: ``tests/model_checks.py``. BERT's positions
+    count from the first column, so a left-padded row reads differently (as in HuggingFace)."""
 
     spec = encoder_spec(
         "BertForMaskedLM", build_with_dropout(BertForMaskedLM), vocab=(4, 23),
+        padding_token_type=1,
         learning=Learning(mlm_batch, lambda model, inputs: model(**inputs).loss, steps=100,
                           factor=20, lr=1e-2),
         skips={"padding_left": "BERT's absolute positions count from the first column"})
@@ -368,6 +369,7 @@ class TestBertModelChecks(ModelChecks):
 
     spec = encoder_spec(
         "BertModel", build_with_dropout(BertModel), vocab=(4, 23), output="last_hidden_state",
+        padding_token_type=1,
         skips={"padding_left": TestBertForMaskedLMChecks.spec.skips["padding_left"],
                "learns": "no objective of its own; its heads (BertForMaskedLM, ...) learn"})
 

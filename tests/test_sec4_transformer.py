@@ -431,13 +431,13 @@ def test_beam_one_equals_greedy_and_cached_beams_equal_uncached():
 
 # ---- the shared checks ---------------------------------------------------------------------------
 VOCAB, PAD, BOS = 12, 0, 1
-SOURCE = np.array([[3, 4, 5, 6]])
+SOURCE = np.array([[3, 4, 5, 6, PAD]])       # padding in the source too
 
 
 def transformer_spec(norm_first):
     """The encoder-decoder under the shared checks. ``forward`` reads ``ids`` as the source and,
     from <bos> on, as the (padded) target, so that padding both sides is checked; ``causal``
-    varies the target under a fixed source; the reverse-a-sequence task is learnt 20-fold in
+    varies the target under a fixed (padded) source; the reverse-a-sequence task is learnt 20-fold in
     150 steps and greedy decoding then gives the targets back."""
 
     def build(dropout=0.0):
