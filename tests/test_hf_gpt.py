@@ -1,7 +1,8 @@
 """GPT checkpoints in HuggingFace's format: tiny random ``OpenAIGPTLMHeadModel``,
 ``OpenAIGPTDoubleHeadsModel`` and ``GPT2LMHeadModel`` made by HuggingFace itself
 (``tests/fixtures/hf/make_gpt_fixtures.py``) give HuggingFace's outputs, save back with
-HuggingFace's keys and shapes, and a checkpoint that does not fit is an error naming the key."""
+HuggingFace's keys and shapes, and a checkpoint that does not fit is an error naming the key.
+A freshly built model's round trip is a shared check (``tests/model_checks.py``)."""
 from __future__ import annotations
 
 import json
@@ -102,15 +103,6 @@ def test_save_pretrained_writes_huggingface_keys_and_reloads(name, tmp_path):
     ids = expected(name)["input_ids"]
     first, second = model(ids), again(ids)
     np.testing.assert_array_equal(second.logits.numpy(), first.logits.numpy())
-
-
-def test_a_freshly_built_gpt2_round_trips(tmp_path):
-    model = GPT2LMHeadModel(GPTConfig.tiny("gpt2", n_inner=48, eos_token_id=7))
-    mt.save_pretrained(model, tmp_path)
-    again = mt.from_pretrained(tmp_path)
-    assert again.config == model.config
-    ids = np.array([[1, 2, 3, 4]])
-    np.testing.assert_array_equal(again(ids).logits.numpy(), model(ids).logits.numpy())
 
 
 def test_a_bare_base_model_checkpoint_loads_into_the_language_model(tmp_path):

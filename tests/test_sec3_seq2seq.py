@@ -4,10 +4,14 @@
 Forward values and gradients (float64) against the autograd.numpy references in
 ``tests/reference/seq2seq.py``; then what holds by construction: a bidirectional layer with
 lengths gives each sequence what it gets alone, padding changes nothing, PyTorch's weights give
-PyTorch's numbers, teacher forcing equals step-by-step decoding, beam 1 equals greedy, a wide beam
-is the exhaustive argmax and beats greedy where greedy is short-sighted, and every model learns.
+PyTorch's numbers, beam 1 equals greedy, a wide beam is the exhaustive argmax and beats greedy
+where greedy is short-sighted. Every encoder-decoder also runs the shared checks of
+``tests/model_checks.py``: the decoder is causal, source padding changes nothing, teacher forcing
+equals step-by-step decoding, round trips, dtypes, backends, dropout, and it learns.
 """
 from __future__ import annotations
+
+from functools import partial
 
 import autograd
 import autograd.numpy as anp
@@ -16,11 +20,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp import cookbook, decoding, nn, optim
+from minitorch_nlp import cookbook, decoding, nn
 from minitorch_nlp.models.seq2seq import (BahdanauAttention, BahdanauDecoder, EncoderOutput,
                                           LuongAttention, LuongDecoder, RNNDecoder, RNNEncoder,
                                           Seq2Seq)
 from tests import strategies as S
+from tests.model_checks import Learning, ModelChecks, ModelSpec, feed_one_at_a_time
 from tests.reference import seq2seq as R
 
 pytestmark = [pytest.mark.sec3,
@@ -561,25 +566,23 @@ def test_eq02_sequence_log_prob_matches_reference(data):
 VOCAB, PAD, BOS, EOS = 8, 0, 1, 2
 
 
-def tiny_model(kind, cell=None):
+def tiny_model(kind, cell=None, dropout=0.0):
     """A small untrained or trainable model of each kind (vocabulary of 8, hidden size 16)."""
     if kind == "plain":
-        encoder = RNNEncoder(VOCAB, 8, 16, cell=cell or "gru")
-        decoder = RNNDecoder(VOCAB, 8, 16, cell=cell or "gru")
+        encoder = RNNEncoder(VOCAB, 8, 16, cell=cell or "gru", dropout=dropout)
+        decoder = RNNDecoder(VOCAB, 8, 16, cell=cell or "gru", dropout=dropout)
     elif kind == "bahdanau":
-        encoder = RNNEncoder(VOCAB, 8, 16, cell=cell or "gru", bidirectional=True)
-        decoder = BahdanauDecoder(VOCAB, 8, 16, 32, cell=cell or "gru")
+        encoder = RNNEncoder(VOCAB, 8, 16, cell=cell or "gru", bidirectional=True,
+                             dropout=dropout)
+        decoder = BahdanauDecoder(VOCAB, 8, 16, 32, cell=cell or "gru", dropout=dropout)
     else:  # "luong-<score>", or "luong-local" for local-p with the concat score
         score = kind.split("-")[1]
         window = 2 if score == "local" else None
         encoder = RNNEncoder(VOCAB, 8, 8, cell=cell or "lstm", bidirectional=True,
-                             summary_size=16)
+                             summary_size=16, dropout=dropout)
         decoder = LuongDecoder(VOCAB, 8, 16, 16, score="concat" if window else score,
-                               window=window, cell=cell or "lstm")
+                               window=window, cell=cell or "lstm", dropout=dropout)
     return Seq2Seq(encoder, decoder, pad_id=PAD)
-
-
-KINDS = ["plain", "bahdanau", "luong-general", "luong-dot", "luong-local"]
 
 
 def tiny_batch(seed=0, batch=6, source_len=5, target_len=4):
@@ -597,31 +600,11 @@ def tiny_batch(seed=0, batch=6, source_len=5, target_len=4):
     return src, lengths, tgt_in, tgt_out
 
 
-@pytest.mark.eq(2)
-@pytest.mark.parametrize("kind", KINDS)
-def test_teacher_forcing_equals_step_by_step_decoding(kind):
-    mt.manual_seed(1)
-    model = tiny_model(kind).to(mt.float64).eval()
-    src, lengths, tgt_in, tgt_out = tiny_batch()
-    total = model.log_prob(src, tgt_in, tgt_out, lengths).numpy()
-    step_fn, state = model.start(src, lengths)
-    stepwise = np.zeros(len(src))
-    for t in range(tgt_in.shape[1]):
-        log_probs, state = step_fn(tgt_in[:, t], state)
-        picked = log_probs.numpy()[np.arange(len(src)), tgt_out[:, t]]
-        stepwise += np.where(tgt_out[:, t] == PAD, 0.0, picked)
-    np.testing.assert_allclose(total, stepwise, rtol=1e-10)
-
-
-@pytest.mark.parametrize("kind", ["plain", "bahdanau", "luong-concat"])
-def test_source_padding_changes_no_output(kind):
-    mt.manual_seed(2)
-    model = tiny_model(kind).to(mt.float64)
-    src, lengths, tgt_in, _ = tiny_batch(seed=3)
-    garbage = np.where(src == PAD, np.random.default_rng(0).integers(3, VOCAB, src.shape), src)
-    logits, alpha = model(src, tgt_in, lengths, need_weights=True)
-    np.testing.assert_array_equal(logits.numpy(), model(garbage, tgt_in, lengths).numpy())
-    if alpha is not None:
+def test_attention_gives_padded_source_positions_no_weight():
+    for kind in ("bahdanau", "luong-concat"):
+        model = tiny_model(kind).to(mt.float64)
+        src, lengths, tgt_in, _ = tiny_batch(seed=3)
+        _, alpha = model(src, tgt_in, lengths, need_weights=True)
         assert np.all(alpha.numpy()[np.broadcast_to((src == PAD)[:, None], alpha.shape)] == 0)
 
 
@@ -721,26 +704,71 @@ def test_state_helpers_reorder_every_leaf():
     assert expanded["n"] == 5
 
 
-# ---- every model learns --------------------------------------------------------------------------
-@pytest.mark.parametrize("kind,cell", [("plain", "gru"), ("plain", "lstm"), ("bahdanau", "gru"),
-                                       ("luong-general", "lstm"), ("luong-local", "gru")])
-def test_each_model_overfits_a_tiny_batch(kind, cell):
-    """30 Adam steps on 6 pairs: the loss falls by a factor of at least 10."""
-    mt.manual_seed(0)
-    model = tiny_model(kind, cell)
-    src, lengths, tgt_in, tgt_out = tiny_batch(seed=5)
-    optimizer = optim.Adam(model.parameters(), lr=0.03)
-    losses = []
-    for _ in range(30):
-        loss = model.loss(src, tgt_in, tgt_out, lengths)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0] / 10, losses
-    model.eval()
-    out = model.translate(src, lengths, bos_id=BOS, eos_id=EOS, max_len=tgt_out.shape[1])
-    assert [trim(row) for row in out] == [trim(row) for row in tgt_out]
+# ---- the shared checks; every model learns -------------------------------------------------------
+TARGET = np.array([[BOS, 3, 4, 5]])
+
+
+def seq2seq_spec(kind, cell, steps=30):
+    """A ``tiny_model`` under the shared checks: ``forward`` reads ``ids`` as the right-padded
+    source (its lengths from the mask) under a fixed target; ``causal`` varies the target under
+    a fixed source, and ``incremental`` feeds it one token at a time through ``model.start``'s
+    step function (teacher forcing = step-by-step decoding, eq 2); ``steps`` Adam steps on 6
+    pairs bring the loss down 10-fold, and greedy decoding then gives the targets back."""
+
+    def build(dropout=0.0):
+        return tiny_model(kind, cell, dropout)
+
+    def forward(model, ids, mask):
+        return model(ids, TARGET.repeat(len(ids), 0), mask.sum(axis=1))
+
+    def incremental(model, ids):
+        return feed_one_at_a_time(*model.start(TARGET.repeat(len(ids), 0)), ids)
+
+    def translates_the_batch(model, batch):
+        src, lengths, _, tgt_out = batch
+        out = model.translate(src, lengths, bos_id=BOS, eos_id=EOS, max_len=tgt_out.shape[1])
+        assert [trim(row) for row in out] == [trim(row) for row in tgt_out]
+
+    return ModelSpec(
+        name=f"Seq2Seq({kind}, {cell})", build=build, forward=forward, vocab=(3, VOCAB),
+        outputs_follow_ids=False,
+        causal=lambda model, ids: model(TARGET.repeat(len(ids), 0), ids),
+        incremental=incremental,
+        learning=Learning(partial(tiny_batch, seed=5),
+                          lambda model, batch: model.loss(batch[0], batch[2], batch[3], batch[1]),
+                          steps=steps, factor=10, lr=0.03, after=translates_the_batch),
+        skips={"padding_left": "the recurrent layers read a row's first `length` steps",
+               "cached_decoding": "decoding carries the recurrent state from step to step; "
+                                  "there is no key/value cache to switch off",
+               "hf_round_trip": "no HuggingFace architecture"})
+
+
+class TestPlainGRUChecks(ModelChecks):
+    spec = seq2seq_spec("plain", "gru")
+
+
+class TestPlainLSTMChecks(ModelChecks):
+    spec = seq2seq_spec("plain", "lstm")
+
+
+class TestBahdanauChecks(ModelChecks):
+    spec = seq2seq_spec("bahdanau", "gru")
+
+
+class TestLuongGeneralChecks(ModelChecks):
+    spec = seq2seq_spec("luong-general", "lstm")
+
+
+class TestLuongDotChecks(ModelChecks):
+    spec = seq2seq_spec("luong-dot", "lstm", steps=60)
+
+
+class TestLuongConcatChecks(ModelChecks):
+    spec = seq2seq_spec("luong-concat", "lstm")
+
+
+class TestLuongLocalChecks(ModelChecks):
+    spec = seq2seq_spec("luong-local", "gru")
 
 
 def test_seq2seq_rejects_mismatched_parts():

@@ -3,10 +3,10 @@
 The whole pretraining model (embeddings, post-LN encoder, pooler, MLM head tied to the word
 embeddings, NSP) against a float64 reference written out in autograd.numpy from the paper, values
 and gradients of every parameter; the masked-LM objective (eq 25); then what holds by
-construction: padding changes no real token's output, segments matter, the decoder is the
-embedding matrix, dropout only while training; the fine-tuning heads and the span decoder; clear
-errors; and every model learns a tiny batch. Equality with HuggingFace's models is in
-``tests/test_hf_bert.py``.
+construction: segments matter, the decoder is the embedding matrix; the fine-tuning heads and the
+span decoder; clear errors; and every model learns a tiny batch. Padding, dropout, round trips,
+dtypes and backends are the shared checks of ``tests/model_checks.py``. Equality with
+HuggingFace's models is in ``tests/test_hf_bert.py``.
 """
 from __future__ import annotations
 
@@ -20,14 +20,15 @@ from autograd.scipy.special import erf
 from hypothesis import given, settings, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp import optim
 from minitorch_nlp.models.bert import (BertConfig, BertForMaskedLM, BertForPreTraining,
                                        BertForQuestionAnswering, BertForSequenceClassification,
                                        BertForTokenClassification, BertModel, best_span,
                                        masked_lm_loss, mean_pool)
 from tests import strategies as S
 from tests.reference import transformer as R
-from tests.test_sec4_transformer import assert_trees_close, grads_of, layer_parameters, to_numpy
+from tests.model_checks import (Learning, ModelChecks, assert_trees_close,
+                                encoder_spec, grads_of, layer_parameters, overfit, randomize,
+                                to_numpy)
 
 pytestmark = pytest.mark.sec4
 
@@ -44,18 +45,6 @@ def tiny_config(**overrides):
 def build(model_class, seed=0, **overrides):
     mt.manual_seed(seed)
     return model_class(tiny_config(**overrides))
-
-
-def randomized(model, seed):
-    """``model`` in float64 with every parameter redrawn from N(0, 0.5^2) (LayerNorm gains
-    around 1), so that no bias or gain is trivially 0 or 1."""
-    model.to(mt.float64)
-    rng = np.random.default_rng(seed)
-    with mt.no_grad():
-        for name, p in model.named_parameters():
-            p.data[...] = rng.normal(1.0 if name.endswith("norm.weight") else 0.0, 0.5, p.shape)
-            p._bump_version()
-    return model
 
 
 def batch(seed=0, batch_size=3, time=7, vocab=23, pad=0):
@@ -129,7 +118,7 @@ def parameter_tree(model):
 @given(S.seeds())
 def test_pretraining_model_matches_the_reference(seed):
     # the reference's LayerNorm has eps 1e-5; BERT's 1e-12 changes nothing else
-    model = randomized(build(BertForPreTraining, layer_norm_eps=1e-5), seed)
+    model = randomize(build(BertForPreTraining, layer_norm_eps=1e-5), seed, norm_gain_mean=1.0)
     ids, mask, types = batch(seed)
     labels = np.where(np.random.default_rng(seed).random(ids.shape) < 0.4, ids, -100)
     labels[:, 1] = ids[:, 1]
@@ -176,21 +165,6 @@ def test_eq25_masked_lm_loss_is_the_mean_log_likelihood_of_the_chosen_tokens(bat
 
 
 # ---- properties ---------------------------------------------------------------------------------
-def test_padding_changes_no_real_token_output():
-    model = build(BertModel).eval()
-    ids, mask, types = batch(1)
-    out = model(ids, attention_mask=mask, token_type_ids=types)
-    wide_ids = np.concatenate([ids, np.full((3, 2), 7)], axis=1)     # padding holds any id
-    wide_mask = np.concatenate([mask, np.zeros((3, 2), bool)], axis=1)
-    wide_types = np.concatenate([types, np.ones((3, 2), np.int64)], axis=1)
-    wide = model(wide_ids, attention_mask=wide_mask, token_type_ids=wide_types)
-    hidden, wide_hidden = out.last_hidden_state.numpy(), wide.last_hidden_state.numpy()
-    np.testing.assert_allclose(wide_hidden[:, :7][mask], hidden[mask], atol=1e-5)
-    np.testing.assert_allclose(wide.pooler_output.numpy(), out.pooler_output.numpy(), atol=1e-5)
-    alone = model(ids[1:2, :5], token_type_ids=types[1:2, :5]).last_hidden_state.numpy()
-    np.testing.assert_allclose(alone[0], hidden[1, :5], atol=1e-5)
-
-
 def test_segments_and_positions_change_the_output():
     model = build(BertModel).eval()
     ids, _, types = batch(2)
@@ -236,16 +210,6 @@ def test_bert_initialisation_and_dropout_settings():
     assert layer.self_attn.core.dropout.p == 0.2 and layer.dropout.p == 0.1
     assert layer.feed_forward.dropout.p == 0.0 and not layer.norm_first
     assert layer.norm1.eps == 1e-12 and layer.feed_forward.activation == "gelu"
-
-
-def test_dropout_acts_in_training_only():
-    model = build(BertForMaskedLM, hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3)
-    ids, mask, _ = batch(4)
-    first, second = (model(ids, attention_mask=mask).logits.numpy() for _ in range(2))
-    assert not np.allclose(first, second)
-    model.eval()
-    first, second = (model(ids, attention_mask=mask).logits.numpy() for _ in range(2))
-    np.testing.assert_array_equal(first, second)
 
 
 @pytest.mark.parametrize("inputs", [lambda t: t, mt.tensor, lambda t: t.tolist()],
@@ -372,19 +336,7 @@ def test_config_round_trips_through_huggingface_fields():
             BertConfig.from_hf({**hf, **unsupported})
 
 
-# ---- every model learns --------------------------------------------------------------------------
-def train(model, inputs, steps=60, lr=1e-2):
-    optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    for _ in range(steps):
-        loss = model(**inputs).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
-
-
+# ---- the shared checks; every model learns -------------------------------------------------------
 def mlm_batch(seed=10, vocab=23):
     ids, mask, types = batch(seed, batch_size=3, time=8, vocab=vocab)
     labels = np.where((np.arange(8) % 3 == 1) & mask, ids, -100)
@@ -392,15 +344,41 @@ def mlm_batch(seed=10, vocab=23):
     return dict(input_ids=masked, attention_mask=mask, token_type_ids=types, labels=labels)
 
 
-def test_masked_lm_learns_a_tiny_batch():
-    losses = train(build(BertForMaskedLM, max_position_embeddings=8), mlm_batch(), steps=100)
-    assert losses[-1] < losses[0] / 20, (losses[0], losses[-1])
+def build_with_dropout(model_class):
+    def build(dropout=0.0):
+        return model_class(tiny_config(hidden_dropout_prob=dropout,
+                                       attention_probs_dropout_prob=dropout))
+    return build
+
+
+class TestBertForMaskedLMChecks(ModelChecks):
+    """Right padding (holding random ids of segment 1), round trips, learning (the loss falls
+    20-fold in 100 steps), dtypes, backends, dropout: ``tests/model_checks.py``. BERT's positions
+    count from the first column, so a left-padded row reads differently (as in HuggingFace)."""
+
+    spec = encoder_spec(
+        "BertForMaskedLM", build_with_dropout(BertForMaskedLM), vocab=(4, 23),
+        padding_token_type=1,
+        learning=Learning(mlm_batch, lambda model, inputs: model(**inputs).loss, steps=100,
+                          factor=20, lr=1e-2),
+        skips={"padding_left": "BERT's absolute positions count from the first column"})
+
+
+class TestBertModelChecks(ModelChecks):
+    """The encoder's last hidden states under the shared checks (the pooler reads the first
+    position's state, so it follows)."""
+
+    spec = encoder_spec(
+        "BertModel", build_with_dropout(BertModel), vocab=(4, 23), output="last_hidden_state",
+        padding_token_type=1,
+        skips={"padding_left": TestBertForMaskedLMChecks.spec.skips["padding_left"],
+               "learns": "no objective of its own; its heads (BertForMaskedLM, ...) learn"})
 
 
 def test_pretraining_learns_masked_lm_and_next_sentence_together():
     inputs = dict(mlm_batch(11), next_sentence_label=np.array([0, 1, 0]))
     model = build(BertForPreTraining, max_position_embeddings=8)
-    losses = train(model, inputs)
+    losses = overfit(model, lambda: model(**inputs).loss, 60, lr=1e-2)
     assert losses[-1] < losses[0] / 20, (losses[0], losses[-1])
     out = model.eval()(**inputs)
     np.testing.assert_array_equal(out.seq_relationship_logits.numpy().argmax(-1), [0, 1, 0])
@@ -415,6 +393,6 @@ def test_pretraining_learns_masked_lm_and_next_sentence_together():
 def test_fine_tuning_heads_learn(model_class, labels):
     ids, mask, types = batch(12)
     model = build(model_class)
-    losses = train(model, dict(input_ids=ids, attention_mask=mask, token_type_ids=types,
-                               **labels), steps=40)
+    inputs = dict(input_ids=ids, attention_mask=mask, token_type_ids=types, **labels)
+    losses = overfit(model, lambda: model(**inputs).loss, 40, lr=1e-2)
     assert losses[-1] < losses[0] / 10, (losses[0], losses[-1])

@@ -3,10 +3,13 @@
 Forward values and float64 gradients of the input embedding (eq 20), the block stack (eq 19),
 the tied output distribution (eq 21), the LM objective (eq 18) and the fine-tuning objectives
 with the paper's input transformations (eq 22-24) against the autograd.numpy references in
-``tests/reference/gpt.py``; then what holds by construction (causality, padding, the key/value
-cache, tied weights), the errors, and that each model learns.
+``tests/reference/gpt.py``; then tied weights, the initialisation, the errors, and that the
+fine-tuning models learn. Causality, padding, the key/value cache, round trips and learning the
+language model are the shared checks of ``tests/model_checks.py``.
 """
 from __future__ import annotations
+
+from functools import partial
 
 import autograd
 import numpy as np
@@ -14,10 +17,13 @@ import pytest
 from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp import cookbook, optim
+from minitorch_nlp import cookbook
 from minitorch_nlp.models.gpt import (GPTConfig, GPTDoubleHeadsModel, GPTForFineTuning,
                                       GPTLMHeadModel, GPTModel, TaskFormatter, causal_lm_loss)
 from tests import strategies as S
+from tests.model_checks import (ModelChecks, assert_trees_close, causal_lm_spec,
+                                check_gpt_lm_against_reference, gpt_lm_case, gpt_reference_params,
+                                grads_of, overfit, randomize, to_numpy)
 from tests.reference import gpt as R
 
 pytestmark = [pytest.mark.sec4,
@@ -26,129 +32,11 @@ pytestmark = [pytest.mark.sec4,
 TOL = dict(rtol=1e-7, atol=1e-10)
 
 
-# ---- helpers (also used by test_sec5_gpt2.py) ----------------------------------------------------
-def tree_map(fn, tree):
-    if isinstance(tree, dict):
-        return {key: tree_map(fn, value) for key, value in tree.items()}
-    if isinstance(tree, list):
-        return [tree_map(fn, value) for value in tree]
-    return fn(tree)
-
-
-def reference_params(module):
-    """The parameters of a GPTModel (or of a model holding one as ``transformer``, plus its
-    classifier as ``wy_w``, ``wy_b``) in the reference's layout, as Tensors."""
-    transformer = getattr(module, "transformer", module)
-    layers = []
-    for layer in transformer.blocks.layers:
-        attention, mlp = layer.self_attn, layer.feed_forward
-        params = {f"{name[0]}_{kind[0]}": getattr(getattr(attention, f"{name}_proj"), kind)
-                  for name in ("q", "k", "v", "out") for kind in ("weight", "bias")}
-        params.update(fc_w=mlp.linear1.weight, fc_b=mlp.linear1.bias, proj_w=mlp.linear2.weight,
-                      proj_b=mlp.linear2.bias, ln1_g=layer.norm1.weight, ln1_b=layer.norm1.bias,
-                      ln2_g=layer.norm2.weight, ln2_b=layer.norm2.bias)
-        layers.append(params)
-    params = {"wte": transformer.wte.weight, "wpe": transformer.wpe.table, "layers": layers}
-    if transformer.blocks.norm is not None:
-        params.update(lnf_g=transformer.blocks.norm.weight, lnf_b=transformer.blocks.norm.bias)
-    head = getattr(module, "head", None)
-    if head is not None:
-        params.update(wy_w=head.summary.weight, wy_b=head.summary.bias)
-    return params
-
-
-def randomize(module, seed, scale=0.5):
-    """Every parameter redrawn from N(0, scale^2) in float64, so that biases and LayerNorm gains
-    are not trivially 0 and 1."""
-    module.to(mt.float64)
-    rng = np.random.default_rng(seed)
-    with mt.no_grad():
-        for p in module.parameters():
-            p.data[...] = rng.normal(0.0, scale, p.shape)
-            p._bump_version()
-    return module
-
-
-def assert_grads_match(params, expected):
-    actual = tree_map(lambda t: np.zeros(t.shape) if t.grad is None else t.grad.numpy(), params)
-
-    def compare(a, e, path):
-        if isinstance(e, dict):
-            for key in e:
-                compare(a[key], e[key], f"{path}.{key}")
-        elif isinstance(e, list):
-            for i, (x, y) in enumerate(zip(a, e)):
-                compare(x, y, f"{path}[{i}]")
-        else:
-            np.testing.assert_allclose(a, e, **TOL, err_msg=f"gradient of {path}")
-
-    compare(actual, expected, "params")
-
-
-@st.composite
-def lm_case(draw, variant):
-    """A tiny GPT config, a batch of ids, maybe a padding mask (any pattern, even all padding),
-    and a seed for the weights and the cotangent."""
-    n_head = draw(st.sampled_from([1, 2]))
-    config = GPTConfig.tiny(variant, vocab_size=draw(st.integers(3, 7)), n_positions=6,
-                            n_embd=n_head * draw(st.sampled_from([2, 3])),
-                            n_layer=draw(st.integers(1, 2)), n_head=n_head,
-                            n_inner=draw(st.sampled_from([None, 5])),
-                            activation=draw(st.sampled_from(["gelu_tanh", "gelu"])))
-    batch, time = draw(st.integers(1, 2)), draw(st.integers(1, 5))
-    ids = np.array(draw(st.lists(st.integers(0, config.vocab_size - 1), min_size=batch * time,
-                                 max_size=batch * time))).reshape(batch, time)
-    mask = draw(st.none() | S.bool_masks((batch, time)))
-    return config, ids, mask, draw(S.seeds())
-
-
-def reference_lm(params, config, ids, mask):
-    """h_n and P(u) of every sequence of the batch, stacked: (B, T, d), (B, T, V)."""
-    outs = [R.lm_forward(ids[b], params, config.n_head, None if mask is None else mask[b],
-                         pre_ln=config.pre_ln, eps=config.layer_norm_epsilon,
-                         activation=config.activation) for b in range(ids.shape[0])]
-    return autograd.numpy.stack([h for h, _ in outs]), autograd.numpy.stack([p for _, p in outs])
-
-
-def check_lm_against_reference(model_class, case):
-    """A language model's h_n, P(u) and loss against eq 19-21 and eq 18, values and
-    gradients."""
-    config, ids, mask, seed = case
-    model = randomize(model_class(config), seed)
-    params = reference_params(model)
-    arrays = tree_map(lambda t: t.numpy(), params)
-    counted = np.ones(ids.shape, dtype=bool) if mask is None else mask
-    labels = np.where(counted, ids, -100)
-
-    hidden = model.transformer(ids, attention_mask=mask).last_hidden_state
-    out = model(ids, attention_mask=mask, labels=labels)
-    expected_h, expected_p = reference_lm(arrays, config, ids, mask)
-    np.testing.assert_allclose(hidden.numpy(), expected_h, **TOL)                   # eq 19-20
-    np.testing.assert_allclose(out.logits.softmax(axis=-1).numpy(), expected_p, **TOL)  # eq 21
-
-    def objective(p):                                                                   # eq 18
-        _, probs = reference_lm(p, config, ids, mask)
-        l1 = sum(R.eq18_lm_objective(probs[b], ids[b], counted[b]) for b in range(len(ids)))
-        return l1, max(int(counted[:, 1:].sum()), 1)
-
-    l1, predicted = objective(arrays)
-    np.testing.assert_allclose(out.loss.item(), -l1 / predicted, **TOL)
-
-    cotangent = np.random.default_rng(seed).standard_normal(out.logits.shape)
-    (out.loss + (out.logits.softmax(axis=-1) * mt.tensor(cotangent)).sum()).backward()
-
-    def loss(p):
-        l1, n = objective(p)
-        return -l1 / n + autograd.numpy.sum(reference_lm(p, config, ids, mask)[1] * cotangent)
-
-    assert_grads_match(params, autograd.grad(loss)(arrays))
-
-
 # ---- eq 18-21: the language model ------------------------------------------------------------
 @pytest.mark.eq(20)
 @given(st.data())
 def test_eq20_input_embedding_matches_reference(data):
-    config, ids, _, seed = data.draw(lm_case("gpt1"))
+    config, ids, _, seed = data.draw(gpt_lm_case("gpt1"))
     model = randomize(GPTModel(config), seed)
     h0 = model.wpe(model.wte(ids))
     np.testing.assert_allclose(
@@ -168,7 +56,7 @@ def test_eq20_input_embedding_matches_reference(data):
 @pytest.mark.eq(18, 19, 20, 21)
 @given(st.data())
 def test_eq18_to_21_gpt1_language_model_matches_reference(data):
-    check_lm_against_reference(GPTLMHeadModel, data.draw(lm_case("gpt1")))
+    check_gpt_lm_against_reference(GPTLMHeadModel, data.draw(gpt_lm_case("gpt1")))
 
 
 @pytest.mark.eq(21)
@@ -226,8 +114,8 @@ def test_eq22_to_24_fine_tuning_matches_reference(case):
                                        lm_coef=0.5), seed, scale=0.4)
     batch = TaskFormatter(task, *TOKENS)(examples)
     out = model(**batch, labels=labels)
-    params = reference_params(model)
-    arrays = tree_map(lambda t: t.numpy(), params)
+    params = gpt_reference_params(model)
+    arrays = to_numpy(params)
     l2, l1, l3, scores = R.fine_tuning_objectives(arrays, task, examples, labels, config.n_head,
                                                   TOKENS, lam=0.5)
     np.testing.assert_allclose(out.logits.numpy(), scores, **TOL)                   # eq 22
@@ -237,7 +125,7 @@ def test_eq22_to_24_fine_tuning_matches_reference(case):
     out.loss.backward()
     expected = autograd.grad(lambda p: -R.fine_tuning_objectives(
         p, task, examples, labels, config.n_head, TOKENS, lam=0.5)[2])(arrays)
-    assert_grads_match(params, expected)
+    assert_trees_close(grads_of(params), expected)
 
 
 @pytest.mark.eq(22)
@@ -274,44 +162,11 @@ def test_eq24_lm_coef_zero_leaves_only_the_task_loss():
 
 
 # ---- what holds by construction -------------------------------------------------------------
-def test_causal_perturbing_token_t_plus_1_leaves_earlier_logits_unchanged():
-    model = GPTLMHeadModel(GPTConfig.tiny("gpt1"))
-    ids = np.random.default_rng(0).integers(0, 100, (2, 10))
-    base = model(ids).logits.numpy()
-    for t in range(9):
-        changed = ids.copy()
-        changed[:, t + 1] = (changed[:, t + 1] + 1) % 100
-        logits = model(changed).logits.numpy()
-        np.testing.assert_array_equal(logits[:, :t + 1], base[:, :t + 1])
-        assert np.abs(logits[:, t + 1] - base[:, t + 1]).max() > 1e-4
+class TestGPT1Checks(ModelChecks):
+    """Causality, right and left padding, the cache, round trips, learning, dtypes, backends,
+    dropout: ``tests/model_checks.py``."""
 
-
-def test_right_padding_leaves_real_positions_unchanged():
-    model = GPTLMHeadModel(GPTConfig.tiny("gpt1"))
-    ids = np.random.default_rng(1).integers(0, 100, (1, 6))
-    padded = np.concatenate([ids, [[0, 0, 0]]], axis=1)
-    mask = np.array([[1] * 6 + [0] * 3])
-    np.testing.assert_allclose(model(padded, attention_mask=mask).logits.numpy()[:, :6],
-                               model(ids).logits.numpy(), rtol=1e-5, atol=1e-6)
-
-
-def test_left_padding_with_position_ids_equals_unpadded():
-    model = GPTLMHeadModel(GPTConfig.tiny("gpt1"))
-    ids = np.random.default_rng(2).integers(0, 100, (1, 5))
-    padded = np.concatenate([[[7, 7]], ids], axis=1)
-    out = model(padded, attention_mask=[[0, 0, 1, 1, 1, 1, 1]],
-                position_ids=[[0, 0, 0, 1, 2, 3, 4]]).logits.numpy()
-    np.testing.assert_allclose(out[:, 2:], model(ids).logits.numpy(), rtol=1e-5, atol=1e-6)
-
-
-def test_cache_fed_token_by_token_equals_the_whole_sequence():
-    model = GPTLMHeadModel(GPTConfig.tiny("gpt1"))
-    ids = np.random.default_rng(3).integers(0, 100, (2, 8))
-    whole = model(ids).logits.numpy()
-    cache = model.transformer.new_cache()
-    steps = [model(ids[:, :3], cache=cache).logits.numpy()]
-    steps += [model(ids[:, t:t + 1], cache=cache).logits.numpy() for t in range(3, 8)]
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), whole, rtol=1e-5, atol=1e-6)
+    spec = causal_lm_spec("GPTLMHeadModel", GPTLMHeadModel, partial(GPTConfig.tiny, "gpt1"))
 
 
 def test_gpt1_init_is_normal_002_and_post_ln():
@@ -392,27 +247,7 @@ def test_errors_name_the_problem():
         TaskFormatter("multiple_choice", *TOKENS)([([1], [[2]]), ([1], [[2], [3]])])
 
 
-# ---- learning -----------------------------------------------------------------------------------
-def overfit(model, loss_fn, steps, lr=3e-3):
-    optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    for _ in range(steps):
-        loss = loss_fn()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
-
-
-def test_gpt1_language_model_learns():
-    mt.manual_seed(0)
-    model = GPTLMHeadModel(GPTConfig.tiny("gpt1", vocab_size=20))
-    ids = np.random.default_rng(0).integers(0, 20, (4, 16))
-    losses = overfit(model, lambda: model(ids, labels=ids).loss, 60)
-    assert losses[-1] < losses[0] / 5, losses[::10]
-
-
+# ---- learning (the language model learns: TestGPT1Checks.test_learns) -------------------------
 def test_gpt1_fine_tuning_learns_with_the_auxiliary_loss():
     mt.manual_seed(0)
     model = GPTForFineTuning(GPTModel(GPTConfig.tiny("gpt1", vocab_size=8)), "entailment")

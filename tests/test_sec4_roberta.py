@@ -1,7 +1,8 @@
 """Section IV-E: RoBERTa (Liu et al., 2019): BERT's model with its checkpoints' position ids
-(starting after the padding id and skipping padding), one segment type, no NSP; it learns a tiny
-masked-LM batch. Dynamic masking and FULL-SENTENCES packing are tested in ``test_masking.py``,
-equality with HuggingFace in ``test_hf_bert.py``."""
+(starting after the padding id and skipping padding), one segment type, no NSP. Left and right
+padding, round trips and learning a tiny masked-LM batch are the shared checks of
+``tests/model_checks.py``. Dynamic masking and FULL-SENTENCES packing are tested in
+``test_masking.py``, equality with HuggingFace in ``test_hf_bert.py``."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,10 +10,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp import optim
 from minitorch_nlp.models.bert import BertConfig, BertForMaskedLM, BertModel
 from minitorch_nlp.models.roberta import (RobertaConfig, RobertaForMaskedLM, RobertaModel,
                                           create_position_ids_from_input_ids)
+from tests.model_checks import Learning, ModelChecks, encoder_spec
 
 pytestmark = pytest.mark.sec4
 
@@ -36,19 +37,6 @@ def test_position_ids_count_real_tokens_from_padding_plus_one(rows):
         real = ids[b] != PAD
         np.testing.assert_array_equal(positions[b][real], PAD + 1 + np.arange(real.sum()))
         assert np.all(positions[b][~real] == PAD)
-
-
-def test_where_the_padding_goes_changes_no_real_token_output():
-    """Position ids skip padding, so left- and right-padding give the same outputs (BERT's
-    positions 0 .. time-1 would shift with left padding)."""
-    model = build(RobertaModel).eval()
-    ids = np.array([[0, 5, 9, 11, 2]])
-    alone = model(ids).last_hidden_state.numpy()[0]
-    left = np.array([[PAD, PAD, 0, 5, 9, 11, 2]])
-    right = np.array([[0, 5, 9, 11, 2, PAD, PAD]])
-    for padded, real in ((left, slice(2, 7)), (right, slice(0, 5))):
-        out = model(padded, attention_mask=padded != PAD).last_hidden_state.numpy()[0]
-        np.testing.assert_allclose(out[real], alone, atol=1e-5)
 
 
 def test_roberta_is_bert_with_its_own_positions():
@@ -81,20 +69,36 @@ def test_errors_name_the_roberta_limits():
         RobertaModel(BertConfig(**TINY))
 
 
-def test_masked_lm_learns_a_tiny_batch():
+def masked_lm_batch():
     rng = np.random.default_rng(0)
     ids = rng.integers(3, 23, (3, 8))
     ids[:, 0], ids[2, 5:] = 0, PAD
     labels = np.where((np.arange(8) % 3 == 1) & (ids != PAD), ids, -100)
-    inputs = dict(input_ids=np.where(labels != -100, 4, ids), attention_mask=ids != PAD,
-                  labels=labels)
-    model = build(RobertaForMaskedLM)
-    optimizer = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
-    losses = []
-    for _ in range(100):
-        loss = model(**inputs).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0] / 20, (losses[0], losses[-1])
+    return dict(input_ids=np.where(labels != -100, 4, ids), attention_mask=ids != PAD,
+                labels=labels)
+
+
+def build_with_dropout(model_class):
+    def build(dropout=0.0):
+        return model_class(RobertaConfig(**{**TINY, "hidden_dropout_prob": dropout,
+                                            "attention_probs_dropout_prob": dropout}))
+    return build
+
+
+class TestRobertaForMaskedLMChecks(ModelChecks):
+    """Right and left padding (position ids skip padding, so where it goes changes nothing; the
+    padding holds the padding id, which the positions read), round trips, learning (the loss
+    falls 20-fold in 100 steps), dtypes, backends, dropout: ``tests/model_checks.py``."""
+
+    spec = encoder_spec(
+        "RobertaForMaskedLM", build_with_dropout(RobertaForMaskedLM), vocab=(3, 23),
+        pad_filler=PAD, padding_left=True,
+        learning=Learning(masked_lm_batch, lambda model, inputs: model(**inputs).loss,
+                          steps=100, factor=20, lr=1e-2))
+
+
+class TestRobertaModelChecks(ModelChecks):
+    spec = encoder_spec(
+        "RobertaModel", build_with_dropout(RobertaModel), vocab=(3, 23),
+        output="last_hidden_state", pad_filler=PAD, padding_left=True,
+        skips={"learns": "no objective of its own; RobertaForMaskedLM learns"})
