@@ -71,11 +71,11 @@ def draw_mask(mask, ax=None, title=None, query_labels=None, key_labels=None, pat
         ax = Figure(figsize=(side + 1.2, side), layout="constrained").add_subplot()
     ax.imshow(grid, cmap=ListedColormap([BLOCKED_COLOUR, ALLOWED_COLOUR]), vmin=0, vmax=1,
               interpolation="nearest")
-    if max(q_time, k_time) <= MAX_GRID_LINES:
-        ax.set_xticks(np.arange(-0.5, k_time, 1), minor=True)
-        ax.set_yticks(np.arange(-0.5, q_time, 1), minor=True)
-        ax.grid(which="minor", color=GRID_COLOUR, linewidth=0.6)
-        ax.tick_params(which="minor", length=0)
+    if max(q_time, k_time) <= MAX_GRID_LINES:  # cell borders, as two line collections
+        ax.vlines(np.arange(0.5, k_time - 1), -0.5, q_time - 0.5, colors=GRID_COLOUR,
+                  linewidth=0.6)
+        ax.hlines(np.arange(0.5, q_time - 1), -0.5, k_time - 0.5, colors=GRID_COLOUR,
+                  linewidth=0.6)
     for axis, labels, count in ((ax.xaxis, key_labels, k_time), (ax.yaxis, query_labels, q_time)):
         if labels is not None:
             axis.set_ticks(np.arange(count), labels)
