@@ -793,3 +793,11 @@ def test_hook_registration_refuses_bad_input(register):
         getattr(module, register)(lambda *a: None, with_kwargs=1)
     with pytest.raises(TypeError, match=rf"Scale.{register}: prepend must be a bool, got 'yes'"):
         getattr(module, register)(lambda *a: None, prepend="yes")
+
+
+def test_a_replaced_output_is_differentiated_through_the_hook():
+    module = Scale()
+    module.register_forward_hook(lambda m, args, out: out * out)
+    x = mt.tensor([1.0, -2.0], dtype=mt.float64, requires_grad=True)
+    module(x, factor=3.0).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * 9.0 * x.numpy())     # d(3x)^2/dx = 18x
