@@ -665,3 +665,139 @@ def test_a_tiny_mlp_overfits_a_tiny_batch(seed):
                 p.data -= 0.1 * p.grad.data
                 p._bump_version()
     assert loss.item() < first / 10
+
+
+# ---- forward hooks -------------------------------------------------------------------------------
+class Scale(nn.Module):
+    """forward(x, *, factor=1.0) -> x * factor, to see positional and keyword arguments."""
+
+    def forward(self, x, *, factor=1.0):
+        return x * factor
+
+
+def test_forward_hooks_run_around_forward_in_registration_order():
+    module, seen = Scale(), []
+    module.register_forward_pre_hook(lambda m, args: seen.append(("pre 1", m, args)))
+    module.register_forward_pre_hook(lambda m, args: seen.append(("pre 2", m, args)))
+    module.register_forward_hook(lambda m, args, out: seen.append(("post 1", m, args, out)))
+    module.register_forward_hook(lambda m, args, out: seen.append(("post 2", m, args, out)))
+    module.register_forward_hook(lambda m, args, out: seen.append(("first", m, args, out)),
+                                 prepend=True)
+    x = mt.tensor([1.0, 2.0])
+    out = module(x, factor=3.0)
+    assert [entry[0] for entry in seen] == ["pre 1", "pre 2", "first", "post 1", "post 2"]
+    assert all(entry[1] is module and entry[2] == (x,) for entry in seen)
+    assert all(entry[3] is out for entry in seen[2:])
+    np.testing.assert_allclose(out.numpy(), [3.0, 6.0])
+
+
+def test_forward_pre_hook_replaces_the_arguments():
+    module = Scale()
+    module.register_forward_pre_hook(lambda m, args: args[0] + 1)           # a single value
+    module.register_forward_pre_hook(lambda m, args: (args[0] * 10,))       # a tuple
+    np.testing.assert_allclose(module(mt.tensor([1.0, 2.0])).numpy(), [20.0, 30.0])
+
+
+def test_forward_hook_replaces_the_output_for_later_hooks_and_the_caller():
+    module, seen = Scale(), []
+    module.register_forward_hook(lambda m, args, out: out * 2)
+    module.register_forward_hook(lambda m, args, out: seen.append(out.numpy().copy()))
+    out = module(mt.tensor([1.0, 2.0]), factor=3.0)
+    np.testing.assert_allclose(seen[0], [6.0, 12.0])
+    np.testing.assert_allclose(out.numpy(), [6.0, 12.0])
+
+
+def test_hooks_with_kwargs_see_and_replace_keyword_arguments():
+    module, seen = Scale(), []
+
+    def double_factor(m, args, kwargs):
+        return args, {**kwargs, "factor": kwargs["factor"] * 2}
+
+    module.register_forward_pre_hook(double_factor, with_kwargs=True)
+    module.register_forward_hook(lambda m, args, kwargs, out: seen.append(kwargs), with_kwargs=True)
+    out = module(mt.tensor([1.0]), factor=3.0)
+    np.testing.assert_allclose(out.numpy(), [6.0])
+    assert seen == [{"factor": 6.0}]
+
+
+def test_forward_pre_hook_with_kwargs_must_return_a_pair():
+    module = Scale()
+    module.register_forward_pre_hook(lambda m, args, kwargs: args, with_kwargs=True)
+    with pytest.raises(TypeError, match=r"Scale: a forward pre-hook registered with_kwargs=True "
+                                        r"must return None or a pair \(args, kwargs\), got tuple"):
+        module(mt.tensor([1.0]))
+
+
+def test_removing_a_handle_removes_only_its_hook():
+    module, seen = Scale(), []
+
+    def record(m, args, out):
+        seen.append(len(seen))
+
+    first = module.register_forward_hook(record)
+    module.register_forward_hook(record)             # the same function twice: two entries
+    pre = module.register_forward_pre_hook(lambda m, args: seen.append("pre"))
+    module(mt.tensor([1.0]))
+    assert seen == ["pre", 1, 2]
+    first.remove()
+    first.remove()                                   # a second remove does nothing
+    pre.remove()
+    seen.clear()
+    module(mt.tensor([1.0]))
+    assert seen == [0]
+
+
+def test_hooks_on_submodules_fire_during_the_parents_forward():
+    model, outputs = Net(), {}
+    handles = [module.register_forward_hook(
+        lambda m, args, out, name=name: outputs.setdefault(name, out))
+        for name, module in model.named_modules() if name.startswith("blocks.")]
+    model(mt.tensor([[1, 2, 3]]))
+    assert sorted(outputs) == ["blocks.0", "blocks.0.fc", "blocks.0.norm", "blocks.1",
+                               "blocks.1.fc", "blocks.1.norm"]
+    assert outputs["blocks.0"].shape == (1, 3, 4)
+    for handle in handles:
+        handle.remove()
+    outputs.clear()
+    model(mt.tensor([[1, 2, 3]]))
+    assert outputs == {}
+
+
+def test_a_hook_replacing_a_submodule_output_changes_the_model_output():
+    model = Net().eval()
+    tokens = mt.tensor([[1, 2, 3]])
+    before = model(tokens).numpy()
+    handle = model.blocks[1].register_forward_hook(lambda m, args, out: out * 0)
+    zeroed = model(tokens).numpy()
+    handle.remove()
+    np.testing.assert_allclose(zeroed, model.head(mt.zeros(1, 3, 4)).numpy(), atol=1e-6)
+    np.testing.assert_allclose(model(tokens).numpy(), before)
+
+
+def test_hooks_leave_the_state_dict_and_gradients_alone():
+    model = Net()
+    keys = list(model.state_dict())
+    model.register_forward_pre_hook(lambda m, args: None)
+    model.blocks[0].register_forward_hook(lambda m, args, out: None)
+    assert list(model.state_dict()) == keys
+    model(mt.tensor([[1, 2]])).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("register", ["register_forward_hook", "register_forward_pre_hook"])
+def test_hook_registration_refuses_bad_input(register):
+    module = Scale()
+    with pytest.raises(TypeError, match=rf"Scale.{register}: the hook must be callable, got int 3"):
+        getattr(module, register)(3)
+    with pytest.raises(TypeError, match=rf"Scale.{register}: with_kwargs must be a bool, got 1"):
+        getattr(module, register)(lambda *a: None, with_kwargs=1)
+    with pytest.raises(TypeError, match=rf"Scale.{register}: prepend must be a bool, got 'yes'"):
+        getattr(module, register)(lambda *a: None, prepend="yes")
+
+
+def test_a_replaced_output_is_differentiated_through_the_hook():
+    module = Scale()
+    module.register_forward_hook(lambda m, args, out: out * out)
+    x = mt.tensor([1.0, -2.0], dtype=mt.float64, requires_grad=True)
+    module(x, factor=3.0).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * 9.0 * x.numpy())     # d(3x)^2/dx = 18x

@@ -9,6 +9,10 @@ A module holds three kinds of state, each registered by plain attribute assignme
 * sub-modules (``self.fc = Linear(4, 3)``), whose state is named with a dotted prefix
   (``fc.weight``).
 
+Forward hooks (``register_forward_pre_hook`` / ``register_forward_hook``) let code outside a model
+read or replace what a module receives and returns, e.g. to collect a teacher's hidden states
+for distillation; they are not state and never enter the ``state_dict``.
+
 Registered values are also ordinary instance attributes, so reading ``self.weight`` in
 ``forward`` costs what any attribute read costs.
 """
@@ -22,6 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..autograd import Tensor, dtypes, no_grad
+from ..autograd.tensor import _HookHandle
 from .parameter import Parameter
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -46,6 +51,11 @@ class Module:
                 return self.fc2(F.relu(self.fc1(x)))
     """
 
+    # Class-level empty defaults: a module without hooks pays one attribute test per call, and
+    # the first registration gives the instance its own list.
+    _forward_pre_hooks = ()
+    _forward_hooks = ()
+
     def __init__(self):
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_buffers", {})
@@ -57,7 +67,79 @@ class Module:
         raise TypeError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args, **kwargs):
+        if self._forward_pre_hooks or self._forward_hooks:
+            return self._call_with_hooks(args, kwargs)
         return self.forward(*args, **kwargs)
+
+    # ---- forward hooks ---------------------------------------------------------------------
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """Call ``hook(module, args)`` before every ``forward``; ``args`` is the tuple of
+        positional arguments. A hook that returns something other than None replaces them (a
+        tuple, or a single value that becomes a 1-tuple).
+
+        With ``with_kwargs=True`` the hook is ``hook(module, args, kwargs)`` and returns None or
+        a pair ``(args, kwargs)`` that replaces both. Hooks run in registration order
+        (``prepend=True`` puts this one first), each seeing what the previous one returned.
+        Returns a handle whose ``remove()`` unregisters the hook."""
+        return self._add_forward_hook("register_forward_pre_hook", "_forward_pre_hooks", hook,
+                                      prepend, with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """Call ``hook(module, args, output)`` after every ``forward``; a hook that returns
+        something other than None replaces the output (later hooks and the caller see the
+        replacement).
+
+        ``args`` are the positional arguments ``forward`` received (after the pre-hooks); with
+        ``with_kwargs=True`` the hook is ``hook(module, args, kwargs, output)``. Hooks run in
+        registration order (``prepend=True`` puts this one first). Returns a handle whose
+        ``remove()`` unregisters the hook."""
+        return self._add_forward_hook("register_forward_hook", "_forward_hooks", hook, prepend,
+                                      with_kwargs)
+
+    def _add_forward_hook(self, op, registry, hook, prepend, with_kwargs):
+        if not callable(hook):
+            raise TypeError(f"{type(self).__name__}.{op}: the hook must be callable, got "
+                            f"{type(hook).__name__} {hook!r}")
+        for name, flag in (("prepend", prepend), ("with_kwargs", with_kwargs)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{type(self).__name__}.{op}: {name} must be a bool, got "
+                                f"{flag!r}")
+        if registry not in self.__dict__:
+            object.__setattr__(self, registry, [])
+        hooks = self.__dict__[registry]
+        entry = _ForwardHook(hook, with_kwargs)
+        if prepend:
+            hooks.insert(0, entry)
+        else:
+            hooks.append(entry)
+        return _HookHandle(hooks, entry)
+
+    def _call_with_hooks(self, args, kwargs):
+        name = type(self).__name__
+        for entry in tuple(self._forward_pre_hooks):
+            if entry.with_kwargs:
+                result = entry.hook(self, args, kwargs)
+                if result is not None:
+                    if not (isinstance(result, tuple) and len(result) == 2
+                            and isinstance(result[1], dict)):
+                        raise TypeError(f"{name}: a forward pre-hook registered with_kwargs=True "
+                                        "must return None or a pair (args, kwargs), got "
+                                        f"{type(result).__name__}")
+                    args, kwargs = result
+                    args = args if isinstance(args, tuple) else (args,)
+            else:
+                result = entry.hook(self, args)
+                if result is not None:
+                    args = result if isinstance(result, tuple) else (result,)
+        output = self.forward(*args, **kwargs)
+        for entry in tuple(self._forward_hooks):
+            if entry.with_kwargs:
+                result = entry.hook(self, args, kwargs, output)
+            else:
+                result = entry.hook(self, args, output)
+            if result is not None:
+                output = result
+        return output
 
     # ---- registration ----------------------------------------------------------------------
     def _require_init(self, name, kind):
@@ -409,6 +491,16 @@ class Module:
             return f"{type(self).__name__}({lines[0] if lines else ''})"
         body = "\n".join("  " + line for line in lines + children)
         return f"{type(self).__name__}(\n{body}\n)"
+
+
+class _ForwardHook:
+    """One registration of a forward (pre-)hook. Compared by identity, so that the same function
+    registered twice is two entries and each handle removes its own."""
+
+    __slots__ = ("hook", "with_kwargs")
+
+    def __init__(self, hook, with_kwargs):
+        self.hook, self.with_kwargs = hook, with_kwargs
 
 
 def _indent(text):
