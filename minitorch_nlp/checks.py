@@ -13,14 +13,23 @@ import numpy as np
 
 from .autograd import Tensor
 
-__all__ = ["attention_mask", "features", "ids_array", "positive_int", "token_ids"]
+__all__ = ["attention_mask", "features", "ids_array", "int_at_least", "positive_int",
+           "token_ids"]
+
+
+def int_at_least(value, minimum, name, where):
+    """``value`` as an int if it is an integer >= ``minimum`` (bools refused), else a ValueError
+    naming it."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
+            or value < minimum:
+        wanted = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{where}: {name} must be {wanted}, got {value!r}")
+    return int(value)
 
 
 def positive_int(value, name, where):
     """``value`` if it is an int > 0 (bools refused), else a ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")
-    return int(value)
+    return int_at_least(value, 1, name, where)
 
 
 def features(x, width, name, where):

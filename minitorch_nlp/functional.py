@@ -34,7 +34,8 @@ REDUCTIONS = ("mean", "sum", "none")
 __all__ = [
     "banded_attention", "bias_gelu", "binary_cross_entropy_with_logits", "cosine_similarity", "cross_entropy", "dropout",
     "embedding", "gelu", "kl_div", "layer_norm", "linear", "log_softmax", "mse_loss",
-    "attention_weights", "nll_loss", "one_hot", "pad", "relu", "repeat_kv_heads", "scaled_dot_product_attention", "sigmoid", "softmax",
+    "attention_weights", "nll_loss", "one_hot", "pad", "relu", "repeat_kv_heads",
+    "scaled_dot_product_attention", "sigmoid", "softmax",
     "softplus", "tanh",
 ]
 

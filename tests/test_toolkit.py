@@ -249,7 +249,7 @@ def test_a_bias_reaches_its_parameter_through_a_layer():
     np.testing.assert_allclose(layer(x, bias=table * 0.0).numpy(), layer(x).numpy(), **TOL)
 
 
-# ---- layers from parts, stacks ---------------------------------------------------------------------
+# ---- layers from parts, stacks -------------------------------------------------------------------
 class Doubling(nn.Module):
     """A stand-in feed-forward part: anything mapping (batch, time, d) to itself fits."""
 
@@ -346,3 +346,35 @@ def test_models_return_hidden_states_and_attentions():
                                       max_position_embeddings=8)).eval()
     out = bert(ids, attention_mask=[[1, 1, 1, 1], [1, 1, 0, 0]], output_attentions=True)
     assert np.all(out.attentions[0].numpy()[1, :, :, 2:] == 0)
+
+
+def test_forward_hooks_on_layers_see_what_the_stack_reports():
+    """Distillation reads intermediate states through hooks; they are the stack's hidden states,
+    and a hook with kwargs sees the masks the stack passes on."""
+    stack = randomize(nn.TransformerEncoder(2, 4, 2, 8, dropout=0.0), 21)
+    seen, masks = [], []
+    for layer in stack.layers:
+        layer.register_forward_hook(lambda module, args, output: seen.append(output))
+        layer.register_forward_pre_hook(
+            lambda module, args, kwargs: masks.append(kwargs["key_mask"]), with_kwargs=True)
+    x = t64(np.random.default_rng(22).standard_normal((2, 3, 4)))
+    key_mask = np.array([[True, True, True], [True, True, False]])
+    out = stack(x, key_mask=key_mask, output_hidden_states=True)
+    for got, expected in zip(seen, out.hidden_states[1:]):
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    assert all(mask is key_mask for mask in masks)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_mask_builders_feed_the_attention_path(causal):
+    from minitorch_nlp.attention import sliding_window_mask
+
+    attention = randomize(nn.MultiHeadAttention(4, 2, core=nn.SlidingWindowAttention(2)), 23)
+    x = t64(np.random.default_rng(24).standard_normal((1, 9, 4)))
+    mask = sliding_window_mask(9, 2, causal=causal)
+    np.testing.assert_allclose(attention(x, causal=causal).numpy(),
+                               attention(x, mask=mask, causal=causal, need_weights=True)[0].numpy(),
+                               **TOL)
+    full = randomize(nn.MultiHeadAttention(4, 2), 23)
+    np.testing.assert_allclose(full(x, mask=mask).numpy(), attention(x, causal=causal).numpy(),
+                               **TOL)

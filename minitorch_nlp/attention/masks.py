@@ -19,12 +19,11 @@ In every formula below i is the query position and j the key position, both coun
 from __future__ import annotations
 
 import functools
-import numbers
 from collections import namedtuple
 
 import numpy as np
 
-from .. import cookbook
+from .. import checks, cookbook
 from ..autograd import dtypes
 from ..autograd import random as mt_random
 
@@ -38,14 +37,6 @@ z_<=t) and ``query`` (g, position z_t sees z_<t only, so it cannot read the toke
 
 
 # ---- input checks ------------------------------------------------------------------------------
-def _check_int(builder, name, value, minimum):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
-            or value < minimum:
-        wanted = "a positive int" if minimum == 1 else f"an int >= {minimum}"
-        raise ValueError(f"{builder}: {name} must be {wanted}, got {value!r}")
-    return int(value)
-
-
 def _int_array(builder, name, value, ndims):
     """``value`` as an int64 array with one of ``ndims`` dimensions."""
     array = np.asarray(value)
@@ -85,8 +76,8 @@ def causal_mask(q_time, k_time=None):
 
     With ``k_time`` > ``q_time`` the queries are the *last* ``q_time`` positions, as when decoding
     with a key/value cache: the cached keys are all in the past. Shape ``(q_time, k_time)``."""
-    q_time = _check_int("causal_mask", "q_time", q_time, 1)
-    k_time = q_time if k_time is None else _check_int("causal_mask", "k_time", k_time, 1)
+    q_time = checks.int_at_least(q_time, 1, "q_time", "causal_mask")
+    k_time = q_time if k_time is None else checks.int_at_least(k_time, 1, "k_time", "causal_mask")
     if k_time < q_time:
         raise ValueError(f"causal_mask: k_time {k_time} < q_time {q_time}; the queries are the "
                          "last k_time positions, so there cannot be more of them than keys")
@@ -114,7 +105,7 @@ def padding_mask(lengths, time=None):
     if array.size == 0:
         raise ValueError("padding_mask: lengths is empty; give one length per sequence")
     time = int(array.max()) if time is None else time
-    time = _check_int("padding_mask", "time", time, 1)
+    time = checks.int_at_least(time, 1, "time", "padding_mask")
     _check_range("padding_mask", "lengths", array, 0, time, f"time is {time}")
     return (np.arange(time)[None, :] < array[:, None])[:, None, None, :]
 
@@ -128,7 +119,7 @@ def prefix_lm_mask(prefix_lengths, time):
     ``prefix_lengths`` is one int for every sequence (shape ``(time, time)``) or one per
     sequence (shape ``(batch, 1, time, time)``). Prefix 0 is the causal mask, prefix ``time``
     full attention."""
-    time = _check_int("prefix_lm_mask", "time", time, 1)
+    time = checks.int_at_least(time, 1, "time", "prefix_lm_mask")
     prefix = _int_array("prefix_lm_mask", "prefix_lengths", prefix_lengths, (0, 1))
     _check_range("prefix_lm_mask", "prefix_lengths", prefix, 0, time, f"time is {time}")
     i, j = _positions(time)
@@ -176,9 +167,9 @@ def sliding_window_mask(time, window, dilation=1, causal=False):
                     (and j <= i when causal)
 
     ``window`` 0 leaves only the diagonal. Shape ``(time, time)``."""
-    time = _check_int("sliding_window_mask", "time", time, 1)
-    window = _check_int("sliding_window_mask", "window", window, 0)
-    dilation = _check_int("sliding_window_mask", "dilation", dilation, 1)
+    time = checks.int_at_least(time, 1, "time", "sliding_window_mask")
+    window = checks.int_at_least(window, 0, "window", "sliding_window_mask")
+    dilation = checks.int_at_least(dilation, 1, "dilation", "sliding_window_mask")
     offset = _offsets(time, time)
     allowed = (offset % dilation == 0) & (np.abs(offset) <= window * dilation)
     return allowed & (offset <= 0) if causal else allowed
@@ -192,7 +183,7 @@ def global_mask(time, global_positions, window=0, dilation=1):
     allowed[i, j] = i in G  or  j in G  or  sliding_window(window, dilation)[i, j]
 
     Shape ``(time, time)``."""
-    time = _check_int("global_mask", "time", time, 1)
+    time = checks.int_at_least(time, 1, "time", "global_mask")
     positions = _int_array("global_mask", "global_positions", global_positions, (1,))
     _check_range("global_mask", "global_positions", positions, 0, time - 1, f"time is {time}")
     is_global = np.zeros(time, dtype=bool)
@@ -218,16 +209,16 @@ def block_sparse_mask(time, block, *, num_window_blocks=3, global_blocks=(0,),
     ``global_blocks`` are block indices (negative ones count from the end: ``(0, -1)`` makes the
     first and last blocks global, as BigBird-ITC). Shape ``(time, time)``."""
     builder = "block_sparse_mask"
-    time = _check_int(builder, "time", time, 1)
-    block = _check_int(builder, "block", block, 1)
+    time = checks.int_at_least(time, 1, "time", builder)
+    block = checks.int_at_least(block, 1, "block", builder)
     if time % block:
         raise ValueError(f"{builder}: time {time} is not a multiple of block {block}; pad the "
                          "sequence to a multiple of the block size")
-    window = _check_int(builder, "num_window_blocks", num_window_blocks, 1)
+    window = checks.int_at_least(num_window_blocks, 1, "num_window_blocks", builder)
     if window % 2 == 0:
         raise ValueError(f"{builder}: num_window_blocks must be odd (a block and as many "
                          f"neighbours on each side), got {window}")
-    num_random = _check_int(builder, "num_random_blocks", num_random_blocks, 0)
+    num_random = checks.int_at_least(num_random_blocks, 0, "num_random_blocks", builder)
     blocks = time // block
     chosen = _int_array(builder, "global_blocks", global_blocks, (1,))
     _check_range(builder, "global_blocks", chosen, -blocks, blocks - 1,
@@ -261,8 +252,8 @@ def strided_mask(time, stride, *, factorized=False):
     With stride ~ sqrt(time) each query sees O(sqrt(time)) keys. Returns the merged pattern
     A1 | A2, ``(time, time)`` (the survey's eq 94), or with ``factorized=True`` the two stacked,
     ``(2, time, time)``, one per head (eq 95)."""
-    time = _check_int("strided_mask", "time", time, 1)
-    stride = _check_int("strided_mask", "stride", stride, 1)
+    time = checks.int_at_least(time, 1, "time", "strided_mask")
+    stride = checks.int_at_least(stride, 1, "stride", "strided_mask")
     behind = -_offsets(time, time)  # i - j
     causal = behind >= 0
     return _factorized(causal & (behind <= stride), causal & (behind % stride == 0), factorized)
@@ -278,9 +269,9 @@ def fixed_mask(time, stride, c, *, factorized=False):
 
     Returns A1 | A2, ``(time, time)``, or with ``factorized=True`` the two stacked,
     ``(2, time, time)``."""
-    time = _check_int("fixed_mask", "time", time, 1)
-    stride = _check_int("fixed_mask", "stride", stride, 1)
-    c = _check_int("fixed_mask", "c", c, 1)
+    time = checks.int_at_least(time, 1, "time", "fixed_mask")
+    stride = checks.int_at_least(stride, 1, "stride", "fixed_mask")
+    c = checks.int_at_least(c, 1, "c", "fixed_mask")
     if c > stride:
         raise ValueError(f"fixed_mask: c must be at most stride {stride} (c summary positions "
                          f"per block), got {c}")

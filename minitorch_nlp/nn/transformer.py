@@ -48,10 +48,11 @@ from .module import Module
 from .outputs import ModelOutput
 from .parameter import Parameter
 
-__all__ = ["DecoderOnlyLayer", "FeedForward", "FullAttention", "LearnedPositionalEmbedding",
-           "MultiHeadAttention", "SinusoidalPositionalEncoding", "SlidingWindowAttention",
-           "DecoderOnlyStack", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
-           "TransformerEncoderLayer", "TransformerLayer", "TransformerStack", "attention_weights"]
+__all__ = ["DecoderOnlyLayer", "DecoderOnlyStack", "FeedForward", "FullAttention",
+           "LearnedPositionalEmbedding", "MultiHeadAttention", "SinusoidalPositionalEncoding",
+           "SlidingWindowAttention", "TransformerDecoder", "TransformerDecoderLayer",
+           "TransformerEncoder", "TransformerEncoderLayer", "TransformerLayer",
+           "TransformerStack", "attention_weights"]
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 
