@@ -53,7 +53,7 @@ CONFIG = {"architectures": ["ToyModel"], "model_type": "toy", "vocab_size": 7, "
 
 @pytest.fixture
 def registry(monkeypatch):
-    monkeypatch.setattr(hf, "MODEL_MODULES", ())
+    monkeypatch.setattr(hf, "_load_registrations", lambda: None)   # the toy model only
     monkeypatch.setattr(hf, "_ARCHITECTURES", {})
     hf.register_architecture(hf.HFArchitecture(
         name="ToyModel", model_type="toy", model_class=Toy, from_config=Toy,

@@ -1,0 +1,73 @@
+"""The figure styles every example and training report shares, so that a fix to a figure lands in
+all of them: loss curves with a title, a legend and plain tick labels; attention heat maps with a
+colour bar and axis titles; tokens with their spaces made visible.
+
+Needs matplotlib (``pip install 'minitorch-nlp[plots]'``); ``pyplot()`` raises ``ImportError``
+saying so when it is missing.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["heatmap", "loss_curves", "pyplot", "save", "visible"]
+
+SPACE = "\u2423"   # "␣": a space token drawn so that it can be seen
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the file-only Agg backend (no window is opened)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("figures need matplotlib: pip install 'minitorch-nlp[plots]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def visible(token):
+    """``token`` as a label: spaces as "␣", newlines as "\\n", tabs as "\\t"."""
+    return str(token).replace(" ", SPACE).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def loss_curves(ax, steps, series, *, validation=None, title, ylabel="cross-entropy (nats)"):
+    """Training losses on ``ax``: ``series`` maps a legend label to the losses at ``steps``
+    (a running mean is drawn over long noisy runs), ``validation`` an optional (steps, losses)
+    pair; linear axes with plain tick labels, a legend and ``title``."""
+    for label, losses in series.items():
+        losses = np.asarray(losses, dtype=float)
+        ax.plot(steps, losses, alpha=0.35 if len(losses) >= 20 else 1.0, label=label)
+        if len(losses) >= 20:
+            window = max(2, len(losses) // 50)
+            smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
+            ax.plot(list(steps)[window - 1:], smooth, label=f"{label} (mean of {window})")
+    if validation is not None and len(validation[0]):
+        ax.plot(validation[0], validation[1], "o-", label="validation")
+    ax.ticklabel_format(axis="both", style="plain", useOffset=False)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+
+
+def heatmap(ax, weights, *, columns, rows, title, xlabel="key tokens", ylabel="query tokens",
+            colorbar_label="attention weight", vmin=0.0, vmax=None):
+    """The matrix ``weights`` (rows, columns) on ``ax`` with token labels (spaces visible), axis
+    titles and a colour bar; attention weights by default (0 to the largest weight)."""
+    weights = np.asarray(weights, dtype=float)
+    image = ax.imshow(weights, cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(len(columns)), [visible(t) for t in columns], rotation=90)
+    ax.set_yticks(range(len(rows)), [visible(t) for t in rows])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.figure.colorbar(image, ax=ax, label=colorbar_label, fraction=0.046, pad=0.04)
+    return image
+
+
+def save(fig, path, dpi=120):
+    """Write ``fig`` to ``path`` cropped to what is drawn, and close it."""
+    plt = pyplot()
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
