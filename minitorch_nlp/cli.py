@@ -50,16 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     done, 1 failed, 2 a usage error, 130 stopped by Ctrl-C. Errors are one line on stderr,
     ``minitorch-nlp: error: ...``; ``--debug`` shows the traceback instead."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit:   # --help (0) or a usage error already printed (2)
+        return exit.code
+    debug = getattr(args, "debug", False)   # --debug before or after the command
     try:
         return args.run(args, parser)
     except UsageError as error:
-        if args.debug:
+        if debug:
             raise
         _print_error(error)
         return 2
     except (ValueError, TypeError, OSError, RuntimeError, ImportError) as error:
-        if args.debug:
+        if debug:
             raise
         _print_error(error)
         return 1
@@ -74,7 +78,6 @@ def _parser() -> argparse.ArgumentParser:
         description="minitorch_nlp: a NumPy-first deep-learning framework for teaching, "
         "with the equations of The NLP Cookbook implemented and property-tested.",
     )
-    parser.set_defaults(debug=False)
     commands = parser.add_subparsers(title="commands", dest="command", required=True,
                                      parser_class=lambda **kw: _Parser(parents=[common], **kw))
     _add_equations_command(commands)
@@ -326,7 +329,7 @@ def _backend(name):
     try:
         return get_backend(name)
     except (ValueError, RuntimeError, ImportError) as error:
-        raise UsageError(f"--backend {name}: {error}") from None
+        raise UsageError(f"--backend {name}: {error}") from error
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,7 +462,7 @@ def _config(make, **values):
     try:
         return make(**values)
     except training.SettingError as error:
-        raise UsageError(error.about(_option(error.setting))) from None
+        raise UsageError(error.about(_option(error.setting))) from error
 
 
 def _start(config, **load):
@@ -471,9 +474,9 @@ def _start(config, **load):
             return training.LanguageModelRun.load(path, **load)
         return training.LanguageModelRun(config)
     except training.TextFileError as error:
-        raise UsageError(f"--text: {error}") from None
+        raise UsageError(f"--text: {error}") from error
     except training.SettingError as error:
-        raise UsageError(error.about(_option(error.setting))) from None
+        raise UsageError(error.about(_option(error.setting))) from error
 
 
 def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -517,7 +520,7 @@ def _resume(args):
     try:
         saved = training.read_checkpoint(path)["config"]
     except (FileNotFoundError, ValueError) as error:
-        raise UsageError(f"--resume {args.resume}: {error}") from None
+        raise UsageError(f"--resume {args.resume}: {error}") from error
     given = {name: getattr(args, name) for name in (*_TRAIN_INTS, *_TRAIN_FLOATS, "tokenizer")}
     given["text"] = args.text and os.path.abspath(args.text)
     conflicts = [f"{_option(name)} {value} (the run has {saved[name]})"
@@ -578,7 +581,7 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         model, tokenizer, family = training.load_for_inference(args.checkpoint, **overrides)
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(f"{args.checkpoint}: {error}" if args.checkpoint not in str(error)
-                         else str(error)) from None
+                         else str(error)) from error
     if not family.objective.generates_text:
         print(family.objective.respond(model, tokenizer, args.prompt))
         return 0

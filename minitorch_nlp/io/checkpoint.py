@@ -341,7 +341,7 @@ def _read_header(archive, path):
     if HEADER_KEY not in archive.files:
         raise ValueError(
             f"{path!r} has no {HEADER_KEY!r} entry, so it is not a minitorch_nlp checkpoint "
-            "(a plain np.savez file?); read it with np.load(path, allow_pickle=False)")
+            "(a plain np.savez file?); NumPy's np.load reads that")
     raw = _read_entry(archive, HEADER_KEY, path)
     try:
         if raw.dtype != np.uint8 or raw.ndim != 1:
