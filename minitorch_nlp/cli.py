@@ -163,8 +163,20 @@ def _equations(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             "not imported (an optional dependency is missing): " + ", ".join(skipped),
             file=sys.stderr,
         )
+    rows = equation_rows(selected)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        print()
+    else:
+        _print_table(rows)
+    return 0
+
+
+def equation_rows(equations: list[cookbook.Equation]) -> list[dict]:
+    """The table's rows: each equation with the code registered for it and its tests (found in
+    a source checkout). Call ``cookbook.import_all()`` first to see every registration."""
     tests = cookbook.tests_by_equation()
-    rows = [
+    return [
         {
             "number": eq.number,
             "section": eq.section,
@@ -172,14 +184,8 @@ def _equations(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             "implementations": cookbook.implementations(eq.number),
             "tests": tests.get(eq.number, []),
         }
-        for eq in selected
+        for eq in equations
     ]
-    if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        print()
-    else:
-        _print_table(rows)
-    return 0
 
 
 def _print_table(rows: list[dict]) -> None:
