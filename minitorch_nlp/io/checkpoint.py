@@ -129,8 +129,9 @@ def load(path, *, backend=None):
     try:
         archive = np.load(path, allow_pickle=False)
     except ValueError as exc:   # NumPy's advice to allow pickles is not ours to give
-        raise ValueError(f"{path!r} is not a minitorch_nlp checkpoint: it holds pickled data "
-                         "(or is no NumPy file at all), which minitorch_nlp never loads") from None
+        what = ("it holds pickled data, which minitorch_nlp never loads" if "pickle" in str(exc)
+                else "it is not a NumPy .npz file")
+        raise ValueError(f"{path!r} is not a minitorch_nlp checkpoint: {what}") from None
     except (EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{path!r} is not a minitorch_nlp checkpoint (.npz): {exc}") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
