@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["heatmap", "loss_curves", "pyplot", "save", "visible"]
+__all__ = ["heatmap", "heatmap_panels", "loss_curves", "pyplot", "save", "shared_colorbar",
+           "visible"]
 
 SPACE = "\u2423"   # "␣": a space token drawn so that it can be seen
 
@@ -36,11 +37,12 @@ def loss_curves(ax, steps, series, *, validation=None, title, ylabel="cross-entr
     pair; linear axes with plain tick labels, a legend and ``title``."""
     for label, losses in series.items():
         losses = np.asarray(losses, dtype=float)
-        ax.plot(steps, losses, alpha=0.35 if len(losses) >= 20 else 1.0, label=label)
+        (line,) = ax.plot(steps, losses, alpha=0.35 if len(losses) >= 20 else 1.0, label=label)
         if len(losses) >= 20:
             window = max(2, len(losses) // 50)
             smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
-            ax.plot(list(steps)[window - 1:], smooth, label=f"{label} (mean of {window})")
+            ax.plot(list(steps)[window - 1:], smooth, color=line.get_color(),
+                    label=f"{label} (mean of {window})")
     if validation is not None and len(validation[0]):
         ax.plot(validation[0], validation[1], "o-", label="validation")
     ax.ticklabel_format(axis="both", style="plain", useOffset=False)
@@ -52,9 +54,11 @@ def loss_curves(ax, steps, series, *, validation=None, title, ylabel="cross-entr
 
 
 def heatmap(ax, weights, *, columns, rows, title, xlabel="key tokens", ylabel="query tokens",
-            colorbar_label="attention weight", vmin=0.0, vmax=None):
+            colorbar_label="attention weight", vmin=0.0, vmax=None, colorbar=True):
     """The matrix ``weights`` (rows, columns) on ``ax`` with token labels (spaces visible), axis
-    titles and a colour bar; attention weights by default (0 to the largest weight)."""
+    titles and a colour bar (``colorbar=False``: none here, e.g. for panels that share one drawn
+    by ``shared_colorbar``); attention weights by default (0 to the largest weight). Returns the
+    image."""
     weights = np.asarray(weights, dtype=float)
     image = ax.imshow(weights, cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(range(len(columns)), [visible(t) for t in columns], rotation=90)
@@ -62,8 +66,22 @@ def heatmap(ax, weights, *, columns, rows, title, xlabel="key tokens", ylabel="q
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.figure.colorbar(image, ax=ax, label=colorbar_label, fraction=0.046, pad=0.04)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label=colorbar_label, fraction=0.046, pad=0.04)
     return image
+
+
+def heatmap_panels(shape, *, panel_size=(3.6, 3.4)):
+    """A figure of ``shape`` (rows, columns) panels laid out so that tick labels, titles and a
+    shared colour bar never overlap; returns (figure, axes as a 2-D array)."""
+    rows, columns = shape
+    return pyplot().subplots(rows, columns, squeeze=False, layout="constrained",
+                             figsize=(panel_size[0] * columns, panel_size[1] * rows))
+
+
+def shared_colorbar(fig, image, axes, label="attention weight"):
+    """One colour bar for all ``axes`` (panels drawn on the same scale)."""
+    fig.colorbar(image, ax=np.ravel(axes).tolist(), label=label, shrink=0.9)
 
 
 def save(fig, path, dpi=120):
