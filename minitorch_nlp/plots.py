@@ -46,11 +46,17 @@ def loss_curves(ax, steps, series, *, validation=None, title, ylabel="cross-entr
     if validation is not None and len(validation[0]):
         ax.plot(validation[0], validation[1], "o-", label="validation")
     ax.ticklabel_format(axis="both", style="plain", useOffset=False)
+    ax.xaxis.set_major_locator(_integer_ticks())
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
+
+
+def _integer_ticks():
+    from matplotlib.ticker import MaxNLocator
+    return MaxNLocator(integer=True)
 
 
 def heatmap(ax, weights, *, columns, rows, title, xlabel="key tokens", ylabel="query tokens",
