@@ -31,20 +31,24 @@ def visible(token):
     return str(token).replace(" ", SPACE).replace("\n", "\\n").replace("\t", "\\t")
 
 
-def loss_curves(ax, steps, series, *, validation=None, title, ylabel="cross-entropy (nats)"):
+def loss_curves(ax, steps, series, *, validation=None, validation_label="validation", title,
+                ylabel="cross-entropy (nats)"):
     """Training losses on ``ax``: ``series`` maps a legend label to the losses at ``steps``
     (a running mean is drawn over long noisy runs), ``validation`` an optional (steps, losses)
-    pair; linear axes with plain tick labels, a legend and ``title``."""
+    pair; linear axes with plain tick labels, a legend and ``title``. Lines added afterwards
+    join the legend when the caller calls ``ax.legend()`` again."""
     for label, losses in series.items():
         losses = np.asarray(losses, dtype=float)
-        (line,) = ax.plot(steps, losses, alpha=0.35 if len(losses) >= 20 else 1.0, label=label)
-        if len(losses) >= 20:
+        noisy = len(losses) >= 20   # drawn faint, under its running mean
+        (line,) = ax.plot(steps, losses, alpha=0.35 if noisy else 1.0,
+                          label="_nolegend_" if noisy else label)
+        if noisy:
             window = max(2, len(losses) // 50)
             smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
             ax.plot(list(steps)[window - 1:], smooth, color=line.get_color(),
-                    label=f"{label} (mean of {window})")
+                    label=f"{label} (running mean of {window})")
     if validation is not None and len(validation[0]):
-        ax.plot(validation[0], validation[1], "o-", label="validation")
+        ax.plot(validation[0], validation[1], "o-", label=validation_label)
     ax.ticklabel_format(axis="both", style="plain", useOffset=False)
     ax.xaxis.set_major_locator(_integer_ticks())
     ax.set_xlabel("step")
