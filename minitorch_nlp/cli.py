@@ -67,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _print_error(error)
         return 1
+    except KeyboardInterrupt:   # Ctrl-C outside a training loop (which saves and returns 130)
+        if debug:
+            raise
+        print(f"\n{PROG}: interrupted", file=sys.stderr)
+        return 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -454,12 +459,21 @@ def _add_generate_command(commands) -> None:
 
 def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     _at_least(1, steps=args.steps)
+    _check_run_options(args)
     backend_name = args.backend or training.TrainConfig.backend
     _backend(backend_name)
     mt.set_num_threads(args.threads)
     config = _config(training.demo_config, steps=args.steps, backend=backend_name,
                      seed=args.seed, smoke=args.smoke)
     return _run_training(_start(config), args.out, None, args)
+
+
+def _check_run_options(args) -> None:
+    _at_least(1, stop_at=getattr(args, "stop_at", None), checkpoint_every=args.checkpoint_every,
+              threads=args.threads)
+    if not args.checkpoint_minutes >= 0:
+        raise UsageError(f"--checkpoint-minutes must be >= 0 (0: no timed saves), got "
+                         f"{args.checkpoint_minutes}")
 
 
 def _config(make, **values):
@@ -486,8 +500,7 @@ def _start(config, **load):
 
 
 def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    _at_least(1, stop_at=args.stop_at, checkpoint_every=args.checkpoint_every,
-              threads=args.threads)
+    _check_run_options(args)
     mt.set_num_threads(args.threads)
     if args.backend is not None:
         _backend(args.backend)

@@ -59,6 +59,9 @@ def train(tmp_path, text_file, *extra, out="run"):
     (["train"], "give the model to train (bert, gpt, roberta), or --resume PATH"),
     (["train", "gpt", "--backend", "nope"], "--backend nope:"),
     (["demo", "--steps", "0"], "--steps must be at least 1, got 0"),
+    (["demo", "--checkpoint-minutes", "-1"], "--checkpoint-minutes must be >= 0"),
+    (["train", "gpt", "--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
+    (["train", "gpt", "--threads", "0"], "--threads must be at least 1"),
     (["generate", "x", "--temperature", "-1"], "--temperature must be >= 0 (0: greedy)"),
     (["generate", "x", "--top-p", "1.5"], "--top-p must lie in (0, 1]"),
     (["generate", "x", "--top-k", "0"], "--top-k must be at least 1"),
@@ -302,3 +305,11 @@ def test_a_new_family_needs_only_its_registration(tmp_path, text_file, monkeypat
 def test_hf_architectures_that_neither_generate_nor_fill_masks_are_named():
     with pytest.raises(ValueError, match="a BertModel neither generates text nor fills masks"):
         registry.family_for_architecture("BertModel")
+
+
+def test_ctrl_c_before_training_starts_is_one_line(capsys, monkeypatch):
+    def interrupted(config):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(training, "LanguageModelRun", interrupted)
+    assert cli.main(["train", "gpt", "--out", "nowhere-yet"]) == 130
+    assert capsys.readouterr().err == "\nminitorch-nlp: interrupted\n"
