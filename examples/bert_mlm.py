@@ -33,12 +33,9 @@
 # %%
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import time
-from pathlib import Path
 
 # One BLAS thread: the matrices here are small, and on a busy machine two BLAS threads per
 # process spin against each other and run many times slower than one. Set OPENBLAS_NUM_THREADS
@@ -46,15 +43,11 @@ from pathlib import Path
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
-from minitorch_nlp import optim  # noqa: E402
+from minitorch_nlp import optim, plots, scripting  # noqa: E402
 from minitorch_nlp.data import load_text, stdlib_corpus  # noqa: E402
 from minitorch_nlp.data.masking import MaskedLMCollator, next_sentence_pairs  # noqa: E402
 from minitorch_nlp.data.tokenizers import WordPieceTokenizer  # noqa: E402
@@ -72,15 +65,11 @@ SETTINGS = {
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="BERT: masked-LM + NSP pretraining on the "
-                                                 "built-in corpus, then fine-tuning (IV-C)")
-    parser.add_argument("--smoke", action="store_true", help="tiny, runs in seconds")
-    parser.add_argument("--out", default="runs/bert_mlm", help="output folder (runs/bert_mlm)")
-    parser.add_argument("--steps", type=int, help="pretraining steps (2500; smoke: 12)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for data and weights (0)")
-    parser.add_argument("--backend", default="numpy", help="numpy, numba or cupy (numpy)")
-    parser.add_argument("--text", help="a UTF-8 text file to use instead of the built-in corpus "
-                                       "(paragraphs separated by blank lines)")
+    parser = scripting.example_parser(
+        "bert_mlm", "BERT: masked-LM + NSP pretraining on the built-in corpus, then "
+        "fine-tuning (IV-C)", steps="pretraining steps (2500; smoke: 12)",
+        text="a UTF-8 text file to use instead of the built-in corpus (paragraphs separated by "
+             "blank lines)")
     return parser.parse_args(argv)
 
 
@@ -293,38 +282,30 @@ def evaluate_task(model, test):
 
 # %%
 def plot_pretraining(history, unigram, path):
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    window = max(1, min(50, len(history["loss"]) // 5))
-    smooth = np.convolve(history["loss"], np.ones(window) / window, mode="valid")
-    left.plot(history["step"], history["loss"], color="tab:blue", alpha=0.25, linewidth=0.8)
-    left.plot(history["step"][window - 1:], smooth, color="tab:blue",
-              label=f"training MLM + NSP (mean of {window})")
-    left.plot(history["val_step"], history["val_mlm"], "o-", color="tab:orange",
-              label="validation MLM")
+    figure, (left, right) = plots.pyplot().subplots(1, 2, figsize=(10, 4))
+    plots.loss_curves(left, history["step"], {"training MLM + NSP": history["loss"]},
+                      validation=(history["val_step"], history["val_mlm"]),
+                      validation_label="validation MLM", title="pretraining loss")
     left.axhline(unigram, color="grey", linestyle=":", label="validation MLM, unigram guess")
-    left.set(xlabel="step", ylabel="cross-entropy (nats)", title="pretraining loss")
     left.legend()
-    right.plot(history["val_step"], history["val_nsp_accuracy"], "o-", color="tab:green")
+    right.plot(history["val_step"], history["val_nsp_accuracy"], "o-", color="tab:green",
+               label="validation NSP")
     right.axhline(0.5, color="grey", linestyle=":", label="chance")
     right.set(xlabel="step", ylabel="accuracy", ylim=(0.0, 1.0),
               title="next sentence prediction (validation)")
     right.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    plots.save(figure, path)
 
 
 def plot_fine_tuning(curves, path):
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure, axis = plots.pyplot().subplots(figsize=(6, 4))
     for name, curve in curves.items():
         axis.plot(range(len(curve)), curve, "o-", label=name)
     axis.axhline(0.5, color="grey", linestyle=":", label="chance")
     axis.set(xlabel="epoch", ylabel="held-out accuracy", ylim=(0.0, 1.0),
              title="original or shuffled? (fine-tuning)")
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    plots.save(figure, path)
 
 
 # %% [markdown]
@@ -334,12 +315,8 @@ def plot_fine_tuning(curves, path):
 def main(argv=None):
     args = parse_args(argv)
     run_start = time.perf_counter()
-    cfg = SETTINGS["smoke" if args.smoke else "full"]
+    cfg, out = scripting.start(args, SETTINGS)
     steps = args.steps if args.steps is not None else cfg["steps"]
-    mt.set_backend(args.backend)
-    mt.manual_seed(args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
 
     text = load_text(args.text) if args.text else stdlib_corpus(cfg["max_chars"])
     train_docs, test_docs, tokenizer = build_data(cfg, text, args.seed)
@@ -401,8 +378,7 @@ def main(argv=None):
         "task_examples": {"train": half, "test": len(task["labels"]) - half}, "config": cfg,
         "total_seconds": time.perf_counter() - run_start,
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    return metrics
+    return scripting.write_metrics(out, metrics)
 
 
 if __name__ == "__main__":

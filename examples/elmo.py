@@ -33,23 +33,16 @@
 # %%
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import time
 from collections import Counter
-from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
 from minitorch_nlp import functional as F  # noqa: E402
-from minitorch_nlp import nn, optim  # noqa: E402
+from minitorch_nlp import nn, optim, plots, scripting  # noqa: E402
 from minitorch_nlp.data import Vocab, load_text, pad_sequences  # noqa: E402
 from minitorch_nlp.models.elmo import BiLM, BiLMConfig, ELMo, encode_characters  # noqa: E402
 
@@ -65,12 +58,10 @@ SETTINGS = {
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__ or "ELMo on the stdlib corpus")
-    parser.add_argument("--smoke", action="store_true", help="tiny, runs in seconds")
-    parser.add_argument("--out", default="runs/elmo", help="output folder (runs/elmo)")
-    parser.add_argument("--steps", type=int, help="biLM pretraining steps (1000; smoke: 8)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for data and weights (0)")
-    parser.add_argument("--text", help="a UTF-8 text file to use instead of the stdlib corpus")
+    parser = scripting.example_parser(
+        "elmo", __doc__ or "ELMo on the stdlib corpus",
+        steps="biLM pretraining steps (1000; smoke: 8)", backend=False,
+        text="a UTF-8 text file to use instead of the stdlib corpus")
     return parser.parse_args(argv)
 
 
@@ -280,11 +271,8 @@ class ELMoClassifier(nn.Module):
 # %%
 def main(argv=None):
     args = parse_args(argv)
-    cfg = SETTINGS["smoke" if args.smoke else "full"]
+    cfg, out = scripting.start(args, SETTINGS)
     steps = cfg["steps"] if args.steps is None else args.steps
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    mt.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
 
@@ -348,20 +336,15 @@ def main(argv=None):
     print(f"{seconds:.1f} s; outputs in {out}")
 
     # ---- pictures and metrics ----
+    plt = plots.pyplot()
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.plot(pretrain_losses, alpha=0.4, label="per step")
-    window = max(1, min(20, len(pretrain_losses) // 5))
-    smooth = np.convolve(pretrain_losses, np.ones(window) / window, mode="valid")
-    left.plot(np.arange(window - 1, len(pretrain_losses)), smooth, label=f"mean of {window}")
-    left.set(title="biLM pretraining (eq 13 + 14)", xlabel="step", ylabel="cross-entropy (nats)")
-    left.legend()
-    right.plot(plain_losses, label=f"plain embeddings (test acc {plain_acc:.3f})")
-    right.plot(elmo_losses, label=f"ELMo features (test acc {elmo_acc:.3f})")
-    right.set(title="pseudo-word disambiguation", xlabel="step", ylabel="cross-entropy (nats)")
-    right.legend()
-    figure.tight_layout()
-    figure.savefig(out / "loss.png", dpi=120)
-    plt.close(figure)
+    plots.loss_curves(left, range(1, len(pretrain_losses) + 1), {"per step": pretrain_losses},
+                      title="biLM pretraining (eq 13 + 14)")
+    plots.loss_curves(right, range(1, len(plain_losses) + 1),
+                      {f"plain embeddings (test acc {plain_acc:.3f})": plain_losses,
+                       f"ELMo features (test acc {elmo_acc:.3f})": elmo_losses},
+                      title="pseudo-word disambiguation")
+    plots.save(figure, out / "loss.png")
 
     figure, axis = plt.subplots(figsize=(5, 3.5))
     names = ["0: [x; x]"] + [f"{j}: biLSTM {j}" for j in range(1, len(weights))]
@@ -370,9 +353,7 @@ def main(argv=None):
     axis.set(title=f"learned scalar mix (eq 17), gamma = {gamma:.2f}",
              ylabel="s_j = softmax(w)_j")
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(out / "scalar_mix.png", dpi=120)
-    plt.close(figure)
+    plots.save(figure, out / "scalar_mix.png")
 
     metrics = {
         "smoke": args.smoke, "seed": args.seed, "pretrain_steps": steps,
@@ -385,8 +366,7 @@ def main(argv=None):
         "scalar_mix_weights": weights, "gamma": gamma, "seconds": seconds,
         "config": {key: value for key, value in cfg.items()},
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    return metrics
+    return scripting.write_metrics(out, metrics)
 
 
 if __name__ == "__main__":

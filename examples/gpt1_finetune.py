@@ -47,11 +47,8 @@
 # %%
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import time
-from pathlib import Path
 
 # One BLAS thread: the matrices here are small, and on a busy machine two BLAS threads per
 # process spin against each other and run many times slower than one. Set OPENBLAS_NUM_THREADS
@@ -59,15 +56,11 @@ from pathlib import Path
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
-from minitorch_nlp import optim  # noqa: E402
+from minitorch_nlp import optim, plots, scripting  # noqa: E402
 from minitorch_nlp.data import load_text, stdlib_corpus  # noqa: E402
 from minitorch_nlp.data.tokenizers import CharTokenizer  # noqa: E402
 from minitorch_nlp.models.gpt import (GPTConfig, GPTForFineTuning, GPTLMHeadModel,  # noqa: E402
@@ -88,14 +81,9 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="GPT-1 pre-training and fine-tuning with and "
-                                                 "without the auxiliary LM loss (eq 18-24)")
-    parser.add_argument("--smoke", action="store_true", help="tiny, runs in seconds")
-    parser.add_argument("--out", default="runs/gpt1_finetune",
-                        help="output folder (runs/gpt1_finetune)")
-    parser.add_argument("--text", help="a text file to use instead of the built-in corpus")
-    parser.add_argument("--seed", type=int, default=0, help="seed for data and weights (0)")
-    parser.add_argument("--backend", default="numpy", help="numpy, numba or cupy (numpy)")
+    parser = scripting.example_parser(
+        "gpt1_finetune", "GPT-1 pre-training and fine-tuning with and without the auxiliary LM "
+        "loss (eq 18-24)", text="a text file to use instead of the built-in corpus")
     parser.add_argument("--lm-coef", type=float, default=0.5,
                         help="lambda of eq 24 in the auxiliary-loss runs (0.5, the paper's)")
     return parser.parse_args(argv)
@@ -235,19 +223,14 @@ def copy_of(transformer):
 
 # %%
 def plot_pretraining(losses, path):
-    figure, axis = plt.subplots(figsize=(6, 3.5))
-    window = max(1, min(50, len(losses) // 5))
-    axis.plot(losses, alpha=0.3, color="tab:blue")
-    axis.plot(np.arange(window - 1, len(losses)),
-              np.convolve(losses, np.ones(window) / window, mode="valid"), color="tab:blue")
-    axis.set(xlabel="step", ylabel="-L_1 per character (nats)", title="GPT-1 pre-training")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    figure, axis = plots.pyplot().subplots(figsize=(6, 3.5))
+    plots.loss_curves(axis, range(1, len(losses) + 1), {"training batch": losses},
+                      title="GPT-1 pre-training", ylabel="-L_1 per character (nats)")
+    plots.save(figure, path)
 
 
 def plot_finetuning(curves, path):
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    figure, (left, right) = plots.pyplot().subplots(1, 2, figsize=(11, 4))
     for name, curve in curves.items():
         left.plot(curve["step"], curve["task_loss"], "o-", markersize=3, label=name)
         right.plot(curve["step"], curve["test_accuracy"], "o-", markersize=3, label=name)
@@ -255,11 +238,10 @@ def plot_finetuning(curves, path):
              title="task loss (eq 23)")
     right.set(xlabel="fine-tuning step", ylabel="held-out accuracy", ylim=(0.4, 1.01),
               title="genuine vs corrupted snippets")
-    right.axhline(0.5, color="grey", linewidth=0.8, linestyle=":")
+    right.axhline(0.5, color="grey", linewidth=0.8, linestyle=":", label="chance")
     left.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    right.legend()
+    plots.save(figure, path)
 
 
 # %% [markdown]
@@ -269,11 +251,7 @@ def plot_finetuning(curves, path):
 def main(argv=None):
     args = parse_args(argv)
     run_start = time.perf_counter()
-    cfg = SETTINGS["smoke" if args.smoke else "full"]
-    mt.set_backend(args.backend)
-    mt.manual_seed(args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    cfg, out = scripting.start(args, SETTINGS)
     rng = np.random.default_rng(args.seed)
 
     text = load_text(args.text) if args.text else stdlib_corpus(cfg["corpus_chars"])
@@ -323,8 +301,7 @@ def main(argv=None):
         "final_accuracy": {name: curve["test_accuracy"][-1] for name, curve in curves.items()},
         "curves": curves, "total_seconds": time.perf_counter() - run_start,
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    return metrics
+    return scripting.write_metrics(out, metrics)
 
 
 if __name__ == "__main__":

@@ -47,12 +47,9 @@
 # %%
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
 # One BLAS thread: the matrices here are small, and on a busy machine two BLAS threads per
 # process spin against each other and run many times slower than one. Set OPENBLAS_NUM_THREADS
@@ -60,14 +57,10 @@ from pathlib import Path
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
-from minitorch_nlp import decoding, training  # noqa: E402
+from minitorch_nlp import decoding, plots, scripting, training  # noqa: E402
 from minitorch_nlp.data import load_text, stdlib_corpus  # noqa: E402
 from minitorch_nlp.data.tokenizers import load_tokenizer  # noqa: E402
 from minitorch_nlp.models.gpt import GPT2LMHeadModel  # noqa: E402
@@ -81,18 +74,13 @@ SETTINGS = {
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="GPT-2 generation from a HuggingFace-format "
-                                                 "checkpoint (section V-A)")
-    parser.add_argument("--smoke", action="store_true", help="tiny, runs in seconds")
-    parser.add_argument("--out", default="runs/gpt2_generate",
-                        help="output folder (runs/gpt2_generate)")
+    parser = scripting.example_parser(
+        "gpt2_generate", "GPT-2 generation from a HuggingFace-format checkpoint (section V-A)",
+        steps="training steps (1500; smoke: 10)",
+        text="a text file to train on instead of the built-in corpus")
     parser.add_argument("--checkpoint", help="a HuggingFace GPT2LMHeadModel directory to load "
                                              "instead of training one")
-    parser.add_argument("--text", help="a text file to train on instead of the built-in corpus")
     parser.add_argument("--prompt", default="Return the ", help="the text to continue")
-    parser.add_argument("--steps", type=int, help="training steps (1500; smoke: 10)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for data, weights, samples")
-    parser.add_argument("--backend", default="numpy", help="numpy, numba or cupy (numpy)")
     return parser.parse_args(argv)
 
 
@@ -153,18 +141,19 @@ def plot_sampling(model, prompt_ids, tokenizer, path, shown=20):
              "top-k, k = 5": decoding.top_k_filter(logits, 5),
              "top-p, p = 0.8": decoding.top_p_filter(logits, 0.8)}
     order = np.argsort(-logits[0])[:shown]
-    labels = [repr(tokenizer.decode([int(i)]))[1:-1] for i in order]
-    figure, axes = plt.subplots(1, len(rules), figsize=(4 * len(rules), 3.2), sharey=True)
+    labels = [plots.visible(tokenizer.decode([int(i)])) for i in order]   # " " drawn as "␣"
+    figure, axes = plots.pyplot().subplots(1, len(rules), figsize=(4 * len(rules), 3.2),
+                                           sharey=True)
     for axis, (title, values) in zip(axes, rules.items()):
         probabilities = np.exp(values[0] - values[0].max())
         probabilities /= probabilities.sum()
         axis.bar(range(shown), probabilities[order], color="tab:blue")
-        axis.set_xticks(range(shown), labels, fontsize=7)
+        axis.set_xticks(range(shown), labels, fontsize=8)
         axis.set_title(title, fontsize=9)
-    axes[0].set_ylabel(f"P(next token | {tokenizer.decode(prompt_ids[0])!r})", fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+        axis.set_xlabel("next token (the likeliest first)", fontsize=8)
+    prompt = plots.visible(tokenizer.decode(prompt_ids[0]))
+    axes[0].set_ylabel(f"P(next token | {prompt})", fontsize=8)
+    plots.save(figure, path)
 
 
 def generate_samples(model, tokenizer, prompt_ids, new_tokens, seed):
@@ -210,15 +199,10 @@ def time_generation(model, prompt_ids, new_tokens):
 
 
 def plot_loss(losses, path):
-    figure, axis = plt.subplots(figsize=(6, 3.5))
-    window = max(1, min(50, len(losses) // 5))
-    axis.plot(losses, alpha=0.3, color="tab:blue")
-    axis.plot(np.arange(window - 1, len(losses)),
-              np.convolve(losses, np.ones(window) / window, mode="valid"), color="tab:blue")
-    axis.set(xlabel="step", ylabel="cross-entropy per character (nats)", title="GPT-2 training")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    figure, axis = plots.pyplot().subplots(figsize=(6, 3.5))
+    plots.loss_curves(axis, range(1, len(losses) + 1), {"training batch": losses},
+                      title="GPT-2 training", ylabel="cross-entropy per character (nats)")
+    plots.save(figure, path)
 
 
 # %% [markdown]
@@ -228,11 +212,7 @@ def plot_loss(losses, path):
 def main(argv=None):
     args = parse_args(argv)
     run_start = time.perf_counter()
-    cfg = SETTINGS["smoke" if args.smoke else "full"]
-    mt.set_backend(args.backend)
-    mt.manual_seed(args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    cfg, out = scripting.start(args, SETTINGS)
     metrics = {"smoke": args.smoke, "seed": args.seed, "backend": args.backend}
 
     if args.checkpoint:
@@ -268,8 +248,7 @@ def main(argv=None):
                                              for name, text in samples.items()))
     metrics.update(samples=samples, config=model.config.to_hf(),
                    total_seconds=time.perf_counter() - run_start)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    return metrics
+    return scripting.write_metrics(out, metrics)
 
 
 if __name__ == "__main__":

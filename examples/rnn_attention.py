@@ -41,31 +41,22 @@
 # %%
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from pathlib import Path
 
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-import minitorch_nlp as mt  # noqa: E402
-from minitorch_nlp import data, optim  # noqa: E402
-from minitorch_nlp.models.seq2seq import (BahdanauDecoder, LuongDecoder, RNNEncoder,  # noqa: E402
-                                          Seq2Seq)
+import minitorch_nlp as mt
+from minitorch_nlp import data, optim, plots, scripting
+from minitorch_nlp.models.seq2seq import BahdanauDecoder, LuongDecoder, RNNEncoder, Seq2Seq
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description="RNN encoder-decoders with Bahdanau and Luong attention on number translation")
-    parser.add_argument("--smoke", action="store_true", help="a tiny run that takes seconds")
-    parser.add_argument("--out", default="runs/rnn_attention", help="output folder")
-    parser.add_argument("--steps", type=int, default=None, help="training steps per model (600)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = scripting.example_parser(
+        "rnn_attention",
+        "RNN encoder-decoders with Bahdanau and Luong attention on number translation",
+        steps="training steps per model (600; smoke: 40)", backend=False)
     parser.add_argument("--src", default="digits", help="source language: digits, en, fr, de, es")
     parser.add_argument("--tgt", default="en", help="target language: digits, en, fr, de, es")
     parser.add_argument("--high", type=int, default=None, help="numbers 0 .. high-1 (10000)")
@@ -186,29 +177,25 @@ def plot_alignments(model, name, pairs, outputs, src_vocab, tgt_vocab, path):
     longest = max(len(source) for (source, _), _ in candidates)
     candidates = [item for item in candidates if len(item[0][0]) == longest]
     shown = candidates[::max(1, len(candidates) // 4)][:4]  # spread over the held-out numbers
-    fig, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown), 3.4), squeeze=False)
+    fig, axes = plots.heatmap_panels((1, len(shown)))
     for ax, ((source, _), out) in zip(axes[0], shown):
         batch = data.make_batches([(source, out)], src_vocab, tgt_vocab, 1, shuffle=False)[0]
         with mt.no_grad():
             _, weights = model(batch.src, batch.tgt_in, batch.src_lengths, need_weights=True)
-        ax.imshow(weights.numpy()[0], cmap="viridis", vmin=0, vmax=1, aspect="auto")
-        ax.set_xticks(range(len(source)), source, rotation=90)
-        ax.set_yticks(range(len(out) + 1), out + ["<eos>"])
+        image = plots.heatmap(ax, weights.numpy()[0], columns=source, rows=out + ["<eos>"],
+                              title=" ".join(source), xlabel="source tokens (keys)",
+                              ylabel="generated words (queries)", vmax=1.0, colorbar=False)
+    plots.shared_colorbar(fig, image, axes)
     fig.suptitle(f"{name}: attention weights alpha (eq 9)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plots.save(fig, path)
 
 
 def plot_losses(histories, path):
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name, losses in histories.items():
-        ax.plot(losses, label=name, alpha=0.8)
-    ax.set(xlabel="step", ylabel="cross-entropy per token", yscale="log")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    fig, ax = plots.pyplot().subplots(figsize=(6, 3.5))
+    steps = range(1, len(next(iter(histories.values()))) + 1)
+    plots.loss_curves(ax, steps, histories, title="number translation: training loss",
+                      ylabel="cross-entropy per token (nats)")
+    plots.save(fig, path)
 
 
 # %% [markdown]
@@ -217,8 +204,7 @@ def plot_losses(histories, path):
 # %%
 def main(argv=None):
     args = parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    _, out = scripting.start(args)
     train_pairs, test_pairs, src_vocab, tgt_vocab = make_data(args)
     max_len = max(len(target) for _, target in train_pairs) + 2
     metrics = {"config": {k: v for k, v in vars(args).items()},
@@ -254,8 +240,7 @@ def main(argv=None):
                    if k not in ("loss_history", "examples")}
         print(name, json.dumps(summary))
     plot_losses(histories, out / "losses.png")
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    return metrics
+    return scripting.write_metrics(out, metrics)
 
 
 if __name__ == "__main__":

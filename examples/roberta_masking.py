@@ -36,12 +36,9 @@
 # %%
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import time
-from pathlib import Path
 
 # One BLAS thread: the matrices here are small, and on a busy machine two BLAS threads per
 # process spin against each other and run many times slower than one. Set OPENBLAS_NUM_THREADS
@@ -49,15 +46,11 @@ from pathlib import Path
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
-from minitorch_nlp import optim  # noqa: E402
+from minitorch_nlp import optim, plots, scripting  # noqa: E402
 from minitorch_nlp.data import load_text, pad_sequences, stdlib_corpus  # noqa: E402
 from minitorch_nlp.data.masking import (MaskedLMCollator, MaskedLMDataset,  # noqa: E402
                                         pack_full_sentences)
@@ -76,16 +69,11 @@ STRATEGIES = (("static, one mask", False, 1), ("static, 10 masks (BERT)", False,
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="RoBERTa: static vs dynamic masking on the "
-                                                 "built-in corpus (IV-E)")
-    parser.add_argument("--smoke", action="store_true", help="tiny, runs in seconds")
-    parser.add_argument("--out", default="runs/roberta_masking",
-                        help="output folder (runs/roberta_masking)")
+    parser = scripting.example_parser(
+        "roberta_masking", "RoBERTa: static vs dynamic masking on the built-in corpus (IV-E)",
+        text="a UTF-8 text file to use instead of the built-in corpus (paragraphs separated by "
+             "blank lines)")
     parser.add_argument("--epochs", type=int, help="epochs per run (24; smoke: 2)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for data and weights (0)")
-    parser.add_argument("--backend", default="numpy", help="numpy, numba or cupy (numpy)")
-    parser.add_argument("--text", help="a UTF-8 text file to use instead of the built-in corpus "
-                                       "(paragraphs separated by blank lines)")
     return parser.parse_args(argv)
 
 
@@ -204,7 +192,7 @@ def evaluate(model, validation, chunk=128):
 
 # %%
 def plot(curves, path, uniform):
-    figure, axis = plt.subplots(figsize=(10, 4.5))
+    figure, axis = plots.pyplot().subplots(figsize=(10, 4.5))
     for (name, curve), color in zip(curves.items(), ("tab:red", "tab:orange", "tab:blue")):
         epochs = np.arange(len(curve["validation"]))
         axis.plot(epochs, curve["validation"], "o-", color=color, markersize=3,
@@ -214,10 +202,9 @@ def plot(curves, path, uniform):
     axis.axhline(uniform, color="grey", linestyle=":", label="uniform guess")
     axis.set(xlabel="epoch", ylabel="masked-LM cross-entropy (nats)",
              title="RoBERTa: static vs dynamic masking (FULL-SENTENCES inputs)")
+    axis.grid(alpha=0.3)
     axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    plots.save(figure, path)
 
 
 # %% [markdown]
@@ -227,11 +214,8 @@ def plot(curves, path, uniform):
 def main(argv=None):
     args = parse_args(argv)
     run_start = time.perf_counter()
-    cfg = SETTINGS["smoke" if args.smoke else "full"]
+    cfg, out = scripting.start(args, SETTINGS)
     epochs = args.epochs if args.epochs is not None else cfg["epochs"]
-    mt.set_backend(args.backend)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
 
     text = load_text(args.text) if args.text else stdlib_corpus(cfg["max_chars"])
     data, validation_data, tokenizer = build_data(cfg, text, args.seed)
@@ -261,8 +245,7 @@ def main(argv=None):
         "final_training_loss": {name: c["train"][-1] for name, c in curves.items()},
         "curves": curves, "config": cfg, "total_seconds": time.perf_counter() - run_start,
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    return metrics
+    return scripting.write_metrics(out, metrics)
 
 
 if __name__ == "__main__":

@@ -39,11 +39,8 @@
 # %%
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import time
-from pathlib import Path
 
 # One BLAS thread: the matrices here are small, and on a busy machine two BLAS threads per
 # process spin against each other and run many times slower than one. Set OPENBLAS_NUM_THREADS
@@ -51,15 +48,11 @@ from pathlib import Path
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
-from minitorch_nlp import optim  # noqa: E402
+from minitorch_nlp import optim, plots, scripting  # noqa: E402
 from minitorch_nlp.data import (LANGUAGES, MAX_NUMBER, Vocab, make_batches,  # noqa: E402
                                 number_tokens, number_translation_pairs,
                                 train_test_split_numbers)
@@ -76,14 +69,10 @@ SETTINGS = {
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="A Transformer translates numbers between "
-                                                 "languages (section IV-A, eq 11-12)")
-    parser.add_argument("--smoke", action="store_true", help="tiny, runs in seconds")
-    parser.add_argument("--out", default="runs/transformer_translation",
-                        help="output folder (runs/transformer_translation)")
-    parser.add_argument("--steps", type=int, help="training steps (4000; smoke: 20)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for data and weights (0)")
-    parser.add_argument("--backend", default="numpy", help="numpy, numba or cupy (numpy)")
+    parser = scripting.example_parser(
+        "transformer_translation",
+        "A Transformer translates numbers between languages (section IV-A, eq 11-12)",
+        steps="training steps (4000; smoke: 20)")
     parser.add_argument("--src", default="en", choices=("digits",) + LANGUAGES,
                         help="source language (en)")
     parser.add_argument("--tgt", default="fr", choices=("digits",) + LANGUAGES,
@@ -222,40 +211,32 @@ def train(model, cfg, steps, train_numbers, validation, vocab, src, tgt, seed):
 
 # %%
 def plot_loss(losses, curve, title, path):
-    figure, left = plt.subplots(figsize=(7, 4))
-    window = max(1, min(50, len(losses) // 5))
-    smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
-    left.plot(np.arange(1, len(losses) + 1), losses, color="tab:blue", alpha=0.25, linewidth=0.8)
-    left.plot(np.arange(window, len(losses) + 1), smooth, color="tab:blue",
-              label=f"training loss (mean of {window})")
-    left.set(xlabel="step", ylabel="label-smoothed cross-entropy (nats)", yscale="log",
-             title=title)
-    right = left.twinx()
+    figure, (left, right) = plots.pyplot().subplots(1, 2, figsize=(11, 4))
+    plots.loss_curves(left, range(1, len(losses) + 1), {"training batch": losses},
+                      title=f"{title}: training loss",
+                      ylabel="label-smoothed cross-entropy (nats)")
     steps, accuracy = zip(*curve)
     right.plot(steps, accuracy, "o-", color="tab:orange", label="validation exact match")
-    right.set(ylabel="exact match", ylim=(0, 1.02))
-    figure.legend(loc="center right", bbox_to_anchor=(0.88, 0.5))
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    right.set(xlabel="step", ylabel="exact match", ylim=(0, 1.02),
+              title="held-out validation numbers")
+    right.grid(alpha=0.3)
+    right.legend()
+    plots.save(figure, path)
 
 
-def plot_heads(maps, rows, cols, title, path):
+def plot_heads(maps, rows, cols, title, path, xlabel, ylabel):
     """One heat map per (layer, head): ``maps[layer]`` is (heads, queries, keys)."""
     layers, heads = len(maps), maps[0].shape[0]
-    figure, axes = plt.subplots(layers, heads, squeeze=False,
-                                figsize=(2.2 * heads + 1, 2.2 * layers + 0.8))
+    figure, axes = plots.heatmap_panels((layers, heads), panel_size=(2.8, 2.8))
     for layer in range(layers):
         for head in range(heads):
-            axis = axes[layer, head]
-            axis.imshow(maps[layer][head], cmap="viridis", vmin=0.0, vmax=1.0)
-            axis.set_xticks(range(len(cols)), cols, rotation=90, fontsize=6)
-            axis.set_yticks(range(len(rows)), rows, fontsize=6)
-            axis.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=8)
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+            image = plots.heatmap(axes[layer, head], maps[layer][head], columns=cols, rows=rows,
+                                  title=f"layer {layer + 1}, head {head + 1}", vmax=1.0,
+                                  xlabel=xlabel if layer == layers - 1 else "",
+                                  ylabel=ylabel if head == 0 else "", colorbar=False)
+    plots.shared_colorbar(figure, image, axes)
+    figure.suptitle(title)
+    plots.save(figure, path)
 
 
 def plot_attention(model, number, vocab, src, tgt, out):
@@ -270,12 +251,14 @@ def plot_attention(model, number, vocab, src, tgt, out):
     model.train()
     rows = ["<bos>"] + output
     plot_heads([w.numpy()[0] for w in weights["encoder"]], source, source,
-               f"encoder self-attention: {number}", out / "attention_encoder.png")
+               f"encoder self-attention: {number}", out / "attention_encoder.png",
+               "key: source word", "query: source word")
     plot_heads([w["self"].numpy()[0] for w in weights["decoder"]], rows, rows,
-               "decoder causal self-attention", out / "attention_decoder.png")
+               "decoder causal self-attention", out / "attention_decoder.png",
+               "key: output word so far", "query: output word")
     plot_heads([w["cross"].numpy()[0] for w in weights["decoder"]], rows, source,
                "decoder cross-attention (row: predicting the next output word)",
-               out / "attention_cross.png")
+               out / "attention_cross.png", "key: source word", "query: output word")
     return output
 
 
@@ -286,12 +269,8 @@ def plot_attention(model, number, vocab, src, tgt, out):
 def main(argv=None):
     args = parse_args(argv)
     run_start = time.perf_counter()
-    cfg = SETTINGS["smoke" if args.smoke else "full"]
+    cfg, out = scripting.start(args, SETTINGS)
     steps = args.steps if args.steps is not None else cfg["steps"]
-    mt.set_backend(args.backend)
-    mt.manual_seed(args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
 
     train_numbers, validation, test, vocab = build_data(cfg, args.src, args.tgt, args.seed)
     model = build_model(cfg, vocab, args.norm_first)
@@ -338,8 +317,7 @@ def main(argv=None):
         "attention_example": example, "norm_first": args.norm_first, "config": cfg,
         "total_seconds": time.perf_counter() - run_start,
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    return metrics
+    return scripting.write_metrics(out, metrics)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,11 @@ from .autograd import __all__ as _autograd_names
 from .backends import available_backends, backend, get_backend, register_backend, set_backend
 from .backends.threads import set_num_threads
 from . import functional, io, nn, optim  # noqa: E402 - they build on the names above
-from .io import from_pretrained, save_pretrained  # noqa: E402
+from .io import from_pretrained, load, save, save_pretrained  # noqa: E402 - mt.save / mt.load
 from .data.tokenizers import load_tokenizer  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = list(_autograd_names) + ["available_backends", "backend", "get_backend",
-                                   "from_pretrained", "load_tokenizer", "register_backend",
-                                   "save_pretrained", "set_backend", "set_num_threads"]
+                                   "from_pretrained", "load", "load_tokenizer",
+                                   "register_backend", "save", "save_pretrained", "set_backend", "set_num_threads"]

@@ -22,23 +22,78 @@ import minitorch_nlp as mt
 from minitorch_nlp import cookbook, nn, optim, training
 from minitorch_nlp import functional as F
 from minitorch_nlp.backends import backend, get_backend
+from minitorch_nlp.models import registry
+
+
+PROG = "minitorch-nlp"
+
+
+class UsageError(Exception):
+    """A command line that cannot work as given: the message names the option to change."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the command's one error style: ``minitorch-nlp: error: ...`` on one line,
+    exit status 2."""
+
+    def error(self, message):
+        _print_error(message)
+        raise SystemExit(2)
+
+
+def _print_error(message):
+    print(f"{PROG}: error: " + " ".join(str(message).split()), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status: 0
+    done, 1 failed, 2 a usage error, 130 stopped by Ctrl-C. Errors are one line on stderr,
+    ``minitorch-nlp: error: ...``; ``--debug`` shows the traceback instead."""
     parser = _parser()
-    args = parser.parse_args(argv)
-    return args.run(args, parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit:   # --help (0) or a usage error already printed (2)
+        return exit.code
+    debug = getattr(args, "debug", False)   # --debug before or after the command
+    try:
+        return args.run(args, parser)
+    except UsageError as error:
+        if debug:
+            raise
+        _print_error(error)
+        return 2
+    except (ValueError, TypeError, OSError, RuntimeError, ImportError) as error:
+        if debug:
+            raise
+        _print_error(error)
+        return 1
+    except KeyboardInterrupt:   # Ctrl-C outside a training loop (which saves and returns 130)
+        if debug:
+            raise
+        print(f"\n{PROG}: interrupted", file=sys.stderr)
+        return 130
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="minitorch-nlp",
+    common = _Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
+    parser = _Parser(
+        prog=PROG, parents=[common],
         description="minitorch_nlp: a NumPy-first deep-learning framework for teaching, "
         "with the equations of The NLP Cookbook implemented and property-tested.",
     )
-    commands = parser.add_subparsers(title="commands", dest="command", required=True)
+    commands = parser.add_subparsers(title="commands", dest="command", required=True,
+                                     parser_class=lambda **kw: _Parser(parents=[common], **kw))
+    _add_equations_command(commands)
+    _add_example_command(commands)
+    _add_demo_command(commands)
+    _add_train_command(commands)
+    _add_generate_command(commands)
+    return parser
 
+
+def _add_equations_command(commands) -> None:
     equations = commands.add_parser(
         "equations",
         help="list the paper's equations with the code and tests for each",
@@ -55,6 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     equations.set_defaults(run=_equations)
 
+
+def _add_example_command(commands) -> None:
     example = commands.add_parser(
         "example",
         help="fit a small MLP on the two-spirals task and print the loss going down",
@@ -74,15 +131,13 @@ def _parser() -> argparse.ArgumentParser:
         "--log-every", type=int, metavar="N", help="print the loss every N steps (steps/10)"
     )
     example.set_defaults(run=_example)
-    _add_language_model_commands(commands)
-    return parser
 
 
 # ---------------------------------------------------------------------------------------------
 # equations
 
 
-def _select(text: str | None, parser: argparse.ArgumentParser) -> list[cookbook.Equation]:
+def _select(text: str | None) -> list[cookbook.Equation]:
     """The equations that ``--section TEXT`` selects: a chapter, or a word of the heading."""
     equations = list(cookbook.EQUATIONS.values())
     if text is None:
@@ -97,24 +152,36 @@ def _select(text: str | None, parser: argparse.ArgumentParser) -> list[cookbook.
         selected = [eq for eq in equations if text.lower() in eq.section.lower()]
     if not selected:
         headings = dict.fromkeys(eq.section for eq in equations)
-        parser.error(
-            f"no equation is in section {text!r}: give a chapter that has equations "
-            f"(sec3..sec9, 3..9 or III..IX) or a word from one of the headings:\n  "
-            + "\n  ".join(headings)
+        raise UsageError(
+            f"--section {text}: no equation is in that section; give a chapter that has "
+            f"equations (sec3..sec9, 3..9 or III..IX) or a word from one of the headings: "
+            + "; ".join(headings)
         )
     return selected
 
 
 def _equations(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    selected = _select(args.section, parser)
+    selected = _select(args.section)
     skipped = cookbook.import_all()
     if skipped:
         print(
             "not imported (an optional dependency is missing): " + ", ".join(skipped),
             file=sys.stderr,
         )
+    rows = equation_rows(selected)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        print()
+    else:
+        _print_table(rows)
+    return 0
+
+
+def equation_rows(equations: list[cookbook.Equation]) -> list[dict]:
+    """The table's rows: each equation with the code registered for it and its tests (found in
+    a source checkout). Call ``cookbook.import_all()`` first to see every registration."""
     tests = cookbook.tests_by_equation()
-    rows = [
+    return [
         {
             "number": eq.number,
             "section": eq.section,
@@ -122,14 +189,8 @@ def _equations(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             "implementations": cookbook.implementations(eq.number),
             "tests": tests.get(eq.number, []),
         }
-        for eq in selected
+        for eq in equations
     ]
-    if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        print()
-    else:
-        _print_table(rows)
-    return 0
 
 
 def _print_table(rows: list[dict]) -> None:
@@ -170,9 +231,15 @@ def _print_table(rows: list[dict]) -> None:
                     tests[i] if i < len(tests) else "",
                 )
             )
+    print(coverage_line(rows))
+
+
+def coverage_line(rows: list[dict]) -> str:
+    """How many of ``rows`` (the table's) have code registered and tests: the README quotes it
+    for all the equations, and a test checks that it matches."""
     implemented = sum(bool(row["implementations"]) for row in rows)
     tested = sum(bool(row["tests"]) for row in rows)
-    print(f"{len(rows)} equations: {implemented} with code registered, {tested} with tests")
+    return f"{len(rows)} equations: {implemented} with code registered, {tested} with tests"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,15 +281,8 @@ def _accuracy(model: nn.Module, points: np.ndarray, labels: np.ndarray) -> float
 
 
 def _example(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if args.steps < 1:
-        parser.error(f"--steps must be at least 1, got {args.steps}")
-    if args.log_every is not None and args.log_every < 1:
-        parser.error(f"--log-every must be at least 1, got {args.log_every}")
-    try:
-        chosen = get_backend(args.backend)
-    except (ValueError, RuntimeError) as error:
-        parser.error(str(error))
-    with backend(chosen):
+    _at_least(1, steps=args.steps, log_every=args.log_every)
+    with backend(_backend(args.backend)):
         return _fit(args.steps, args.seed, args.lr, args.log_every or max(1, args.steps // 10))
 
 
@@ -260,139 +320,262 @@ def _fit(steps: int, seed: int, lr: float, log_every: int) -> int:
 # demo, train, generate
 
 
+# ---------------------------------------------------------------------------------------------
+# checks every command shares
+
+
+def _option(setting: str) -> str:
+    return "--" + setting.replace("_", "-")
+
+
+def _at_least(low, **values) -> None:
+    """Each given value (None: not given) is at least ``low``; else a usage error naming it."""
+    for setting, value in values.items():
+        if value is not None and value < low:
+            raise UsageError(f"{_option(setting)} must be at least {low}, got {value}")
+
+
+def _backend(name):
+    """The backend ``--backend NAME`` names; a usage error saying why it cannot run otherwise."""
+    try:
+        return get_backend(name)
+    except (ValueError, RuntimeError, ImportError) as error:
+        raise UsageError(f"--backend {name}: {error}") from error
+
+
+# ---------------------------------------------------------------------------------------------
+# demo, train, generate
+
+
 def _add_run_options(command, out) -> None:
     """The options every training command takes."""
-    command.add_argument("--backend", default=training.TrainConfig.backend,
-                         help="array backend (%(default)s)")
+    command.add_argument("--backend", help=f"array backend ({training.TrainConfig.backend}; "
+                         "on --resume: the checkpoint's)")
     command.add_argument("--out", default=out,
                          help="output directory (%(default)s)" if out else "output directory "
-                         "(runs/MODEL)")
+                         "(runs/MODEL; on --resume: the checkpoint's directory)")
     command.add_argument("--threads", type=int, default=1,
                          help="threads for BLAS and Numba (%(default)s: small matrices run "
                          "fastest on one, and on a busy machine more threads spin against each "
                          "other)")
+    command.add_argument("--checkpoint-every", type=int, metavar="N",
+                         help="also save the run every N steps")
+    command.add_argument("--checkpoint-minutes", type=float, default=5.0, metavar="M",
+                         help="save the run whenever M minutes of training have passed since "
+                         "the last save (%(default)s; 0: only at the end and on Ctrl-C)")
     command.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _add_language_model_commands(commands) -> None:
-    defaults = training.TrainConfig()
+def _add_demo_command(commands) -> None:
     demo = commands.add_parser(
         "demo",
         help="train a small GPT on the standard library's docstrings, then generate text",
         description="The main job: a GPT-2-style character model (4 layers, d 128, context 128) "
         "trained on the Python standard library's docstrings (no download), with a progress bar, "
-        "validation loss, a loss-curve PNG, a checkpoint and generated samples, all in --out. "
-        "Under 6 minutes on 2 CPU cores.",
+        "validation loss, a loss-curve PNG, a checkpoint and generated samples, all in --out "
+        "(each demo starts afresh there). Under 6 minutes on 2 CPU cores. Ctrl-C saves the run; "
+        "`minitorch-nlp train --resume DIR` continues it.",
     )
-    demo.add_argument("--steps", type=int, help=f"training steps ({defaults.steps}; --smoke: 20)")
+    demo.add_argument("--steps", type=int,
+                      help=f"training steps ({training.TrainConfig.steps}; --smoke: 20)")
     demo.add_argument("--seed", type=int, default=0, help="seed (%(default)s)")
     demo.add_argument("--smoke", action="store_true",
                       help="a tiny model for a few steps: checks the pipeline in seconds")
     _add_run_options(demo, "runs/demo")
     demo.set_defaults(run=_demo)
 
+
+# The TrainConfig fields that `train` takes as options; all but the RESUMABLE ones are fixed by
+# a checkpoint, so that `--resume` refuses a different value.
+_TRAIN_INTS = ("max_chars", "vocab_size", "n_layer", "n_head", "n_embd", "block_size",
+               "batch_size", "steps", "warmup_steps", "eval_every", "seed")
+_TRAIN_FLOATS = ("lr", "dropout", "weight_decay")
+
+
+def _add_train_command(commands) -> None:
+    defaults = training.TrainConfig()
+    families = registry.families()
     train = commands.add_parser(
         "train",
-        help="train a GPT (next token) or a BERT (masked LM) on a text file",
-        description="Train a language model on a UTF-8 text file (default: the built-in corpus). "
-        "Writes checkpoint.npz, loss.png, metrics.json and (GPT) samples.txt to --out; "
-        "--resume DIR continues a stopped run exactly where it stopped.",
+        help="train a language model (" + ", ".join(families) + ") on a text file",
+        description="Train a language model on a UTF-8 text file (default: the built-in corpus): "
+        + "; ".join(f"{name}: {family.summary}" for name, family in families.items())
+        + ". Writes checkpoint.npz, loss.png, metrics.json and samples.txt (models that "
+        "generate text) to --out, saving the run every few minutes and on Ctrl-C. A folder "
+        "that holds a run is not overwritten without --overwrite; --resume DIR continues the "
+        "run exactly where it stopped.",
     )
-    train.add_argument("model", choices=training.MODELS, help="gpt or bert")
+    train.add_argument("model", nargs="?", choices=list(families),
+                       help="the model family (on --resume: the checkpoint's)")
     train.add_argument("--text", metavar="FILE", help="UTF-8 text to train on (built-in corpus)")
-    train.add_argument("--max-chars", type=int, default=defaults.max_chars,
-                       help="characters of the built-in corpus to use (%(default)s)")
     train.add_argument("--tokenizer", choices=training.TOKENIZERS,
-                       help="char (gpt default), bpe (byte-level BPE) or wordpiece (bert default)")
-    train.add_argument("--vocab-size", type=int, default=defaults.vocab_size,
-                       help="vocabulary size of a trained bpe / wordpiece (%(default)s)")
-    for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps",
-                 "warmup_steps", "eval_every", "seed"):
-        train.add_argument("--" + name.replace("_", "-"), type=int,
-                           default=getattr(defaults, name), help="(%(default)s)")
-    for name in ("lr", "dropout", "weight_decay"):
-        train.add_argument("--" + name.replace("_", "-"), type=float,
-                           default=getattr(defaults, name), help="(%(default)s)")
-    train.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR")
+                       help="char, bpe (byte-level BPE) or wordpiece; default: " + ", ".join(
+                           f"{family.default_tokenizer} for {name}"
+                           for name, family in families.items()))
+    warmup = f"min({training.DEFAULT_WARMUP_STEPS}, steps / 10)"
+    for name in _TRAIN_INTS:
+        default = warmup if name == "warmup_steps" else getattr(defaults, name)
+        train.add_argument(_option(name), type=int, help=f"({default})")
+    for name in _TRAIN_FLOATS:
+        train.add_argument(_option(name), type=float, help=f"({getattr(defaults, name)})")
+    train.add_argument("--resume", metavar="PATH",
+                       help="continue the run saved in PATH (its folder or checkpoint.npz); "
+                       "--steps N moves its end to step N")
+    train.add_argument("--overwrite", action="store_true",
+                       help="start afresh in an --out folder that holds a run, replacing it")
     train.add_argument("--stop-at", type=int, metavar="STEP",
                        help="stop (and save) after this step; --resume continues")
-    train.add_argument("--checkpoint-every", type=int, metavar="N", help="also save every N steps")
     _add_run_options(train, None)
     train.set_defaults(run=_train)
 
+
+def _add_generate_command(commands) -> None:
     generate = commands.add_parser(
         "generate",
-        help="continue a prompt with a trained GPT checkpoint, streaming tokens",
+        help="continue a prompt with a trained model, streaming tokens (or fill masks)",
         description="Load a checkpoint written by `train`/`demo` (a file or its directory), or a "
         "HuggingFace directory (config.json, model.safetensors and the tokenizer's files), and "
-        "continue --prompt, printing each token as it is produced. A BERT fills each [MASK] of "
-        "the prompt instead.",
+        "continue --prompt, printing each token as it is produced; past the model's context the "
+        "window slides (the model reads the last half-context of text). A masked LM (bert, "
+        "roberta) fills each mask token of the prompt instead.",
     )
     generate.add_argument("checkpoint", help="checkpoint.npz, its run directory, or a "
                           "HuggingFace model directory")
     generate.add_argument("--prompt", default="The ", help="text to continue (%(default)r)")
     generate.add_argument("--max-new-tokens", type=int, default=200, help="(%(default)s)")
-    generate.add_argument("--temperature", type=float, default=0.8, help="(%(default)s)")
+    generate.add_argument("--temperature", type=float, default=0.8,
+                          help="(%(default)s; 0: greedy, the likeliest token every step)")
     generate.add_argument("--top-k", type=int, default=None, help="keep the k likeliest tokens")
-    generate.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
-    generate.add_argument("--repetition-penalty", type=float, default=1.0, help="(%(default)s)")
+    generate.add_argument("--top-p", type=float, default=None,
+                          help="nucleus sampling: keep the likeliest tokens of this total "
+                          "probability, in (0, 1]")
+    generate.add_argument("--repetition-penalty", type=float, default=1.0,
+                          help="(%(default)s; > 1 discourages repeats)")
     generate.add_argument("--greedy", action="store_true", help="always take the likeliest token")
     generate.add_argument("--seed", type=int, default=0, help="sampling seed (%(default)s)")
     generate.add_argument("--backend", default=None, help="array backend (the checkpoint's)")
     generate.set_defaults(run=_generate)
 
 
-def _check_backend(name, parser):
-    try:
-        get_backend(name)
-    except (ValueError, RuntimeError) as error:
-        parser.error(str(error))
-
-
 def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    _check_backend(args.backend, parser)
+    _at_least(1, steps=args.steps)
+    _check_run_options(args)
+    backend_name = args.backend or training.TrainConfig.backend
+    _backend(backend_name)
     mt.set_num_threads(args.threads)
+    config = _config(training.demo_config, steps=args.steps, backend=backend_name,
+                     seed=args.seed, smoke=args.smoke)
+    return _run_training(_start(config), args.out, None, args)
+
+
+def _check_run_options(args) -> None:
+    _at_least(1, stop_at=getattr(args, "stop_at", None), checkpoint_every=args.checkpoint_every,
+              threads=args.threads)
+    if not args.checkpoint_minutes >= 0:
+        raise UsageError(f"--checkpoint-minutes must be >= 0 (0: no timed saves), got "
+                         f"{args.checkpoint_minutes}")
+
+
+def _config(make, **values):
+    """``make(**values)`` (a ``TrainConfig``), its setting errors as usage errors naming the
+    option."""
     try:
-        config = training.demo_config(steps=args.steps, backend=args.backend, seed=args.seed,
-                                      smoke=args.smoke)
-    except ValueError as error:
-        parser.error(str(error))
-    return _run_training(training.LanguageModelRun(config), args.out, None, args.no_progress, None)
+        return make(**values)
+    except training.SettingError as error:
+        raise UsageError(error.about(_option(error.setting))) from error
+
+
+def _start(config, **load):
+    """The run of ``config`` (or, with ``load``, the run saved at ``load["path"]``), its text
+    and setting errors as usage errors naming the option."""
+    try:
+        if load:
+            path = load.pop("path")
+            return training.LanguageModelRun.load(path, **load)
+        return training.LanguageModelRun(config)
+    except training.TextFileError as error:
+        raise UsageError(f"--text: {error}") from error
+    except training.SettingError as error:
+        raise UsageError(error.about(_option(error.setting))) from error
 
 
 def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    _check_run_options(args)
     mt.set_num_threads(args.threads)
+    if args.backend is not None:
+        _backend(args.backend)
     if args.resume:
-        overrides = {"backend": args.backend} if args.backend != training.TrainConfig.backend \
-            else {}
-        run = training.LanguageModelRun.load(args.resume, **overrides)
-        out = args.out or args.resume
+        run, out = _resume(args)
     else:
-        _check_backend(args.backend, parser)
-        fields = ("text", "max_chars", "vocab_size", "n_layer", "n_head", "n_embd", "block_size",
-                  "batch_size", "steps", "warmup_steps", "eval_every", "seed", "lr", "dropout",
-                  "weight_decay", "backend")
-        tokenizer = args.tokenizer or ("char" if args.model == "gpt" else "wordpiece")
-        try:
-            config = training.TrainConfig(model=args.model, tokenizer=tokenizer,
-                                          **{name: getattr(args, name) for name in fields})
-        except ValueError as error:
-            parser.error(str(error))
-        run = training.LanguageModelRun(config)
+        if args.model is None:
+            raise UsageError("give the model to train (" + ", ".join(registry.families())
+                             + "), or --resume PATH to continue a run")
         out = args.out or f"runs/{args.model}"
-    return _run_training(run, out, args.stop_at, args.no_progress, args.checkpoint_every)
+        _refuse_overwrite(out, args.overwrite)
+        given = {name: getattr(args, name) for name in (*_TRAIN_INTS, *_TRAIN_FLOATS, "text",
+                                                        "tokenizer", "backend")}
+        config = _config(training.TrainConfig, model=args.model,
+                         **{name: value for name, value in given.items() if value is not None})
+        run = _start(config)
+    if args.stop_at is not None and not run.step < args.stop_at <= run.config.steps:
+        raise UsageError(f"--stop-at {args.stop_at} must lie after the run's current step "
+                         f"{run.step} and at most at its end, step {run.config.steps} (--steps)")
+    return _run_training(run, out, args.stop_at, args)
 
 
-def _run_training(run, out, stop_at, no_progress, checkpoint_every) -> int:
+def _refuse_overwrite(out, overwrite):
+    path = os.path.join(out, training.CHECKPOINT_NAME)
+    if os.path.exists(path) and not overwrite:
+        raise UsageError(f"--out {out} already holds a run ({path}); continue it with "
+                         f"--resume {out}, or start afresh there with --overwrite")
+
+
+def _resume(args):
+    """The run that ``--resume`` names and the folder to write to; the options that would
+    change what it was trained with are refused, naming each."""
+    if args.overwrite:
+        raise UsageError("--overwrite starts afresh and --resume continues: give one of them")
+    path = training.checkpoint_file(args.resume)
+    try:
+        saved = training.read_checkpoint(path)["config"]
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(f"--resume {args.resume}: {error}") from error
+    given = {name: getattr(args, name) for name in (*_TRAIN_INTS, *_TRAIN_FLOATS, "tokenizer")}
+    given["text"] = args.text and os.path.abspath(args.text)
+    conflicts = [f"{_option(name)} {value} (the run has {saved[name]})"
+                 for name, value in given.items()
+                 if value is not None and name not in training.LanguageModelRun.RESUMABLE
+                 and value != saved[name]]
+    if args.model is not None and args.model != saved["model"]:
+        conflicts.insert(0, f"{args.model} (the run is a {saved['model']})")
+    if conflicts:
+        raise UsageError(f"--resume {args.resume}: these options differ from the run's and "
+                         "cannot change on resume: " + ", ".join(conflicts)
+                         + "; leave them out, or start a new run in another --out")
+    overrides = {name: getattr(args, name) for name in training.LanguageModelRun.RESUMABLE
+                 if getattr(args, name) is not None}
+    run = _start(None, path=path, **overrides)
+    if run.step >= run.config.steps:
+        raise UsageError(f"--resume {args.resume}: the run finished at step {run.step}; give "
+                         f"--steps N (more than {run.step}) to train it further")
+    return run, args.out or os.path.dirname(os.path.abspath(path))
+
+
+def _run_training(run, out, stop_at, args) -> int:
     config = run.config
     print(f"{config.model}: {run.model.num_parameters():,} parameters, {config.tokenizer} "
           f"tokenizer ({len(run.tokenizer)} tokens), {len(run.train_ids):,} training tokens, "
           f"backend {config.backend}, steps {run.step} -> {stop_at or config.steps}")
+    checkpoint = os.path.join(out, training.CHECKPOINT_NAME)
     start = time.perf_counter()
-    val_loss = run.train(stop_at, progress=not no_progress,
-                         checkpoint_path=os.path.join(out, training.CHECKPOINT_NAME),
-                         checkpoint_every=checkpoint_every)
+    val_loss = run.train(stop_at, progress=not args.no_progress, checkpoint_path=checkpoint,
+                         checkpoint_every=args.checkpoint_every,
+                         checkpoint_seconds=60 * args.checkpoint_minutes or None)
     seconds = time.perf_counter() - start
+    if run.interrupted:
+        print(f"\ninterrupted: saved step {run.step} in {checkpoint}\n"
+              f"resume with: {PROG} train --resume {out}", file=sys.stderr)
+        return 130
     report = training.write_report(run, out, seconds)
     print(f"step {run.step}: validation loss {val_loss:.4f} ({seconds:.1f} s); wrote {out}/: "
           + ", ".join(report["files"]))
@@ -403,19 +586,29 @@ def _run_training(run, out, stop_at, no_progress, checkpoint_every) -> int:
 
 
 def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    _at_least(1, max_new_tokens=args.max_new_tokens, top_k=args.top_k)
+    if not args.temperature >= 0:
+        raise UsageError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must lie in (0, 1], got {args.top_p}")
+    if not args.repetition_penalty > 0:
+        raise UsageError(f"--repetition-penalty must be > 0, got {args.repetition_penalty}")
+    if args.backend is not None:
+        _backend(args.backend)
     overrides = {} if args.backend is None else {"backend": args.backend}
     try:
-        model, tokenizer, kind = training.load_for_inference(args.checkpoint, **overrides)
+        model, tokenizer, family = training.load_for_inference(args.checkpoint, **overrides)
     except (FileNotFoundError, ValueError) as error:
-        parser.error(str(error))
-    if kind == "bert":
-        print(training.fill_masks(model, tokenizer, args.prompt))
+        raise UsageError(f"{args.checkpoint}: {error}" if args.checkpoint not in str(error)
+                         else str(error)) from error
+    if not family.objective.generates_text:
+        print(family.objective.respond(model, tokenizer, args.prompt))
         return 0
     print(args.prompt, end="", flush=True)
-    training.generate_text(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
-                           temperature=0.0 if args.greedy else args.temperature,
-                           top_k=args.top_k, top_p=args.top_p,
-                           repetition_penalty=args.repetition_penalty, seed=args.seed,
-                           on_text=lambda piece: print(piece, end="", flush=True))
+    family.objective.respond(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
+                             temperature=0.0 if args.greedy else args.temperature,
+                             top_k=args.top_k, top_p=args.top_p,
+                             repetition_penalty=args.repetition_penalty, seed=args.seed,
+                             on_text=lambda piece: print(piece, end="", flush=True))
     print()
     return 0

@@ -25,11 +25,12 @@ import numpy as np
 
 from . import cookbook
 from . import functional as F
-from .autograd import Tensor, no_grad
+from .autograd import Generator, Tensor, no_grad
 from .autograd.random import rng
+from .backends import backend as use_backend
 
 __all__ = ["apply_repetition_penalty", "apply_temperature", "beam_search", "expand_state",
-           "greedy_search", "next_tokens", "reorder_state", "sample_logits", "sequence_log_prob",
+           "fill_masks", "generate_text", "greedy_search", "next_tokens", "reorder_state", "sample_logits", "sequence_log_prob",
            "top_k_filter", "top_p_filter", "wu_length_penalty"]
 
 
@@ -268,3 +269,62 @@ def next_tokens(logits, previous_ids, *, do_sample=False, temperature=1.0, top_k
     if top_p is not None:
         logits = top_p_filter(logits, p=top_p)
     return sample_logits(logits, generator)
+
+
+# ---- text in, text out: what `minitorch-nlp generate` prints -------------------------------------
+def generate_text(model, tokenizer, prompt, *, max_new_tokens=200, temperature=0.8, top_k=None,
+                  top_p=None, repetition_penalty=1.0, seed=0, on_text=None):
+    """``prompt`` and its continuation by a causal LM with a ``generate`` method and
+    ``config.n_positions`` (GPT, GPT-2); ``on_text`` receives each new piece of text as soon as
+    its tokens decode to whole characters (streaming). ``temperature=0`` is greedy decoding (the
+    likeliest token every step); the other sampling options are ``model.generate``'s.
+
+    The model reads at most ``n_positions`` tokens (its position table has no more rows), so a
+    longer text is written with a sliding window, as nanoGPT does: when the context is full, the
+    model goes on from the last ``n_positions // 2`` tokens (the prompt too is cropped to them
+    when it is longer). Special tokens (<bos>, <pad>, <unk> ...) are never part of the text."""
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    if not prompt_ids:
+        raise ValueError("generate_text: the prompt is empty after tokenization; give some text")
+    if temperature < 0:
+        raise ValueError(f"generate_text: temperature must be >= 0 (0: greedy), got {temperature}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+            or max_new_tokens < 1:
+        raise ValueError(f"generate_text: max_new_tokens must be a positive int, got "
+                         f"{max_new_tokens!r}")
+    window, keep = model.config.n_positions, max(1, model.config.n_positions // 2)
+    generator = Generator(seed)
+    ids, new_ids, printed = list(prompt_ids), [], [0]
+
+    def stream(step_ids):
+        new_ids.append(int(step_ids[0]))
+        text = tokenizer.decode(new_ids, skip_special_tokens=True)
+        if on_text is not None and not text.endswith("\ufffd"):   # wait for a whole character
+            on_text(text[printed[0]:])
+            printed[0] = len(text)
+
+    with use_backend(next(iter(model.parameters())).backend):
+        while len(new_ids) < max_new_tokens:
+            context = ids if len(ids) < window else ids[-keep:]
+            steps = min(max_new_tokens - len(new_ids), window - len(context))
+            out = model.generate(np.asarray([context]), steps, do_sample=temperature > 0,
+                                 temperature=temperature or 1.0, top_k=top_k, top_p=top_p,
+                                 repetition_penalty=repetition_penalty, generator=generator,
+                                 streamer=stream)
+            ids = ids + [int(token) for token in out[0, len(context):]]
+            if out.shape[1] - len(context) < steps:   # the model emitted its end-of-text token
+                break
+    return prompt + tokenizer.decode(new_ids, skip_special_tokens=True)
+
+
+def fill_masks(model, tokenizer, text):
+    """``text`` with each mask token replaced by a masked LM's likeliest token (BERT, RoBERTa)."""
+    ids = tokenizer.encode(text)
+    if tokenizer.mask_token_id not in ids:
+        raise ValueError(f"fill_masks: the prompt has no {tokenizer.mask_token}: put one where "
+                         "a word should be guessed")
+    with no_grad():
+        logits = model(input_ids=np.asarray([ids])).logits.numpy()[0]
+    filled = [int(logits[i].argmax()) if token == tokenizer.mask_token_id else token
+              for i, token in enumerate(ids)]
+    return tokenizer.decode(filled, skip_special_tokens=True)

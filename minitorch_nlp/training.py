@@ -8,47 +8,68 @@ to one ``.npz`` checkpoint (``minitorch_nlp.io``, never pickle); ``LanguageModel
 rebuilds it, so that training for k steps, stopping and resuming gives, at step n, the same
 parameters bit for bit as training n steps at once.
 
-Two kinds of model:
-
-* ``gpt``: a GPT-2-style decoder (``models.gpt``) trained on next-token prediction over random
-  windows of the text (eq 18, L1);
-* ``bert``: a BERT encoder (``models.bert``) trained with the masked-LM objective on random
-  windows, the masks redrawn every time a window is drawn (RoBERTa's dynamic masking).
+The model families come from ``minitorch_nlp.models.registry`` (``gpt``: next-token prediction
+over random windows of the text, eq 18, L1; ``bert`` and ``roberta``: the masked-LM objective on
+random windows, the masks redrawn every time a window is drawn, RoBERTa's dynamic masking). This
+module holds no per-model code: each family says how to build its model, which tokenizers it
+takes and how its objective makes a batch.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
 import os
+import signal
+import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import io, optim
-from .autograd import Generator, no_grad, random as mt_random, tensor
+from .autograd import no_grad, random as mt_random, tensor
 from .backends import backend as use_backend, get_backend
 from .data.corpus import load_text
-from .data.masking import MaskedLMCollator
 from .data.tokenizers import tokenizer_from_state
+from .models import registry
 
-__all__ = ["LanguageModelRun", "TrainConfig", "CHECKPOINT_NAME"]
+__all__ = ["CHECKPOINT_NAME", "LanguageModelRun", "SettingError", "TextFileError",
+           "TrainConfig", "checkpoint_file", "demo_config", "load_for_inference",
+           "read_checkpoint", "read_text_file", "write_report"]
 
 CHECKPOINT_NAME = "checkpoint.npz"
 FORMAT = "minitorch-nlp-language-model"
-MODELS = ("gpt", "bert")
 TOKENIZERS = ("char", "bpe", "wordpiece")
+DEFAULT_WARMUP_STEPS = 100
+CHECKPOINT_SECONDS = 300.0
+
+
+class SettingError(ValueError):
+    """A run setting that cannot work: ``setting`` names the ``TrainConfig`` field, so that the
+    command line can name its option (``n_layer`` -> ``--n-layer``)."""
+
+    def __init__(self, setting, problem):
+        self.setting, self.problem = setting, problem
+        super().__init__("TrainConfig: " + self.about(setting))
+
+    def about(self, name):
+        """The problem told about the setting called ``name`` (a field or an option)."""
+        return name + ("" if self.problem.startswith("=") else " ") + self.problem
 
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a run. ``text`` is a UTF-8 file (None: the built-in corpus, the
-    standard library's docstrings, the first ``max_chars`` characters of it)."""
+    """Everything that defines a run. ``text`` is a UTF-8 file, kept as an absolute path so that a
+    run resumes from any directory (None: the built-in corpus, the standard library's docstrings,
+    the first ``max_chars`` characters of it). ``tokenizer`` None: the model family's default.
+    ``warmup_steps`` None: 100 steps, or a tenth of a shorter run."""
 
     model: str = "gpt"
     text: str | None = None
     max_chars: int | None = 1_000_000
-    tokenizer: str = "char"
+    tokenizer: str | None = None
     vocab_size: int = 1000            # bpe / wordpiece only; char takes every character it sees
     n_layer: int = 4
     n_head: int = 4
@@ -59,70 +80,111 @@ class TrainConfig:
     steps: int = 1500
     lr: float = 3e-3
     min_lr_ratio: float = 0.1
-    warmup_steps: int = 100
+    warmup_steps: int | None = None
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     eval_every: int = 250
     eval_batches: int = 8
     validation_fraction: float = 0.1
-    mask_prob: float = 0.15          # bert only
+    mask_prob: float = 0.15          # masked-LM families only
     seed: int = 0
     backend: str = "numba"
 
     def __post_init__(self):
-        if self.model not in MODELS:
-            raise ValueError(f"TrainConfig: model must be one of {MODELS}, got {self.model!r}")
+        try:
+            family = registry.family(self.model)
+        except ValueError as error:
+            raise SettingError("model", str(error).removeprefix("unknown model ")) from None
+        if self.tokenizer is None:
+            self.tokenizer = family.default_tokenizer
         if self.tokenizer not in TOKENIZERS:
-            raise ValueError(f"TrainConfig: tokenizer must be one of {TOKENIZERS}, got "
-                             f"{self.tokenizer!r}")
+            raise SettingError("tokenizer", f"must be one of {', '.join(TOKENIZERS)}, got "
+                               f"{self.tokenizer!r}")
+        try:
+            family.check_tokenizer(self.tokenizer)
+        except ValueError as error:
+            raise SettingError("tokenizer", f"{self.tokenizer}: {error}") from None
+        if self.text is not None:
+            self.text = os.path.abspath(os.fspath(self.text))
         for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps",
-                     "eval_every", "eval_batches", "vocab_size"):
+                     "eval_every", "eval_batches", "vocab_size", "seed"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TrainConfig: {name} must be a positive int, got {value!r}")
-        if self.model == "bert" and self.tokenizer == "char":
-            raise ValueError("TrainConfig: a BERT needs [CLS], [SEP] and [MASK] tokens: use the "
-                             "wordpiece or bpe tokenizer, not char")
+            if isinstance(value, bool) or not isinstance(value, int) or value < (name != "seed"):
+                kind = "an int >= 0" if name == "seed" else "a positive int"
+                raise SettingError(name, f"must be {kind}, got {value!r}")
+        if self.max_chars is not None and (not isinstance(self.max_chars, int)
+                                           or self.max_chars < 1):
+            raise SettingError("max_chars", f"must be a positive int, got {self.max_chars!r}")
         if self.n_embd % self.n_head:
-            raise ValueError(f"TrainConfig: n_head={self.n_head} must divide n_embd={self.n_embd}")
-        if not 0 < self.validation_fraction < 1:
-            raise ValueError("TrainConfig: validation_fraction must lie in (0, 1), got "
-                             f"{self.validation_fraction}")
-        if self.warmup_steps < 0 or self.warmup_steps >= self.steps:
-            raise ValueError(f"TrainConfig: warmup_steps must lie in [0, steps={self.steps}), got "
-                             f"{self.warmup_steps}")
+            raise SettingError("n_head", f"={self.n_head} must divide n_embd={self.n_embd}")
+        if self.block_size <= family.objective.extra_tokens:
+            raise SettingError("block_size", f"must be more than {family.objective.extra_tokens} "
+                               f"for a {self.model}, got {self.block_size}")
+        _check_range("lr", self.lr, 0, math.inf, low_open=True)
+        _check_range("dropout", self.dropout, 0, 1, high_open=True)
+        _check_range("weight_decay", self.weight_decay, 0, math.inf)
+        _check_range("grad_clip", self.grad_clip, 0, math.inf, low_open=True)
+        _check_range("min_lr_ratio", self.min_lr_ratio, 0, 1)
+        _check_range("mask_prob", self.mask_prob, 0, 1, low_open=True, high_open=True)
+        _check_range("validation_fraction", self.validation_fraction, 0, 1, low_open=True,
+                     high_open=True)
+        if self.warmup_steps is None:
+            self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps // 10)
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) \
+                or not 0 <= self.warmup_steps < self.steps:
+            raise SettingError("warmup_steps", f"must lie in [0, steps={self.steps}), got "
+                               f"{self.warmup_steps!r}")
+
+
+def _check_range(name, value, low, high, low_open=False, high_open=False):
+    """``value`` is a finite number in the interval from ``low`` to ``high`` (open ends as told)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and (value > low if low_open else value >= low) \
+        and (value < high if high_open else value <= high)
+    if not ok:
+        where = (f"{'>' if low_open else '>='} {low}" if high == math.inf else
+                 f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
+        raise SettingError(name, f"must be a finite number {where}, got {value!r}")
+
+
+class TextFileError(ValueError):
+    """The text file of a run cannot be used (missing, a directory, not UTF-8, empty)."""
+
+
+def read_text_file(path):
+    """The text of the UTF-8 file ``path``; ``TextFileError`` saying what to change otherwise."""
+    try:
+        with open(path, "rb") as file:
+            raw = file.read()
+    except FileNotFoundError:
+        raise TextFileError(f"{path} does not exist") from None
+    except IsADirectoryError:
+        raise TextFileError(f"{path} is a directory; give a text file") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise TextFileError(f"{path} is not UTF-8 text (byte 0x{raw[error.start]:02x} at offset "
+                            f"{error.start}): re-save it as UTF-8") from None
+    if not text.strip():
+        raise TextFileError(f"{path} holds no text")
+    return text
 
 
 def _read_text(config):
-    text = load_text(config.text)
-    return text if config.max_chars is None or config.text else text[:config.max_chars]
+    if config.text is not None:
+        return read_text_file(config.text)
+    text = load_text(None)
+    return text if config.max_chars is None else text[:config.max_chars]
 
 
 def _train_tokenizer(config, text):
     from .data import tokenizers
     if config.tokenizer == "char":
         return tokenizers.CharTokenizer.train(text)
-    if config.tokenizer == "bpe":   # RoBERTa's special tokens (<s> </s> <mask> ...) for a BERT
+    if config.tokenizer == "bpe":
         return tokenizers.ByteLevelBPETokenizer.train(
-            text, vocab_size=config.vocab_size,
-            style="roberta" if config.model == "bert" else "gpt2")
+            text, vocab_size=config.vocab_size, style=registry.family(config.model).bpe_style)
     return tokenizers.WordPieceTokenizer.train(text, vocab_size=config.vocab_size)
-
-
-def _build_model(config, vocab_size, tokenizer):
-    if config.model == "gpt":
-        from .models.gpt import GPT2LMHeadModel, GPTConfig
-        return GPT2LMHeadModel(GPTConfig.gpt2(
-            vocab_size=vocab_size, n_positions=config.block_size, n_embd=config.n_embd,
-            n_layer=config.n_layer, n_head=config.n_head, resid_pdrop=config.dropout,
-            embd_pdrop=config.dropout, attn_pdrop=config.dropout,
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=None))  # generate never stops early
-    from .models.bert import BertConfig, BertForMaskedLM
-    return BertForMaskedLM(BertConfig(
-        vocab_size=vocab_size, hidden_size=config.n_embd, num_hidden_layers=config.n_layer,
-        num_attention_heads=config.n_head, intermediate_size=4 * config.n_embd,
-        max_position_embeddings=config.block_size, hidden_dropout_prob=config.dropout,
-        attention_probs_dropout_prob=config.dropout, pad_token_id=tokenizer.pad_token_id))
 
 
 def _decay_groups(model, weight_decay):
@@ -138,6 +200,7 @@ class LanguageModelRun:
 
     def __init__(self, config, *, state=None, text=None):
         self.config = config
+        self.family = registry.family(config.model)
         text = _read_text(config) if text is None else text
         self.text_digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         if state is not None and state["text_sha256"] != self.text_digest:
@@ -147,53 +210,39 @@ class LanguageModelRun:
         self.tokenizer = (tokenizer_from_state(state["tokenizer"]) if state is not None
                           else _train_tokenizer(config, text))
         ids = np.asarray(self.tokenizer.encode(text, add_special_tokens=False), dtype=np.int64)
-        window = self._window_length()
+        window = self.family.objective.window_length(config.block_size)
         split = int(len(ids) * (1 - config.validation_fraction))
         self.train_ids, self.val_ids = ids[:split], ids[split:]
         for name, part in (("training", self.train_ids), ("validation", self.val_ids)):
             if len(part) <= window:
-                raise ValueError(f"LanguageModelRun: the {name} part of the text has {len(part)} "
-                                 f"tokens, not more than block_size={config.block_size}; give a "
-                                 "longer text or a smaller --block-size")
+                raise SettingError("block_size", f"={config.block_size} is too long for the text: "
+                                   f"its {name} part has {len(part)} tokens, and a window needs "
+                                   f"more than {window}; give a longer text or a smaller "
+                                   "--block-size")
         self.backend = get_backend(config.backend)
         with use_backend(self.backend):
             mt_random.manual_seed(config.seed)
-            self.model = _build_model(config, len(self.tokenizer), self.tokenizer)
+            self.model = self.family.build(config, self.tokenizer)
         self.optimizer = optim.AdamW(_decay_groups(self.model, config.weight_decay), lr=config.lr,
                                      betas=(0.9, 0.95))
         self.scheduler = optim.CosineWarmupDecayLR(self.optimizer, config.warmup_steps,
                                                    config.steps, min_lr_ratio=config.min_lr_ratio)
         self.rng = np.random.default_rng(config.seed)
-        if config.model == "bert":
-            self.collator = MaskedLMCollator.from_tokenizer(self.tokenizer,
-                                                            mlm_probability=config.mask_prob)
+        self._make_batch = self.family.objective.batcher(self.tokenizer, config.mask_prob)
         # the validation windows (and their masks) are drawn once, so every evaluation is the same
         self.val_batches = [self._batch(self.val_ids, np.random.default_rng([config.seed, i]))
                             for i in range(config.eval_batches)]
         self.step, self.history = 0, {"step": [], "loss": [], "val_step": [], "val_loss": []}
+        self.interrupted = False
         if state is not None:
             self._restore(state)
 
     # ---- data ------------------------------------------------------------------------------------
-    def _window_length(self):
-        """Tokens drawn per example: GPT reads block_size tokens and predicts each from the ones
-        before it; BERT reads block_size tokens, [CLS] and [SEP] included."""
-        return self.config.block_size if self.config.model == "gpt" else \
-            self.config.block_size - 2
-
     def _batch(self, ids, rng):
-        """A batch of random windows of ``ids``: (input_ids, labels) as NumPy int arrays."""
-        length = self._window_length()
+        """A batch of random windows of ``ids`` made into (input_ids, labels) by the objective."""
+        length = self.family.objective.window_length(self.config.block_size)
         starts = rng.integers(0, len(ids) - length, size=self.config.batch_size)
-        windows = np.stack([ids[s:s + length] for s in starts])
-        if self.config.model == "gpt":
-            return windows, windows   # the model shifts the labels: token t+1 from tokens <= t
-        tok = self.tokenizer
-        column = np.ones((len(windows), 1), dtype=np.int64)
-        ids = np.concatenate([column * tok.cls_token_id, windows, column * tok.sep_token_id],
-                             axis=1)
-        masked = self.collator(ids, rng=rng)   # a fresh mask each time (dynamic masking)
-        return masked["input_ids"], masked["labels"]
+        return self._make_batch(np.stack([ids[s:s + length] for s in starts]), rng)
 
     # ---- training --------------------------------------------------------------------------------
     def loss(self, input_ids, labels):
@@ -209,13 +258,18 @@ class LanguageModelRun:
         self.model.train()
         return float(np.mean(losses))
 
-    def train(self, until=None, *, progress=True, checkpoint_path=None, checkpoint_every=None):
+    def train(self, until=None, *, progress=True, checkpoint_path=None, checkpoint_every=None,
+              checkpoint_seconds=CHECKPOINT_SECONDS):
         """Train until step ``until`` (default: ``config.steps``), evaluating every
-        ``config.eval_every`` steps and at the last, and saving to ``checkpoint_path`` every
-        ``checkpoint_every`` steps and at the end. Returns the validation loss at the end.
+        ``config.eval_every`` steps and at the last. With ``checkpoint_path``, the run is saved
+        there every ``checkpoint_every`` steps, whenever ``checkpoint_seconds`` of training have
+        passed since the last save (None: never), and at the end. Returns the validation loss
+        at the end.
 
-        Evaluation draws no random numbers (its batches are fixed), so where a run stops and
-        resumes does not change it."""
+        Ctrl-C (SIGINT, in the main thread) stops the run after the step under way, saves it to
+        ``checkpoint_path`` and returns with ``self.interrupted`` set; a second Ctrl-C
+        interrupts at once. Evaluation draws no random numbers (its batches are fixed), so where
+        a run stops and resumes does not change it."""
         until = self.config.steps if until is None else until
         if until > self.config.steps:
             raise ValueError(f"LanguageModelRun.train: until={until} is past the run's "
@@ -223,34 +277,43 @@ class LanguageModelRun:
         bar = _progress_bar(self.step, until, enabled=progress)
         self.model.train()
         val_loss = self.history["val_loss"][-1] if self.history["val_loss"] else math.nan
-        with use_backend(self.backend):
-            while self.step < until:
-                loss = self.loss(*self._batch(self.train_ids, self.rng))
-                self.optimizer.zero_grad()
-                loss.backward()
-                optim.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-                self.optimizer.step()
-                self.scheduler.step()
-                self.step += 1
-                self.history["step"].append(self.step)
-                self.history["loss"].append(loss.item())
+        last_save = time.monotonic()
+        with use_backend(self.backend), _sigint_stops_after_the_step() as stop:
+            while self.step < until and not stop:
+                self._train_step()
                 if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
                     val_loss = self.evaluate()
                     self.history["val_step"].append(self.step)
                     self.history["val_loss"].append(val_loss)
-                if checkpoint_path and checkpoint_every and self.step % checkpoint_every == 0:
+                due = (checkpoint_every and self.step % checkpoint_every == 0) or (
+                    checkpoint_seconds is not None
+                    and time.monotonic() - last_save >= checkpoint_seconds)
+                if checkpoint_path and due:
                     self.save(checkpoint_path)
+                    last_save = time.monotonic()
                 bar.update(1)
                 shown = {"loss": f"{self.history['loss'][-1]:.3f}"}
                 if not math.isnan(val_loss):
                     shown["val"] = f"{val_loss:.3f}"
                 bar.set_postfix(shown)
         bar.close()
+        self.interrupted = bool(stop)
         if checkpoint_path:
             self.save(checkpoint_path)
-        if self.history["val_step"][-1:] != [self.step]:
+        if not self.interrupted and self.history["val_step"][-1:] != [self.step]:
             val_loss = self.evaluate()   # stopped between evaluations: report, do not record
         return val_loss
+
+    def _train_step(self):
+        loss = self.loss(*self._batch(self.train_ids, self.rng))
+        self.optimizer.zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        self.history["step"].append(self.step)
+        self.history["loss"].append(loss.item())
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def state_dict(self):
@@ -266,6 +329,9 @@ class LanguageModelRun:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.scheduler.total_steps != self.config.steps:   # --steps N extends the schedule
+            self.scheduler.load_state_dict({**self.scheduler.state_dict(),
+                                            "total_steps": self.config.steps})
         self.step = int(state["step"])
         self.rng.bit_generator.state = state["batch_rng"]
         mt_random.default_generator().set_state(state["default_generator"])
@@ -275,25 +341,42 @@ class LanguageModelRun:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         io.save(self.state_dict(), path)
 
+    RESUMABLE = ("backend", "eval_every", "steps")
+
     @classmethod
     def load(cls, path, *, text=None, **overrides):
         """The run saved at ``path`` (a checkpoint file or the directory holding
         ``checkpoint.npz``), ready to continue. ``overrides`` change settings that do not alter
-        the model (``backend``, ``eval_every``)."""
+        what has been trained (``RESUMABLE``): ``backend``, ``eval_every``, and ``steps``, which
+        moves the end of the run (and of the cosine schedule, so the learning rate from the
+        current step on follows the longer schedule) to a step at or after the current one.
+        A text file given by a relative path (older checkpoints) is looked for next to the
+        checkpoint when it is not found from the current directory."""
+        path = checkpoint_file(path)
         state = read_checkpoint(path)
-        allowed = {"backend", "eval_every"}
-        if set(overrides) - allowed:
-            raise ValueError(f"LanguageModelRun.load: only {sorted(allowed)} can change on "
-                             f"resume, not {sorted(set(overrides) - allowed)}")
-        config = TrainConfig(**{**state["config"], **overrides})
-        return cls(config, state=state, text=text)
+        refused = sorted(set(overrides) - set(cls.RESUMABLE))
+        if refused:
+            raise ValueError(f"LanguageModelRun.load: only {list(cls.RESUMABLE)} can change on "
+                             f"resume, not {refused}")
+        values = {**state["config"], **overrides}
+        if "steps" in overrides and overrides["steps"] < int(state["step"]):
+            raise SettingError("steps", f"={overrides['steps']} is before the checkpoint's step "
+                               f"{int(state['step'])}; give a later end")
+        beside = values["text"] and os.path.join(os.path.dirname(path), values["text"])
+        if values["text"] and not os.path.exists(values["text"]) and os.path.exists(beside):
+            values["text"] = beside
+        return cls(TrainConfig(**values), state=state, text=text)
+
+
+def checkpoint_file(path):
+    """The checkpoint file that ``path`` (the file, or the run directory holding it) names."""
+    path = os.fspath(path)
+    return os.path.join(path, CHECKPOINT_NAME) if os.path.isdir(path) else path
 
 
 def read_checkpoint(path):
     """The state saved by ``LanguageModelRun.save`` at ``path`` (file or run directory)."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, CHECKPOINT_NAME)
+    path = checkpoint_file(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}; train one with `minitorch-nlp train` "
                                 "or `minitorch-nlp demo`")
@@ -302,6 +385,28 @@ def read_checkpoint(path):
         raise ValueError(f"{path} is not a language-model checkpoint written by "
                          "minitorch-nlp train/demo")
     return state
+
+
+@contextlib.contextmanager
+def _sigint_stops_after_the_step():
+    """A list that becomes non-empty on Ctrl-C (SIGINT), so that the training loop stops between
+    two steps and the checkpoint saved then holds whole steps; a second Ctrl-C raises
+    ``KeyboardInterrupt`` at once. Outside the main thread signals cannot be caught: unchanged."""
+    stop = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def request_stop(signum, frame):
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(signum)
+
+    previous = signal.signal(signal.SIGINT, request_stop)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _progress_bar(start, total, enabled):
@@ -329,34 +434,38 @@ class _NoBar:
 def demo_config(steps=None, backend="numba", seed=0, smoke=False):
     """The main job's settings: a 4-layer GPT-2-style character model (d 128, 4 heads, context
     128, 0.8M parameters) on the first million characters of the built-in corpus, 1500 AdamW
-    steps of 16 windows. ``smoke``: a 1-layer model on 50 000 characters, seconds."""
+    steps of 16 windows. ``smoke``: a 1-layer model on 50 000 characters, seconds. ``steps``
+    None: 1500 (``smoke``: 20)."""
     if smoke:
         return TrainConfig(max_chars=50_000, n_layer=1, n_head=2, n_embd=32, block_size=32,
-                           batch_size=8, steps=steps or 20, warmup_steps=2, eval_every=10,
+                           batch_size=8, steps=20 if steps is None else steps, eval_every=10,
                            eval_batches=2, seed=seed, backend=backend)
-    steps = steps or TrainConfig.steps
-    return TrainConfig(steps=steps, warmup_steps=min(TrainConfig.warmup_steps, steps // 10),
-                       seed=seed, backend=backend)
+    return TrainConfig(steps=TrainConfig.steps if steps is None else steps, seed=seed,
+                       backend=backend)
+
+
+SAMPLE_PROMPTS = ("The ", "Return the ", "This module ")
 
 
 def write_report(run, out, seconds):
     """Write what a finished (or stopped) run produced to ``out``: ``metrics.json``, ``loss.png``
-    (when matplotlib is installed) and, for a GPT, ``samples.txt``. Returns the metrics."""
+    (when matplotlib is installed) and, for a model that generates text, ``samples.txt``.
+    Returns the metrics; ``vocab_size`` is the tokenizer's real size."""
     import json
     os.makedirs(out, exist_ok=True)
     history = run.history
     metrics = {"step": run.step, "seconds": round(seconds, 2),
                "train_loss": history["loss"][-1] if history["loss"] else None,
                "val_loss": history["val_loss"][-1] if history["val_loss"] else None,
-               "parameters": run.model.num_parameters(), "config": dataclasses.asdict(run.config),
+               "parameters": run.model.num_parameters(), "vocab_size": len(run.tokenizer),
+               "config": dataclasses.asdict(run.config),
                "files": [CHECKPOINT_NAME, "metrics.json"]}
     if _plot_losses(history, os.path.join(out, "loss.png"), run.config):
         metrics["files"].append("loss.png")
-    if run.config.model == "gpt":
-        prompts = ("The ", "Return the ", "This module ")
-        metrics["samples"] = [generate_text(run.model, run.tokenizer, prompt, max_new_tokens=200,
-                                            temperature=0.8, top_k=40, seed=i)
-                              for i, prompt in enumerate(prompts)]
+    if run.family.objective.generates_text:
+        metrics["samples"] = [run.family.objective.respond(
+            run.model, run.tokenizer, prompt, max_new_tokens=200, temperature=0.8, top_k=40,
+            seed=i) for i, prompt in enumerate(SAMPLE_PROMPTS)]
         with open(os.path.join(out, "samples.txt"), "w", encoding="utf-8") as file:
             file.write("\n\n".join(metrics["samples"]) + "\n")
         metrics["files"].append("samples.txt")
@@ -367,90 +476,35 @@ def write_report(run, out, seconds):
 
 def _plot_losses(history, path, config):
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from . import plots
+        plt = plots.pyplot()
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(7, 4))
-    losses = np.asarray(history["loss"])
-    ax.plot(history["step"], losses, alpha=0.3, label="training batch")
-    if len(losses) >= 20:
-        window = max(1, len(losses) // 50)
-        smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
-        ax.plot(history["step"][window - 1:], smooth, label=f"training (mean of {window})")
-    ax.plot(history["val_step"], history["val_loss"], "o-", label="validation")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats per token)")
-    ax.set_title(f"{config.model}: {config.n_layer} layers, d {config.n_embd}, "
-                 f"{config.tokenizer} tokens")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plots.loss_curves(ax, history["step"], {"training batch": history["loss"]},
+                      validation=(history["val_step"], history["val_loss"]),
+                      title=f"{config.model}: {config.n_layer} layers, d {config.n_embd}, "
+                            f"{config.tokenizer} tokens")
+    plots.save(fig, path)
     return True
 
 
 def load_for_inference(path, backend=None):
-    """(model in eval mode, tokenizer, model kind "gpt" or "bert") from a checkpoint written by
-    ``LanguageModelRun`` (the file or its run directory), or from a HuggingFace directory
+    """(model in eval mode, tokenizer, its ``registry.ModelFamily``) from a checkpoint written
+    by ``LanguageModelRun`` (the file or its run directory), or from a HuggingFace directory
     (``config.json`` + ``model.safetensors`` + the tokenizer's files, e.g. one written by
     ``save_pretrained`` and ``tokenizer.save``)."""
     from .data.tokenizers import load_tokenizer
-    from .io.huggingface import CONFIG_NAME, from_pretrained
+    from .io.huggingface import CONFIG_NAME, architecture_for, from_pretrained, read_config
     if os.path.isfile(os.path.join(os.fspath(path), CONFIG_NAME)):
-        from .models.bert import BertForMaskedLM   # RobertaForMaskedLM is one too
-        from .models.gpt import GPTLMHeadModel
-        model = from_pretrained(path, backend=backend)
-        if isinstance(model, GPTLMHeadModel):
-            return model, load_tokenizer(path), "gpt"
-        if isinstance(model, BertForMaskedLM):
-            return model, load_tokenizer(path), "bert"
-        raise ValueError(f"{path} holds a {type(model).__name__}, which neither generates text "
-                         "nor fills masks; give a GPT/GPT-2 LM head or a masked-LM checkpoint")
+        family = registry.family_for_architecture(architecture_for(read_config(path)).name)
+        return from_pretrained(path, backend=backend), load_tokenizer(path), family
     state = read_checkpoint(path)
     config = TrainConfig(**{**state["config"], **({} if backend is None else
                                                    {"backend": backend})})
     tokenizer = tokenizer_from_state(state["tokenizer"])
+    family = registry.family(config.model)
     with use_backend(get_backend(config.backend)):
-        model = _build_model(config, len(tokenizer), tokenizer)
+        model = family.build(config, tokenizer)
     model.load_state_dict(state["model"])
-    return model.eval(), tokenizer, config.model
-
-
-def generate_text(model, tokenizer, prompt, *, max_new_tokens=200, temperature=0.8, top_k=None,
-                  top_p=None, repetition_penalty=1.0, seed=0, on_text=None):
-    """``prompt`` and its continuation by a GPT (``temperature=0``: greedy); ``on_text`` receives
-    each new piece of text as soon as its tokens decode to whole characters (streaming)."""
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-    if not prompt_ids:
-        raise ValueError("generate_text: the prompt is empty after tokenization; give some text")
-    room = model.config.n_positions - len(prompt_ids)
-    if room < 1:
-        raise ValueError(f"generate_text: the prompt has {len(prompt_ids)} tokens, the model "
-                         f"reads at most {model.config.n_positions}; shorten it")
-    new_ids, printed = [], [0]
-
-    def stream(step_ids):
-        new_ids.append(int(step_ids[0]))
-        text = tokenizer.decode(new_ids)
-        if on_text is not None and not text.endswith("\ufffd"):   # wait for a whole character
-            on_text(text[printed[0]:])
-            printed[0] = len(text)
-
-    with use_backend(next(iter(model.parameters())).backend):
-        model.generate(np.asarray([prompt_ids]), min(max_new_tokens, room),
-                       do_sample=temperature > 0, temperature=temperature or 1.0, top_k=top_k,
-                       top_p=top_p, repetition_penalty=repetition_penalty,
-                       generator=Generator(seed), streamer=stream)
-    return prompt + tokenizer.decode(new_ids)
-
-
-def fill_masks(model, tokenizer, text):
-    """``text`` with each [MASK] replaced by the BERT's likeliest token."""
-    ids = tokenizer.encode(text)
-    with no_grad():
-        logits = model(input_ids=np.asarray([ids])).logits.numpy()[0]
-    filled = [int(logits[i].argmax()) if token == tokenizer.mask_token_id else token
-              for i, token in enumerate(ids)]
-    return tokenizer.decode(filled, skip_special_tokens=True)
+    return model.eval(), tokenizer, family

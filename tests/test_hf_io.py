@@ -4,6 +4,7 @@ not fit. The real architectures are tested against HuggingFace's own outputs in 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -53,7 +54,7 @@ CONFIG = {"architectures": ["ToyModel"], "model_type": "toy", "vocab_size": 7, "
 
 @pytest.fixture
 def registry(monkeypatch):
-    monkeypatch.setattr(hf, "MODEL_MODULES", ())
+    monkeypatch.setattr(hf, "_load_registrations", lambda: None)   # the toy model only
     monkeypatch.setattr(hf, "_ARCHITECTURES", {})
     hf.register_architecture(hf.HFArchitecture(
         name="ToyModel", model_type="toy", model_class=Toy, from_config=Toy,
@@ -158,6 +159,28 @@ def test_unsupported_architectures_and_missing_files(registry, tmp_path):
         mt.from_pretrained(tmp_path / "nowts")
     with pytest.raises(ValueError, match="save_pretrained: Linear has no HuggingFace architecture"):
         mt.save_pretrained(nn.Linear(2, 2), tmp_path / "lin")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", r"config\.json is not valid JSON \(Expecting property name"),
+    ("[1, 2]", r"config\.json holds a JSON list, not an object of configuration fields"),
+    (b"\xff\xfe", r"config\.json is not valid JSON"),
+])
+def test_an_invalid_config_json_is_named(registry, tmp_path, content, message):
+    (tmp_path / "config.json").write_bytes(content if isinstance(content, bytes)
+                                           else content.encode())
+    with pytest.raises(ValueError, match="from_pretrained: " + re.escape(str(tmp_path)) + "/"
+                       + message):
+        mt.from_pretrained(tmp_path)
+
+
+def test_a_truncated_safetensors_file_is_named(registry, tmp_path):
+    directory = write(tmp_path / "cut", hf_checkpoint(np.random.default_rng(6)))
+    weights = directory / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-40])
+    with pytest.raises(ValueError, match=re.escape(str(weights)) + " is not a readable "
+                       "safetensors file .*download or save the model again"):
+        mt.from_pretrained(directory)
 
 
 def test_rules_check_their_own_consistency():

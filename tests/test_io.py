@@ -353,6 +353,46 @@ def test_pickle_file_is_refused_unread(tmp_path, no_unpickling, name):
         load(path)
 
 
+def test_a_pickle_is_refused_without_numpy_s_advice_to_trust_it(tmp_path, no_unpickling):
+    path = tmp_path / "model.npz"
+    path.write_bytes(pickle.dumps({"w": Payload()}))
+    with pytest.raises(ValueError) as error:
+        load(path)
+    assert "it holds pickled data, which minitorch_nlp never loads" in str(error.value)
+    assert "allow_pickle" not in str(error.value) and "trust" not in str(error.value)
+
+
+def test_saving_into_a_missing_folder_names_the_folder(tmp_path):
+    target = tmp_path / "no" / "such" / "c.npz"
+    with pytest.raises(FileNotFoundError, match=re.escape(f"cannot write {target}: the folder "
+                                                          f"{target.parent} does not exist")):
+        save({"a": 1}, target)
+    assert not (tmp_path / "no").exists()
+
+
+def test_mt_save_and_load_are_the_checkpoint_functions(tmp_path):
+    assert mt.save is save and mt.load is load
+    model = mt.nn.Linear(3, 2)
+    mt.save(model.state_dict(), tmp_path / "model.safetensors")
+    state = mt.load(tmp_path / "model.safetensors")
+    assert sorted(state) == ["bias", "weight"] and isinstance(state["weight"], mt.Tensor)
+    for name, tensor in model.state_dict().items():
+        np.testing.assert_array_equal(state[name].numpy(), tensor.numpy())
+        assert state[name].dtype == tensor.dtype
+    import safetensors.numpy   # the file is plain safetensors
+    assert sorted(safetensors.numpy.load_file(tmp_path / "model.safetensors")) == ["bias", "weight"]
+
+
+def test_a_safetensors_file_holds_only_a_flat_dict_of_arrays(tmp_path):
+    with pytest.raises(TypeError, match=r"a \.safetensors file holds a flat dict of str -> Tensor"):
+        save({"model": {"w": np.ones(2)}, "step": 3}, tmp_path / "x.safetensors")
+    (tmp_path / "cut.safetensors").write_bytes(b"\x10\x00")
+    with pytest.raises(ValueError, match="cut.safetensors' is not a readable safetensors file"):
+        load(tmp_path / "cut.safetensors")
+    with pytest.raises(FileNotFoundError):
+        load(tmp_path / "none.safetensors")
+
+
 def test_saving_an_object_array_is_refused(tmp_path):
     with pytest.raises(TypeError, match=re.escape("state['model']['w']") + ".*dtype object"):
         save({"model": {"w": _object_array()}}, tmp_path / "c.npz")

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from minitorch_nlp import cli, training
+from minitorch_nlp import cli, decoding, training
 
 TEXT = ("the quick brown fox jumps over the lazy dog. " * 40
         + "a stitch in time saves nine. " * 40)
@@ -58,7 +58,7 @@ def test_resume_refuses_another_text(tmp_path):
     run.train(progress=False, checkpoint_path=tmp_path / "checkpoint.npz")
     with pytest.raises(ValueError, match="text differs"):
         training.LanguageModelRun.load(tmp_path / "checkpoint.npz", text=TEXT + "more")
-    with pytest.raises(ValueError, match=r"only \['backend', 'eval_every'\] can change"):
+    with pytest.raises(ValueError, match=r"only \['backend', 'eval_every', 'steps'\] can change"):
         training.LanguageModelRun.load(tmp_path, text=TEXT, n_layer=2)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         training.read_checkpoint(tmp_path / "elsewhere")
@@ -67,20 +67,20 @@ def test_resume_refuses_another_text(tmp_path):
 def test_bad_settings_are_named():
     with pytest.raises(ValueError, match="n_head=3 must divide n_embd=16"):
         tiny(n_head=3)
-    with pytest.raises(ValueError, match="model must be one of"):
+    with pytest.raises(ValueError, match="model 'xlnet'; choose one of bert, gpt, roberta"):
         tiny(model="xlnet")
-    with pytest.raises(ValueError, match="296 tokens, not more than block_size=500"):
+    with pytest.raises(ValueError, match="part has 296 tokens, and a window needs more than 500"):
         training.LanguageModelRun(tiny(block_size=500), text=TEXT)
 
 
 def test_generate_text_streams_what_it_returns():
     run = training.LanguageModelRun(tiny(steps=2), text=TEXT)
     pieces = []
-    text = training.generate_text(run.model.eval(), run.tokenizer, "the ", max_new_tokens=12,
+    text = decoding.generate_text(run.model.eval(), run.tokenizer, "the ", max_new_tokens=12,
                                   seed=3, on_text=pieces.append)
     assert text == "the " + "".join(pieces)
-    assert len(run.tokenizer.encode(text[4:], add_special_tokens=False)) == 12
-    again = training.generate_text(run.model, run.tokenizer, "the ", max_new_tokens=12, seed=3)
+    assert 0 < len(text) - 4 <= 12 and "<" not in text   # special tokens are never printed
+    again = decoding.generate_text(run.model, run.tokenizer, "the ", max_new_tokens=12, seed=3)
     assert again == text
 
 
@@ -116,14 +116,13 @@ def test_generate_from_a_huggingface_directory(tmp_path, capsys):
     run = training.LanguageModelRun(tiny(steps=2), text=TEXT)
     mt.save_pretrained(run.model, tmp_path / "hf")
     run.tokenizer.save(tmp_path / "hf")
-    expected = training.generate_text(run.model.eval(), run.tokenizer, "the ", max_new_tokens=8,
+    expected = decoding.generate_text(run.model.eval(), run.tokenizer, "the ", max_new_tokens=8,
                                       seed=1)
     capsys.readouterr()
     assert cli.main(["generate", str(tmp_path / "hf"), "--prompt", "the ", "--max-new-tokens",
                      "8", "--seed", "1", "--temperature", "0.8"]) == 0
     assert capsys.readouterr().out.strip() == expected.strip()
-    with pytest.raises(SystemExit):
-        cli.main(["generate", str(tmp_path / "nothing-here")])
+    assert cli.main(["generate", str(tmp_path / "nothing-here")]) == 2
 
 
 def test_a_bert_trains_on_byte_level_bpe_with_roberta_specials_and_refuses_characters():
@@ -131,5 +130,45 @@ def test_a_bert_trains_on_byte_level_bpe_with_roberta_specials_and_refuses_chara
                                     text=TEXT)
     assert np.isfinite(run.train(progress=False))
     assert run.tokenizer.mask_token == "<mask>"
-    with pytest.raises(ValueError, match="a BERT needs \\[CLS\\], \\[SEP\\] and \\[MASK\\]"):
+    with pytest.raises(ValueError, match="a bert cannot use the char tokenizer: it has no "
+                       "\\[CLS\\], \\[SEP\\] or \\[MASK\\] token"):
         tiny(model="bert", tokenizer="char")
+
+
+class CountingModel:
+    """A causal LM that reads at most 8 tokens and always emits the token 5."""
+
+    config = type("Config", (), {"n_positions": 8})
+
+    def __init__(self):
+        import minitorch_nlp as mt
+        self.weight, self.contexts = mt.tensor([0.0]), []
+
+    def parameters(self):
+        return iter([self.weight])
+
+    def generate(self, ids, steps, *, streamer, **sampling):
+        assert ids.shape[1] + steps <= self.config.n_positions
+        self.contexts.append(ids.shape[1])
+        for _ in range(steps):
+            streamer(np.array([5]))
+        return np.concatenate([ids, np.full((1, steps), 5)], axis=1)
+
+
+def test_generate_text_slides_the_window_past_the_context():
+    tokenizer = training.LanguageModelRun(tiny(steps=2), text=TEXT).tokenizer
+    model = CountingModel()
+    text = decoding.generate_text(model, tokenizer, "the quick brown", max_new_tokens=30)
+    assert text == "the quick brown" + tokenizer.decode([5]) * 30
+    assert model.contexts[0] == 4        # a prompt longer than the context keeps its last half
+    assert set(model.contexts[1:]) == {4}
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(temperature=-1.0), "temperature must be >= 0"),
+    (dict(max_new_tokens=0), "max_new_tokens must be a positive int"),
+])
+def test_generate_text_refuses_bad_options(options, message):
+    run = training.LanguageModelRun(tiny(steps=2), text=TEXT)
+    with pytest.raises(ValueError, match=message):
+        decoding.generate_text(run.model, run.tokenizer, "the ", **options)

@@ -54,11 +54,16 @@ non-contiguous arrays included. Dict subclasses come back as ``dict``, tuple sub
 tuples) as ``tuple``, Tensor subclasses (``nn.Parameter``) as ``Tensor``; a tensor or array that
 appears twice in ``state`` is stored twice.
 
+A path ending in ``.safetensors`` is written and read as a safetensors file instead (the format
+HuggingFace shares weights in): it holds a flat dict of str -> Tensor or array, such as a
+``state_dict()``, and ``load`` gives back a dict of Tensors.
+
 Safety: ``load`` passes ``allow_pickle=False`` to NumPy, so a file holding pickled data (an object
 array, a pickled header, a whole pickle) is refused with a ``ValueError`` before anything in it
 runs, and ``save`` refuses object arrays. ``save`` writes to a temporary file next to ``path`` and
 renames it over ``path`` only once it is complete, so a crash or an error mid-write leaves any
-previous checkpoint at ``path`` intact.
+previous checkpoint at ``path`` intact; the temporary files a killed write leaves behind are
+removed by the next write to the same ``path``.
 """
 from __future__ import annotations
 
@@ -66,6 +71,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import secrets
 import struct
 import zipfile
@@ -78,6 +84,7 @@ from ..backends import available_backends, get_backend
 FORMAT_NAME = "minitorch_nlp.checkpoint"
 FORMAT_VERSION = 1
 HEADER_KEY = "__header__"
+SAFETENSORS_SUFFIX = ".safetensors"
 
 _ARRAY_NODES = ("tensor", "ndarray", "numpy_scalar")
 
@@ -94,12 +101,15 @@ def save(state, path, *, compress=False):
     type, an object-dtype array or a dict key that is neither ``str`` nor ``int``; ``ValueError``
     for a container that contains itself. Nothing is written in those cases.
     """
+    path = _as_str_path(path)
+    if path.endswith(SAFETENSORS_SUFFIX):
+        return _save_safetensors(state, path)
     arrays = {}
     tree = _encode(state, "state", arrays, set())
     header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "tree": tree}
     header_bytes = json.dumps(header, ensure_ascii=True, allow_nan=False).encode("utf-8")
     entries = {HEADER_KEY: np.frombuffer(header_bytes, dtype=np.uint8), **arrays}
-    atomic_write(_as_str_path(path), lambda file: _write_npz(file, entries, compress))
+    atomic_write(path, lambda file: _write_npz(file, entries, compress))
 
 
 def load(path, *, backend=None):
@@ -114,9 +124,15 @@ def load(path, *, backend=None):
     """
     path = _as_str_path(path)
     target = get_backend(backend)
+    if path.endswith(SAFETENSORS_SUFFIX):
+        return _load_safetensors(path, target)
     try:
         archive = np.load(path, allow_pickle=False)
-    except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+    except ValueError as exc:   # NumPy's advice to allow pickles is not ours to give
+        what = ("it holds pickled data, which minitorch_nlp never loads" if "pickle" in str(exc)
+                else "it is not a NumPy .npz file")
+        raise ValueError(f"{path!r} is not a minitorch_nlp checkpoint: {what}") from None
+    except (EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{path!r} is not a minitorch_nlp checkpoint (.npz): {exc}") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise ValueError(f"{path!r} is a single .npy array, not a minitorch_nlp checkpoint (.npz)")
@@ -222,6 +238,10 @@ def atomic_write(path, write):
     """Call ``write(file)`` on a new temporary file next to ``path``, then rename it over ``path``:
     readers see the old file or the complete new one, never a half-written one."""
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"cannot write {path}: the folder {directory} does not exist; "
+                                "create it first (os.makedirs)")
+    _remove_stale_temp_files(directory, os.path.basename(path))
     fd, temp_path = _create_temp_file(directory, os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as file:
@@ -236,11 +256,26 @@ def atomic_write(path, write):
     _fsync_directory(directory)
 
 
+def _temp_name(name, token):
+    return f".{name[:64]}.{token}.tmp"
+
+
+def _remove_stale_temp_files(directory, name):
+    """Remove what earlier writes to ``name`` left when they were killed mid-write (their
+    temporary files). Two processes writing the same file at once are not supported anyway:
+    the last rename wins."""
+    stale = re.compile(re.escape(_temp_name(name, "@")).replace("@", "[0-9a-f]{12}"))
+    for entry in os.listdir(directory):
+        if stale.fullmatch(entry):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, entry))
+
+
 def _create_temp_file(directory, name):
     """A new file next to the target; created with mode 0o666 so the umask applies as usual."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
-        temp_path = os.path.join(directory, f".{name[:64]}.{secrets.token_hex(6)}.tmp")
+        temp_path = os.path.join(directory, _temp_name(name, secrets.token_hex(6)))
         try:
             return os.open(temp_path, flags, 0o666), temp_path
         except FileExistsError:
@@ -274,13 +309,40 @@ def _as_str_path(path):
     return os.fsdecode(path) if isinstance(path, bytes) else path
 
 
+# ---- safetensors: a flat dict of arrays, the format HuggingFace shares weights in -----------------
+def _save_safetensors(state, path):
+    """``state``, a dict of str -> Tensor or array (a ``state_dict()``), as a safetensors file."""
+    if not isinstance(state, dict) or not all(
+            isinstance(key, str) and isinstance(value, (Tensor, np.ndarray))
+            for key, value in state.items()):
+        raise TypeError(f"save: a {SAFETENSORS_SUFFIX} file holds a flat dict of str -> Tensor "
+                        f"or array (a state_dict()); save other states to {path!r} as .npz")
+    from .huggingface import _safetensors_numpy
+    arrays = {key: np.ascontiguousarray(value.numpy() if isinstance(value, Tensor) else value)
+              for key, value in state.items()}
+    payload = _safetensors_numpy().save(arrays)
+    atomic_write(path, lambda file: file.write(payload))
+
+
+def _load_safetensors(path, backend):
+    """The tensors of a safetensors file, as a dict of str -> Tensor on ``backend``."""
+    from .huggingface import _safetensors_numpy
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"load: {path} does not exist")
+    try:
+        arrays = _safetensors_numpy().load_file(path)
+    except Exception as exc:  # noqa: BLE001 (SafetensorError derives from Exception only)
+        raise ValueError(f"{path!r} is not a readable safetensors file ({exc})") from None
+    return {key: _to_tensor(array, False, backend) for key, array in arrays.items()}
+
+
 # ---- load side -----------------------------------------------------------------------------
 
 def _read_header(archive, path):
     if HEADER_KEY not in archive.files:
         raise ValueError(
             f"{path!r} has no {HEADER_KEY!r} entry, so it is not a minitorch_nlp checkpoint "
-            "(a plain np.savez file?); read it with np.load(path, allow_pickle=False)")
+            "(a plain np.savez file?); NumPy's np.load reads that")
     raw = _read_entry(archive, HEADER_KEY, path)
     try:
         if raw.dtype != np.uint8 or raw.ndim != 1:

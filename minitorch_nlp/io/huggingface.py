@@ -20,7 +20,6 @@ The registrations live at the end of each model file (``models/gpt.py``, ``model
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -36,9 +35,6 @@ __all__ = ["HFArchitecture", "Rule", "concat_columns", "from_pretrained", "regis
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
-# The model modules whose import registers their architectures.
-MODEL_MODULES = ("minitorch_nlp.models.gpt", "minitorch_nlp.models.bert",
-                 "minitorch_nlp.models.roberta")
 _MAX_LISTED = 12
 
 
@@ -166,8 +162,8 @@ def supported_architectures():
 
 
 def _load_registrations():
-    for module in MODEL_MODULES:
-        importlib.import_module(module)
+    from ..models.registry import import_model_modules   # the model modules import this one
+    import_model_modules()
 
 
 def _layer_indices(pattern, keys):
@@ -197,8 +193,16 @@ def read_config(path):
     if not os.path.isfile(config_path):
         raise FileNotFoundError(f"from_pretrained: {config_path} does not exist; a HuggingFace "
                                 f"model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
-    with open(config_path, encoding="utf-8") as file:
-        return json.load(file)
+    try:
+        with open(config_path, encoding="utf-8") as file:
+            config = json.load(file)
+    except ValueError as error:   # JSONDecodeError, and UnicodeDecodeError for a binary file
+        raise ValueError(f"from_pretrained: {config_path} is not valid JSON ({error}); "
+                         "download or save the model again") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"from_pretrained: {config_path} holds a JSON "
+                         f"{type(config).__name__}, not an object of configuration fields")
+    return config
 
 
 def architecture_for(config):
@@ -269,7 +273,7 @@ def from_pretrained(path, *, backend=None, dtype=None):
     if not os.path.isfile(weights_path):
         raise FileNotFoundError(f"from_pretrained: {weights_path} does not exist (only "
                                 f"safetensors weights are read, never pickled .bin files)")
-    hf_state = _safetensors_numpy().load_file(weights_path)
+    hf_state = _read_safetensors(weights_path)
     model = architecture.from_config(config)
     our_shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     model.load_state_dict(convert_to_ours(architecture, hf_state, our_shapes))
@@ -278,6 +282,17 @@ def from_pretrained(path, *, backend=None, dtype=None):
     if dtype is not None:
         model.to(dtype)
     return model.eval()
+
+
+def _read_safetensors(path):
+    """The tensors of the safetensors file ``path``; a truncated or corrupt file is a
+    ``ValueError`` naming it (safetensors' own error type is not a ValueError)."""
+    reader = _safetensors_numpy()
+    try:
+        return reader.load_file(path)
+    except Exception as error:  # noqa: BLE001 (SafetensorError derives from Exception only)
+        raise ValueError(f"from_pretrained: {path} is not a readable safetensors file "
+                         f"({error}); download or save the model again") from None
 
 
 # ---- writing -------------------------------------------------------------------------------------

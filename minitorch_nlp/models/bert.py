@@ -556,3 +556,27 @@ register_bert_architecture(BertForTokenClassification, bert_rules("bert.", "bert
                            + weight_and_bias("classifier", "classifier"))
 register_bert_architecture(BertForQuestionAnswering, bert_rules("bert.", "bert.", False)
                            + weight_and_bias("qa_outputs", "qa_outputs"))
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
+
+
+def _build_for_training(settings, tokenizer):
+    """A BERT encoder with its masked-LM head for a run's ``settings`` (``training.TrainConfig``):
+    feed-forward width 4 d, ``block_size`` positions, [CLS] and [SEP] included."""
+    return BertForMaskedLM(BertConfig(
+        vocab_size=len(tokenizer), hidden_size=settings.n_embd,
+        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
+        intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,
+        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
+        pad_token_id=tokenizer.pad_token_id))
+
+
+_NO_SPECIAL_TOKENS = ("it has no [CLS], [SEP] or [MASK] token, which masked-LM training needs; "
+                      "use wordpiece or bpe")
+register_family(ModelFamily(
+    name="bert", summary="a BERT encoder trained with the masked-LM objective (dynamic masking)",
+    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
+    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
+    hf_architectures=("BertForMaskedLM",)))

@@ -667,3 +667,24 @@ register_architecture(HFArchitecture(
            Rule("multiple_choice_head.summary.weight", "multiple_choice_head.summary.weight"),
            Rule("multiple_choice_head.summary.bias", "multiple_choice_head.summary.bias"))
     + GPT1_RULES[1:]))
+
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (this block only)
+
+
+def _build_for_training(settings, tokenizer):
+    """A GPT-2-style model for a run's ``settings`` (``training.TrainConfig``); no end-of-text
+    id, so ``generate`` never stops early and a sample is as long as asked."""
+    return GPT2LMHeadModel(GPTConfig.gpt2(
+        vocab_size=len(tokenizer), n_positions=settings.block_size, n_embd=settings.n_embd,
+        n_layer=settings.n_layer, n_head=settings.n_head, resid_pdrop=settings.dropout,
+        embd_pdrop=settings.dropout, attn_pdrop=settings.dropout,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=None))
+
+
+register_family(ModelFamily(
+    name="gpt", summary="a GPT-2-style decoder trained on next-token prediction (eq 18, L1)",
+    objective=CAUSAL_LM, build=_build_for_training, default_tokenizer="char", bpe_style="gpt2",
+    hf_architectures=("GPT2LMHeadModel", "OpenAIGPTLMHeadModel")))

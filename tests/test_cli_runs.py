@@ -1,0 +1,315 @@
+"""`minitorch-nlp train / demo / generate` as a new user meets them: one error style (one line,
+`minitorch-nlp: error: ...`, naming the option; exit 2 for usage, 1 for failures; tracebacks only
+with --debug), runs that never lose work (Ctrl-C saves, refused overwrite, resume checks), and the
+model registry behind them."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitorch_nlp as mt
+from minitorch_nlp import cli, training
+from minitorch_nlp.models import registry
+
+TEXT = ("the quick brown fox jumps over the lazy dog. " * 40
+        + "a stitch in time saves nine. " * 40)
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--batch-size", "4", "--eval-every", "3", "--backend", "numpy", "--no-progress"]
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "text.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+def fails(capsys, argv, status=2):
+    """The one error line of ``argv``, after checking its exit status and that it is one line."""
+    assert cli.main([str(a) for a in argv]) == status
+    err = capsys.readouterr().err
+    assert err.startswith("minitorch-nlp: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def train(tmp_path, text_file, *extra, out="run"):
+    return cli.main(["train", "gpt", "--text", str(text_file), *TINY, "--out",
+                     str(tmp_path / out), *map(str, extra)])
+
+
+# ---- one error style -----------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["train", "gpt", "--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (["train", "gpt", "--dropout", "1.5"], "--dropout must be a finite number in [0, 1)"),
+    (["train", "gpt", "--n-layer", "0"], "--n-layer must be a positive int, got 0"),
+    (["train", "gpt", "--n-head", "3"], "--n-head=3 must divide n_embd=128"),
+    (["train", "gpt", "--steps", "10", "--warmup-steps", "10"], "--warmup-steps must lie in"),
+    (["train", "bert", "--tokenizer", "char"], "--tokenizer char: a bert cannot use the char"),
+    (["train", "roberta", "--tokenizer", "wordpiece"], "RoBERTa's vocabulary is byte-level BPE"),
+    (["train", "gpt", "--stop-at", "0"], "--stop-at must be at least 1, got 0"),
+    (["train", "gpt", "--steps", "abc"], "argument --steps: invalid int value: 'abc'"),
+    (["train"], "give the model to train (bert, gpt, roberta), or --resume PATH"),
+    (["train", "gpt", "--backend", "nope"], "--backend nope:"),
+    (["demo", "--steps", "0"], "--steps must be at least 1, got 0"),
+    (["demo", "--checkpoint-minutes", "-1"], "--checkpoint-minutes must be >= 0"),
+    (["train", "gpt", "--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
+    (["train", "gpt", "--threads", "0"], "--threads must be at least 1"),
+    (["generate", "x", "--temperature", "-1"], "--temperature must be >= 0 (0: greedy)"),
+    (["generate", "x", "--top-p", "1.5"], "--top-p must lie in (0, 1]"),
+    (["generate", "x", "--top-k", "0"], "--top-k must be at least 1"),
+    (["generate", "x", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+    (["generate", "x", "--repetition-penalty", "0"], "--repetition-penalty must be > 0"),
+    (["generate", "nowhere"], "no checkpoint at nowhere"),
+])
+def test_usage_errors_are_one_line_naming_the_option(capsys, argv, message):
+    assert message in fails(capsys, argv)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "holds no text"),
+    (b"caf\xc3\xa9 \x9b", "is not UTF-8 text (byte 0x9b at offset 6): re-save it as UTF-8"),
+    (b"too short", "--block-size=16 is too long for the text"),
+])
+def test_text_files_that_cannot_work(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(content)
+    assert message in fails(capsys, ["train", "gpt", "--text", path, *TINY, "--out",
+                                     tmp_path / "run"])
+
+
+def test_a_missing_text_file_names_the_option(tmp_path, capsys):
+    err = fails(capsys, ["train", "gpt", "--text", tmp_path / "none.txt", "--out", tmp_path])
+    assert f"--text: {tmp_path / 'none.txt'} does not exist" in err
+
+
+def test_generate_with_a_backend_that_cannot_start(tmp_path, capsys, monkeypatch):
+    def no_gpu(name=None):
+        raise RuntimeError("the cupy backend needs an NVIDIA GPU; none was found")
+    monkeypatch.setattr(cli, "get_backend", no_gpu)
+    err = fails(capsys, ["generate", tmp_path, "--backend", "cupy"])
+    assert "--backend cupy: the cupy backend needs an NVIDIA GPU" in err
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda path: np.savez(path, a=np.ones(2)), "not a minitorch_nlp checkpoint"),
+    (lambda path: path.write_bytes(__import__("pickle").dumps({"a": 1})),
+     "not a minitorch_nlp checkpoint: it holds pickled data"),
+])
+def test_generate_refuses_files_that_are_not_checkpoints(tmp_path, capsys, make, message):
+    path = tmp_path / "other.npz"
+    make(path)
+    err = fails(capsys, ["generate", path])
+    assert message in err and "allow_pickle" not in err
+
+
+def test_debug_shows_the_traceback(capsys):
+    with pytest.raises(cli.UsageError, match="--lr must be a finite number") as raised:
+        cli.main(["--debug", "train", "gpt", "--lr", "nan"])
+    assert isinstance(raised.value.__cause__, training.SettingError)
+    with pytest.raises(cli.UsageError, match="no checkpoint at nowhere") as raised:
+        cli.main(["generate", "nowhere", "--debug"])
+    assert isinstance(raised.value.__cause__, FileNotFoundError)
+
+
+def test_a_failure_that_is_not_a_usage_error_exits_1(tmp_path, capsys, monkeypatch):
+    def broken(*args, **kwargs):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(training.io, "save", broken)
+    err = fails(capsys, ["train", "gpt", "--text", tmp_path / "t.txt", "--out", tmp_path],
+                status=2)   # the text is checked first: a usage error
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    err = fails(capsys, ["train", "gpt", "--text", tmp_path / "t.txt", *TINY, "--steps", "2",
+                         "--out", tmp_path / "run"], status=1)
+    assert "No space left on device" in err
+
+
+# ---- runs that never lose work -------------------------------------------------------------------
+def test_a_folder_holding_a_run_is_not_overwritten(tmp_path, text_file, capsys):
+    assert train(tmp_path, text_file, "--steps", "3") == 0
+    before = (tmp_path / "run" / "checkpoint.npz").read_bytes()
+    err = fails(capsys, ["train", "gpt", "--text", text_file, *TINY, "--steps", "3", "--out",
+                         tmp_path / "run"])
+    assert f"continue it with --resume {tmp_path / 'run'}, or start afresh there with " \
+           "--overwrite" in err
+    assert (tmp_path / "run" / "checkpoint.npz").read_bytes() == before
+    assert train(tmp_path, text_file, "--steps", "4", "--overwrite") == 0
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] == 4
+
+
+def test_resume_refuses_options_that_change_the_run(tmp_path, text_file, capsys):
+    assert train(tmp_path, text_file, "--steps", "6", "--stop-at", "3") == 0
+    capsys.readouterr()
+    err = fails(capsys, ["train", "--resume", tmp_path / "run", "--n-layer", "2", "--text",
+                         tmp_path / "other.txt", "--lr", "0.5"])
+    assert "--n-layer 2 (the run has 1)" in err and "--lr 0.5 (the run has 0.003)" in err
+    assert "--text" in err
+    err = fails(capsys, ["train", "bert", "--resume", tmp_path / "run"])
+    assert "bert (the run is a gpt)" in err
+    # options equal to the run's are fine, and so is the checkpoint file instead of its folder
+    assert cli.main(["train", "gpt", "--resume", str(tmp_path / "run" / "checkpoint.npz"),
+                     "--n-layer", "1", "--text", str(text_file), "--no-progress"]) == 0
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] == 6
+
+
+def test_resume_problems_are_one_line(tmp_path, text_file, capsys):
+    assert "--resume" in fails(capsys, ["train", "--resume", tmp_path / "nothing"])
+    assert train(tmp_path, text_file, "--steps", "3") == 0
+    capsys.readouterr()
+    err = fails(capsys, ["train", "--resume", tmp_path / "run"])
+    assert "the run finished at step 3; give --steps N (more than 3)" in err
+    err = fails(capsys, ["train", "--resume", tmp_path / "run", "--steps", "5", "--stop-at", "9"])
+    assert "--stop-at 9 must lie after the run's current step 3 and at most at its end" in err
+    assert "--overwrite starts afresh" in fails(
+        capsys, ["train", "--resume", tmp_path / "run", "--overwrite"])
+
+
+def test_steps_on_resume_extends_a_finished_run(tmp_path, text_file):
+    assert train(tmp_path, text_file, "--steps", "3") == 0
+    assert cli.main(["train", "--resume", str(tmp_path / "run"), "--steps", "5",
+                     "--no-progress"]) == 0
+    run = training.LanguageModelRun.load(tmp_path / "run")
+    assert run.step == 5 and run.config.steps == 5 and run.scheduler.total_steps == 5
+
+
+def test_resume_from_another_directory(tmp_path, text_file, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "gpt", "--text", "text.txt", *TINY, "--steps", "6", "--stop-at",
+                     "3", "--out", "run"]) == 0
+    saved = training.read_checkpoint(tmp_path / "run")["config"]["text"]
+    assert saved == str(text_file)                       # stored absolute
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert cli.main(["train", "--resume", "../run", "--no-progress"]) == 0
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] == 6
+
+
+def test_a_relative_text_path_of_an_older_checkpoint_is_found_beside_it(tmp_path, text_file):
+    run = training.LanguageModelRun(training.TrainConfig(
+        text=str(text_file), n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4,
+        steps=4, eval_every=2, backend="numpy"))
+    run.train(2, progress=False, checkpoint_path=tmp_path / "checkpoint.npz")
+    state = training.read_checkpoint(tmp_path)
+    state["config"]["text"] = "text.txt"                 # as an older version stored it
+    mt.save(state, tmp_path / "checkpoint.npz")
+    assert training.LanguageModelRun.load(tmp_path).step == 2
+
+
+def test_checkpoints_are_saved_every_n_steps_and_by_time(tmp_path, text_file, monkeypatch):
+    saved = []
+    monkeypatch.setattr(training.LanguageModelRun, "save",
+                        lambda run, path: saved.append(run.step))
+    run = training.LanguageModelRun(training.TrainConfig(
+        text=str(text_file), n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4,
+        steps=6, eval_every=6, backend="numpy"))
+    run.train(progress=False, checkpoint_path="x", checkpoint_every=4, checkpoint_seconds=None)
+    assert saved == [4, 6]
+    saved.clear()
+    run = training.LanguageModelRun(run.config)
+    run.train(progress=False, checkpoint_path="x", checkpoint_seconds=0.0)
+    assert saved == [1, 2, 3, 4, 5, 6, 6]
+
+
+def test_ctrl_c_saves_and_prints_the_resume_command(tmp_path, text_file):
+    """SIGINT to a real `minitorch-nlp train` process: it saves the step it reached and says how
+    to resume; the resumed run then finishes."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "minitorch_nlp", "train", "gpt", "--text", str(text_file),
+               *TINY, "--steps", "100000", "--out", str(out), "--checkpoint-minutes", "0"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        for line in process.stdout:              # the run has started once this is printed
+            if "parameters" in line:
+                break
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert f"resume with: minitorch-nlp train --resume {out}" in err
+    step = training.read_checkpoint(out)["step"]
+    assert 0 < step < 100000
+    assert cli.main(["train", "--resume", str(out), "--stop-at", str(step + 2),
+                     "--no-progress"]) == 0
+    assert training.read_checkpoint(out)["step"] == step + 2
+
+
+def test_stale_temporary_files_are_removed_by_the_next_save(tmp_path):
+    stale = tmp_path / ".checkpoint.npz.0123456789ab.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    other = tmp_path / ".other.npz.0123456789ab.tmp"
+    other.write_bytes(b"another file's")
+    mt.save({"step": 1}, tmp_path / "checkpoint.npz")
+    assert not stale.exists() and other.exists()
+
+
+# ---- sensible defaults ---------------------------------------------------------------------------
+def test_a_short_run_gets_a_short_warmup(tmp_path, text_file):
+    assert training.TrainConfig(steps=30).warmup_steps == 3
+    assert training.TrainConfig(steps=5000).warmup_steps == 100
+    assert train(tmp_path, text_file, "--steps", "5") == 0
+
+
+def test_metrics_report_the_real_vocabulary_size(tmp_path, text_file):
+    assert train(tmp_path, text_file, "--steps", "2") == 0
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    run = training.LanguageModelRun.load(tmp_path / "run")
+    assert metrics["vocab_size"] == len(run.tokenizer) < 100
+
+
+def test_generate_writes_past_the_context_and_never_prints_special_tokens(tmp_path, text_file,
+                                                                          capsys):
+    assert train(tmp_path, text_file, "--steps", "2") == 0
+    capsys.readouterr()
+    assert cli.main(["generate", str(tmp_path / "run"), "--prompt", "the ", "--max-new-tokens",
+                     "40", "--greedy"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("the ") and "<" not in printed
+
+
+# ---- the model registry --------------------------------------------------------------------------
+def test_every_family_builds_trains_and_answers_generate(tmp_path, text_file, capsys):
+    for name, family in registry.families().items():
+        assert cli.main(["train", name, "--text", str(text_file), *TINY, "--steps", "2",
+                         "--vocab-size", "300", "--out", str(tmp_path / name)]) == 0, name
+        model, tokenizer, loaded = training.load_for_inference(tmp_path / name)
+        assert loaded is family and type(model).__name__ in family.hf_architectures
+        capsys.readouterr()
+        prompt = "the " if family.objective.generates_text else f"the {tokenizer.mask_token} fox"
+        assert cli.main(["generate", str(tmp_path / name), "--prompt", prompt]) == 0
+        assert capsys.readouterr().out.strip()
+
+
+def test_a_new_family_needs_only_its_registration(tmp_path, text_file, monkeypatch):
+    gpt = registry.family("gpt")
+    monkeypatch.setitem(registry._FAMILIES, "tinygpt", registry.ModelFamily(
+        name="tinygpt", summary="a GPT under another name", objective=gpt.objective,
+        build=gpt.build, default_tokenizer="char", bpe_style="gpt2"))
+    config = training.TrainConfig(model="tinygpt", text=str(text_file), n_layer=1, n_head=2,
+                                  n_embd=16, block_size=16, batch_size=4, steps=2,
+                                  backend="numpy")
+    assert np.isfinite(training.LanguageModelRun(config).train(progress=False))
+
+
+def test_hf_architectures_that_neither_generate_nor_fill_masks_are_named():
+    with pytest.raises(ValueError, match="a BertModel neither generates text nor fills masks"):
+        registry.family_for_architecture("BertModel")
+
+
+def test_ctrl_c_before_training_starts_is_one_line(capsys, monkeypatch):
+    def interrupted(config):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(training, "LanguageModelRun", interrupted)
+    assert cli.main(["train", "gpt", "--out", "nowhere-yet"]) == 130
+    assert capsys.readouterr().err == "\nminitorch-nlp: interrupted\n"

@@ -1,0 +1,84 @@
+"""The plumbing the examples share: `minitorch_nlp.scripting` (options, start, metrics) and
+`minitorch_nlp.plots` (figure styles)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitorch_nlp as mt
+from minitorch_nlp import plots, scripting
+
+pytest.importorskip("matplotlib")
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+SETTINGS = {"full": {"steps": 100}, "smoke": {"steps": 2}}
+
+
+def test_example_parser_has_the_shared_options():
+    parser = scripting.example_parser("demo_x", "what it shows", steps="steps (100; smoke: 2)",
+                                      text="a text file")
+    args = parser.parse_args([])
+    assert (args.smoke, args.out, args.seed, args.steps, args.backend, args.text) == \
+        (False, "runs/demo_x", 0, None, "numpy", None)
+    bare = scripting.example_parser("y", "no extras", backend=False).parse_args(["--smoke"])
+    assert bare.smoke and not hasattr(bare, "backend") and not hasattr(bare, "steps")
+
+
+def test_start_picks_the_settings_and_makes_the_folder(tmp_path):
+    parser = scripting.example_parser("z", "start")
+    args = parser.parse_args(["--smoke", "--out", str(tmp_path / "a" / "b"), "--seed", "3"])
+    cfg, out = scripting.start(args, SETTINGS)
+    assert cfg == {"steps": 2} and out == tmp_path / "a" / "b" and out.is_dir()
+    first = mt.randn(3).numpy()
+    scripting.start(args, SETTINGS)
+    np.testing.assert_array_equal(mt.randn(3).numpy(), first)     # the seed was set
+    assert scripting.start(parser.parse_args(["--out", str(tmp_path)]), None)[0] is None
+    scripting.write_metrics(out, {"loss": 1.5})
+    assert json.loads((out / "metrics.json").read_text()) == {"loss": 1.5}
+
+
+def test_visible_shows_spaces_and_control_characters():
+    assert plots.visible(" a\tb\n") == "\u2423a\\tb\\n"
+
+
+def test_heatmap_has_a_colour_bar_axis_titles_and_visible_tokens(tmp_path):
+    fig, ax = plots.pyplot().subplots()
+    plots.heatmap(ax, np.eye(2), columns=["a", " "], rows=["q", "r"], title="t")
+    assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) == ("key tokens", "query tokens",
+                                                                  "t")
+    assert [label.get_text() for label in ax.get_xticklabels()] == ["a", "\u2423"]
+    assert len(fig.axes) == 2                                       # the colour bar's axes
+    plots.save(fig, tmp_path / "h.png")
+    assert (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_panels_share_one_colour_bar():
+    fig, axes = plots.heatmap_panels((1, 3))
+    for ax in axes[0]:
+        image = plots.heatmap(ax, np.eye(2), columns="ab", rows="cd", title="", colorbar=False)
+    plots.shared_colorbar(fig, image, axes)
+    assert len(fig.axes) == 4
+    plots.pyplot().close(fig)
+
+
+def test_loss_curves_have_a_legend_a_title_and_plain_ticks():
+    fig, ax = plots.pyplot().subplots()
+    plots.loss_curves(ax, range(1, 41), {"train": np.linspace(4.0, 3.5, 40)},
+                      validation=([20, 40], [3.9, 3.6]), title="loss")
+    fig.canvas.draw()
+    assert ax.get_title() == "loss" and ax.get_yscale() == "linear"
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["train (running mean of 2)", "validation"]
+    ticks = [label.get_text() for label in ax.get_yticklabels()]
+    assert ticks and not any("10^" in tick or "e" in tick for tick in ticks)
+    plots.pyplot().close(fig)
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda path: path.name)
+def test_every_example_uses_the_shared_plumbing(script):
+    source = script.read_text(encoding="utf-8")
+    assert "scripting.example_parser(" in source and "scripting.start(" in source
+    assert "plots.save(" in source and "argparse.ArgumentParser" not in source
+    assert "matplotlib.use" not in source
