@@ -27,20 +27,17 @@
 # ```
 #
 # Outputs go to `--out` (default `runs/attention_masks`): the PNGs, `all_masks.png`, `cost.png`
-# and `masks.json`.
+# and `metrics.json`.
 
 # %%
 from __future__ import annotations
-
-import argparse
-import json
-from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
 import minitorch_nlp as mt
 from minitorch_nlp import attention as A
+from minitorch_nlp import plots, scripting
 
 SETTINGS = {
     "full": dict(time=16, long_time=32, block=4, cost_lengths=[64, 256, 1024, 2048]),
@@ -49,12 +46,8 @@ SETTINGS = {
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Draw the attention mask of every pattern in "
-                                                 "minitorch_nlp.attention")
-    parser.add_argument("--smoke", action="store_true", help="shorter sequences (tests)")
-    parser.add_argument("--out", default="runs/attention_masks", help="output folder")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random choices")
-    return parser.parse_args(argv)
+    return scripting.example_parser("attention_masks", "Draw the attention mask of every pattern "
+                                    "in minitorch_nlp.attention", backend=False).parse_args(argv)
 
 
 # %% [markdown]
@@ -246,7 +239,7 @@ def plot_cost(cost, path):
     ax.set_ylabel("query-key pairs computed")
     ax.set_title("attention cost of each pattern")
     ax.legend(fontsize="small")
-    figure.savefig(path, dpi=120)
+    plots.save(figure, path)
 
 
 # %%
@@ -256,9 +249,8 @@ PICTURES = (causal_pictures, padding_pictures, prefix_lm_pictures, permutation_p
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = {**SETTINGS["smoke" if args.smoke else "full"], "seed": args.seed}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    cfg, out = scripting.start(args, SETTINGS)
+    cfg = {**cfg, "seed": args.seed}
     rng = np.random.default_rng(args.seed)
     drawn = {}
     for pictures in PICTURES:
@@ -284,7 +276,7 @@ def main(argv=None):
         "allowed_fraction": {name: float(mask.mean()) for name, (_, mask) in drawn.items()},
         "cost": {name: {str(n): v for n, v in by_length.items()} for name, by_length in cost.items()},
     }
-    (out / "masks.json").write_text(json.dumps(summary, indent=2))
+    scripting.write_metrics(out, summary)
     print(f"wrote {len(summary['pictures'])} pictures to {out}")
     return summary
 

@@ -15,7 +15,7 @@ def test_attention_masks_example_smoke(run_example, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "run"
     done = run_example("attention_masks.py", "--smoke", "--out", str(out), "--seed", "2")
-    summary = json.loads((out / "masks.json").read_text())
+    summary = json.loads((out / "metrics.json").read_text())
     assert summary["smoke"] is True and summary["seed"] == 2
     assert len(summary["pictures"]) == 18
     for name in summary["pictures"]:
