@@ -5,6 +5,8 @@
 ``minitorch-nlp generate``   continue a prompt with a trained GPT (or fill [MASK]s with a BERT)
 ``minitorch-nlp equations``  the paper's equations, the code that implements each and its tests
 ``minitorch-nlp example``    a worked example of the engine: an MLP learns the two-spirals task
+``minitorch-nlp check``      property-test your own implementation of an equation
+``minitorch-nlp course``     write a student workspace of stubs, or grade one
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import minitorch_nlp as mt
 from minitorch_nlp import cookbook, nn, optim, training
 from minitorch_nlp import functional as F
 from minitorch_nlp.backends import backend, get_backend
+from minitorch_nlp.testing.commands import add_testing_commands
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     example.set_defaults(run=_example)
     _add_language_model_commands(commands)
+    add_testing_commands(commands)
     return parser
 
 

@@ -25,8 +25,8 @@ from minitorch_nlp.models.bert import (BertConfig, BertForMaskedLM, BertForPreTr
                                        BertForQuestionAnswering, BertForSequenceClassification,
                                        BertForTokenClassification, BertModel, best_span,
                                        masked_lm_loss, mean_pool)
-from tests import strategies as S
-from tests.reference import transformer as R
+from minitorch_nlp.testing import strategies as S
+from minitorch_nlp.testing.reference import transformer as R
 from tests.test_sec4_transformer import assert_trees_close, grads_of, layer_parameters, to_numpy
 
 pytestmark = pytest.mark.sec4

@@ -3,7 +3,7 @@
 Forward values and float64 gradients of the input embedding (eq 20), the block stack (eq 19),
 the tied output distribution (eq 21), the LM objective (eq 18) and the fine-tuning objectives
 with the paper's input transformations (eq 22-24) against the autograd.numpy references in
-``tests/reference/gpt.py``; then what holds by construction (causality, padding, the key/value
+``minitorch_nlp/testing/reference/gpt.py``; then what holds by construction (causality, padding, the key/value
 cache, tied weights), the errors, and that each model learns.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import minitorch_nlp as mt
 from minitorch_nlp import cookbook, optim
 from minitorch_nlp.models.gpt import (GPTConfig, GPTDoubleHeadsModel, GPTForFineTuning,
                                       GPTLMHeadModel, GPTModel, TaskFormatter, causal_lm_loss)
-from tests import strategies as S
-from tests.reference import gpt as R
+from minitorch_nlp.testing import strategies as S
+from minitorch_nlp.testing.reference import gpt as R
 
 pytestmark = [pytest.mark.sec4,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]
