@@ -27,7 +27,7 @@ from typing import Callable
 import autograd
 import autograd.numpy as anp
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import minitorch_nlp as mt
 
@@ -306,16 +306,19 @@ def _run_candidate(spec, candidate, case, cotangent_seed, inputs):
         for name, t, g in zip(spec.differentiable, tensors, grads)}
 
 
+def _shown(case) -> str:
+    return "inputs (shrunk by hypothesis):\n" + "\n".join(
+        f"  {key} = {_show(value)}" for key, value in case.items())
+
+
 def _compare(spec, candidate, name, case, seed, inputs):
-    shown = "\n".join(f"  {key} = {_show(value)}" for key, value in case.items())
-    header = f"eq {spec.number}: {name} differs from the reference {spec.signature}\n"
     try:
         got, cotangent, grads = _run_candidate(spec, candidate, case, seed, inputs)
     except TaskNotDone:
         raise
     except Exception as error:   # noqa: BLE001 - any failure of the candidate is reported
         raise EquationMismatch(f"eq {spec.number}: {name} raised {type(error).__name__}: "
-                               f"{error}\ninputs (shrunk by hypothesis):\n{shown}", case) from error
+                               f"{error}\n{_shown(case)}", case) from error
     expected = spec.reference(**case)
     problem = _diff("value", got, expected, FORWARD)
     if problem is None:
@@ -331,7 +334,8 @@ def _compare(spec, candidate, name, case, seed, inputs):
                 problem += f"\n    cotangent {_show(cotangent)}"
                 break
     if problem is not None:
-        raise EquationMismatch(f"{header}inputs (shrunk by hypothesis):\n{shown}\n{problem}", case)
+        raise EquationMismatch(f"eq {spec.number}: {name} differs from the reference "
+                               f"{spec.signature}\n{_shown(case)}\n{problem}", case)
 
 
 @dataclass(frozen=True)
@@ -363,15 +367,24 @@ def check_equation(n: int, candidate: Callable, *, max_examples: int | None = No
                         f"{type(candidate).__name__}")
     name = getattr(candidate, "__qualname__", repr(candidate))
     examples = 0
+    not_done = []   # a stub fails on every input: report it at once instead of shrinking
 
     @settings(max_examples=max_examples or settings().max_examples, deadline=None,
               database=None, report_multiple_bugs=False, print_blob=False,
+              phases=[phase for phase in Phase if phase is not Phase.explain],
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(spec.cases(), S.seeds())
     def run(case, seed):
         nonlocal examples
+        if not_done:
+            return
         examples += 1
-        _compare(spec, candidate, name, case, seed, inputs)
+        try:
+            _compare(spec, candidate, name, case, seed, inputs)
+        except TaskNotDone as error:
+            not_done.append(error)
 
     run()
+    if not_done:
+        raise not_done[0]
     return CheckResult(spec.number, examples)
