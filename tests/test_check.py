@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import autograd.numpy as anp
 import numpy as np
@@ -18,6 +22,8 @@ from minitorch_nlp import cli, cookbook, nn
 from minitorch_nlp.testing import EquationMismatch, TaskNotDone, check_equation, specs
 from minitorch_nlp.testing.check import load_candidate
 from minitorch_nlp.testing.course import format_grades, grade, new_workspace, parse_sections
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("number", [
@@ -217,3 +223,20 @@ def test_course_refuses_a_used_folder_and_a_missing_workspace(tmp_path):
         new_workspace(tmp_path, "sec3")
     with pytest.raises(FileNotFoundError, match="course.json not found"):
         grade(tmp_path)
+
+
+def test_the_package_imports_without_the_test_extra_and_says_what_to_install():
+    blocked = ("import sys\nsys.modules['hypothesis'] = None\nsys.modules['autograd'] = None\n")
+    script = blocked + (
+        "from minitorch_nlp.testing import gradcheck\n"
+        "from minitorch_nlp import cli\n"
+        "try:\n"
+        "    from minitorch_nlp.testing import check_equation\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+        "cli.main(['check', '12', 'minitorch_nlp.functional:softmax'])\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 2
+    assert "needs HIPS autograd and hypothesis: pip install 'minitorch-nlp[test]'" in result.stdout
+    assert "pip install 'minitorch-nlp[test]'" in result.stderr

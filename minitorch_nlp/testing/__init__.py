@@ -25,7 +25,17 @@ _LAZY = {"check_equation": "check", "EquationMismatch": "check", "TaskNotDone": 
          "specs": "check"}
 
 
+def import_extra(submodule: str):
+    """Import ``minitorch_nlp.testing.<submodule>``, saying which extra to install when HIPS
+    autograd or hypothesis is missing."""
+    try:
+        return importlib.import_module(f".{submodule}", __name__)
+    except ImportError as error:
+        raise ImportError(f"minitorch_nlp.testing.{submodule} needs HIPS autograd and "
+                          f"hypothesis: pip install 'minitorch-nlp[test]' ({error})") from error
+
+
 def __getattr__(name):
     if name in _LAZY:
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        return getattr(import_extra(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

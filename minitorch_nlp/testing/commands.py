@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import import_extra
+
 
 def add_testing_commands(commands) -> None:
     """Add ``check`` and ``course`` to the ``minitorch-nlp`` sub-command parser ``commands``."""
@@ -41,20 +43,27 @@ def add_testing_commands(commands) -> None:
     grade.set_defaults(run=_course_grade)
 
 
-def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .check import EquationMismatch, check_equation, load_candidate, specs
+def _extra(submodule, parser):
+    try:
+        return import_extra(submodule)
+    except ImportError as error:
+        parser.error(str(error))
 
+
+def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    check = _extra("check", parser)
+    EquationMismatch, specs = check.EquationMismatch, check.specs
     if args.number not in specs:
         parser.error(f"equation {args.number} has no check; checkable: {sorted(specs)}")
     if args.candidate is None:
         print(specs[args.number].describe())
         return 0
     try:
-        candidate = load_candidate(args.candidate)
+        candidate = check.load_candidate(args.candidate)
     except (ImportError, ValueError, TypeError) as error:
         parser.error(str(error))
     try:
-        result = check_equation(args.number, candidate, max_examples=args.max_examples,
+        result = check.check_equation(args.number, candidate, max_examples=args.max_examples,
                                 inputs="numpy" if args.numpy else "tensors")
     except EquationMismatch as error:
         print(error)
@@ -65,10 +74,8 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _course_new(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .course import new_workspace
-
     try:
-        tasks = new_workspace(args.directory, args.sections)
+        tasks = _extra("course", parser).new_workspace(args.directory, args.sections)
     except (ValueError, FileExistsError) as error:
         parser.error(str(error))
     for task in tasks:
@@ -79,11 +86,10 @@ def _course_new(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
 
 def _course_grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .course import format_grades, grade
-
+    course = _extra("course", parser)
     try:
-        grades = grade(args.directory, max_examples=args.max_examples)
+        grades = course.grade(args.directory, max_examples=args.max_examples)
     except FileNotFoundError as error:
         parser.error(str(error))
-    print(format_grades(grades))
+    print(course.format_grades(grades))
     return 0 if all(g.status == "done" for g in grades) else 1
