@@ -1,12 +1,15 @@
-"""MkDocs hook: replaces ``<!-- computation-graph -->`` in a page with a Mermaid drawing of the
-graph that the engine records for a small expression, walked from the output's ``grad_fn``
-(so the drawing shows what the engine really builds)."""
+"""MkDocs hook: fills two markers at build time, so that the pages show what the code does.
+
+``<!-- computation-graph -->``: a Mermaid drawing of the graph that the engine records for a small
+expression, walked from the output's ``grad_fn``. ``<!-- check-specs -->``: the table of the
+equations that ``check`` knows, with each candidate's signature, from the specs."""
 from __future__ import annotations
 
 import minitorch_nlp as mt
 from minitorch_nlp.autograd.function import LeafNode
 
-MARKER = "<!-- computation-graph -->"
+GRAPH_MARKER = "<!-- computation-graph -->"
+SPECS_MARKER = "<!-- check-specs -->"
 EXPRESSION = "y = (x * w + b).tanh().sum()"
 
 
@@ -42,7 +45,18 @@ def computation_graph() -> str:
     return "\n".join(lines)
 
 
+def check_specs() -> str:
+    from minitorch_nlp.testing import specs
+
+    rows = ["| eq | candidate signature | library implementation |", "|---|---|---|"]
+    rows += [f"| {n} | `{spec.signature}` | [`{name}`][{name}] |"
+             for n, spec in sorted(specs.items()) for name in [spec.library.replace(":", ".")]]
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown, page, config, files):
-    if MARKER in markdown:
-        return markdown.replace(MARKER, computation_graph())
+    if GRAPH_MARKER in markdown:
+        markdown = markdown.replace(GRAPH_MARKER, computation_graph())
+    if SPECS_MARKER in markdown:
+        markdown = markdown.replace(SPECS_MARKER, check_specs())
     return markdown

@@ -59,3 +59,10 @@ def test_the_engine_page_draws_the_recorded_graph():
                 "x: AccumulateGrad", "w: AccumulateGrad", "b: AccumulateGrad"):
         assert box in graph
     assert "<!-- computation-graph -->" in (DOCS / "engine.md").read_text()
+
+
+def test_the_check_page_lists_every_spec():
+    table = _load("hooks").check_specs()
+    for number, spec in specs.items():
+        assert f"| {number} | `{spec.signature}` |" in table
+    assert "<!-- check-specs -->" in (DOCS / "check.md").read_text()
