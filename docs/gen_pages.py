@@ -39,13 +39,14 @@ EXAMPLES = {
 _ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX"}
 
 
-def typeset() -> dict[int, str]:
-    """Equation number -> the survey's LaTeX (docs/equations.tsv, taken from the paper)."""
+def typeset() -> dict[int, list[str]]:
+    """Equation number -> [the survey's LaTeX, and the original paper's where the survey's is
+    garbled] (docs/equations.tsv)."""
     table = {}
     for line in (DOCS / "equations.tsv").read_text().splitlines():
         if line and not line.startswith("#"):
-            number, latex = line.split("\t", 1)
-            table[int(number)] = latex
+            number, *forms = line.split("\t")
+            table[int(number)] = forms
     return table
 
 
@@ -85,7 +86,12 @@ def section_entries(chapter: int, tests: dict[int, list[str]]) -> str:
             lines += _figures(chapter, section)
         lines += [f"#### Eq {number}: {equation.description}", ""]
         if number in latex:
-            lines += ["$$", latex[number], "$$", ""]
+            survey, *original = latex[number]
+            lines += ["$$", survey, "$$", ""]
+            if original:
+                lines += ["The survey's form is garbled or simplified; the library implements the "
+                          "original paper's (its docstring, below, explains the difference):", "",
+                          "$$", original[0], "$$", ""]
         else:
             lines += ["(written inline in the paper's text)", ""]
         code = cookbook.implementations(number)
