@@ -142,9 +142,11 @@ def run_examples() -> dict[str, list[Path]]:
     figures = {}
     for name in EXAMPLES:
         target = out / name
-        subprocess.run([sys.executable, str(ROOT / "examples" / f"{name}.py"), "--smoke",
-                        "--out", str(target)], check=True, env=env, cwd=ROOT,
-                       stdout=subprocess.DEVNULL)
+        run = subprocess.run([sys.executable, str(ROOT / "examples" / f"{name}.py"), "--smoke",
+                              "--out", str(target)], env=env, cwd=ROOT, capture_output=True,
+                             text=True)
+        if run.returncode != 0:   # the progress bars stay out of the build log unless it fails
+            raise RuntimeError(f"examples/{name}.py --smoke failed:\n{run.stderr[-4000:]}")
         figures[name] = sorted(target.glob("*.png"))
     return figures
 
