@@ -5,6 +5,8 @@
 ``minitorch-nlp generate``   continue a prompt with a trained GPT (or fill [MASK]s with a BERT)
 ``minitorch-nlp equations``  the paper's equations, the code that implements each and its tests
 ``minitorch-nlp example``    a worked example of the engine: an MLP learns the two-spirals task
+``minitorch-nlp check``      property-test your own implementation of an equation
+``minitorch-nlp course``     write a student workspace of stubs, or grade one
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from minitorch_nlp import cookbook, nn, optim, training
 from minitorch_nlp import functional as F
 from minitorch_nlp.backends import backend, get_backend
 from minitorch_nlp.models import registry
+from minitorch_nlp.testing.commands import add_testing_commands
 
 
 PROG = "minitorch-nlp"
@@ -90,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_demo_command(commands)
     _add_train_command(commands)
     _add_generate_command(commands)
+    add_testing_commands(commands)
     return parser
 
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from minitorch_nlp.backends.numpy_backend import NumpyBackend
-from tests import strategies as S
+from minitorch_nlp.testing import strategies as S
 
 FEW = settings(max_examples=20)  # the simulator runs each GPU thread as a Python thread
 TOL = dict(rtol=1e-9, atol=1e-11)  # float64: the kernels differ from NumPy in summation order

@@ -57,8 +57,8 @@ import minitorch_nlp as mt
 from minitorch_nlp import optim
 from minitorch_nlp.io import load, save
 from minitorch_nlp.models.gpt import GPTConfig
-from tests import strategies as S
-from tests.reference import gpt as gpt_reference
+from minitorch_nlp.testing import strategies as S
+from minitorch_nlp.testing.reference import gpt as gpt_reference
 
 TIGHT = dict(rtol=1e-9, atol=1e-10)          # float64, the same maths in another order
 DTYPES = dict(rtol=1e-4, atol=1e-4)          # float32 against float64
@@ -378,8 +378,8 @@ def attention_parameters(attention):
 
 
 def layer_parameters(layer):
-    """A Transformer layer's parameters in ``tests/reference/transformer.py``'s nested layout
-    (Tensors)."""
+    """A Transformer layer's parameters in the nested layout of
+    ``minitorch_nlp/testing/reference/transformer.py`` (Tensors)."""
     ff = layer.feed_forward
     tree = {"attn": attention_parameters(layer.self_attn),
             "ff": {"w1": ff.linear1.weight, "b1": ff.linear1.bias,
@@ -393,7 +393,7 @@ def layer_parameters(layer):
     return tree
 
 
-# ---- the GPT language model against tests/reference/gpt.py (GPT-1 and GPT-2) --------------------
+# ---- the GPT language model against testing/reference/gpt.py (GPT-1 and GPT-2) --------------
 def gpt_reference_params(module):
     """The parameters of a GPTModel (or of a model holding one as ``transformer``, plus its
     classifier as ``wy_w``, ``wy_b``) in the reference's layout, as Tensors."""

@@ -19,7 +19,7 @@ from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
-from tests import strategies as S
+from minitorch_nlp.testing import strategies as S
 
 pytestmark = [pytest.mark.sec4, pytest.mark.eq(11, 12)]
 

@@ -34,7 +34,7 @@ from minitorch_nlp import nn
 from minitorch_nlp.autograd.ops_fused import (Attention, BandedAttention, BiasGelu, CrossEntropy,
                                               Gelu, LayerNorm, LogSoftmax, Softmax)
 from minitorch_nlp.backends import get_backend, numba_backend, numba_kernels
-from tests import strategies as S
+from minitorch_nlp.testing import strategies as S
 
 REF = get_backend("numpy")
 NUMBA = get_backend("numba")

@@ -16,7 +16,7 @@ from hypothesis.extra import numpy as hnp
 
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
-from tests import strategies as S
+from minitorch_nlp.testing import strategies as S
 
 TOL = dict(rtol=1e-7, atol=1e-10)
 

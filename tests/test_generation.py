@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 import minitorch_nlp as mt
 from minitorch_nlp import decoding
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
-from tests import strategies as S
+from minitorch_nlp.testing import strategies as S
 
 pytestmark = pytest.mark.sec5
 

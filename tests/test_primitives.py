@@ -1,7 +1,7 @@
 """Every primitive of the engine against its NumPy expression, differentiated by HIPS autograd.
 
 One table, ``CASES``, lists each operation as (name, engine call, reference in
-``tests/reference/primitives.py``, input strategy). The input strategy draws float64 arrays (in the
+``minitorch_nlp/testing/reference/primitives.py``, input strategy). The input strategy draws float64 arrays (in the
 operation's safe domain, sometimes as non-contiguous views) and the static arguments, which are
 passed to both sides as keywords. Three properties are checked for every row:
 
@@ -28,8 +28,8 @@ from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
 from minitorch_nlp.autograd.ops_fused import LayerNorm
-from tests import strategies as S
-from tests.reference import primitives as P
+from minitorch_nlp.testing import strategies as S
+from minitorch_nlp.testing.reference import primitives as P
 
 RTOL = 1e-7
 ATOL = 1e-10

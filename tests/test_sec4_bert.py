@@ -24,8 +24,8 @@ from minitorch_nlp.models.bert import (BertConfig, BertForMaskedLM, BertForPreTr
                                        BertForQuestionAnswering, BertForSequenceClassification,
                                        BertForTokenClassification, BertModel, best_span,
                                        masked_lm_loss, mean_pool)
-from tests import strategies as S
-from tests.reference import transformer as R
+from minitorch_nlp.testing import strategies as S
+from minitorch_nlp.testing.reference import transformer as R
 from tests.model_checks import (Learning, ModelChecks, assert_trees_close,
                                 encoder_spec, grads_of, layer_parameters, overfit, randomize,
                                 to_numpy)

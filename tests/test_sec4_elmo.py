@@ -1,6 +1,6 @@
 """ELMo (Peters et al., 2018; the survey's section IV-B, eq 13-17): the biLM's two language models,
 its layer representations and the task's scalar mix, against the reference maths in
-``tests/reference/elmo.py``; causality, padding and freezing properties; and a biLM that learns."""
+``minitorch_nlp/testing/reference/elmo.py``; causality, padding and freezing properties; and a biLM that learns."""
 import autograd
 import autograd.numpy as anp
 import numpy as np
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import minitorch_nlp as mt
 from minitorch_nlp import optim
 from minitorch_nlp.models import elmo
-from tests import strategies as S
-from tests.reference import elmo as ref
+from minitorch_nlp.testing import strategies as S
+from minitorch_nlp.testing.reference import elmo as ref
 
 pytestmark = pytest.mark.sec4
 

@@ -3,7 +3,7 @@
 Forward values and float64 gradients of the input embedding (eq 20), the block stack (eq 19),
 the tied output distribution (eq 21), the LM objective (eq 18) and the fine-tuning objectives
 with the paper's input transformations (eq 22-24) against the autograd.numpy references in
-``tests/reference/gpt.py``; then tied weights, the initialisation, the errors, and that the
+``minitorch_nlp/testing/reference/gpt.py``; then tied weights, the initialisation, the errors, and that the
 fine-tuning models learn. Causality, padding, the key/value cache, round trips and learning the
 language model are the shared checks of ``tests/model_checks.py``.
 """
@@ -20,11 +20,11 @@ import minitorch_nlp as mt
 from minitorch_nlp import cookbook
 from minitorch_nlp.models.gpt import (GPTConfig, GPTDoubleHeadsModel, GPTForFineTuning,
                                       GPTLMHeadModel, GPTModel, TaskFormatter, causal_lm_loss)
-from tests import strategies as S
+from minitorch_nlp.testing import strategies as S
 from tests.model_checks import (ModelChecks, assert_trees_close, causal_lm_spec,
                                 check_gpt_lm_against_reference, gpt_lm_case, gpt_reference_params,
                                 grads_of, overfit, randomize, to_numpy)
-from tests.reference import gpt as R
+from minitorch_nlp.testing.reference import gpt as R
 
 pytestmark = [pytest.mark.sec4,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]

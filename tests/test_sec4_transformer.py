@@ -2,9 +2,9 @@
 
 Forward values and gradients of the attention weights (eq 11), scaled dot-product and multi-head
 attention (eq 12) and whole encoder / decoder layers against the autograd.numpy references in
-``tests/reference/transformer.py`` (float64); then what holds by construction: causal attention
-ignores the future, an encoder without positions is permutation-equivariant, a fully padded row
-gives no NaN, beam 1 equals greedy. Both layer layouts of the model also run the shared checks of
+``minitorch_nlp/testing/reference/transformer.py`` (float64); then what holds by
+construction: causal attention ignores the future, an encoder without positions is
+permutation-equivariant, a fully padded row gives no NaN, beam 1 equals greedy. Both layer layouts of the model also run the shared checks of
 ``tests/model_checks.py``: the decoder is causal, padding changes nothing, cached decoding equals
 uncached, round trips, dtypes, backends, dropout, and it learns to reverse sequences.
 """
@@ -19,11 +19,11 @@ import minitorch_nlp as mt
 import minitorch_nlp.functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.models.transformer import Transformer
-from tests import strategies as S
+from minitorch_nlp.testing import check_equation, strategies as S
 from tests.model_checks import (Learning, ModelChecks, ModelSpec, assert_trees_close,
                                 attention_parameters, feed_one_at_a_time, grads_of,
                                 layer_parameters, randomize, to_numpy)
-from tests.reference import transformer as R
+from minitorch_nlp.testing.reference import transformer as R
 
 pytestmark = [pytest.mark.sec4,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]
@@ -44,55 +44,10 @@ def tiny_transformer(seed=0, **overrides):
     return Transformer(12, **config)
 
 
-@st.composite
-def attention_case(draw, max_side=4):
-    """q, k, v (batch, heads, time, d_k), a key mask (maybe with a fully padded row), causal."""
-    batch, heads = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    n_q, n_k, d_k = (draw(st.integers(1, max_side)) for _ in range(3))
-    q = draw(S.arrays((batch, heads, n_q, d_k)))
-    k = draw(S.arrays((batch, heads, n_k, d_k)))
-    v = draw(S.arrays((batch, heads, n_k, d_k)))
-    key_mask = draw(st.none() | S.bool_masks((batch, n_k)))
-    return q, k, v, key_mask, draw(st.booleans())
-
-
-def per_head(reference, key_mask, causal, *arrays):
-    """Apply a one-head reference to every (batch, head) pair and stack the results."""
-    batch, heads = arrays[0].shape[:2]
-    return autograd.numpy.stack([
-        autograd.numpy.stack([
-            reference(*(a[b, h] for a in arrays), key_mask_row=None if key_mask is None
-                      else key_mask[b], causal=causal)
-            for h in range(heads)])
-        for b in range(batch)])
-
-
-def check_against_reference(engine_fn, reference_fn, arrays, seed):
-    """Forward values of engine_fn(*tensors) and reference_fn(*arrays), then the gradient of
-    <output, cotangent> with respect to every input."""
-    tensors = [t64(a, requires_grad=True) for a in arrays]
-    out = engine_fn(*tensors)
-    expected = reference_fn(*arrays)
-    np.testing.assert_allclose(out.numpy(), expected, **TOL)
-    cotangent = np.random.default_rng(seed).standard_normal(expected.shape)
-    grads = mt.grad(out, tensors, grad_outputs=t64(cotangent), allow_unused=True)
-    for i, grad in enumerate(grads):
-        expected_grad = autograd.grad(
-            lambda x: autograd.numpy.sum(reference_fn(*arrays[:i], x, *arrays[i + 1:]) *
-                                         cotangent))(arrays[i])
-        np.testing.assert_allclose(np.zeros_like(expected_grad) if grad is None else grad.numpy(),
-                                   expected_grad, **TOL, err_msg=f"gradient of input {i}")
-
-
 # ---- eq 11-12 against the references -------------------------------------------------------------
 @pytest.mark.eq(11)
-@given(attention_case(), S.seeds())
-def test_eq11_attention_weights_match_reference(case, seed):
-    q, k, _, key_mask, causal = case
-    check_against_reference(
-        lambda tq, tk: nn.attention_weights(tq, tk, causal=causal, key_mask=key_mask),
-        lambda aq, ak: per_head(R.eq11_attention_weights, key_mask, causal, aq, ak),
-        [q, k], seed)
+def test_eq11_attention_weights_match_reference():
+    check_equation(11, nn.attention_weights)
 
 
 @pytest.mark.eq(11)
@@ -121,15 +76,8 @@ def test_eq11_uses_the_original_scale_not_the_surveys():
 
 
 @pytest.mark.eq(12)
-@given(attention_case(), S.seeds())
-def test_eq12_scaled_dot_product_attention_matches_reference(case, seed):
-    q, k, v, key_mask, causal = case
-    check_against_reference(
-        lambda tq, tk, tv: F.scaled_dot_product_attention(tq, tk, tv, causal=causal,
-                                                          key_mask=key_mask),
-        lambda aq, ak, av: per_head(R.eq12_scaled_dot_product_attention, key_mask, causal,
-                                    aq, ak, av),
-        [q, k, v], seed)
+def test_eq12_scaled_dot_product_attention_matches_reference():
+    check_equation(12, F.scaled_dot_product_attention)
 
 
 @pytest.mark.eq(12)

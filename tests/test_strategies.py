@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tests import strategies as S
+from minitorch_nlp.testing import strategies as S
 
 
 @given(S.broadcastable_shapes(3))

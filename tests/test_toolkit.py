@@ -2,7 +2,7 @@
 heads, attention cores, head masks, layers assembled from parts, shared layers, and stacks that
 return every hidden state and attention map.
 
-The mask/bias paths are checked against ``tests/reference/transformer.py`` (one head and one query
+The mask/bias paths are checked against ``minitorch_nlp/testing/reference/transformer.py`` (one head and one query
 at a time, masks as 0/1 factors, the bias added score by score), values and float64 gradients of
 q, k, v *and the bias* from HIPS autograd.
 """
@@ -19,8 +19,8 @@ from hypothesis import given, settings, strategies as st
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
 from minitorch_nlp import nn
-from tests import strategies as S
-from tests.reference import transformer as R
+from minitorch_nlp.testing import strategies as S
+from minitorch_nlp.testing.reference import transformer as R
 
 pytestmark = [pytest.mark.sec4]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .autograd import Generator, Tensor, dtypes, grad, randn, zeros_like
+from ..autograd import Generator, Tensor, dtypes, grad, randn, zeros_like
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
 

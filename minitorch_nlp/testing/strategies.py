@@ -17,7 +17,7 @@ a bigger buffer with the same values: layout must never change a result.
 
 Typical use::
 
-    from tests import strategies as S
+    from minitorch_nlp.testing import strategies as S
 
     @given(S.arrays(S.shapes(max_dims=2)))
     def test_something(x): ...

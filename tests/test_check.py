@@ -1,0 +1,242 @@
+"""``check_equation``, the ``check`` command and course mode (``course new`` / ``course grade``).
+
+The library's own implementation of every checkable equation passes; deliberately wrong ones
+(attention without the 1/sqrt(d_k) scale, a softmax over the wrong axis, a context vector
+summed over the wrong axis) fail with a hypothesis-shrunk counter-example.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+import minitorch_nlp as mt
+from minitorch_nlp import cli, cookbook, nn
+from minitorch_nlp.testing import EquationMismatch, TaskNotDone, check_equation, specs
+from minitorch_nlp.testing.check import load_candidate
+from minitorch_nlp.testing.course import format_grades, grade, new_workspace, parse_sections
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("number", [
+    pytest.param(2, marks=[pytest.mark.eq(2), pytest.mark.sec3]),
+    pytest.param(9, marks=[pytest.mark.eq(9), pytest.mark.sec3]),
+    pytest.param(10, marks=[pytest.mark.eq(10), pytest.mark.sec3]),
+    pytest.param(11, marks=[pytest.mark.eq(11), pytest.mark.sec4]),
+    pytest.param(12, marks=[pytest.mark.eq(12), pytest.mark.sec4]),
+    pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4])])
+def test_the_librarys_implementation_passes_its_check(number):
+    result = check_equation(number, specs[number].library_function())
+    assert result.number == number and result.examples > 0
+
+
+def test_every_spec_is_checked_here_and_listed_in_the_registry():
+    for number in specs:
+        assert "tests/test_check.py::test_the_librarys_implementation_passes_its_check" in \
+            cookbook.find_tests(number)
+
+
+def test_every_spec_names_a_registered_equation_and_its_library_function():
+    cookbook.import_all()
+    for number, spec in specs.items():
+        library = spec.library_function()
+        assert library.__name__ == spec.function
+        assert cookbook.implementations(number), f"eq {number} has a spec but no registered code"
+        assert set(spec.differentiable) <= {name for name, _ in spec.arguments}
+        assert spec.signature.startswith(f"{spec.function}(")
+
+
+def attention_without_scale(q, k, *, causal=False, key_mask=None):
+    return nn.attention_weights(q, k, causal=causal, key_mask=key_mask, scale=1.0)
+
+
+def test_attention_without_the_scale_fails_with_a_shrunk_example():
+    with pytest.raises(EquationMismatch) as failure:
+        check_equation(11, attention_without_scale)
+    q, k = failure.value.inputs["q"], failure.value.inputs["k"]
+    # the scale matters only with d_k >= 2 and at least two keys: the shrunk example has exactly
+    # that, one query, and no mask
+    assert q.shape == (1, 1, 1, 2) and k.shape == (1, 1, 2, 2)
+    assert failure.value.inputs["key_mask"] is None and not failure.value.inputs["causal"]
+    message = str(failure.value)
+    assert "eq 11: attention_without_scale differs from the reference" in message
+    assert "inputs (shrunk by hypothesis)" in message and "q = float64 (1, 1, 1, 2)" in message
+    assert "got" in message and "expected" in message
+
+
+def softmax_over_queries(q, k, *, causal=False, key_mask=None):
+    scores = (q @ k.swapaxes(-1, -2)) / math.sqrt(q.shape[-1])
+    return scores.softmax(axis=-2)
+
+
+def test_softmax_over_the_wrong_axis_fails_with_a_shrunk_example():
+    with pytest.raises(EquationMismatch) as failure:
+        check_equation(11, softmax_over_queries)
+    q, k = failure.value.inputs["q"], failure.value.inputs["k"]
+    assert q.shape[:2] == (1, 1) and k.shape[:2] == (1, 1)
+    assert q.shape[2] + k.shape[2] <= 3        # one query and two keys, or two queries and one key
+    assert "value: " in str(failure.value) and "entries differ; worst at" in str(failure.value)
+
+
+def test_a_wrong_gradient_is_reported_as_one():
+    def context_with_a_detached_memory(weights, memory):
+        return (weights.unsqueeze(1) @ memory.detach()).squeeze(1)
+
+    with pytest.raises(EquationMismatch, match="gradient with respect to memory"):
+        check_equation(10, context_with_a_detached_memory)
+
+
+def test_an_autograd_numpy_candidate_is_checked_with_autograd():
+    def context(weights, memory):
+        return anp.einsum("bs,bsd->bd", weights, memory)
+
+    def summed_over_the_wrong_axis(weights, memory):
+        return anp.sum(memory, axis=2) * weights
+
+    assert check_equation(10, context, inputs="numpy", max_examples=10).examples == 10
+    with pytest.raises(EquationMismatch, match="value: shape"):
+        check_equation(10, summed_over_the_wrong_axis, inputs="numpy", max_examples=10)
+
+
+def test_a_candidate_that_raises_or_returns_no_tensor_is_reported():
+    def crashes(weights, memory):
+        raise ValueError("boom")
+
+    with pytest.raises(EquationMismatch, match="crashes raised ValueError: boom"):
+        check_equation(10, crashes, max_examples=5)
+    with pytest.raises(EquationMismatch, match="not a minitorch_nlp Tensor"):
+        check_equation(10, lambda weights, memory: np.zeros(1), max_examples=5)
+
+
+def test_task_not_done_passes_through():
+    def stub(weights, memory):
+        raise TaskNotDone("implement eq 10")
+
+    with pytest.raises(TaskNotDone, match="implement eq 10"):
+        check_equation(10, stub, max_examples=5)
+
+
+def test_bad_arguments_are_refused_with_a_clear_error():
+    with pytest.raises(ValueError, match="there is no equation 0"):
+        check_equation(0, len)
+    with pytest.raises(ValueError, match=r"equation 60 \(Hessian-vector product\) has no spec"):
+        check_equation(60, len)
+    with pytest.raises(ValueError, match="inputs must be one of"):
+        check_equation(10, len, inputs="torch")
+    with pytest.raises(TypeError, match="must be callable"):
+        check_equation(10, 3)
+    with pytest.raises(ValueError, match="'package.module:function'"):
+        load_candidate("minitorch_nlp.functional.softmax")
+    with pytest.raises(ValueError, match="has no attribute 'nope'"):
+        load_candidate("minitorch_nlp.functional:nope")
+    with pytest.raises(TypeError, match="not a function"):
+        load_candidate("minitorch_nlp.cookbook:EQUATIONS")
+    assert load_candidate("minitorch_nlp.functional:softmax") is mt.functional.softmax
+
+
+def test_each_spec_describes_the_signature_a_candidate_must_have():
+    text = specs[12].describe()
+    assert text.startswith("eq 12: scaled_dot_product_attention(q, k, v, *, causal, key_mask)")
+    assert "k: keys, float64 (batch, heads, n_k, d_k)" in text and "Returns: float64" in text
+
+
+# ---- the command line ----------------------------------------------------------------------------
+def test_check_command_passes_the_library_and_fails_a_wrong_candidate(capsys):
+    assert cli.main(["check", "10", "minitorch_nlp.models.seq2seq:context_vector",
+                     "--max-examples", "5"]) == 0
+    assert "eq 10: minitorch_nlp.models.seq2seq:context_vector agrees with the reference on 5 " \
+           "examples" in capsys.readouterr().out
+    assert cli.main(["check", "11", "tests.test_check:attention_without_scale",
+                     "--max-examples", "20"]) == 1
+    assert "inputs (shrunk by hypothesis)" in capsys.readouterr().out
+    assert cli.main(["check", "12"]) == 0
+    assert "scaled_dot_product_attention(q, k, v" in capsys.readouterr().out
+
+
+def test_check_command_refuses_bad_input(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["check", "60", "minitorch_nlp.functional:softmax"])
+    assert "equation 60 has no check" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["check", "10", "no_such_module_here:f"])
+    assert "no_such_module_here" in capsys.readouterr().err
+
+
+# ---- course mode ---------------------------------------------------------------------------------
+def test_parse_sections():
+    assert parse_sections("sec4, 3,sec3") == [3, 4]
+    with pytest.raises(ValueError, match="unknown section 'sec6'; sections with checkable"):
+        parse_sections("sec6")
+    with pytest.raises(ValueError, match="name at least one section"):
+        parse_sections(" , ")
+
+
+def test_an_untouched_workspace_grades_every_task_as_not_done(tmp_path, capsys):
+    workspace = tmp_path / "student"
+    assert cli.main(["course", "new", str(workspace), "--sections", "sec3,sec4"]) == 0
+    tasks = json.loads((workspace / "course.json").read_text())["tasks"]
+    chapters = {cookbook.EQUATIONS[n].chapter for n in specs}
+    assert {t["equation"] for t in tasks} == {n for n in specs if cookbook.EQUATIONS[n].chapter
+                                              in {3, 4} & chapters}
+    stub = (workspace / "sec4.py").read_text()
+    assert 'raise TaskNotDone("implement eq 12' in stub and "softmax(q k^T / sqrt(d_k))" in stub
+    capsys.readouterr()
+    assert cli.main(["course", "grade", str(workspace), "--max-examples", "3"]) == 1
+    out = capsys.readouterr().out
+    assert f"0 of {len(tasks)} tasks done" in out
+    assert out.count("not done") == len(tasks)
+
+
+def test_a_workspace_with_the_librarys_functions_pasted_in_grades_as_done(tmp_path):
+    new_workspace(tmp_path, "sec3,sec4")
+    for number, spec in specs.items():
+        module, function = spec.library.split(":")
+        path = tmp_path / f"sec{cookbook.EQUATIONS[number].chapter}.py"
+        path.write_text(path.read_text() + f"\nfrom {module} import {function}  # noqa: E402\n")
+    grades = grade(tmp_path, max_examples=5)
+    assert [g.status for g in grades] == ["done"] * len(specs)
+    assert format_grades(grades).endswith(f"{len(specs)} of {len(specs)} tasks done")
+
+
+def test_a_wrong_or_broken_task_is_graded_so(tmp_path):
+    new_workspace(tmp_path, [4])
+    with open(tmp_path / "sec4.py", "a") as f:
+        f.write("\nfrom tests.test_check import attention_without_scale as attention_weights\n")
+    grades = {g.equation: g for g in grade(tmp_path, max_examples=20)}
+    assert grades[11].status == "wrong" and "shrunk" in grades[11].detail
+    assert "inputs (shrunk by hypothesis)" in format_grades(list(grades.values()))
+    (tmp_path / "sec4.py").write_text("this is not python")
+    assert {g.status for g in grade(tmp_path)} == {"error"}
+
+
+def test_course_refuses_a_used_folder_and_a_missing_workspace(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="is not empty"):
+        new_workspace(tmp_path, "sec3")
+    with pytest.raises(FileNotFoundError, match="course.json not found"):
+        grade(tmp_path)
+
+
+def test_the_package_imports_without_the_test_extra_and_says_what_to_install():
+    blocked = ("import sys\nsys.modules['hypothesis'] = None\nsys.modules['autograd'] = None\n")
+    script = blocked + (
+        "from minitorch_nlp.testing import gradcheck\n"
+        "from minitorch_nlp import cli\n"
+        "try:\n"
+        "    from minitorch_nlp.testing import check_equation\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+        "cli.main(['check', '12', 'minitorch_nlp.functional:softmax'])\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 2
+    assert "needs HIPS autograd and hypothesis: pip install 'minitorch-nlp[test]'" in result.stdout
+    assert "pip install 'minitorch-nlp[test]'" in result.stderr
