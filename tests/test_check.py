@@ -187,7 +187,7 @@ def test_an_untouched_workspace_grades_every_task_as_not_done(tmp_path, capsys):
     assert {t["equation"] for t in tasks} == {n for n in specs if cookbook.EQUATIONS[n].chapter
                                               in {3, 4} & chapters}
     stub = (workspace / "sec4.py").read_text()
-    assert 'raise TaskNotDone("implement eq 12' in stub and "softmax(q k^T / sqrt(d_k))" in stub
+    assert 'raise TaskNotDone("implement eq 12' in stub and "softmax(q k^T / sqrt(d_k) + bias) v" in stub
     capsys.readouterr()
     assert cli.main(["course", "grade", str(workspace), "--max-examples", "3"]) == 1
     out = capsys.readouterr().out
