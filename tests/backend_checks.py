@@ -18,6 +18,7 @@ from unittest import mock
 import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
 
 from minitorch_nlp.backends.numpy_backend import NumpyBackend
 from tests import strategies as S
@@ -117,6 +118,57 @@ def test_layer_norm_matches_numpy(gpu_backend, x, affine, seed):
     g = cotangent(seed, x.shape)
     assert_same(run(gpu_backend, "layer_norm_backward", g, xhat, rstd, weight),
                 REFERENCE.layer_norm_backward(g, xhat, rstd, weight))
+
+
+# ---- erf ------------------------------------------------------------------------------------------
+ERF_ULPS = 3  # every backend's erf, in float32 and float64, against math.erf (itself within 1 ulp)
+
+
+def erf_ulp_errors(got, x):
+    """|got - math.erf(x)| in units in the last place of x's dtype, for each element; 0 where
+    both are NaN."""
+    x = np.asarray(x)
+    exact = np.array([math.erf(float(v)) for v in x.reshape(-1)]).reshape(x.shape)
+    rounded = np.abs(exact.astype(x.dtype))
+    ulp = np.spacing(rounded).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        errors = np.abs(np.asarray(got, dtype=np.float64) - exact) / ulp
+    errors[np.isnan(exact) & np.isnan(got)] = 0.0
+    return errors
+
+
+def erf_grid(dtype):
+    """Every kind of float of ``dtype``: a fine grid over the range where erf moves, both signs of
+    the subnormals and of numbers up to the largest, signed zeros, infinities and NaN."""
+    info = np.finfo(dtype)
+    tiny = np.geomspace(info.smallest_subnormal, 1.0, 4001)
+    huge = np.geomspace(1.0, info.max / 4, 1001)
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, info.max, -info.max, info.tiny, -info.tiny]
+    return np.concatenate([np.linspace(-7, 7, 40001), tiny, -tiny, huge, -huge,
+                           edges]).astype(dtype)
+
+
+def erf_arguments(dtype):
+    """Hypothesis arrays of ``dtype`` drawn from the whole float range."""
+    width = np.finfo(dtype).bits
+    return hnp.arrays(dtype, st.integers(1, 40), elements=st.one_of(
+        st.floats(width=width, allow_subnormal=True),
+        st.floats(-7, 7, width=width)))
+
+
+def test_erf_is_within_a_few_ulp_of_math_erf_everywhere(gpu_backend):
+    for dtype in (np.float32, np.float64):
+        x = erf_grid(dtype)
+        got = run(gpu_backend, "erf", x)
+        assert got.dtype == dtype
+        assert erf_ulp_errors(got, x).max() <= ERF_ULPS
+
+
+@FEW
+@given(x32=erf_arguments(np.float32), x64=erf_arguments(np.float64))
+def test_erf_of_drawn_floats_is_within_a_few_ulp(gpu_backend, x32, x64):
+    for x in (x32, x64):
+        assert erf_ulp_errors(run(gpu_backend, "erf", x), x).max() <= ERF_ULPS
 
 
 # ---- GELU, bias + GELU ---------------------------------------------------------------------------

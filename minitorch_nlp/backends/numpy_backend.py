@@ -9,25 +9,11 @@ import math
 
 import numpy as np
 
+from .erf import erf as _erf
+
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _GELU_TANH_C = 0.044715
-
-_erf_ufunc = None
-
-
-def _compiled_erf():
-    """``math.erf`` as a NumPy ufunc, compiled by Numba once and cached on disk (NumPy has no erf)."""
-    global _erf_ufunc
-    if _erf_ufunc is None:
-        import numba
-
-        @numba.vectorize(["float32(float32)", "float64(float64)"], cache=True)
-        def erf(x):
-            return math.erf(x)
-
-        _erf_ufunc = erf
-    return _erf_ufunc
 
 
 def _max_for_shift(x, axis):
@@ -66,7 +52,7 @@ class NumpyBackend:
         return np.asarray(array)
 
     def erf(self, x):
-        return _compiled_erf()(x)
+        return _erf(x)
 
     # ---- softmax family (last-axis or any axis) -------------------------------------------
     def softmax(self, x, axis):
