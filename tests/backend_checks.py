@@ -120,7 +120,7 @@ def test_layer_norm_matches_numpy(gpu_backend, x, affine, seed):
                 REFERENCE.layer_norm_backward(g, xhat, rstd, weight))
 
 
-# ---- erf ------------------------------------------------------------------------------------------
+# ---- erf ----------------------------------------------------------------------------------------
 ERF_ULPS = 3  # every backend's erf, in float32 and float64, against math.erf (itself within 1 ulp)
 
 
