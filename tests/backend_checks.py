@@ -190,6 +190,47 @@ def test_gelu_and_bias_gelu_match_numpy(gpu_backend, x, approximate, bias_along,
                 REFERENCE.bias_gelu_backward(x, bias, g, approximate))
 
 
+# ---- Adam / AdamW update ------------------------------------------------------------------------
+@st.composite
+def adam_cases(draw, dtypes=(np.float64,)):
+    """Parameter, gradients for a few steps and hyper-parameters of an Adam or AdamW update."""
+    dtype = draw(st.sampled_from(dtypes))
+    shape = draw(S.shapes(min_dims=1, max_dims=3, max_side=6))
+    seed = draw(S.seeds())
+    rng = np.random.default_rng(seed)
+    steps = draw(st.integers(1, 3))
+    options = dict(lr=draw(st.sampled_from([1e-3, 0.1])),
+                   beta1=draw(st.sampled_from([0.0, 0.9])),
+                   beta2=draw(st.sampled_from([0.5, 0.999])),
+                   eps=draw(st.sampled_from([1e-8, 1e-3])),
+                   weight_decay=draw(st.sampled_from([0.0, 0.01, 0.3])),
+                   decoupled=draw(st.booleans()))
+    theta = rng.standard_normal(shape).astype(dtype)
+    grads = [rng.standard_normal(shape).astype(dtype) for _ in range(steps)]
+    return theta, grads, draw(st.booleans()), options
+
+
+def adam_steps(backend, theta, grads, amsgrad, options):
+    """``backend.adam_update`` run for each gradient in turn from zero moments; theta and the
+    moments after the last step, as NumPy arrays."""
+    xp_arrays = [backend.asarray(theta.copy())] + [backend.asarray(np.zeros_like(theta))
+                                                   for _ in range(3)]
+    theta_b, exp_avg, exp_avg_sq, max_exp_avg_sq = xp_arrays
+    scratch = [backend.asarray(np.empty_like(theta)) for _ in range(2)]
+    for step, grad in enumerate(grads, start=1):
+        backend.adam_update(theta_b, backend.asarray(grad), exp_avg, exp_avg_sq,
+                            max_exp_avg_sq if amsgrad else None, scratch, step=step, **options)
+    return tuple(backend.to_numpy(a) for a in (theta_b, exp_avg, exp_avg_sq, max_exp_avg_sq))
+
+
+@FEW
+@given(case=adam_cases())
+def test_adam_update_matches_numpy(gpu_backend, case):
+    theta, grads, amsgrad, options = case
+    assert_same(adam_steps(gpu_backend, theta, grads, amsgrad, options),
+                adam_steps(REFERENCE, theta, grads, amsgrad, options))
+
+
 # ---- scatter-add of rows -------------------------------------------------------------------------
 @FEW
 @given(num_rows=st.integers(1, 5), index_shape=S.shapes(min_dims=1, max_dims=2),

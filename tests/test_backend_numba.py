@@ -35,7 +35,8 @@ from minitorch_nlp.autograd.ops_fused import (Attention, BandedAttention, BiasGe
                                               Gelu, LayerNorm, LogSoftmax, Softmax)
 from minitorch_nlp.backends import get_backend, numba_backend, numba_kernels
 from tests import strategies as S
-from tests.backend_checks import ERF_ULPS, erf_arguments, erf_grid, erf_ulp_errors
+from tests.backend_checks import (ERF_ULPS, adam_cases, adam_steps, erf_arguments, erf_grid,
+                                  erf_ulp_errors)
 
 REF = get_backend("numpy")
 NUMBA = get_backend("numba")
@@ -297,6 +298,33 @@ def test_gelu_and_bias_gelu(data):
         assert_same(NUMBA.bias_gelu(x, bias, approximate), REF.bias_gelu(x, bias, approximate))
         assert_same(NUMBA.bias_gelu_backward(x, bias, grad, approximate),
                     REF.bias_gelu_backward(x, bias, grad, approximate))
+
+
+@given(case=adam_cases(FLOAT_DTYPES), threads=parallel)
+def test_adam_update(case, threads):
+    """The fused update against the NumPy backend's whole-array one, over a few steps (Adam and
+    AdamW, with and without AMSGrad), on the calling thread and on Numba's threads."""
+    theta, grads, amsgrad, options = case
+    with on_threads(threads):
+        assert_all_same(adam_steps(NUMBA, theta, grads, amsgrad, options),
+                        adam_steps(REF, theta, grads, amsgrad, options))
+
+
+def test_adam_update_falls_back_on_layouts_the_kernel_does_not_take():
+    """A transposed (non-contiguous) parameter and a float32 gradient on a float64 parameter go
+    to the NumPy update; the result is the same."""
+    rng = np.random.default_rng(0)
+    options = dict(step=1, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
+                   decoupled=True)
+    for theta, grad in ((rng.standard_normal((4, 3)).T, rng.standard_normal((3, 4))),
+                        (rng.standard_normal(5), rng.standard_normal(5).astype(np.float32))):
+        results = []
+        for backend in (NUMBA, REF):
+            state = [theta.T.copy().T, np.zeros_like(theta), np.zeros_like(theta)]  # layout kept
+            backend.adam_update(state[0], grad, state[1], state[2], None,
+                                [np.empty_like(theta), np.empty_like(theta)], **options)
+            results.append(state)
+        assert_all_same(*results)
 
 
 @given(st.data())

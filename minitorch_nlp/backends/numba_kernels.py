@@ -499,6 +499,41 @@ def gelu_rows(parallel, x, bias, grad, out, tanh, backward):
             _gelu_row(x, bias, grad, out, tanh, backward, r)
 
 
+# ---- Adam / AdamW update, in place ------------------------------------------------------------
+@_rows
+def _adam_block(theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, amsgrad, decay, l2, beta1,
+                beta2, step_size, eps_hat, block, b):
+    one = theta.dtype.type(1.0)
+    for i in range(b * block, min(theta.shape[0], (b + 1) * block)):
+        g = grad[i] + l2 * theta[i]
+        m = beta1 * exp_avg[i] + (one - beta1) * g
+        v = beta2 * exp_avg_sq[i] + (one - beta2) * (g * g)
+        exp_avg[i] = m
+        exp_avg_sq[i] = v
+        if amsgrad:
+            v = max(max_exp_avg_sq[i], v)
+            max_exp_avg_sq[i] = v
+        theta[i] = decay * theta[i] - step_size * m / (math.sqrt(v) + eps_hat)
+
+
+@_kernel
+def adam_update(parallel, theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, amsgrad, decay, l2,
+                beta1, beta2, step_size, eps_hat, block):
+    """One Adam step over flat arrays in one pass (the NumPy update makes about ten): theta's
+    decay factor (AdamW), the L2 coefficient added to the gradient (Adam), the moments, and
+    theta -= step_size m / (sqrt(v) + eps_hat) with the bias corrections folded into step_size
+    and eps_hat. ``max_exp_avg_sq`` is read and written only when ``amsgrad``."""
+    blocks = (theta.shape[0] + block - 1) // block
+    if parallel:
+        for b in prange(blocks):
+            _adam_block(theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, amsgrad, decay, l2,
+                        beta1, beta2, step_size, eps_hat, block, b)
+    else:
+        for b in range(blocks):
+            _adam_block(theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, amsgrad, decay, l2,
+                        beta1, beta2, step_size, eps_hat, block, b)
+
+
 # ---- scatter-add of rows (the gradient of an embedding lookup) ---------------------------------
 @_rows
 def _scatter_add_columns(index, src, out, block, b):

@@ -170,6 +170,37 @@ class NumpyBackend:
         """d/dx gelu(x + bias) * grad (the bias gradient is its sum over rows)."""
         return self.gelu_backward(x + bias, grad, approximate)
 
+    # ---- Adam / AdamW update, in place --------------------------------------------------------
+    def adam_update(self, theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scratch, *, step, lr,
+                    beta1, beta2, eps, weight_decay, decoupled):
+        """One Adam step (``step`` counts from 1) on ``theta``, ``exp_avg`` (m), ``exp_avg_sq``
+        (v) and, for AMSGrad, ``max_exp_avg_sq`` (else None), all in place; ``decoupled`` weight
+        decay is AdamW's (theta shrinks first), otherwise it is an L2 term added to the gradient.
+        ``scratch``: two arrays shaped like theta whose contents may be overwritten. Computed as
+        theta -= (lr sqrt(1 - beta2^t) / (1 - beta1^t)) m / (sqrt(v) + eps sqrt(1 - beta2^t)),
+        the textbook update with one pass fewer."""
+        xp = self.xp
+        decayed, spare = scratch
+        if weight_decay != 0:
+            if decoupled:
+                theta *= 1 - lr * weight_decay
+            else:
+                grad = xp.add(xp.multiply(theta, weight_decay, out=decayed), grad, out=decayed)
+        exp_avg *= beta1
+        exp_avg += xp.multiply(grad, 1 - beta1, out=spare)
+        exp_avg_sq *= beta2
+        squared = xp.multiply(grad, grad, out=spare)
+        squared *= 1 - beta2
+        exp_avg_sq += squared
+        if max_exp_avg_sq is not None:
+            exp_avg_sq = xp.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+        sqrt_bias_correction2 = math.sqrt(1 - beta2 ** step)
+        denom = xp.sqrt(exp_avg_sq, out=spare)
+        denom += eps * sqrt_bias_correction2
+        update = xp.divide(exp_avg, denom, out=spare)
+        update *= lr * sqrt_bias_correction2 / (1 - beta1 ** step)
+        theta -= update
+
     # ---- scatter-add of rows (embedding / gather gradients) -----------------------------------
     def scatter_add_rows(self, index, src, num_rows):
         """``out[index[k]] += src[k]`` for rows ``k``; duplicates add up (replaces ``np.add.at``)."""

@@ -35,8 +35,8 @@ import unicodedata
 from collections import Counter
 from typing import Iterable, Sequence
 
-from .base import (CharMap, Tokenizer, WordCache, char_class, hf_model_max_length, read_hf_special_tokens,
-                   read_json, roles_in, write_json, write_text)
+from .base import (CharMap, Tokenizer, WordCache, char_class, hf_model_max_length,
+                   read_hf_special_tokens, read_json, roles_in, write_json, write_text)
 from .training import learn_merges, texts_between
 
 BERT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
