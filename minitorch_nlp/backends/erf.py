@@ -88,6 +88,7 @@ def erf(x):
     if x.dtype != np.float32:
         x = x.astype(np.float64, copy=False)
     c = FLOAT32 if x.dtype == np.float32 else FLOAT64
+    shape, x = x.shape, x.reshape(-1)  # 0-d arithmetic would give scalars, which take no out=
     ax = np.abs(x)
     near = np.minimum(ax, c.split)  # each form's range is clamped: no overflow
     small = near * _horner(c.small, near * near)
@@ -98,5 +99,4 @@ def erf(x):
     tail = _horner(c.tail, u)
     tail *= exp_term
     np.subtract(1, tail, out=tail)
-    out = np.where(ax < c.split, small, tail)
-    return np.copysign(out, x, out=out)
+    return np.copysign(np.where(ax < c.split, small, tail), x).reshape(shape)
