@@ -81,14 +81,10 @@ def _horner(coefficients, u):
     return result
 
 
-def erf(x):
-    """erf of a NumPy array (or scalar) as a few whole-array passes, float32 kept float32; other
-    dtypes are computed in float64."""
-    x = np.asarray(x)
-    if x.dtype != np.float32:
-        x = x.astype(np.float64, copy=False)
-    c = FLOAT32 if x.dtype == np.float32 else FLOAT64
-    shape, x = x.shape, x.reshape(-1)  # 0-d arithmetic would give scalars, which take no out=
+BLOCK = 1 << 14  # elements per block: a block's dozens of passes stay in the L2 cache
+
+
+def _erf_block(x, c, out):
     ax = np.abs(x)
     near = np.minimum(ax, c.split)  # each form's range is clamped: no overflow
     small = near * _horner(c.small, near * near)
@@ -99,4 +95,18 @@ def erf(x):
     tail = _horner(c.tail, u)
     tail *= exp_term
     np.subtract(1, tail, out=tail)
-    return np.copysign(np.where(ax < c.split, small, tail), x).reshape(shape)
+    np.copysign(np.where(ax < c.split, small, tail), x, out=out)
+
+
+def erf(x):
+    """erf of a NumPy array (or scalar) as whole-array passes over blocks of ``BLOCK`` elements,
+    float32 kept float32; other dtypes are computed in float64."""
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        x = x.astype(np.float64, copy=False)
+    c = FLOAT32 if x.dtype == np.float32 else FLOAT64
+    flat = x.reshape(-1)  # also makes 0-d arithmetic give arrays (scalars take no out=)
+    out = np.empty_like(flat)
+    for start in range(0, flat.size, BLOCK):
+        _erf_block(flat[start:start + BLOCK], c, out[start:start + BLOCK])
+    return out.reshape(x.shape)
