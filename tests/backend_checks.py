@@ -18,6 +18,7 @@ from unittest import mock
 import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
 
 from minitorch_nlp.backends.numpy_backend import NumpyBackend
 from minitorch_nlp.testing import strategies as S
@@ -119,6 +120,57 @@ def test_layer_norm_matches_numpy(gpu_backend, x, affine, seed):
                 REFERENCE.layer_norm_backward(g, xhat, rstd, weight))
 
 
+# ---- erf ----------------------------------------------------------------------------------------
+ERF_ULPS = 3  # every backend's erf, in float32 and float64, against math.erf (itself within 1 ulp)
+
+
+def erf_ulp_errors(got, x):
+    """|got - math.erf(x)| in units in the last place of x's dtype, for each element; 0 where
+    both are NaN."""
+    x = np.asarray(x)
+    exact = np.array([math.erf(float(v)) for v in x.reshape(-1)]).reshape(x.shape)
+    rounded = np.abs(exact.astype(x.dtype))
+    ulp = np.spacing(rounded).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        errors = np.abs(np.asarray(got, dtype=np.float64) - exact) / ulp
+    errors[np.isnan(exact) & np.isnan(got)] = 0.0
+    return errors
+
+
+def erf_grid(dtype):
+    """Every kind of float of ``dtype``: a fine grid over the range where erf moves, both signs of
+    the subnormals and of numbers up to the largest, signed zeros, infinities and NaN."""
+    info = np.finfo(dtype)
+    tiny = np.geomspace(info.smallest_subnormal, 1.0, 4001)
+    huge = np.geomspace(1.0, info.max / 4, 1001)
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, info.max, -info.max, info.tiny, -info.tiny]
+    return np.concatenate([np.linspace(-7, 7, 40001), tiny, -tiny, huge, -huge,
+                           edges]).astype(dtype)
+
+
+def erf_arguments(dtype):
+    """Hypothesis arrays of ``dtype`` drawn from the whole float range."""
+    width = np.finfo(dtype).bits
+    return hnp.arrays(dtype, st.integers(1, 40), elements=st.one_of(
+        st.floats(width=width, allow_subnormal=True),
+        st.floats(-7, 7, width=width)))
+
+
+def test_erf_is_within_a_few_ulp_of_math_erf_everywhere(gpu_backend):
+    for dtype in (np.float32, np.float64):
+        x = erf_grid(dtype)
+        got = run(gpu_backend, "erf", x)
+        assert got.dtype == dtype
+        assert erf_ulp_errors(got, x).max() <= ERF_ULPS
+
+
+@FEW
+@given(x32=erf_arguments(np.float32), x64=erf_arguments(np.float64))
+def test_erf_of_drawn_floats_is_within_a_few_ulp(gpu_backend, x32, x64):
+    for x in (x32, x64):
+        assert erf_ulp_errors(run(gpu_backend, "erf", x), x).max() <= ERF_ULPS
+
+
 # ---- GELU, bias + GELU ---------------------------------------------------------------------------
 @FEW
 @given(x=S.maybe_noncontiguous(S.arrays(S.shapes(min_dims=1, max_dims=3, max_side=5), -5, 5)),
@@ -136,6 +188,47 @@ def test_gelu_and_bias_gelu_match_numpy(gpu_backend, x, approximate, bias_along,
                 REFERENCE.bias_gelu(x, bias, approximate))
     assert_same(run(gpu_backend, "bias_gelu_backward", x, bias, g, approximate),
                 REFERENCE.bias_gelu_backward(x, bias, g, approximate))
+
+
+# ---- Adam / AdamW update ------------------------------------------------------------------------
+@st.composite
+def adam_cases(draw, dtypes=(np.float64,)):
+    """Parameter, gradients for a few steps and hyper-parameters of an Adam or AdamW update."""
+    dtype = draw(st.sampled_from(dtypes))
+    shape = draw(S.shapes(min_dims=1, max_dims=3, max_side=6))
+    seed = draw(S.seeds())
+    rng = np.random.default_rng(seed)
+    steps = draw(st.integers(1, 3))
+    options = dict(lr=draw(st.sampled_from([1e-3, 0.1])),
+                   beta1=draw(st.sampled_from([0.0, 0.9])),
+                   beta2=draw(st.sampled_from([0.5, 0.999])),
+                   eps=draw(st.sampled_from([1e-8, 1e-3])),
+                   weight_decay=draw(st.sampled_from([0.0, 0.01, 0.3])),
+                   decoupled=draw(st.booleans()))
+    theta = rng.standard_normal(shape).astype(dtype)
+    grads = [rng.standard_normal(shape).astype(dtype) for _ in range(steps)]
+    return theta, grads, draw(st.booleans()), options
+
+
+def adam_steps(backend, theta, grads, amsgrad, options):
+    """``backend.adam_update`` run for each gradient in turn from zero moments; theta and the
+    moments after the last step, as NumPy arrays."""
+    xp_arrays = [backend.asarray(theta.copy())] + [backend.asarray(np.zeros_like(theta))
+                                                   for _ in range(3)]
+    theta_b, exp_avg, exp_avg_sq, max_exp_avg_sq = xp_arrays
+    scratch = [backend.asarray(np.empty_like(theta)) for _ in range(2)]
+    for step, grad in enumerate(grads, start=1):
+        backend.adam_update(theta_b, backend.asarray(grad), exp_avg, exp_avg_sq,
+                            max_exp_avg_sq if amsgrad else None, scratch, step=step, **options)
+    return tuple(backend.to_numpy(a) for a in (theta_b, exp_avg, exp_avg_sq, max_exp_avg_sq))
+
+
+@FEW
+@given(case=adam_cases())
+def test_adam_update_matches_numpy(gpu_backend, case):
+    theta, grads, amsgrad, options = case
+    assert_same(adam_steps(gpu_backend, theta, grads, amsgrad, options),
+                adam_steps(REFERENCE, theta, grads, amsgrad, options))
 
 
 # ---- scatter-add of rows -------------------------------------------------------------------------

@@ -35,6 +35,8 @@ from minitorch_nlp.autograd.ops_fused import (Attention, BandedAttention, BiasGe
                                               Gelu, LayerNorm, LogSoftmax, Softmax)
 from minitorch_nlp.backends import get_backend, numba_backend, numba_kernels
 from minitorch_nlp.testing import strategies as S
+from tests.backend_checks import (ERF_ULPS, adam_cases, adam_steps, erf_arguments, erf_grid,
+                                  erf_ulp_errors)
 
 REF = get_backend("numpy")
 NUMBA = get_backend("numba")
@@ -154,6 +156,53 @@ def test_shifted_exp_is_exp_to_an_ulp_on_a_softmaxs_range():
     assert np.all(out == 0)
 
 
+@numba.njit  # not cached: Numba's cache would not see an edit of numba_kernels.py
+def _erf_array(x, out):
+    for i in range(x.shape[0]):
+        out[i] = numba_kernels.fast_erf(x[i])
+
+
+def _kernels_erf(x):
+    out = np.empty_like(x)
+    _erf_array(x, out)
+    return out
+
+
+# the erf inside the numba kernels' GELU, and the NumPy backend's (which the numba backend keeps)
+ERFS = {"numba_kernels.fast_erf": _kernels_erf, "NumPy backend": REF.erf}
+
+
+@pytest.mark.parametrize("erf", ERFS.values(), ids=ERFS.keys())
+def test_erf_is_within_a_few_ulp_of_math_erf_everywhere(erf):
+    for dtype in FLOAT_DTYPES:
+        x = erf_grid(dtype)
+        got = erf(x)
+        assert got.dtype == dtype
+        assert erf_ulp_errors(got, x).max() <= ERF_ULPS
+        assert np.signbit(got[x == 0]).tolist() == np.signbit(x[x == 0]).tolist()
+
+
+@pytest.mark.parametrize("erf", ERFS.values(), ids=ERFS.keys())
+@given(x32=erf_arguments(np.float32), x64=erf_arguments(np.float64))
+def test_erf_of_drawn_floats_is_within_a_few_ulp(erf, x32, x64):
+    for x in (x32, x64):
+        assert erf_ulp_errors(erf(x), x).max() <= ERF_ULPS
+
+
+def test_erf_gelu_is_the_erf_formula_to_a_few_ulp():
+    """The erf GELU kernels (forward, and backward with the exponential shared between erf and
+    the normal density) against x Phi(x) and Phi(x) + x phi(x) from ``math.erf`` in float64."""
+    for dtype, tol in ((np.float32, 4e-7), (np.float64, 1e-15)):
+        x = np.linspace(-12, 12, 20_001).astype(dtype)
+        w = x.astype(np.float64)
+        cdf = 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in w]))
+        pdf = np.exp(-0.5 * w * w) / math.sqrt(2 * math.pi)
+        got = NUMBA.gelu(x, "none"), NUMBA.gelu_backward(x, np.ones_like(x), "none")
+        for value, want in zip(got, (w * cdf, cdf + w * pdf)):
+            assert value.dtype == dtype
+            np.testing.assert_allclose(value, want, rtol=tol, atol=tol)
+
+
 def test_gelu_tanh_is_as_accurate_as_its_precision_allows():
     """The tanh GELU is computed as x * sigmoid(2u) (0.5 (1 + tanh u) = sigmoid(2u)) in the
     precision of x. On [-10, 10], in float32, its values and derivatives are as close to the exact
@@ -249,6 +298,33 @@ def test_gelu_and_bias_gelu(data):
         assert_same(NUMBA.bias_gelu(x, bias, approximate), REF.bias_gelu(x, bias, approximate))
         assert_same(NUMBA.bias_gelu_backward(x, bias, grad, approximate),
                     REF.bias_gelu_backward(x, bias, grad, approximate))
+
+
+@given(case=adam_cases(FLOAT_DTYPES), threads=parallel)
+def test_adam_update(case, threads):
+    """The fused update against the NumPy backend's whole-array one, over a few steps (Adam and
+    AdamW, with and without AMSGrad), on the calling thread and on Numba's threads."""
+    theta, grads, amsgrad, options = case
+    with on_threads(threads):
+        assert_all_same(adam_steps(NUMBA, theta, grads, amsgrad, options),
+                        adam_steps(REF, theta, grads, amsgrad, options))
+
+
+def test_adam_update_falls_back_on_layouts_the_kernel_does_not_take():
+    """A transposed (non-contiguous) parameter and a float32 gradient on a float64 parameter go
+    to the NumPy update; the result is the same."""
+    rng = np.random.default_rng(0)
+    options = dict(step=1, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
+                   decoupled=True)
+    for theta, grad in ((rng.standard_normal((4, 3)).T, rng.standard_normal((3, 4))),
+                        (rng.standard_normal(5), rng.standard_normal(5).astype(np.float32))):
+        results = []
+        for backend in (NUMBA, REF):
+            state = [theta.T.copy().T, np.zeros_like(theta), np.zeros_like(theta)]  # layout kept
+            backend.adam_update(state[0], grad, state[1], state[2], None,
+                                [np.empty_like(theta), np.empty_like(theta)], **options)
+            results.append(state)
+        assert_all_same(*results)
 
 
 @given(st.data())

@@ -142,6 +142,28 @@ def test_float32_parameters_keep_float32_state():
         assert opt.state[p][key].dtype == np.float32
 
 
+@pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW])
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_adam_on_the_numba_backend_takes_the_numpy_backends_steps(cls, amsgrad):
+    """The numba backend's fused update (one loop) and the NumPy backend's (whole arrays) give
+    the same parameters and moments over a few steps, in float32, for a parameter large enough
+    to be split between Numba's threads."""
+    rng = np.random.default_rng(0)
+    start = rng.standard_normal((160, 257)).astype(np.float32)
+    grads = [[rng.standard_normal(start.shape)] for _ in range(3)]
+    results = []
+    for name in ("numpy", "numba"):
+        with mt.backend(name):
+            p = make_param(start, dtype=np.float32)
+            opt = cls([p], lr=0.01, weight_decay=0.1, amsgrad=amsgrad)
+            run(opt, [p], grads)
+        assert p.backend.name == name
+        results.append([p.numpy()] + [np.asarray(v) for k, v in sorted(opt.state[p].items())
+                                      if k != "step"])
+    for ours, reference in zip(*results):
+        np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
+
+
 def test_param_groups_use_their_own_options():
     rng = np.random.default_rng(0)
     a0, b0 = rng.normal(size=(3, 2)), rng.normal(size=4)

@@ -27,6 +27,7 @@ from minitorch_nlp.data.tokenizers import (ByteLevelBPETokenizer, CharTokenizer,
                                            WordPieceTokenizer, basic_tokenize, bytes_to_unicode,
                                            learn_merges, load_tokenizer, pretokenize,
                                            tokenizer_from_state)
+from minitorch_nlp.data.tokenizers import base as tokenizers_base
 
 pytestmark = pytest.mark.sec4
 
@@ -324,6 +325,37 @@ def test_wordpiece_greedy_longest_match_and_unk():
     assert tok.tokenize("unaffa") == ["un", "##aff", "##a"]
     assert tok.tokenize("unx") == ["[UNK]"]
     assert tok.decode(tok.encode("unaffa a")) == "[CLS] unaffa a [SEP]"
+
+
+def test_wordpiece_word_cache_follows_the_unk_token_and_is_bounded(monkeypatch):
+    """Each word is cut once and remembered; an unknown word is remembered as unknown, so that
+    changing the unk token afterwards still shows; past WORD_CACHE_SIZE words the cache starts
+    over, with the same tokens."""
+    monkeypatch.setattr(tokenizers_base, "WORD_CACHE_SIZE", 3)
+    tok = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<unk>", "un",
+                              "##aff", "##a", "a", "b", "c"])
+    assert tok.tokenize("unaffa unx unaffa") == ["un", "##aff", "##a", "[UNK]", "un", "##aff",
+                                                 "##a"]
+    assert dict(tok._pieces) == {"unaffa": ["un", "##aff", "##a"], "unx": None}
+    tok.unk_token = "<unk>"
+    assert tok.tokenize("unx") == ["<unk>"]
+    assert tok.tokenize("a b c unaffa") == ["a", "b", "c", "un", "##aff", "##a"]
+    assert len(tok._pieces) <= 3
+
+
+def test_bpe_word_cache_gives_the_uncached_pieces(gpt2, monkeypatch):
+    monkeypatch.setattr(tokenizers_base, "WORD_CACHE_SIZE", 2)
+    text = "the cat sat on the mat, the end"
+    cold = tokenizer_from_state(gpt2.state_dict())
+    assert gpt2.tokenize(text) == cold.tokenize(text) == cold.tokenize(text)
+    assert len(cold._pieces) <= 2
+
+
+def test_unknown_tokens_without_an_unk_token_are_named():
+    tok = CharTokenizer(["a", "b"])
+    assert tok.convert_tokens_to_ids(["a", "b", "a"]) == [0, 1, 0]
+    with pytest.raises(ValueError, match="token 'z' is not in the vocabulary"):
+        tok.convert_tokens_to_ids(["a", "z", "b"])
 
 
 # ---- characters ----------------------------------------------------------------------------------

@@ -111,6 +111,9 @@ class CupyBackend:
         return self._kernels.cross_entropy_backward(log_probs, target, grad_rows, ignore_index,
                                                     label_smoothing)
 
+    # ---- the Adam / AdamW update: NumPy's whole-array expressions, run by CuPy (through xp) ------
+    adam_update = NumpyBackend.adam_update
+
     # ---- attention: the state is (log-sum-exp per query row, the forward's key mask) -----------
     # The backward uses the mask the forward saw (a raw array), not the ``key_mask`` it is handed.
     def attention(self, q, k, v, scale, causal, key_mask):

@@ -21,7 +21,8 @@ several passes, each with its own temporary:
   then never multiplied;
 * banded attention: dot products over the band only, O(n * window) memory, the key/value
   gradients gathered per key so that rows are independent;
-* ``np.add.at``-style scatter-add of embedding gradients, int8 and xnor-popcount matmuls.
+* ``np.add.at``-style scatter-add of embedding gradients, int8 and xnor-popcount matmuls;
+* the Adam / AdamW update (``optim.Adam``, ``optim.AdamW``) in one pass over each parameter.
 
 Inputs of another layout are made contiguous first; shapes, dtypes or axes a kernel does not cover
 (softmax over another axis, float16, integer inputs ...) fall back to the NumPy implementation, so
@@ -29,6 +30,7 @@ every call is still answered. See ``numba_kernels`` for the threading layer and 
 """
 from __future__ import annotations
 
+import math
 import threading
 from typing import NamedTuple
 
@@ -55,6 +57,7 @@ _KEEP_PROBS = 1 << 24
 _CAUSAL_KEEP_PROBS = 1 << 20
 _WORKSPACE_KEEP = 64 << 20  # workspace buffers up to this many bytes are kept for the next call
 _GELU_CHUNK = 1 << 14  # elements per unit of parallel work for GELU without a bias
+_ADAM_BLOCK = 1 << 14  # the least elements per unit of parallel work of the Adam update
 _PARALLEL_WORK = 1 << 15  # below this, kernels run on the calling thread only
 _workspaces = threading.local()
 
@@ -243,6 +246,28 @@ class NumbaBackend(NumpyBackend):
         if self._gelu_applies(x, grad, bias):
             return self._gelu(x, bias, grad, approximate)
         return super().bias_gelu_backward(x, bias, grad, approximate)
+
+    # ---- Adam / AdamW update ------------------------------------------------------------------
+    def adam_update(self, theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scratch, *, step, lr,
+                    beta1, beta2, eps, weight_decay, decoupled):
+        state = [a for a in (theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq) if a is not None]
+        if (theta.size == 0 or _float_dtype(*state) is None
+                or any(a.shape != theta.shape or not a.flags.c_contiguous for a in state)
+                or not all(a.flags.writeable for a in state if a is not grad)):
+            return super().adam_update(theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scratch,
+                                       step=step, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+                                       weight_decay=weight_decay, decoupled=decoupled)
+        dtype = theta.dtype.type
+        sqrt_bias_correction2 = math.sqrt(1 - beta2 ** step)
+        flat = [a.reshape(-1) for a in (theta, grad, exp_avg, exp_avg_sq)]
+        amsgrad = max_exp_avg_sq is not None
+        maximum = max_exp_avg_sq.reshape(-1) if amsgrad else flat[3]
+        block = max(_ADAM_BLOCK, -(-theta.size // numba.get_num_threads()))
+        _run(kernels.adam_update, theta.size, *flat, maximum, amsgrad,
+             dtype(1 - lr * weight_decay if decoupled else 1.0),
+             dtype(0.0 if decoupled else weight_decay), dtype(beta1), dtype(beta2),
+             dtype(lr * sqrt_bias_correction2 / (1 - beta1 ** step)),
+             dtype(eps * sqrt_bias_correction2), block)
 
     # ---- scatter-add of rows -----------------------------------------------------------------
     def scatter_add_rows(self, index, src, num_rows):

@@ -10,7 +10,9 @@ written here (``fast_exp``) rather than the C library's: LLVM can vectorise it, 
 1 ulp (float32) / 2 ulp (float64) of the exact value over the whole range, with ``exp(-inf) = 0``,
 ``exp(inf) = inf`` and NaN kept. Kernels are compiled with only the ``contract`` (fused
 multiply-add) and ``reassoc`` (vectorised sums) fast-math flags: infinities and NaN keep their
-IEEE meaning, which the masked softmax relies on. The tanh form of GELU uses
+IEEE meaning, which the masked softmax relies on. ``erf`` (the exact GELU) is ``fast_erf``, the
+polynomials of ``erf.py`` (within 3 ulp, vectorisable) rather than the scalar ``math.erf``; the
+backward shares exp(-x^2 / 2) between erf and the normal density. The tanh form of GELU uses
 0.5 * (1 + tanh(u)) = sigmoid(2u), evaluated in float64 for every input dtype, so no ``tanh``
 call (a slow scalar libm call with PyPI's llvmlite) is needed and float32 results are within a
 few float32 ulp of the exact value on [-10, 10].
@@ -45,6 +47,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload, register_jitable
 
+from . import erf as erf_coefficients
 from .threads import choose_numba_threading_layer
 
 choose_numba_threading_layer()
@@ -196,6 +199,68 @@ def shifted_exp(x):
 
 overload(fast_exp)(_in_precision(_exp_f32))
 overload(shifted_exp)(_in_precision(_shifted_exp_f32))
+
+
+@register_jitable
+def _polynomial(coefficients, u):
+    result = coefficients[len(coefficients) - 1]
+    for i in range(len(coefficients) - 2, -1, -1):
+        result = result * u + coefficients[i]
+    return result
+
+
+# Inlined by Numba: as a call, each element would pass the coefficient tuples by value.
+@register_jitable(inline="always")
+def _erf_given_exp(z, exp_neg_z2, small, tail, split, centre, end, one):
+    """erf(z) by the two forms of ``erf.py``, given exp(-z^2) (GELU's backward needs that
+    exponential too); both forms are computed and one selected, so that a loop vectorises."""
+    az = abs(z)
+    near = min(az, split)
+    near_zero = near * _polynomial(small, near * near)
+    # Numba's min and max return NaN for NaN, so NaN reaches the result through ``far``.
+    far = one - exp_neg_z2 * _polynomial(tail, min(max(az, split), end) - centre)
+    return math.copysign(near_zero if az < split else far, z)
+
+
+def erf_given_exp(z, exp_neg_z2):
+    """erf(z) from z and exp(-z^2), in the precision of z."""
+    return math.erf(z)
+
+
+def fast_erf(z):
+    """erf(z) in the precision of z; compiled code gets ``erf.py``'s polynomials, which
+    vectorise (``math.erf`` is a scalar libm call)."""
+    return math.erf(z)
+
+
+# Plain tuples and scalars (no arrays, no NamedTuple) are compile-time constants, so the Horner
+# loops unroll and nothing is built per element.
+_ERF32, _ERF64 = erf_coefficients.FLOAT32, erf_coefficients.FLOAT64
+_ERF32_SMALL, _ERF32_TAIL = tuple(_ERF32.small), tuple(_ERF32.tail)
+_ERF64_SMALL, _ERF64_TAIL = tuple(_ERF64.small), tuple(_ERF64.tail)
+_ERF32_SPLIT, _ERF32_CENTRE, _ERF32_END = _ERF32.split, _ERF32.centre, _ERF32.end
+_ERF64_SPLIT, _ERF64_CENTRE, _ERF64_END = _ERF64.split, _ERF64.centre, _ERF64.end
+
+
+@overload(erf_given_exp, inline="always")
+def _erf_given_exp_overload(z, exp_neg_z2):
+    if z == types.float32:
+        return lambda z, exp_neg_z2: _erf_given_exp(
+            z, exp_neg_z2, _ERF32_SMALL, _ERF32_TAIL, _ERF32_SPLIT, _ERF32_CENTRE, _ERF32_END,
+            np.float32(1.0))
+    if z == types.float64:
+        return lambda z, exp_neg_z2: _erf_given_exp(
+            z, exp_neg_z2, _ERF64_SMALL, _ERF64_TAIL, _ERF64_SPLIT, _ERF64_CENTRE, _ERF64_END,
+            1.0)
+    return None
+
+
+@overload(fast_erf, inline="always")
+def _fast_erf_overload(z):
+    if z in (types.float32, types.float64):
+        # -z^2 <= 0: the branch-free exp of the softmax kernels (0 below -87 in float32)
+        return lambda z: erf_given_exp(z, shifted_exp(-(z * z)))
+    return None
 
 
 def _rows(fn):
@@ -410,13 +475,14 @@ def _gelu_row(x, bias, grad, out, tanh, backward, r):
     elif not backward:
         for i in range(x_blk.shape[0]):
             v = x_blk[i] + bias[i]
-            out_blk[i] = dtype(0.5) * v * (dtype(1.0) + math.erf(v * dtype(_INV_SQRT_2)))
+            out_blk[i] = dtype(0.5) * v * (dtype(1.0) + fast_erf(v * dtype(_INV_SQRT_2)))
     else:
         for i in range(x_blk.shape[0]):
-            v = x_blk[i] + bias[i]
-            cdf = dtype(0.5) * (dtype(1.0) + math.erf(v * dtype(_INV_SQRT_2)))
-            pdf = fast_exp(dtype(-0.5) * v * v) * dtype(_INV_SQRT_2PI)
-            out_blk[i] = (cdf + v * pdf) * grad_blk[i]
+            z = (x_blk[i] + bias[i]) * dtype(_INV_SQRT_2)
+            gauss = shifted_exp(-(z * z))  # exp(-v^2 / 2), shared by the cdf and the pdf
+            cdf = dtype(0.5) * (dtype(1.0) + erf_given_exp(z, gauss))
+            pdf = gauss * dtype(_INV_SQRT_2PI)
+            out_blk[i] = (cdf + (x_blk[i] + bias[i]) * pdf) * grad_blk[i]
 
 
 @_kernel
@@ -431,6 +497,41 @@ def gelu_rows(parallel, x, bias, grad, out, tanh, backward):
     else:
         for r in range(rows):
             _gelu_row(x, bias, grad, out, tanh, backward, r)
+
+
+# ---- Adam / AdamW update, in place ------------------------------------------------------------
+@_rows
+def _adam_block(theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, amsgrad, decay, l2, beta1,
+                beta2, step_size, eps_hat, block, b):
+    one = theta.dtype.type(1.0)
+    for i in range(b * block, min(theta.shape[0], (b + 1) * block)):
+        g = grad[i] + l2 * theta[i]
+        m = beta1 * exp_avg[i] + (one - beta1) * g
+        v = beta2 * exp_avg_sq[i] + (one - beta2) * (g * g)
+        exp_avg[i] = m
+        exp_avg_sq[i] = v
+        if amsgrad:
+            v = max(max_exp_avg_sq[i], v)
+            max_exp_avg_sq[i] = v
+        theta[i] = decay * theta[i] - step_size * m / (math.sqrt(v) + eps_hat)
+
+
+@_kernel
+def adam_update(parallel, theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, amsgrad, decay, l2,
+                beta1, beta2, step_size, eps_hat, block):
+    """One Adam step over flat arrays in one pass (the NumPy update makes about ten): theta's
+    decay factor (AdamW), the L2 coefficient added to the gradient (Adam), the moments, and
+    theta -= step_size m / (sqrt(v) + eps_hat) with the bias corrections folded into step_size
+    and eps_hat. ``max_exp_avg_sq`` is read and written only when ``amsgrad``."""
+    blocks = (theta.shape[0] + block - 1) // block
+    if parallel:
+        for b in prange(blocks):
+            _adam_block(theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, amsgrad, decay, l2,
+                        beta1, beta2, step_size, eps_hat, block, b)
+    else:
+        for b in range(blocks):
+            _adam_block(theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, amsgrad, decay, l2,
+                        beta1, beta2, step_size, eps_hat, block, b)
 
 
 # ---- scatter-add of rows (the gradient of an embedding lookup) ---------------------------------

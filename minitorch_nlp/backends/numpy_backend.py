@@ -9,25 +9,11 @@ import math
 
 import numpy as np
 
+from .erf import erf as _erf
+
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _GELU_TANH_C = 0.044715
-
-_erf_ufunc = None
-
-
-def _compiled_erf():
-    """``math.erf`` as a NumPy ufunc, compiled by Numba once and cached on disk (NumPy has no erf)."""
-    global _erf_ufunc
-    if _erf_ufunc is None:
-        import numba
-
-        @numba.vectorize(["float32(float32)", "float64(float64)"], cache=True)
-        def erf(x):
-            return math.erf(x)
-
-        _erf_ufunc = erf
-    return _erf_ufunc
 
 
 def _max_for_shift(x, axis):
@@ -66,7 +52,7 @@ class NumpyBackend:
         return np.asarray(array)
 
     def erf(self, x):
-        return _compiled_erf()(x)
+        return _erf(x)
 
     # ---- softmax family (last-axis or any axis) -------------------------------------------
     def softmax(self, x, axis):
@@ -183,6 +169,37 @@ class NumpyBackend:
     def bias_gelu_backward(self, x, bias, grad, approximate):
         """d/dx gelu(x + bias) * grad (the bias gradient is its sum over rows)."""
         return self.gelu_backward(x + bias, grad, approximate)
+
+    # ---- Adam / AdamW update, in place --------------------------------------------------------
+    def adam_update(self, theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scratch, *, step, lr,
+                    beta1, beta2, eps, weight_decay, decoupled):
+        """One Adam step (``step`` counts from 1) on ``theta``, ``exp_avg`` (m), ``exp_avg_sq``
+        (v) and, for AMSGrad, ``max_exp_avg_sq`` (else None), all in place; ``decoupled`` weight
+        decay is AdamW's (theta shrinks first), otherwise it is an L2 term added to the gradient.
+        ``scratch``: two arrays shaped like theta whose contents may be overwritten. Computed as
+        theta -= (lr sqrt(1 - beta2^t) / (1 - beta1^t)) m / (sqrt(v) + eps sqrt(1 - beta2^t)),
+        the textbook update with one pass fewer."""
+        xp = self.xp
+        decayed, spare = scratch
+        if weight_decay != 0:
+            if decoupled:
+                theta *= 1 - lr * weight_decay
+            else:
+                grad = xp.add(xp.multiply(theta, weight_decay, out=decayed), grad, out=decayed)
+        exp_avg *= beta1
+        exp_avg += xp.multiply(grad, 1 - beta1, out=spare)
+        exp_avg_sq *= beta2
+        squared = xp.multiply(grad, grad, out=spare)
+        squared *= 1 - beta2
+        exp_avg_sq += squared
+        if max_exp_avg_sq is not None:
+            exp_avg_sq = xp.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+        sqrt_bias_correction2 = math.sqrt(1 - beta2 ** step)
+        denom = xp.sqrt(exp_avg_sq, out=spare)
+        denom += eps * sqrt_bias_correction2
+        update = xp.divide(exp_avg, denom, out=spare)
+        update *= lr * sqrt_bias_correction2 / (1 - beta1 ** step)
+        theta -= update
 
     # ---- scatter-add of rows (embedding / gather gradients) -----------------------------------
     def scatter_add_rows(self, index, src, num_rows):

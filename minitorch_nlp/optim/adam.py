@@ -1,8 +1,6 @@
 """Adam (Kingma & Ba 2015), with optional AMSGrad, and AdamW (Loshchilov & Hutter 2019)."""
 from __future__ import annotations
 
-import math
-
 from .optimizer import Optimizer, check_number
 
 
@@ -22,8 +20,9 @@ class Adam(Optimizer):
     With ``amsgrad=True`` (Reddi, Kale & Kumar 2018, "On the Convergence of Adam and Beyond") the
     denominator uses the running maximum ``vmax_t = max(vmax_{t-1}, v_t)`` in place of ``v_t``.
 
-    The update is computed as ``theta -= (lr * sqrt(1 - beta2**t) / (1 - beta1**t)) * m_t /
-    (sqrt(v_t) + eps * sqrt(1 - beta2**t))``, which is the same quantity with one pass fewer.
+    The update is the backend's ``adam_update`` (NumPy's as the reference, one fused loop on the
+    numba backend): ``theta -= (lr * sqrt(1 - beta2**t) / (1 - beta1**t)) * m_t / (sqrt(v_t) +
+    eps * sqrt(1 - beta2**t))``, the same quantity with one pass fewer.
 
     State per parameter: ``step`` (int), ``exp_avg`` (m), ``exp_avg_sq`` (v) and, with AMSGrad,
     ``max_exp_avg_sq`` (vmax), all arrays in the parameter's backend and dtype.
@@ -66,33 +65,10 @@ class Adam(Optimizer):
             if group["amsgrad"]:
                 state["max_exp_avg_sq"] = xp.zeros_like(theta)
         state["step"] += 1
-        t = state["step"]
-        decayed, spare = self._scratch(param, 2)
-
-        if weight_decay != 0:
-            if self._decoupled_weight_decay:
-                theta *= 1 - lr * weight_decay
-            else:
-                grad = xp.add(xp.multiply(theta, weight_decay, out=decayed), grad, out=decayed)
-
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        exp_avg *= beta1
-        exp_avg += xp.multiply(grad, 1 - beta1, out=spare)
-        exp_avg_sq *= beta2
-        squared = xp.multiply(grad, grad, out=spare)
-        squared *= 1 - beta2
-        exp_avg_sq += squared
-        if group["amsgrad"]:
-            exp_avg_sq = xp.maximum(state["max_exp_avg_sq"], exp_avg_sq,
-                                    out=state["max_exp_avg_sq"])
-
-        bias_correction1 = 1 - beta1 ** t
-        sqrt_bias_correction2 = math.sqrt(1 - beta2 ** t)
-        denom = xp.sqrt(exp_avg_sq, out=spare)
-        denom += eps * sqrt_bias_correction2
-        step = xp.divide(exp_avg, denom, out=spare)
-        step *= lr * sqrt_bias_correction2 / bias_correction1
-        theta -= step
+        param.backend.adam_update(
+            theta, grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"),
+            self._scratch(param, 2), step=state["step"], lr=lr, beta1=beta1, beta2=beta2,
+            eps=eps, weight_decay=weight_decay, decoupled=self._decoupled_weight_decay)
 
 
 class AdamW(Adam):

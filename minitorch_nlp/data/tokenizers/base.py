@@ -44,6 +44,7 @@ SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
 PADDING_STRATEGIES = ("longest", "max_length")
 PLAIN_TEMPLATE = {"single": "$A", "pair": "$A $B:1"}  # no special token added
+WORD_CACHE_SIZE = 100_000
 
 
 class BatchEncoding(dict):
@@ -225,7 +226,11 @@ class Tokenizer:
         """The id of a token, or the ids of a list of tokens (the unk id for unknown ones)."""
         if isinstance(tokens, str):
             return self._token_id(tokens)
-        return [self._token_id(token) for token in tokens]
+        vocab, unk_id = self.vocab, self.unk_token_id
+        ids = [vocab.get(token, unk_id) for token in tokens]
+        if unk_id is None and None in ids:
+            self._token_id(tokens[ids.index(None)])  # raises, naming the token
+        return ids
 
     def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False):
         """The token of an id, or the tokens of a sequence of ids."""
@@ -490,6 +495,23 @@ class CharMap(dict):
     def __missing__(self, code):
         self[code] = value = self.rule(chr(code))
         return value
+
+
+class WordCache(dict):
+    """``split(word)`` for each word, computed the first time the word is met: a text repeats its
+    words, and the tokenizer's algorithm (WordPiece's longest matches, BPE's merges) is the slow
+    part of encoding. Holds at most ``WORD_CACHE_SIZE`` words, then starts over. The cached lists
+    are shared: read them, never change them."""
+
+    def __init__(self, split):
+        super().__init__()
+        self.split = split
+
+    def __missing__(self, word):
+        if len(self) >= WORD_CACHE_SIZE:
+            self.clear()
+        self[word] = pieces = self.split(word)
+        return pieces
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -22,7 +22,7 @@ details make it work:
   module GPT-2 used.
 
 To encode a pre-token, apply the learned merges in the order they were learned (lowest rank
-first) until none applies; the result is cached per pre-token.
+first) until none applies; the result is cached per pre-token (``WordCache``).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import re
 from collections import Counter
 from typing import Callable, Iterable, NamedTuple, Sequence
 
-from .base import (PLAIN_TEMPLATE, Tokenizer, char_class, hf_model_max_length,
+from .base import (PLAIN_TEMPLATE, Tokenizer, WordCache, char_class, hf_model_max_length,
                    read_hf_special_tokens, read_json, roles_in, tokens_by_id, write_json,
                    write_text)
 from .training import learn_merges, texts_between
@@ -40,7 +40,6 @@ from .training import learn_merges, texts_between
 # Unicode's White_Space property, which ``\s`` means in GPT-2's pattern (str.isspace() differs).
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 CONTRACTIONS = "'s|'t|'re|'ve|'m|'ll|'d"
-CACHE_SIZE = 100_000
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -146,7 +145,7 @@ class ByteLevelBPETokenizer(Tokenizer):
         self._token_bytes = [b"".join(bytes([CHAR_TO_BYTE[c]]) if c in CHAR_TO_BYTE
                                       else c.encode("utf-8") for c in token)
                              for token in self.id_to_token]
-        self._cache: dict[str, list[str]] = {}
+        self._pieces = WordCache(lambda pretoken: self._bpe(_byte_chars(pretoken)))
 
     @classmethod
     def train(cls, text: str | Iterable[str], vocab_size: int, *, style: str = "gpt2",
@@ -182,25 +181,29 @@ class ByteLevelBPETokenizer(Tokenizer):
                    **options)
 
     def _bpe(self, word: str) -> list[str]:
-        """Apply the merges to one pre-token, lowest rank first."""
-        parts = self._cache.get(word)
-        if parts is None:
-            parts = list(word)
-            while len(parts) > 1:
-                rank, index = min((self.ranks.get(pair, len(self.ranks)), index)
-                                  for index, pair in enumerate(zip(parts, parts[1:])))
-                if rank == len(self.ranks):
-                    break
-                parts[index:index + 2] = [parts[index] + parts[index + 1]]
-            if len(self._cache) >= CACHE_SIZE:
-                self._cache.clear()
-            self._cache[word] = parts
+        """Apply the merges to one pre-token, lowest rank first: each step merges every
+        occurrence of the best-ranked adjacent pair, left to right (as GPT-2's encoder)."""
+        parts, ranks, unranked = list(word), self.ranks, len(self.ranks)
+        while len(parts) > 1:
+            pair_ranks = [ranks.get(pair, unranked) for pair in zip(parts, parts[1:])]
+            best = min(pair_ranks)
+            if best == unranked:
+                break
+            merged, index = [], 0
+            while index < len(parts):
+                if index + 1 < len(parts) and pair_ranks[index] == best:
+                    merged.append(parts[index] + parts[index + 1])
+                    index += 2
+                else:
+                    merged.append(parts[index])
+                    index += 1
+            parts = merged
         return parts
 
     def _tokenize(self, text: str) -> list[str]:
         if self.add_prefix_space and not text.startswith(" "):
             text = " " + text
-        return [token for word in pretokenize(text) for token in self._bpe(_byte_chars(word))]
+        return [token for word in pretokenize(text) for token in self._pieces[word]]
 
     def _decode(self, ids: list[int]) -> str:
         return b"".join(self._token_bytes[index] for index in ids).decode("utf-8", "replace")

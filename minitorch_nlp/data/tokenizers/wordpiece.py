@@ -35,8 +35,8 @@ import unicodedata
 from collections import Counter
 from typing import Iterable, Sequence
 
-from .base import (CharMap, Tokenizer, char_class, hf_model_max_length, read_hf_special_tokens,
-                   read_json, roles_in, write_json, write_text)
+from .base import (CharMap, Tokenizer, WordCache, char_class, hf_model_max_length,
+                   read_hf_special_tokens, read_json, roles_in, write_json, write_text)
 from .training import learn_merges, texts_between
 
 BERT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
@@ -135,6 +135,7 @@ class WordPieceTokenizer(Tokenizer):
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
         self._longest = max((len(token.removeprefix("##")) for token in self.id_to_token),
                             default=0)
+        self._pieces = WordCache(self._wordpiece)
 
     @classmethod
     def train(cls, text: str | Iterable[str], vocab_size: int, *, do_lower_case: bool = True,
@@ -168,12 +169,12 @@ class WordPieceTokenizer(Tokenizer):
         return cls(list(dict.fromkeys(specials + alphabet
                                       + [join_pieces(a, b) for a, b in merges])), **options)
 
-    def _wordpiece(self, word: str) -> list[str]:
+    def _wordpiece(self, word: str) -> list[str] | None:
         """Greedy longest-match-first: the longest vocabulary entry that starts the rest of the
-        word, ``##``-prefixed after the first piece; the whole word is unk if one position has
-        none."""
+        word, ``##``-prefixed after the first piece; None (the word is unknown) if one position
+        has none, or the word is longer than ``max_input_chars_per_word``."""
         if len(word) > self.max_input_chars_per_word:
-            return [self.unk_token or word]
+            return None
         pieces, start = [], 0
         while start < len(word):
             for end in range(min(len(word), start + self._longest), start, -1):
@@ -181,15 +182,22 @@ class WordPieceTokenizer(Tokenizer):
                 if piece in self.vocab:
                     break
             else:
-                return [self.unk_token or word]  # no unk: converting it to an id names the word
+                return None
             pieces.append(piece)
             start = end
         return pieces
 
     def _tokenize(self, text: str) -> list[str]:
-        return [piece for word in basic_tokenize(
-            text, do_lower_case=self.do_lower_case, strip_accents=self.strip_accents,
-            tokenize_chinese_chars=self.tokenize_chinese_chars) for piece in self._wordpiece(word)]
+        tokens = []
+        for word in basic_tokenize(text, do_lower_case=self.do_lower_case,
+                                   strip_accents=self.strip_accents,
+                                   tokenize_chinese_chars=self.tokenize_chinese_chars):
+            pieces = self._pieces[word]
+            if pieces is None:  # unknown: unk, or (no unk) the word, whose id lookup names it
+                tokens.append(self.unk_token or word)
+            else:
+                tokens.extend(pieces)
+        return tokens
 
     def _decode(self, ids: list[int]) -> str:
         text = " ".join(self.id_to_token[index] for index in ids).replace(" ##", "").strip()
