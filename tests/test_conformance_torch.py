@@ -211,6 +211,14 @@ OPS = [
       lambda a: a.index_select(1, _t_long([3, 3, 0])), (3, 4)),
     O("scatter_add", lambda a, s: a.scatter_add(0, mt.tensor(np.array([[0, 2, 0, 0]])), s),
       lambda a, s: a.scatter_add(0, _t_long([[0, 2, 0, 0]]), s), (3, 4), (1, 4)),
+    *[O(f"scatter_reduce_{reduce}_{'self' if include_self else 'no_self'}",
+        lambda a, s, r=reduce, i=include_self: a.scatter_reduce(
+            0, mt.tensor(np.array([[0, 2, 0, 0], [0, 1, 0, 2]])), s, r, include_self=i),
+        lambda a, s, r=reduce, i=include_self: a.scatter_reduce(
+            0, _t_long([[0, 2, 0, 0], [0, 1, 0, 2]]), s, r, include_self=i), (3, 4), (2, 4))
+      for reduce in ("sum", "prod", "mean", "amax", "amin") for include_self in (True, False)],
+    O("scatter", lambda a, s: a.scatter(0, mt.tensor(np.array([[0, 2, 1, 0]])), s),
+      lambda a, s: a.scatter(0, _t_long([[0, 2, 1, 0]]), s), (3, 4), (1, 4)),
     O("sort", lambda a: mt.sort(a, 1, descending=True)[0],
       lambda a: torch.sort(a, 1, descending=True).values, (3, 4)),
     O("topk", lambda a: mt.topk(a, 2, axis=1)[0], lambda a: torch.topk(a, 2, dim=1).values,

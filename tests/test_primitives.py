@@ -320,6 +320,28 @@ def scatter_add_inputs(draw):
 
 
 @st.composite
+def scatter_reduce_inputs(draw):
+    shape = draw(S.shapes(min_dims=1))
+    axis = draw(st.integers(0, len(shape) - 1))
+    index = draw(S.index_arrays_for(shape, axis))
+    return (draw(lay(distinct(shape))), draw(lay(shifted(index.shape)))), \
+        {"index": index, "axis": axis,
+         "reduce": draw(st.sampled_from(["sum", "prod", "mean", "amax", "amin"])),
+         "include_self": draw(st.booleans())}
+
+
+@st.composite
+def scatter_inputs(draw):
+    """One write per position at most: the index has size 1 along the axis."""
+    shape = draw(S.shapes(min_dims=1))
+    axis = draw(st.integers(0, len(shape) - 1))
+    index_shape = shape[:axis] + (1,) + shape[axis + 1:]
+    index = draw(S.index_arrays(shape[axis], shape=index_shape))
+    return (draw(lay(S.arrays(shape))), draw(lay(S.arrays(index_shape)))), \
+        {"index": index, "axis": axis}
+
+
+@st.composite
 def index_select_inputs(draw):
     shape = draw(S.shapes(min_dims=1))
     axis = draw(st.integers(0, len(shape) - 1))
@@ -669,6 +691,11 @@ CASES = [
       take_along_inputs()),
     C("scatter_add", lambda x, src, index, axis: mt.scatter_add(x, axis, mt.tensor(index), src),
       P.scatter_add, scatter_add_inputs()),
+    C("scatter_reduce", lambda x, src, index, axis, reduce, include_self: x.scatter_reduce(
+        axis, mt.tensor(index), src, reduce, include_self=include_self), P.scatter_reduce,
+      scatter_reduce_inputs()),
+    C("scatter", lambda x, src, index, axis: mt.scatter(x, axis, mt.tensor(index), src),
+      P.scatter, scatter_inputs()),
     C("index_select", lambda x, index, axis: mt.index_select(x, axis, mt.tensor(index)),
       P.index_select, index_select_inputs()),
     C("getitem_repeated_spellings",

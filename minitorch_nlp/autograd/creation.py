@@ -312,6 +312,98 @@ def scatter_add(x, axis, index, src):
     return x + sh.IndexAdd.apply(src, index=positions, shape=x.shape)
 
 
+def scatter(x, axis, index, src):
+    """A copy of ``x`` with ``src`` written at ``index`` along ``axis`` (PyTorch's ``scatter``;
+    where an index repeats, the last write wins). ``src`` may be a number."""
+    (axis,) = sh.normalize_axis(axis, x.ndim, "scatter")
+    index_data = _index_data(index, x)
+    if not isinstance(src, Tensor):
+        src = full(index_data.shape, src, dtype=x.dtype, backend=x.backend)
+    elif index_data.shape != src.shape:
+        raise ValueError(f"scatter: index shape {index_data.shape} and src shape {src.shape} "
+                         "differ")
+    return sh.IndexPut.apply(x, src, index=_along_axis_index(x, index, axis))
+
+
+SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def scatter_reduce(x, axis, index, src, reduce, include_self=True):
+    """``x`` with the ``src`` entries sent to each position by ``index`` (along ``axis``) reduced
+    into it by ``reduce``: "sum", "prod", "mean", "amax" or "amin" (PyTorch's
+    ``scatter_reduce``); positions no index reaches keep ``x``. With ``include_self=False`` the
+    value of ``x`` at a reached position is left out of its reduction. The gradient of "amax" /
+    "amin" is shared equally between tied winners, as PyTorch's."""
+    if reduce not in SCATTER_REDUCTIONS:
+        raise ValueError(f"scatter_reduce: reduce must be one of {SCATTER_REDUCTIONS}, got "
+                         f"{reduce!r}")
+    (axis,) = sh.normalize_axis(axis, x.ndim, "scatter_reduce")
+    src = src if isinstance(src, Tensor) else tensor(src, dtype=x.dtype)
+    if _index_data(index, x).shape != src.shape:
+        raise ValueError(f"scatter_reduce: index shape {_index_data(index, x).shape} and src "
+                         f"shape {src.shape} differ")
+    positions = _along_axis_index(x, index, axis)
+    xp = x.backend.xp
+    hits = sh.index_add_into_zeros(x.backend, x.shape, positions, xp.ones(src.shape, x.dtype))
+    reached = hits > 0
+    left_out = Tensor._wrap(reached, x.backend)  # where x's own value drops out of the reduction
+    if reduce in ("sum", "mean"):
+        base = x if include_self else x.masked_fill(left_out, 0.0)
+        total = base + sh.IndexAdd.apply(src, index=positions, shape=x.shape)
+        if reduce == "sum":
+            return total
+        count = hits + (1 if include_self else xp.where(reached, 0, 1))
+        return total / Tensor._wrap(count.astype(x.dtype), x.backend)
+    if reduce == "prod":
+        base = x if include_self else x.masked_fill(left_out, 1.0)
+        return base * _scattered_product(x, src, positions)
+    return _scattered_extreme(x, src, positions, reached, include_self, reduce == "amax")
+
+
+def _scattered_product(x, src, positions):
+    """Ones of x's shape times, at each position, every src entry sent there: the k-th entries
+    sent to each position are multiplied in at step k (a product, never a division, so zeros in
+    src get exact gradients)."""
+    xp = x.backend.xp
+    flat = np.ravel_multi_index(tuple(np.asarray(x.backend.to_numpy(p)) for p in positions),
+                                x.shape).reshape(-1)
+    rank = np.zeros(flat.shape, dtype=np.int64)
+    seen = {}
+    for i, f in enumerate(flat.tolist()):
+        rank[i] = seen.get(f, 0)
+        seen[f] = rank[i] + 1
+    flat_src = src.reshape(-1)
+    product = ones(x.shape, dtype=x.dtype, backend=x.backend)
+    for k in range(int(rank.max()) + 1 if rank.size else 0):
+        chosen = np.nonzero(rank == k)[0]
+        at = np.unravel_index(flat[chosen], x.shape)
+        step = sh.IndexPut.apply(ones(x.shape, dtype=x.dtype, backend=x.backend),
+                                 flat_src[xp.asarray(chosen)],
+                                 index=tuple(xp.asarray(a) for a in at))
+        product = product * step
+    return product
+
+
+def _scattered_extreme(x, src, positions, reached, include_self, largest):
+    """amax / amin: the winner's value, written as a weighted sum of the tied winners (weights
+    1 / ties, constants) so that the gradient is shared equally between them. Positions no index
+    reaches keep x (weight 1)."""
+    xp = x.backend.xp
+    pick = xp.maximum if largest else xp.minimum
+    fill = -xp.inf if largest else xp.inf
+    best = x.data.copy() if include_self else xp.where(reached, fill, x.data)
+    pick.at(best, positions, src.data)
+    x_wins = (x.data == best) if include_self else xp.zeros(x.shape, dtype=bool)
+    src_wins = src.data == best[positions]
+    ties = sh.index_add_into_zeros(x.backend, x.shape, positions, src_wins.astype(x.dtype)) + \
+        x_wins.astype(x.dtype)
+    share = xp.where(ties == 0, 0, 1 / xp.where(ties == 0, 1, ties)).astype(x.dtype)
+    x_weight = xp.where(reached, x_wins * share, 1.0).astype(x.dtype)
+    src_weight = (src_wins * share[positions]).astype(x.dtype)
+    return x * Tensor._wrap(x_weight, x.backend) + sh.IndexAdd.apply(
+        src * Tensor._wrap(src_weight, x.backend), index=positions, shape=x.shape)
+
+
 def index_select(x, axis, index):
     return x.index_select(axis, index)
 

@@ -296,108 +296,87 @@ class Tan(Function):
         return grad * (1.0 + y * y)
 
 
-class Arcsin(Function):
-    @staticmethod
-    def forward(ctx, x):
+class _InputDerivative(Function):
+    """A real function computed by the ufunc ``ufunc`` of the backend, whose derivative
+    ``derivative(x)`` is written with tensor operations of its input (so it differentiates
+    again)."""
+
+    ufunc = ""
+
+    @classmethod
+    def forward(cls, ctx, x):
         x = _real(x)
         ctx.save_inputs(0)
-        return _xp(ctx).arcsin(x)
+        return getattr(_xp(ctx), cls.ufunc)(x)
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        return grad * rsqrt(1.0 - x * x)
+        return grad * ctx.fn.derivative(x)
 
 
-class Arccos(Function):
-    @staticmethod
-    def forward(ctx, x):
-        x = _real(x)
-        ctx.save_inputs(0)
-        return _xp(ctx).arccos(x)
+class Arcsin(_InputDerivative):
+    ufunc = "arcsin"
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return -grad * rsqrt(1.0 - x * x)
+    def derivative(x):
+        return rsqrt(1.0 - x * x)
 
 
-class Arctan(Function):
-    @staticmethod
-    def forward(ctx, x):
-        x = _real(x)
-        ctx.save_inputs(0)
-        return _xp(ctx).arctan(x)
+class Arccos(_InputDerivative):
+    ufunc = "arccos"
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad / (1.0 + x * x)
+    def derivative(x):
+        return -rsqrt(1.0 - x * x)
 
 
-class Sinh(Function):
-    @staticmethod
-    def forward(ctx, x):
-        x = _real(x)
-        ctx.save_inputs(0)
-        return _xp(ctx).sinh(x)
+class Arctan(_InputDerivative):
+    ufunc = "arctan"
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * cosh(x)
+    def derivative(x):
+        return 1.0 / (1.0 + x * x)
 
 
-class Cosh(Function):
-    @staticmethod
-    def forward(ctx, x):
-        x = _real(x)
-        ctx.save_inputs(0)
-        return _xp(ctx).cosh(x)
+class Sinh(_InputDerivative):
+    ufunc = "sinh"
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * sinh(x)
+    def derivative(x):
+        return cosh(x)
 
 
-class Arcsinh(Function):
-    @staticmethod
-    def forward(ctx, x):
-        x = _real(x)
-        ctx.save_inputs(0)
-        return _xp(ctx).arcsinh(x)
+class Cosh(_InputDerivative):
+    ufunc = "cosh"
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * rsqrt(x * x + 1.0)
+    def derivative(x):
+        return sinh(x)
 
 
-class Arccosh(Function):
-    @staticmethod
-    def forward(ctx, x):
-        x = _real(x)
-        ctx.save_inputs(0)
-        return _xp(ctx).arccosh(x)
+class Arcsinh(_InputDerivative):
+    ufunc = "arcsinh"
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * rsqrt(x * x - 1.0)
+    def derivative(x):
+        return rsqrt(x * x + 1.0)
 
 
-class Arctanh(Function):
-    @staticmethod
-    def forward(ctx, x):
-        x = _real(x)
-        ctx.save_inputs(0)
-        return _xp(ctx).arctanh(x)
+class Arccosh(_InputDerivative):
+    ufunc = "arccosh"
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad / (1.0 - x * x)
+    def derivative(x):
+        return rsqrt(x * x - 1.0)
+
+
+class Arctanh(_InputDerivative):
+    ufunc = "arctanh"
+
+    @staticmethod
+    def derivative(x):
+        return 1.0 / (1.0 - x * x)
 
 
 class Rounding(Function):

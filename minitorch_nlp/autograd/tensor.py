@@ -486,15 +486,20 @@ class Tensor:
         (axis,) = sh.normalize_axis(axis, self.ndim, "cumsum")
         return sh.Cumsum.apply(self, axis=axis)
 
+    def _running_axis(self, axis, name):
+        """The axis a running operation goes along, or None where there is nothing to run over
+        (a 0-d tensor, an empty axis) and the result is the input itself."""
+        if self.ndim == 0:
+            self._axes(axis, name)
+            return None
+        (axis,) = sh.normalize_axis(axis, self.ndim, name)
+        return None if self.shape[axis] == 0 else axis
+
     def cumprod(self, axis, dim=None):
         """Running products along ``axis``; the gradient is exact where entries are 0 (each step
         is a product of the previous one, never a division)."""
-        axis = dim if dim is not None else axis
-        if self.ndim == 0:
-            self._axes(axis, "cumprod")
-            return self.clone()
-        (axis,) = sh.normalize_axis(axis, self.ndim, "cumprod")
-        if self.shape[axis] == 0:
+        axis = self._running_axis(dim if dim is not None else axis, "cumprod")
+        if axis is None:
             return self.clone()
         running = []
         for piece in self.unbind(axis):
@@ -526,12 +531,8 @@ class Tensor:
 
     def logcumsumexp(self, axis, dim=None):
         """log(cumsum(exp(x))) along ``axis``, shifted by the axis' maximum against overflow."""
-        axis = dim if dim is not None else axis
-        if self.ndim == 0:
-            self._axes(axis, "logcumsumexp")
-            return self.clone()
-        (axis,) = sh.normalize_axis(axis, self.ndim, "logcumsumexp")
-        if self.shape[axis] == 0:
+        axis = self._running_axis(dim if dim is not None else axis, "logcumsumexp")
+        if axis is None:
             return self.clone()
         peak = self.max(axis=axis, keepdims=True).detach()
         peak = peak.masked_fill(~peak.isfinite(), 0.0)
@@ -827,6 +828,16 @@ class Tensor:
         from .creation import scatter_add
 
         return scatter_add(self, axis, index, src)
+
+    def scatter(self, axis, index, src):
+        from .creation import scatter
+
+        return scatter(self, axis, index, src)
+
+    def scatter_reduce(self, axis, index, src, reduce, include_self=True):
+        from .creation import scatter_reduce
+
+        return scatter_reduce(self, axis, index, src, reduce, include_self)
 
     # ---- in-place operations -----------------------------------------------------------------------
     def _inplace(self, recorded, direct, *operands):

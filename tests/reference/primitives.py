@@ -665,3 +665,36 @@ def normalize(x, p=2.0, axis=1, eps=1e-12):
 
 def binary_cross_entropy(p, t):
     return anp.mean(-(t * anp.log(p) + (1.0 - t) * anp.log(1.0 - p)))
+
+
+def scatter_reduce(x, src, index, axis, reduce, include_self):
+    """Each position's contributions gathered in a dict, reduced one position at a time."""
+    contributions = {}
+    for pos in np.ndindex(*index.shape):
+        target = list(pos)
+        target[axis] = int(index[pos]) % x.shape[axis]
+        contributions.setdefault(tuple(target), []).append(src[pos])
+    cells = []
+    for pos in np.ndindex(*x.shape):
+        values = contributions.get(pos)
+        if values is None:
+            cells.append(x[pos])
+            continue
+        values = ([x[pos]] if include_self else []) + values
+        result = values[0]
+        for v in values[1:]:
+            if reduce in ("sum", "mean"):
+                result = result + v
+            elif reduce == "prod":
+                result = result * v
+            elif reduce == "amax":
+                result = 0.5 * (result + v + anp.abs(result - v))
+            else:
+                result = 0.5 * (result + v - anp.abs(result - v))
+        cells.append(result / len(values) if reduce == "mean" else result)
+    return anp.reshape(anp.array(cells), x.shape)
+
+
+def scatter(x, src, index, axis):
+    """Writes one at a time (each position written at most once in the tests)."""
+    return scatter_reduce(x, src, index, axis, "sum", include_self=False)
