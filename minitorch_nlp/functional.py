@@ -517,8 +517,9 @@ def binary_cross_entropy(probs, target, *, weight=None, reduction="mean"):
     _same_shape(probs, target, op, ("probs", "target"))
     outside = (probs.data < 0) | (probs.data > 1)
     if bool(outside.any()):
-        raise ValueError(f"{op}: probabilities must lie in [0, 1]; got {float(probs.data[outside][0])} "
-                         "(pass logits to binary_cross_entropy_with_logits instead)")
+        raise ValueError(f"{op}: probabilities must lie in [0, 1]; got "
+                         f"{float(probs.data[outside][0])} (pass logits to "
+                         "binary_cross_entropy_with_logits instead)")
     log_p = _ew.log(probs.clip(low=1e-300)).clip(low=-100.0)
     log_not_p = _ew.log((1.0 - probs).clip(low=1e-300)).clip(low=-100.0)
     loss = -(target * log_p + (1.0 - target) * log_not_p)

@@ -294,7 +294,8 @@ def test_forward_and_gradient_match_pytorch(op):
               for a in arrays]
     out_ours, out_theirs = op.ours(*ours), op.theirs(*theirs)
     expected = _as_numpy(out_theirs)
-    assert out_ours.shape == expected.shape, f"{op.name}: shape {out_ours.shape} vs {expected.shape}"
+    assert out_ours.shape == expected.shape, \
+        f"{op.name}: shape {out_ours.shape} vs {expected.shape}"
     np.testing.assert_allclose(out_ours.numpy(), expected, rtol=RTOL, atol=ATOL,
                                err_msg=f"{op.name}: forward")
     if not op.differentiable:
@@ -349,10 +350,11 @@ def test_dtype_promotion_matches_pytorch(left, right):
             str(op(theirs(left), theirs(right)).dtype).replace("torch.", "")
 
 
-# ---- the differences from PyTorch kept on purpose ---------------------------------------------------
+# ---- the differences from PyTorch kept on purpose --------------------------------------------
 DIFFERENCES = [
     ("indexing follows NumPy: advanced indices separated by a slice go first",
-     lambda: mt.zeros(2, 3, 4)[1, :, [0, 1]].shape, lambda: tuple(torch.zeros(2, 3, 4)[1, :, [0, 1]].shape),
+     lambda: mt.zeros(2, 3, 4)[1, :, [0, 1]].shape,
+     lambda: tuple(torch.zeros(2, 3, 4)[1, :, [0, 1]].shape),
      (2, 3), (3, 2)),
     ("squeeze(axis) of an axis whose size is not 1 raises (NumPy) instead of a no-op",
      lambda: _raises(lambda: mt.zeros(2, 3).squeeze(1)),

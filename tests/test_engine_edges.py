@@ -337,6 +337,12 @@ def test_a_ragged_list_names_its_depth(data, depth, where):
     (lambda: F.hardtanh(mt.zeros(2), 1.0, -1.0), ValueError, "hardtanh: min_val"),
     (lambda: mt.meshgrid(mt.zeros(2, 2)), ValueError, "meshgrid: tensor 0 has shape"),
     (lambda: mt.bitwise_and(mt.zeros(2), mt.zeros(2)), TypeError, "bitwise_and: needs integer"),
+    (lambda: mt.zeros(3).masked_select(mt.tensor([True, False])), ValueError,
+     "masked_select: a mask of shape \\(2,\\)"),
+    (lambda: mt.zeros(3).scatter_reduce(0, mt.tensor([0]), mt.ones(1), "median"), ValueError,
+     "scatter_reduce: reduce must be one of"),
+    (lambda: mt.zeros(3).scatter(0, mt.tensor([0, 1]), mt.ones(1)), ValueError,
+     "scatter: index shape \\(2,\\) and src shape \\(1,\\) differ"),
 ])
 def test_new_ops_name_the_bad_argument(call, error, message):
     with pytest.raises(error, match=message):

@@ -536,7 +536,8 @@ def unary_with(draw, shapes, **statics):
 
 @st.composite
 def binary_vectors(draw):
-    return (draw(S.arrays((draw(st.integers(1, 4)),))), draw(S.arrays((draw(st.integers(1, 4)),)))), {}
+    first, second = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    return (draw(S.arrays((first,))), draw(S.arrays((second,)))), {}
 
 
 @st.composite

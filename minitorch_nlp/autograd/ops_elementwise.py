@@ -663,7 +663,8 @@ def sign(x):
 
 
 def floor_divide(a, b):
-    """a // b rounded toward -inf (Python's and PyTorch's ``//``); gradient 0 (piecewise constant)."""
+    """a // b rounded toward -inf (Python's and PyTorch's ``//``); gradient 0 (it is piecewise
+    constant)."""
     a, b = _one_tensor(a, b, "floor_divide")
     if _result_kind(a, b) != "f":
         return _integer_op("floor_divide", a, b)

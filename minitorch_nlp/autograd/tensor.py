@@ -696,8 +696,13 @@ class Tensor:
 
     def masked_select(self, mask):
         """The entries where ``mask`` (broadcast against this tensor) is true, as a 1-D tensor."""
-        mask_data = _bool_mask(mask, np.broadcast_shapes(np.shape(mask), self.shape), "masked_select")
-        shape = np.broadcast_shapes(mask_data.shape, self.shape)
+        mask_data = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+        try:
+            shape = np.broadcast_shapes(mask_data.shape, self.shape)
+        except ValueError:
+            raise ValueError(f"masked_select: a mask of shape {mask_data.shape} does not broadcast "
+                             f"with the tensor's shape {self.shape}") from None
+        mask_data = _bool_mask(mask_data, shape, "masked_select")
         mask_data = self._backend.xp.broadcast_to(mask_data, shape)
         return self.broadcast_to(*shape)[mask_data]
 

@@ -472,7 +472,7 @@ def rounded(x, how):
     return getattr(np, how)(getval(x)) + 0.0 * x
 
 
-# ---- more reductions and shapes (issue 11) --------------------------------------------------------
+# ---- more reductions and shapes (issue 11) -------------------------------------------------
 def norm(x, p=2, axis=None, keepdims=False):
     axes = _axes(axis, x.ndim)
     if p == 2 or p == "fro":
@@ -488,7 +488,7 @@ def norm(x, p=2, axis=None, keepdims=False):
 
 
 def _along(x, axis, step):
-    """Apply ``step(previous, current)`` along ``axis`` one slice at a time and stack the results."""
+    """``step(previous, current)`` along ``axis``, one slice at a time, the results stacked."""
     axis %= x.ndim
     slices = [x[(slice(None),) * axis + (i,)] for i in range(x.shape[axis])]
     out = [slices[0]]
@@ -587,7 +587,7 @@ def pad_mode(x, pad_width, mode):
     return x
 
 
-# ---- activations and losses of functional.py (issue 11) -------------------------------------------
+# ---- activations and losses of functional.py (issue 11) ------------------------------------
 def silu(x):
     return x / (1.0 + anp.exp(-x))
 
