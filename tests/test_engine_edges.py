@@ -262,6 +262,19 @@ def test_dropping_a_graph_without_backward_makes_its_arrays_writable_again():
     assert x.data.flags.writeable
 
 
+def test_a_saved_view_released_before_its_saved_base_becomes_writable_with_the_base():
+    x = mt.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    h = x * 1.0
+    view = h.reshape(2, 2)
+    first = (view * view).sum()   # holds the view
+    second = (h * h).sum()        # holds its base
+    del first                     # the view's hold ends while the base is still held
+    assert not view.data.flags.writeable
+    second.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0, 6.0, 8.0])
+    assert view.data.flags.writeable and h.data.flags.writeable
+
+
 def test_in_place_changes_through_the_engine_still_get_the_version_error():
     x = mt.tensor([1.0, 2.0], requires_grad=True)
     y = (x * x).sum()

@@ -40,12 +40,20 @@ def _lock(array):
     if entry is not None:
         entry[1] += 1
         return True
+    if _waiting.pop(id(array), None) is not None:  # still read-only: held again
+        _locked[id(array)] = [array, 1]
+        return True
     flags = getattr(array, "flags", None)
     if flags is None or not getattr(flags, "writeable", False):
         return False
     array.flags.writeable = False
     _locked[id(array)] = [array, 1]
     return True
+
+
+# Views whose lock ended while their base was still locked (NumPy refuses to make a view
+# writable under a read-only base): id -> view, made writable again once their base is.
+_waiting = {}
 
 
 def _unlock(array):
@@ -55,7 +63,20 @@ def _unlock(array):
     entry[1] -= 1
     if entry[1] == 0:
         del _locked[id(array)]
+        if _make_writable(array):
+            for key, view in list(_waiting.items()):
+                if _make_writable(view):
+                    del _waiting[key]
+        else:
+            _waiting[id(array)] = array
+
+
+def _make_writable(array):
+    try:
         array.flags.writeable = True
+    except ValueError:  # its base is still read-only
+        return False
+    return True
 
 
 @contextlib.contextmanager
