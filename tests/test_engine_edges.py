@@ -186,6 +186,10 @@ def test_0d_tensor_refuses_other_axes():
         mt.tensor(1.0).sum(1)
 
 
+def test_logsumexp_over_an_empty_axis_is_minus_inf():
+    np.testing.assert_array_equal(mt.zeros(2, 0).logsumexp(1).numpy(), [-math.inf, -math.inf])
+
+
 def test_mean_over_an_empty_axis_is_nan_and_its_backward_is_empty():
     x = mt.zeros(0, 3, dtype=mt.float64, requires_grad=True)
     y = x.mean(axis=0)
@@ -389,3 +393,22 @@ def test_nonzero_isclose_and_logical_ops():
 def test_binary_cross_entropy_clamps_the_logs_at_minus_100_like_pytorch():
     loss = F.binary_cross_entropy(mt.tensor([0.0, 1.0]), mt.tensor([1.0, 0.0]), reduction="none")
     np.testing.assert_allclose(loss.numpy(), [100.0, 100.0])
+
+
+@pytest.mark.parametrize("op", [
+    lambda x: x.sum(0), lambda x: x.sum(1), lambda x: x.mean(1), lambda x: x.prod(0),
+    lambda x: x.softmax(0), lambda x: x.log_softmax(1), lambda x: x.cumsum(0),
+    lambda x: x.cumprod(0), lambda x: x.logcumsumexp(0), lambda x: x.norm(axis=1),
+    lambda x: x.tile(2, 1), lambda x: x.repeat_interleave(2, 0), lambda x: x.flip(0),
+    lambda x: mt.pad(x, [(1, 1), (0, 0)]), lambda x: x[[0, 0]] if x.shape[0] else x[[]],
+    lambda x: x.exp() * x, lambda x: x.T @ x, lambda x: x.unfold(1, 2, 1),
+    lambda x: F.gelu(x), lambda x: F.silu(x), lambda x: x.var(1), lambda x: x.logsumexp(1),
+    lambda x: x.logsumexp(0),
+], ids=["sum0", "sum1", "mean1", "prod0", "softmax0", "log_softmax1", "cumsum0", "cumprod0",
+        "logcumsumexp0", "norm1", "tile", "repeat_interleave", "flip", "pad", "index", "exp_mul",
+        "matmul", "unfold", "gelu", "silu", "var1", "logsumexp1", "logsumexp0"])
+def test_ops_on_a_tensor_with_an_empty_axis_run_forward_and_backward(op):
+    x = mt.zeros(0, 3, dtype=mt.float64, requires_grad=True)
+    y = op(x)
+    (g,) = mt.grad(y.masked_fill(~y.isfinite(), 0.0).sum(), x, allow_unused=True)
+    assert g is None or g.shape == (0, 3)

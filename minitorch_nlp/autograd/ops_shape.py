@@ -458,6 +458,9 @@ class Logsumexp(Function):
         ctx.save_output()
         ctx.axes, ctx.keepdims = axes, keepdims
         xp = _xp(ctx)
+        if x.size == 0:  # log of an empty sum: -inf (nothing to shift by a maximum)
+            with xp.errstate(divide="ignore"):
+                return xp.log(xp.exp(x).sum(axis=axes, keepdims=keepdims))
         m = x.max(axis=axes, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0).astype(x.dtype, copy=False)
         out = xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True)) + m

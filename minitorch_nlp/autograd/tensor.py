@@ -567,6 +567,8 @@ class Tensor:
             self._axes(axis, "softmax")
             return Softmax.apply(self.reshape(1), axis=0).reshape(())
         sh.normalize_axis(axis, self.ndim, "softmax")
+        if self.size == 0:  # nothing to normalise: the (empty) result has the input's shape
+            return self.clone()
         return Softmax.apply(self, axis=axis)
 
     def log_softmax(self, axis=-1, dim=None):
@@ -575,6 +577,8 @@ class Tensor:
             self._axes(axis, "log_softmax")
             return LogSoftmax.apply(self.reshape(1), axis=0).reshape(())
         sh.normalize_axis(axis, self.ndim, "log_softmax")
+        if self.size == 0:
+            return self.clone()
         return LogSoftmax.apply(self, axis=axis)
 
     # ---- shape -------------------------------------------------------------------------------------
