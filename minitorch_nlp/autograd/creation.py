@@ -301,28 +301,30 @@ def take_along_axis(x, index, axis):
 gather = take_along_axis
 
 
+def _scatter_operands(x, axis, index, src, op):
+    """``src`` as a tensor of the index's shape (a number fills it) and the positions in ``x``
+    that ``index`` sends its entries to along ``axis``."""
+    (axis,) = sh.normalize_axis(axis, x.ndim, op)
+    index_shape = _index_data(index, x).shape
+    if not isinstance(src, Tensor):
+        src = full(index_shape, src, dtype=x.dtype, backend=x.backend) if np.ndim(src) == 0 \
+            else tensor(src, dtype=x.dtype)
+    if index_shape != src.shape:
+        raise ValueError(f"{op}: index shape {index_shape} and src shape {src.shape} differ")
+    return src, _along_axis_index(x, index, axis)
+
+
 def scatter_add(x, axis, index, src):
     """A copy of ``x`` with ``src`` added at ``index`` along ``axis`` (repeated indices add up)."""
-    (axis,) = sh.normalize_axis(axis, x.ndim, "scatter_add")
-    src = src if isinstance(src, Tensor) else tensor(src, dtype=x.dtype)
-    if _index_data(index, x).shape != src.shape:
-        raise ValueError(f"scatter_add: index shape {_index_data(index, x).shape} and src shape "
-                         f"{src.shape} differ")
-    positions = _along_axis_index(x, index, axis)
+    src, positions = _scatter_operands(x, axis, index, src, "scatter_add")
     return x + sh.IndexAdd.apply(src, index=positions, shape=x.shape)
 
 
 def scatter(x, axis, index, src):
     """A copy of ``x`` with ``src`` written at ``index`` along ``axis`` (PyTorch's ``scatter``;
     where an index repeats, the last write wins). ``src`` may be a number."""
-    (axis,) = sh.normalize_axis(axis, x.ndim, "scatter")
-    index_data = _index_data(index, x)
-    if not isinstance(src, Tensor):
-        src = full(index_data.shape, src, dtype=x.dtype, backend=x.backend)
-    elif index_data.shape != src.shape:
-        raise ValueError(f"scatter: index shape {index_data.shape} and src shape {src.shape} "
-                         "differ")
-    return sh.IndexPut.apply(x, src, index=_along_axis_index(x, index, axis))
+    src, positions = _scatter_operands(x, axis, index, src, "scatter")
+    return sh.IndexPut.apply(x, src, index=positions)
 
 
 SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
@@ -337,12 +339,7 @@ def scatter_reduce(x, axis, index, src, reduce, include_self=True):
     if reduce not in SCATTER_REDUCTIONS:
         raise ValueError(f"scatter_reduce: reduce must be one of {SCATTER_REDUCTIONS}, got "
                          f"{reduce!r}")
-    (axis,) = sh.normalize_axis(axis, x.ndim, "scatter_reduce")
-    src = src if isinstance(src, Tensor) else tensor(src, dtype=x.dtype)
-    if _index_data(index, x).shape != src.shape:
-        raise ValueError(f"scatter_reduce: index shape {_index_data(index, x).shape} and src "
-                         f"shape {src.shape} differ")
-    positions = _along_axis_index(x, index, axis)
+    src, positions = _scatter_operands(x, axis, index, src, "scatter_reduce")
     xp = x.backend.xp
     hits = sh.index_add_into_zeros(x.backend, x.shape, positions, xp.ones(src.shape, x.dtype))
     reached = hits > 0
