@@ -85,7 +85,8 @@ def writable(tensor):
     a checkpoint): the read-only lock is lifted for the block and the tensor's version counter
     moves, so a backward through a graph that saved the old values still refuses to run."""
     chain, array = [], tensor.data
-    while array is not None and hasattr(array, "flags"):  # a view is writable only if its base is
+    # a view is writable only if its base is; CuPy arrays have no writeable flag (never locked)
+    while array is not None and hasattr(getattr(array, "flags", None), "writeable"):
         chain.append(array)
         array = array.base
     lifted = []
