@@ -89,18 +89,17 @@ def writable(tensor):
     while array is not None and hasattr(getattr(array, "flags", None), "writeable"):
         chain.append(array)
         array = array.base
-    lifted = []
+    relock = []
     for array in reversed(chain):
-        if id(array) in _locked and not array.flags.writeable:
-            array.flags.writeable = True
-            lifted.append(array)
-        elif not array.flags.writeable and lifted:  # a view made read-only by a locked base
-            array.flags.writeable = True
-            lifted.append(array)
+        if not array.flags.writeable and _make_writable(array):
+            if id(array) in _locked:
+                relock.append(array)
+            else:  # read-only only because a graph held its base when it was made
+                _waiting.pop(id(array), None)
     try:
         yield tensor.data
     finally:
-        for array in reversed(lifted):
+        for array in reversed(relock):
             array.flags.writeable = False
         tensor._version[0] += 1
 
