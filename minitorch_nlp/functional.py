@@ -32,11 +32,13 @@ from .autograd.random import rng
 REDUCTIONS = ("mean", "sum", "none")
 
 __all__ = [
-    "banded_attention", "bias_gelu", "binary_cross_entropy_with_logits", "cosine_similarity", "cross_entropy", "dropout",
-    "embedding", "gelu", "kl_div", "layer_norm", "linear", "log_softmax", "mse_loss",
-    "attention_weights", "nll_loss", "one_hot", "pad", "relu", "repeat_kv_heads",
-    "scaled_dot_product_attention", "sigmoid", "softmax",
-    "softplus", "tanh",
+    "attention_weights", "banded_attention", "bias_gelu", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "cosine_similarity", "cross_entropy", "dropout", "elu",
+    "embedding", "geglu", "gelu", "glu", "hardsigmoid", "hardswish", "hardtanh", "kl_div",
+    "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid", "mish", "mse_loss",
+    "nll_loss", "normalize", "one_hot", "pad", "relu", "relu6", "repeat_kv_heads",
+    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "softmax", "softplus", "softsign",
+    "swiglu", "tanh",
 ]
 
 
@@ -81,9 +83,117 @@ def sigmoid(x):
     return _ew.sigmoid(_tensor(x))
 
 
-def softplus(x):
-    """log(1 + e^x), computed without overflow."""
-    return _ew.softplus(_tensor(x))
+def softplus(x, beta=1.0, threshold=20.0):
+    """log(1 + e^(beta x)) / beta, computed without overflow; PyTorch's ``threshold`` returns x
+    itself where beta x > threshold (the two differ by less than e^-threshold there)."""
+    x = _tensor(x)
+    if beta <= 0:
+        raise ValueError(f"softplus: beta must be > 0, got {beta}")
+    smooth = _ew.softplus(x) if beta == 1.0 else _ew.softplus(x * beta) * (1.0 / beta)
+    if threshold is None:
+        return smooth
+    return where(x * beta > threshold, x, smooth)
+
+
+def silu(x):
+    """x sigmoid(x) (Swish with beta = 1; Ramachandran et al., 2017)."""
+    x = _tensor(x)
+    return x * _ew.sigmoid(x)
+
+
+def mish(x):
+    """x tanh(softplus(x)) (Misra, 2019)."""
+    x = _tensor(x)
+    return x * _ew.tanh(_ew.softplus(x))
+
+
+def logsigmoid(x):
+    """log sigmoid(x) = -softplus(-x), without overflow."""
+    return -_ew.softplus(-_tensor(x))
+
+
+def leaky_relu(x, negative_slope=0.01):
+    """x for x > 0, negative_slope x otherwise."""
+    x = _tensor(x)
+    return where(x > 0, x, x * negative_slope)
+
+
+def elu(x, alpha=1.0):
+    """x for x > 0, alpha (e^x - 1) otherwise (so the gradient at 0 is alpha, as PyTorch's)."""
+    x = _tensor(x)
+    positive = x > 0
+    return where(positive, x, _ew.expm1(where(positive, 0.0, x)) * alpha)
+
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(x):
+    """scale * elu(x, alpha) with the self-normalising constants of Klambauer et al. (2017)."""
+    return elu(x, SELU_ALPHA) * SELU_SCALE
+
+
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    """x clipped to [min_val, max_val]."""
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val {min_val} is above max_val {max_val}")
+    return _ew.clip(_tensor(x), min_val, max_val)
+
+
+def relu6(x):
+    """min(max(x, 0), 6)."""
+    return hardtanh(x, 0.0, 6.0)
+
+
+def hardsigmoid(x):
+    """relu6(x + 3) / 6: a piecewise-linear sigmoid."""
+    return relu6(_tensor(x) + 3.0) * (1.0 / 6.0)
+
+
+def hardswish(x):
+    """x hardsigmoid(x) (MobileNetV3)."""
+    x = _tensor(x)
+    return x * hardsigmoid(x)
+
+
+def softsign(x):
+    """x / (1 + |x|)."""
+    x = _tensor(x)
+    return x / (_ew.abs(x) + 1.0)
+
+
+def glu(x, axis=-1, dim=None):
+    """a sigmoid(b) with a, b the two halves of ``x`` along ``axis`` (Dauphin et al., 2017)."""
+    a, b = _halves(x, _pick_axis(axis, dim), "glu")
+    return a * _ew.sigmoid(b)
+
+
+def swiglu(x, axis=-1, dim=None):
+    """silu(a) b with a, b the two halves of ``x`` along ``axis`` (Shazeer, 2020: the gate is the
+    first half, as in LLaMA's w1 / w3 projections concatenated)."""
+    a, b = _halves(x, _pick_axis(axis, dim), "swiglu")
+    return silu(a) * b
+
+
+def geglu(x, axis=-1, dim=None, approximate="none"):
+    """gelu(a) b with a, b the two halves of ``x`` along ``axis`` (Shazeer, 2020; T5 v1.1)."""
+    a, b = _halves(x, _pick_axis(axis, dim), "geglu")
+    return gelu(a, approximate) * b
+
+
+def _halves(x, axis, op):
+    x = _tensor(x)
+    if x.ndim == 0 or x.shape[axis] % 2:
+        raise ValueError(f"{op}: axis {axis} of a tensor of shape {x.shape} must have an even "
+                         "size (it is split into a value half and a gate half)")
+    return x.chunk(2, axis=axis)
+
+
+def normalize(x, p=2.0, axis=1, eps=1e-12, dim=None):
+    """x / max(norm_p(x), eps) along ``axis`` (PyTorch's default axis 1)."""
+    x = _tensor(x)
+    return x / x.norm(p, axis=_pick_axis(axis, dim), keepdims=True).clip(low=eps)
 
 
 def softmax(x, axis=-1, dim=None):
@@ -396,6 +506,28 @@ def binary_cross_entropy_with_logits(logits, target, *, weight=None, pos_weight=
         loss = (1.0 - target) * logits + softplus_neg
     else:
         loss = (1.0 - target) * logits + (1.0 + (pos_weight - 1.0) * target) * softplus_neg
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def binary_cross_entropy(probs, target, *, weight=None, reduction="mean"):
+    """-[t log p + (1 - t) log(1 - p)] on probabilities ``p`` in [0, 1]; each log is clamped at
+    -100 as PyTorch does, so p = 0 or 1 gives a finite loss. Prefer
+    ``binary_cross_entropy_with_logits`` (stable for any logits)."""
+    op = "binary_cross_entropy"
+    probs, target = _tensor(probs), _tensor(target)
+    _check_reduction(reduction, op)
+    _same_shape(probs, target, op, ("probs", "target"))
+    outside = (probs.data < 0) | (probs.data > 1)
+    if bool(outside.any()):
+        raise ValueError(f"{op}: probabilities must lie in [0, 1]; got "
+                         f"{float(probs.data[outside][0])} (pass logits to "
+                         "binary_cross_entropy_with_logits instead)")
+    log_p = _ew.log(probs.clip(low=1e-300)).clip(low=-100.0)
+    log_not_p = _ew.log((1.0 - probs).clip(low=1e-300)).clip(low=-100.0)
+    loss = -(target * log_p + (1.0 - target) * log_not_p)
+    weight = _broadcast_weight(weight, "weight", probs.shape, op)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)

@@ -17,6 +17,7 @@ come from the strategies.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,6 +28,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
+import minitorch_nlp.functional as F
 from minitorch_nlp.autograd.ops_fused import LayerNorm
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import primitives as P
@@ -318,6 +320,28 @@ def scatter_add_inputs(draw):
 
 
 @st.composite
+def scatter_reduce_inputs(draw):
+    shape = draw(S.shapes(min_dims=1))
+    axis = draw(st.integers(0, len(shape) - 1))
+    index = draw(S.index_arrays_for(shape, axis))
+    return (draw(lay(distinct(shape))), draw(lay(shifted(index.shape)))), \
+        {"index": index, "axis": axis,
+         "reduce": draw(st.sampled_from(["sum", "prod", "mean", "amax", "amin"])),
+         "include_self": draw(st.booleans())}
+
+
+@st.composite
+def scatter_inputs(draw):
+    """One write per position at most: the index has size 1 along the axis."""
+    shape = draw(S.shapes(min_dims=1))
+    axis = draw(st.integers(0, len(shape) - 1))
+    index_shape = shape[:axis] + (1,) + shape[axis + 1:]
+    index = draw(S.index_arrays(shape[axis], shape=index_shape))
+    return (draw(lay(S.arrays(shape))), draw(lay(S.arrays(index_shape)))), \
+        {"index": index, "axis": axis}
+
+
+@st.composite
 def index_select_inputs(draw):
     shape = draw(S.shapes(min_dims=1))
     axis = draw(st.integers(0, len(shape) - 1))
@@ -371,6 +395,155 @@ def sized(*letters):
             arrays.append(draw(lay(S.arrays(tuple(shape)))))
         return tuple(arrays), {}
     return draw_inputs()
+
+
+SPELLINGS = ["tuple", "list", "array", "tensor", "tuple_axis1", "list_axis1", "tensor_axis1",
+             "tuple_pair", "list_and_tuple", "tensor_and_list", "ellipsis_tuple", "none_tuple"]
+
+
+@st.composite
+def repeated_index_inputs(draw):
+    """Positions with repeats, spelled every way an index can be written (issue 11: a tuple of
+    positions used to lose its repeats in the backward)."""
+    n0, n1 = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    first = tuple(draw(st.lists(st.integers(-n0, n0 - 1), min_size=1, max_size=5)))
+    second = tuple(draw(st.lists(st.integers(-n1, n1 - 1), min_size=len(first),
+                                 max_size=len(first))))
+    spelling = draw(st.sampled_from(SPELLINGS))
+    return (draw(lay(S.arrays((n0, n1)))),), {"positions": (first, second), "spelling": spelling}
+
+
+def spelled_index(positions, spelling):
+    """The index the engine gets, in the chosen spelling."""
+    first, second = positions
+    return {
+        "tuple": (first,), "list": list(first), "array": np.array(first),
+        "tensor": mt.tensor(list(first)), "tuple_axis1": (slice(None), second),
+        "list_axis1": (slice(None), list(second)), "tensor_axis1": (slice(None), mt.tensor(second)),
+        "tuple_pair": (first, second), "list_and_tuple": (list(first), second),
+        "tensor_and_list": (mt.tensor(first), list(second)),
+        "ellipsis_tuple": (Ellipsis, second), "none_tuple": (None, first),
+    }[spelling]
+
+
+def numpy_index(positions, spelling):
+    """The same selection for the reference, every position list as an integer array."""
+    index = spelled_index(positions, spelling)
+    convert = (lambda i: np.asarray(i) if isinstance(i, (tuple, list, mt.Tensor)) else i)
+    return tuple(convert(i) for i in index) if isinstance(index, tuple) else convert(index)
+
+
+@st.composite
+def index_select_spellings(draw):
+    shape = draw(S.shapes(min_dims=1))
+    axis = draw(st.integers(0, len(shape) - 1))
+    positions = draw(st.lists(st.integers(0, shape[axis] - 1), min_size=1, max_size=5))
+    return (draw(lay(S.arrays(shape))),), {"index": positions, "axis": axis,
+                                           "spelling": draw(st.sampled_from([tuple, list]))}
+
+
+@st.composite
+def norm_inputs(draw):
+    shape = draw(S.shapes(min_dims=1))
+    p = draw(st.sampled_from([1, 2, 3, math.inf, "fro"]))
+    x = draw(lay((S.distinct_arrays if p == math.inf else S.nonzero_arrays)(shape)))
+    return (x,), {"p": p, "axis": draw(S.axes(len(shape))), "keepdims": draw(st.booleans())}
+
+
+@st.composite
+def tile_inputs(draw):
+    shape = draw(S.shapes(max_side=3))
+    reps = tuple(draw(st.lists(st.integers(0, 2), min_size=0, max_size=3)))
+    return (draw(lay(S.arrays(shape))),), {"reps": reps}
+
+
+@st.composite
+def repeat_interleave_inputs(draw):
+    shape = draw(S.shapes(min_dims=1, max_side=3))
+    axis = draw(st.integers(0, len(shape) - 1))
+    repeats = draw(st.integers(0, 3) | st.lists(st.integers(0, 2), min_size=shape[axis],
+                                                max_size=shape[axis]))
+    return (draw(lay(S.arrays(shape))),), {"repeats": repeats, "axis": axis}
+
+
+@st.composite
+def diagonal_inputs(draw):
+    shape = draw(S.shapes(min_dims=2))
+    axis1, axis2 = draw(st.permutations(range(len(shape))))[:2]
+    return (draw(lay(S.arrays(shape))),), {"offset": draw(st.integers(-2, 2)), "axis1": axis1,
+                                           "axis2": axis2}
+
+
+@st.composite
+def masked_select_inputs(draw):
+    shape_x, shape_mask = draw(S.broadcastable_shapes(2))
+    return (draw(lay(S.arrays(shape_x))),), {"mask": draw(S.bool_masks(shape_mask))}
+
+
+@st.composite
+def unfold_inputs(draw):
+    shape = draw(S.shapes(min_dims=1))
+    axis = draw(st.integers(0, len(shape) - 1))
+    size = draw(st.integers(0, shape[axis]))
+    return (draw(lay(S.arrays(shape))),), {"axis": axis, "size": size,
+                                           "step": draw(st.integers(1, 3))}
+
+
+@st.composite
+def pad_mode_inputs(draw):
+    shape = draw(S.shapes(min_dims=1, min_side=2))
+    mode = draw(st.sampled_from(["replicate", "reflect", "circular"]))
+    limit = {"reflect": -1, "replicate": 2, "circular": 0}[mode]
+    widths = tuple((draw(st.integers(0, min(2, n + limit) if mode != "replicate" else 2)),
+                    draw(st.integers(0, min(2, n + limit) if mode != "replicate" else 2)))
+                   for n in shape)
+    return (draw(lay(S.arrays(shape))),), {"pad_width": widths, "mode": mode}
+
+
+@st.composite
+def halves_inputs(draw):
+    shape = list(draw(S.shapes(min_dims=1)))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    shape[axis] = 2 * draw(st.integers(1, 2))
+    return (draw(lay(S.arrays(tuple(shape)))),), {"axis": axis}
+
+
+@st.composite
+def softplus_beta_inputs(draw):
+    shape = draw(S.shapes())
+    return (draw(lay(shifted(shape))),), {"beta": draw(st.sampled_from([0.5, 1.0, 2.0])),
+                                          "threshold": draw(st.sampled_from([None, 1.0, 20.0]))}
+
+
+@st.composite
+def normalize_inputs(draw):
+    shape = draw(S.shapes(min_dims=1))
+    return (draw(lay(S.nonzero_arrays(shape))),), {"p": draw(st.sampled_from([1.0, 2.0, 3.0])),
+                                                   "axis": draw(S.axis(len(shape)))}
+
+
+@st.composite
+def nonnegative_axis_inputs(draw):
+    shape = draw(S.shapes(min_dims=1))
+    return (draw(lay(S.arrays(shape))),), {"axis": draw(st.integers(0, len(shape) - 1))}
+
+
+@st.composite
+def unary_with(draw, shapes, **statics):
+    shape = draw(shapes)
+    return (draw(lay(S.arrays(shape))),), {k: draw(v) for k, v in statics.items()}
+
+
+@st.composite
+def binary_vectors(draw):
+    first, second = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    return (draw(S.arrays((first,))), draw(S.arrays((second,)))), {}
+
+
+@st.composite
+def probabilities_and_targets(draw):
+    shape = draw(S.shapes())
+    return (draw(lay(S.arrays(shape, 0.05, 0.95))), draw(S.arrays(shape, 0.0, 1.0))), {}
 
 
 # ---- the table -------------------------------------------------------------------------------------
@@ -519,12 +692,99 @@ CASES = [
       take_along_inputs()),
     C("scatter_add", lambda x, src, index, axis: mt.scatter_add(x, axis, mt.tensor(index), src),
       P.scatter_add, scatter_add_inputs()),
+    C("scatter_reduce", lambda x, src, index, axis, reduce, include_self: x.scatter_reduce(
+        axis, mt.tensor(index), src, reduce, include_self=include_self), P.scatter_reduce,
+      scatter_reduce_inputs()),
+    C("scatter", lambda x, src, index, axis: mt.scatter(x, axis, mt.tensor(index), src),
+      P.scatter, scatter_inputs()),
     C("index_select", lambda x, index, axis: mt.index_select(x, axis, mt.tensor(index)),
       P.index_select, index_select_inputs()),
+    C("getitem_repeated_spellings",
+      lambda x, positions, spelling: x[spelled_index(positions, spelling)],
+      lambda x, positions, spelling: P.getitem(x, numpy_index(positions, spelling)),
+      repeated_index_inputs()),
+    C("index_select_spellings",
+      lambda x, index, axis, spelling: x.index_select(axis, spelling(index)),
+      lambda x, index, axis, spelling: P.index_select(x, index, axis), index_select_spellings()),
     C("sort", lambda x, axis, descending: mt.sort(x, axis, descending=descending)[0], P.sort,
       sort_inputs()),
     C("topk", lambda x, k, axis, largest: mt.topk(x, k, axis=axis, largest=largest)[0], P.topk,
       sort_inputs(topk=True)),
+    # elementwise functions added for issue 11
+    C("expm1", mt.expm1, P.expm1, unary()),
+    C("exp2", mt.exp2, P.exp2, unary()),
+    C("log2", mt.log2, P.log2, unary(positive)),
+    C("log10", mt.log10, P.log10, unary(positive)),
+    C("tan", mt.tan, P.tan, unary(lambda s: S.arrays(s, -1.2, 1.2))),
+    C("arcsin", mt.asin, P.arcsin, unary(lambda s: S.arrays(s, -0.9, 0.9))),
+    C("arccos", mt.arccos, P.arccos, unary(lambda s: S.arrays(s, -0.9, 0.9))),
+    C("arctan", mt.atan, P.arctan, unary()),
+    C("sinh", mt.sinh, P.sinh, unary()),
+    C("cosh", mt.cosh, P.cosh, unary()),
+    C("arcsinh", mt.asinh, P.arcsinh, unary()),
+    C("arccosh", mt.acosh, P.arccosh, unary(lambda s: S.arrays(s, 1.1, 3.0))),
+    C("arctanh", mt.atanh, P.arctanh, unary(lambda s: S.arrays(s, -0.9, 0.9))),
+    C("xlogy", mt.xlogy, P.xlogy, binary(S.arrays, positive)),
+    C("logaddexp", mt.logaddexp, P.logaddexp, binary(distinct, shifted)),
+    C("lerp", lambda a, b: mt.lerp(a, b, 0.3), lambda a, b: P.lerp(a, b, 0.3), binary()),
+    C("remainder", mt.remainder, P.remainder, binary(S.arrays, lambda s: S.arrays(s, 0.5, 2.0))),
+    C("fmod", mt.fmod, P.fmod, binary(S.arrays, lambda s: S.arrays(s, -2.0, -0.5))),
+    C("floor", mt.floor, lambda x: P.rounded(x, "floor"), unary()),
+    C("ceil", mt.ceil, lambda x: P.rounded(x, "ceil"), unary()),
+    C("round", mt.round, lambda x: P.rounded(x, "round"), unary()),
+    C("trunc", mt.trunc, lambda x: P.rounded(x, "trunc"), unary()),
+    C("sign", mt.sign, lambda x: P.rounded(x, "sign"), unary()),
+    # reductions and shapes added for issue 11
+    C("norm", lambda x, **kw: x.norm(**kw), P.norm, norm_inputs()),
+    C("cumprod", lambda x, axis: mt.cumprod(x, axis), P.cumprod,
+      along_axis(lambda s: S.arrays(s, -2.0, 2.0))),
+    C("cumprod_with_zeros", lambda x, axis: x.cumprod(axis), P.cumprod,
+      along_axis(with_zeros)),
+    C("cummax", lambda x, axis: mt.cummax(x, axis)[0], P.cummax, along_axis(distinct)),
+    C("cummin", lambda x, axis: x.cummin(axis)[0], P.cummin, along_axis(distinct)),
+    C("logcumsumexp", lambda x, axis: mt.logcumsumexp(x, axis), P.logcumsumexp, along_axis()),
+    C("tile", lambda x, reps: mt.tile(x, reps), P.tile, tile_inputs()),
+    C("repeat", lambda x, reps: x.repeat(*((1,) * (x.ndim - len(reps)) + tuple(reps))),
+      lambda x, reps: P.tile(x, (1,) * (x.ndim - len(reps)) + tuple(reps)), tile_inputs()),
+    C("repeat_interleave", lambda x, repeats, axis: x.repeat_interleave(repeats, axis),
+      P.repeat_interleave, repeat_interleave_inputs()),
+    C("unflatten", lambda x, axis: x.unflatten(axis, (1, x.shape[axis], 1)),
+      lambda x, axis: P.reshape(x, x.shape[:axis] + (1, x.shape[axis], 1) + x.shape[axis + 1:]),
+      nonnegative_axis_inputs(), exact=True),
+    C("diagonal", lambda x, offset, axis1, axis2: mt.diagonal(x, offset, axis1, axis2),
+      P.diagonal, diagonal_inputs(), exact=True),
+    C("diag_of_vector", lambda x, k: mt.diag(x, k), P.diag,
+      unary_with(S.shapes(min_dims=1, max_dims=1), k=st.integers(-2, 2)), exact=True),
+    C("masked_select", lambda x, mask: x.masked_select(mt.tensor(mask)), P.masked_select,
+      masked_select_inputs()),
+    C("unfold", lambda x, axis, size, step: x.unfold(axis, size, step), P.unfold,
+      unfold_inputs()),
+    C("pad_modes", lambda x, pad_width, mode: mt.pad(x, pad_width, mode=mode),
+      lambda x, pad_width, mode: P.pad_mode(x, pad_width, mode), pad_mode_inputs()),
+    C("meshgrid", lambda a, b: mt.meshgrid(a, b),
+      lambda a, b: (anp.broadcast_to(a[:, None], (a.shape[0], b.shape[0])),
+                    anp.broadcast_to(b[None, :], (a.shape[0], b.shape[0]))),
+      binary_vectors(), exact=True),
+    # activations and losses of functional.py added for issue 11
+    C("silu", F.silu, P.silu, unary()),
+    C("mish", F.mish, P.mish, unary()),
+    C("logsigmoid", F.logsigmoid, P.logsigmoid, unary()),
+    C("leaky_relu", lambda x: F.leaky_relu(x, 0.1), lambda x: P.leaky_relu(x, 0.1),
+      unary(shifted)),
+    C("elu", F.elu, P.elu, unary(shifted)),
+    C("selu", F.selu, P.selu, unary(shifted)),
+    C("hardtanh", F.hardtanh, P.hardtanh, unary(shifted)),
+    C("relu6", lambda x: F.relu6(x * 3.0), lambda x: P.relu6(x * 3.0), unary(shifted)),
+    C("hardsigmoid", F.hardsigmoid, P.hardsigmoid, unary(lambda s: S.arrays(s, -2.9, 2.9))),
+    C("hardswish", F.hardswish, P.hardswish, unary(lambda s: S.arrays(s, -2.9, 2.9))),
+    C("softsign", F.softsign, P.softsign, unary(nonzero)),
+    C("softplus_beta", F.softplus, P.softplus_beta, softplus_beta_inputs()),
+    C("glu", F.glu, P.glu, halves_inputs()),
+    C("swiglu", F.swiglu, P.swiglu, halves_inputs()),
+    C("geglu", F.geglu, P.geglu, halves_inputs()),
+    C("normalize", F.normalize, P.normalize, normalize_inputs()),
+    C("binary_cross_entropy", F.binary_cross_entropy, P.binary_cross_entropy,
+      probabilities_and_targets()),
     # products
     C("matmul", lambda a, b: a @ b, P.matmul, matmul_inputs()),
     C("matmul_fn", mt.matmul, P.matmul, matmul_inputs()),

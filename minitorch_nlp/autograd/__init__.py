@@ -1,8 +1,12 @@
 """The autograd engine: ``Tensor``, ``Function``, graph traversal, grad mode, creation and random."""
+import numpy as _np
+
 from . import dtypes
 from .creation import (arange, argsort, as_tensor, cat, chunk, concatenate, empty, eye, full,
-                       full_like, gather, index_select, linspace, one_hot, ones, ones_like, pad,
-                       rand, rand_like, randint, randint_like, randn, randn_like, scatter_add,
+                       full_like, gather, index_select, linspace, meshgrid, one_hot, ones,
+                       ones_like, pad,
+                       rand, rand_like, randint, randint_like, randn, randn_like, scatter,
+                       scatter_add, scatter_reduce,
                        sort, split, stack, take_along_axis, tensor, topk, unbind, zeros,
                        zeros_like)
 from .dtypes import (bool_, float16, float32, float64, get_default_dtype, int8, int32, int64,
@@ -10,9 +14,13 @@ from .dtypes import (bool_, float16, float32, float64, get_default_dtype, int8, 
 from .engine_api import backward, grad
 from .function import Context, Function
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .ops_elementwise import (abs, clip, cos, erf, exp, log, log1p, maximum, minimum, negative,
-                              relu, rsqrt, sigmoid, sin, softplus, sqrt, tanh, where)
+from .ops_elementwise import (abs, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, ceil, clip,
+                              cos, cosh, erf, exp, exp2, expm1, floor, floor_divide, fmod, lerp,
+                              log, log1p, log2, log10, logaddexp, maximum, minimum, negative,
+                              relu, remainder, round, rsqrt, sigmoid, sign, sin, sinh, softplus,
+                              sqrt, tan, tanh, trunc, where, xlogy)
 from .ops_fused import FusedFunction
+from .ops_shape import IndexAdd as _IndexAdd
 from .ops_linalg import einsum, matmul
 from .random import Generator, default_generator, manual_seed
 from .tensor import Tensor
@@ -54,6 +62,63 @@ masked_fill = _method_as_function("masked_fill")
 gelu = _method_as_function("gelu")
 softmax = _method_as_function("softmax")
 log_softmax = _method_as_function("log_softmax")
+cumprod = _method_as_function("cumprod")
+cummax = _method_as_function("cummax")
+cummin = _method_as_function("cummin")
+logcumsumexp = _method_as_function("logcumsumexp")
+norm = _method_as_function("norm")
+unflatten = _method_as_function("unflatten")
+tile = _method_as_function("tile")
+repeat_interleave = _method_as_function("repeat_interleave")
+diagonal = _method_as_function("diagonal")
+masked_select = _method_as_function("masked_select")
+nonzero = _method_as_function("nonzero")
+isnan = _method_as_function("isnan")
+isinf = _method_as_function("isinf")
+isfinite = _method_as_function("isfinite")
+isclose = _method_as_function("isclose")
+allclose = _method_as_function("allclose")
+asin, acos, atan, asinh, acosh, atanh = arcsin, arccos, arctan, arcsinh, arccosh, arctanh
+
+
+def diag(x, k=0):
+    """A 1-D tensor as the ``k``-th diagonal of a square matrix, or a matrix's ``k``-th diagonal
+    as a 1-D tensor (NumPy's and PyTorch's ``diag``)."""
+    x = x if isinstance(x, Tensor) else tensor(x)
+    if x.ndim == 2:
+        return x.diagonal(k)
+    if x.ndim != 1:
+        raise ValueError(f"diag: needs a 1-D or 2-D tensor, got shape {x.shape}")
+    n = x.shape[0] + (k if k >= 0 else -k)
+    rows = _np.arange(x.shape[0]) + (0 if k >= 0 else -k)
+    xp = x.backend.xp
+    return _IndexAdd.apply(x, index=(xp.asarray(rows), xp.asarray(rows + k)), shape=(n, n))
+
+
+def _logical(name, doc):
+    def function(a, b=None):
+        owner = a if isinstance(a, Tensor) else tensor(a)
+        xp = owner.backend.xp
+        operands = [owner.data] + ([] if b is None else
+                                   [b.data if isinstance(b, Tensor) else _np.asarray(b)])
+        if name.startswith("bitwise") and any(o.dtype.kind not in "iub" for o in operands):
+            raise TypeError(f"{name}: needs integer or bool tensors, got "
+                            f"{[str(o.dtype) for o in operands]}")
+        return Tensor._wrap(getattr(xp, name)(*operands), owner.backend)
+
+    function.__name__ = name
+    function.__doc__ = doc
+    return function
+
+
+logical_and = _logical("logical_and", "Elementwise a and b (any dtype; non-zero is true), bool.")
+logical_or = _logical("logical_or", "Elementwise a or b, bool.")
+logical_xor = _logical("logical_xor", "Elementwise a xor b, bool.")
+logical_not = _logical("logical_not", "Elementwise not a, bool.")
+bitwise_and = _logical("bitwise_and", "Bitwise a & b of integer or bool tensors.")
+bitwise_or = _logical("bitwise_or", "Bitwise a | b of integer or bool tensors.")
+bitwise_xor = _logical("bitwise_xor", "Bitwise a ^ b of integer or bool tensors.")
+bitwise_not = _logical("bitwise_not", "Bitwise ~a of integer or bool tensors.")
 
 __all__ = [
     "Context",
@@ -62,32 +127,61 @@ __all__ = [
     "Generator",
     "Tensor",
     "abs",
+    "acos",
+    "acosh",
+    "allclose",
     "arange",
+    "arccos",
+    "arccosh",
+    "arcsin",
+    "arcsinh",
+    "arctan",
+    "arctanh",
     "argmax",
     "argmin",
     "argsort",
     "as_tensor",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
     "backward",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
     "bool_",
     "broadcast_to",
     "cat",
+    "ceil",
     "chunk",
     "clip",
     "concatenate",
     "cos",
+    "cosh",
+    "cummax",
+    "cummin",
+    "cumprod",
     "cumsum",
     "default_generator",
+    "diag",
+    "diagonal",
     "einsum",
     "empty",
     "enable_grad",
     "erf",
     "exp",
+    "exp2",
     "expand_dims",
+    "expm1",
     "eye",
     "flip",
     "float16",
     "float32",
     "float64",
+    "floor",
+    "floor_divide",
+    "fmod",
     "full",
     "full_like",
     "gather",
@@ -99,21 +193,38 @@ __all__ = [
     "int64",
     "int8",
     "is_grad_enabled",
+    "isclose",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "lerp",
     "linspace",
     "log",
+    "log10",
     "log1p",
+    "log2",
     "log_softmax",
+    "logaddexp",
+    "logcumsumexp",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
     "logsumexp",
     "manual_seed",
     "masked_fill",
+    "masked_select",
     "matmul",
     "max",
     "maximum",
     "mean",
+    "meshgrid",
     "min",
     "minimum",
     "negative",
     "no_grad",
+    "nonzero",
+    "norm",
     "one_hot",
     "ones",
     "ones_like",
@@ -127,14 +238,21 @@ __all__ = [
     "randn",
     "randn_like",
     "relu",
+    "remainder",
+    "repeat_interleave",
     "reshape",
     "roll",
+    "round",
     "rsqrt",
+    "scatter",
     "scatter_add",
+    "scatter_reduce",
     "set_default_dtype",
     "set_grad_enabled",
     "sigmoid",
+    "sign",
     "sin",
+    "sinh",
     "softmax",
     "softplus",
     "sort",
@@ -146,17 +264,22 @@ __all__ = [
     "sum",
     "swapaxes",
     "take_along_axis",
+    "tan",
     "tanh",
     "tensor",
+    "tile",
     "topk",
     "transpose",
     "tril",
     "triu",
+    "trunc",
     "uint8",
     "unbind",
+    "unflatten",
     "unsqueeze",
     "var",
     "where",
+    "xlogy",
     "zeros",
     "zeros_like",
 ]

@@ -70,9 +70,18 @@ def arange(start, stop=None, step=1, dtype=None, backend=None):
 
 
 def linspace(start, stop, num, dtype=None, backend=None):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (both included). An integer dtype
+    truncates each value toward zero, as PyTorch does (NumPy rounds toward -inf)."""
     be = _backend_of(backend)
     dtype = dtypes.resolve(dtype) or dtypes.get_default_dtype()
-    return Tensor._wrap(be.xp.linspace(start, stop, num, dtype=dtype), be)
+    if dtype.kind == "b":
+        raise TypeError("linspace: dtype bool is not a number type; give a float or integer dtype")
+    if num < 0:
+        raise ValueError(f"linspace: num must be >= 0, got {num}")
+    values = be.xp.linspace(start, stop, num, dtype=np.float64)
+    if dtype.kind != "f":
+        values = be.xp.trunc(values)
+    return Tensor._wrap(values.astype(dtype), be)
 
 
 def eye(n, m=None, k=0, dtype=None, backend=None):
@@ -213,18 +222,53 @@ def chunk(x, chunks, axis=0):
     return split(x, max(size, 1), axis)
 
 
-def pad(x, pad_width, value=0.0):
-    """Constant padding, ``pad_width`` as in NumPy: one (before, after) pair per axis, or one pair
-    for every axis."""
+_PAD_SOURCES = {  # entry i of the padded axis (i < 0 before, i >= n after) copies entry ...
+    "replicate": lambda i, n: np.clip(i, 0, n - 1),          # ... the nearest edge
+    "reflect": lambda i, n: (n - 1) - np.abs((n - 1) - np.abs(i)),  # ... mirrored, edge once
+    "circular": lambda i, n: i % n,                          # ... wrapped around
+}
+
+
+def pad(x, pad_width, value=0.0, mode="constant"):
+    """Padding with ``pad_width`` as in NumPy: one (before, after) pair per axis, or one pair
+    for every axis. ``mode`` is "constant" (``value``), "replicate" (the edge entry), "reflect"
+    (mirrored without repeating the edge, widths < the axis' size) or "circular" (wrapped, widths
+    <= the axis' size), as PyTorch's ``F.pad``. A negative width crops that many entries from
+    that side. Copied entries send their gradient back to the entry they copy (summed)."""
+    if mode != "constant" and mode not in _PAD_SOURCES:
+        raise ValueError(f"pad: mode must be 'constant', 'replicate', 'reflect' or 'circular', "
+                         f"got {mode!r}")
     if isinstance(pad_width, int):
         pad_width = [(pad_width, pad_width)] * x.ndim
     pad_width = [tuple(p) for p in pad_width]
     if len(pad_width) == 1 and x.ndim > 1:
         pad_width = pad_width * x.ndim
-    if len(pad_width) != x.ndim or any(len(p) != 2 or min(p) < 0 for p in pad_width):
-        raise ValueError(f"pad: pad_width {pad_width} must give one non-negative (before, after) "
-                         f"pair for each of the {x.ndim} axes")
-    return sh.Pad.apply(x, pad_width=tuple(pad_width), value=value)
+    if len(pad_width) != x.ndim or any(len(p) != 2 for p in pad_width):
+        raise ValueError(f"pad: pad_width {pad_width} must give one (before, after) pair for each "
+                         f"of the {x.ndim} axes")
+    for axis, ((before, after), n) in enumerate(zip(pad_width, x.shape)):
+        if min(before, 0) + min(after, 0) < -n:
+            raise ValueError(f"pad: pad_width {(before, after)} crops more than the {n} entries "
+                             f"of axis {axis} (shape {x.shape})")
+    crop = tuple(slice(-min(before, 0), n + min(after, 0))
+                 for (before, after), n in zip(pad_width, x.shape))
+    if any(min(p) < 0 for p in pad_width):
+        x = x[crop]
+    grow = tuple((max(before, 0), max(after, 0)) for before, after in pad_width)
+    if not any(before or after for before, after in grow):
+        return x
+    if mode == "constant":
+        return sh.Pad.apply(x, pad_width=grow, value=value)
+    for axis, ((before, after), n) in enumerate(zip(grow, x.shape)):
+        if not before and not after:
+            continue
+        limit = n - 1 if mode == "reflect" else n
+        if max(before, after) > limit or n == 0:
+            raise ValueError(f"pad: mode {mode!r} needs widths <= {limit} on axis {axis} of size "
+                             f"{n}, got {(before, after)}")
+        sources = _PAD_SOURCES[mode](np.arange(-before, n + after), n)
+        x = x.index_select(axis, Tensor._wrap(x.backend.asarray(sources), x.backend))
+    return x
 
 
 def _along_axis_index(x, index, axis):
@@ -257,15 +301,104 @@ def take_along_axis(x, index, axis):
 gather = take_along_axis
 
 
+def _scatter_operands(x, axis, index, src, op):
+    """``src`` as a tensor of the index's shape (a number fills it) and the positions in ``x``
+    that ``index`` sends its entries to along ``axis``."""
+    (axis,) = sh.normalize_axis(axis, x.ndim, op)
+    index_shape = _index_data(index, x).shape
+    if not isinstance(src, Tensor):
+        src = full(index_shape, src, dtype=x.dtype, backend=x.backend) if np.ndim(src) == 0 \
+            else tensor(src, dtype=x.dtype)
+    if index_shape != src.shape:
+        raise ValueError(f"{op}: index shape {index_shape} and src shape {src.shape} differ")
+    return src, _along_axis_index(x, index, axis)
+
+
 def scatter_add(x, axis, index, src):
     """A copy of ``x`` with ``src`` added at ``index`` along ``axis`` (repeated indices add up)."""
-    (axis,) = sh.normalize_axis(axis, x.ndim, "scatter_add")
-    src = src if isinstance(src, Tensor) else tensor(src, dtype=x.dtype)
-    if _index_data(index, x).shape != src.shape:
-        raise ValueError(f"scatter_add: index shape {_index_data(index, x).shape} and src shape "
-                         f"{src.shape} differ")
-    positions = _along_axis_index(x, index, axis)
+    src, positions = _scatter_operands(x, axis, index, src, "scatter_add")
     return x + sh.IndexAdd.apply(src, index=positions, shape=x.shape)
+
+
+def scatter(x, axis, index, src):
+    """A copy of ``x`` with ``src`` written at ``index`` along ``axis`` (PyTorch's ``scatter``;
+    where an index repeats, the last write wins). ``src`` may be a number."""
+    src, positions = _scatter_operands(x, axis, index, src, "scatter")
+    return sh.IndexPut.apply(x, src, index=positions)
+
+
+SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def scatter_reduce(x, axis, index, src, reduce, include_self=True):
+    """``x`` with the ``src`` entries sent to each position by ``index`` (along ``axis``) reduced
+    into it by ``reduce``: "sum", "prod", "mean", "amax" or "amin" (PyTorch's
+    ``scatter_reduce``); positions no index reaches keep ``x``. With ``include_self=False`` the
+    value of ``x`` at a reached position is left out of its reduction. The gradient of "amax" /
+    "amin" is shared equally between tied winners, as PyTorch's."""
+    if reduce not in SCATTER_REDUCTIONS:
+        raise ValueError(f"scatter_reduce: reduce must be one of {SCATTER_REDUCTIONS}, got "
+                         f"{reduce!r}")
+    src, positions = _scatter_operands(x, axis, index, src, "scatter_reduce")
+    xp = x.backend.xp
+    hits = sh.index_add_into_zeros(x.backend, x.shape, positions, xp.ones(src.shape, x.dtype))
+    reached = hits > 0
+    left_out = Tensor._wrap(reached, x.backend)  # where x's own value drops out of the reduction
+    if reduce in ("sum", "mean"):
+        base = x if include_self else x.masked_fill(left_out, 0.0)
+        total = base + sh.IndexAdd.apply(src, index=positions, shape=x.shape)
+        if reduce == "sum":
+            return total
+        count = hits + (1 if include_self else xp.where(reached, 0, 1))
+        return total / Tensor._wrap(count.astype(x.dtype), x.backend)
+    if reduce == "prod":
+        base = x if include_self else x.masked_fill(left_out, 1.0)
+        return base * _scattered_product(x, src, positions)
+    return _scattered_extreme(x, src, positions, reached, include_self, reduce == "amax")
+
+
+def _scattered_product(x, src, positions):
+    """Ones of x's shape times, at each position, every src entry sent there: the k-th entries
+    sent to each position are multiplied in at step k (a product, never a division, so zeros in
+    src get exact gradients)."""
+    xp = x.backend.xp
+    flat = np.ravel_multi_index(tuple(np.asarray(x.backend.to_numpy(p)) for p in positions),
+                                x.shape).reshape(-1)
+    rank = np.zeros(flat.shape, dtype=np.int64)
+    seen = {}
+    for i, f in enumerate(flat.tolist()):
+        rank[i] = seen.get(f, 0)
+        seen[f] = rank[i] + 1
+    flat_src = src.reshape(-1)
+    product = ones(x.shape, dtype=x.dtype, backend=x.backend)
+    for k in range(int(rank.max()) + 1 if rank.size else 0):
+        chosen = np.nonzero(rank == k)[0]
+        at = np.unravel_index(flat[chosen], x.shape)
+        step = sh.IndexPut.apply(ones(x.shape, dtype=x.dtype, backend=x.backend),
+                                 flat_src[xp.asarray(chosen)],
+                                 index=tuple(xp.asarray(a) for a in at))
+        product = product * step
+    return product
+
+
+def _scattered_extreme(x, src, positions, reached, include_self, largest):
+    """amax / amin: the winner's value, written as a weighted sum of the tied winners (weights
+    1 / ties, constants) so that the gradient is shared equally between them. Positions no index
+    reaches keep x (weight 1)."""
+    xp = x.backend.xp
+    pick = xp.maximum if largest else xp.minimum
+    fill = -xp.inf if largest else xp.inf
+    best = x.data.copy() if include_self else xp.where(reached, fill, x.data)
+    pick.at(best, positions, src.data)
+    x_wins = (x.data == best) if include_self else xp.zeros(x.shape, dtype=bool)
+    src_wins = src.data == best[positions]
+    ties = sh.index_add_into_zeros(x.backend, x.shape, positions, src_wins.astype(x.dtype)) + \
+        x_wins.astype(x.dtype)
+    share = xp.where(ties == 0, 0, 1 / xp.where(ties == 0, 1, ties)).astype(x.dtype)
+    x_weight = xp.where(reached, x_wins * share, 1.0).astype(x.dtype)
+    src_weight = (src_wins * share[positions]).astype(x.dtype)
+    return x * Tensor._wrap(x_weight, x.backend) + sh.IndexAdd.apply(
+        src * Tensor._wrap(src_weight, x.backend), index=positions, shape=x.shape)
 
 
 def index_select(x, axis, index):
@@ -315,3 +448,27 @@ def topk(x, k, axis=-1, largest=True, sorted=True, dim=None):  # noqa: A002 - Py
         part = xp.take_along_axis(part, order, axis=axis)
     indices = Tensor._wrap(part.astype(np.int64), x.backend)
     return take_along_axis(x, indices, axis), indices
+
+
+def meshgrid(*tensors, indexing="ij"):
+    """Coordinate grids from 1-D tensors: ``indexing="ij"`` (PyTorch's default) gives shape
+    (len(t0), len(t1), ...), ``"xy"`` swaps the first two (NumPy's default). Differentiable
+    (each grid is a broadcast of its tensor)."""
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    xs = _tensors(tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple))
+                  else tensors, "meshgrid")
+    for i, x in enumerate(xs):
+        if x.ndim != 1:
+            raise ValueError(f"meshgrid: tensor {i} has shape {x.shape}; give 1-D tensors")
+    shape = [x.shape[0] for x in xs]
+    order = list(range(len(xs)))
+    if indexing == "xy" and len(xs) > 1:
+        shape[0], shape[1] = shape[1], shape[0]
+        order[0], order[1] = 1, 0
+    grids = []
+    for i, x in enumerate(xs):
+        view = [1] * len(xs)
+        view[order.index(i)] = x.shape[0]
+        grids.append(x.reshape(*view).broadcast_to(*shape))
+    return tuple(grids)

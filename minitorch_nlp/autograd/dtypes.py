@@ -71,3 +71,47 @@ def infer(data) -> np.dtype:
 
 def is_floating(dtype) -> bool:
     return np.dtype(dtype).kind == "f"
+
+
+# ---- promotion ------------------------------------------------------------------------------
+_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (bool, int, float, np.generic))
+
+
+def result_type(*operands) -> np.dtype:
+    """The dtype of an elementwise operation on ``operands`` (arrays and Python numbers).
+
+    The rule (PyTorch's, written down once):
+
+    * arrays (tensors) of one category (bool < integer < float) combine as NumPy does
+      (float32 with float64 gives float64, int32 with int64 gives int64);
+    * across categories the higher category wins and keeps its own dtype: an int64 tensor with a
+      float32 tensor gives float32, a bool tensor with an int32 tensor gives int32;
+    * a Python number never widens a tensor of its own or a higher category (float32 + 0.5 stays
+      float32, int32 + 2 stays int32); a float number with an integer or bool tensor gives the
+      default float dtype (float32 unless ``set_default_dtype``), an int number with a bool
+      tensor gives int64.
+
+    Unlike PyTorch, a 0-d tensor is an array like any other (float32 + a 0-d float64 tensor
+    gives float64).
+    """
+    arrays = [np.dtype(x.dtype) for x in operands if not _is_number(x)]
+    numbers = [x for x in operands if _is_number(x)]
+    top = max((_CATEGORY[d.kind] for d in arrays), default=-1)
+    dtype = np.result_type(*[d for d in arrays if _CATEGORY[d.kind] == top]) if arrays else None
+    for number in numbers:
+        kind = np.asarray(number).dtype.kind
+        if _CATEGORY[kind] > top:
+            top = _CATEGORY[kind]
+            dtype = _default_float if kind == "f" else (int64 if kind in "iu" else bool_)
+    return dtype
+
+
+def floating(dtype) -> np.dtype:
+    """The dtype of a function that only makes sense on real numbers (exp, log, division ...):
+    the input's dtype if it is floating, else the default float dtype."""
+    dtype = np.dtype(dtype)
+    return dtype if dtype.kind == "f" else _default_float

@@ -16,7 +16,7 @@ tensors with a graph of their own, ready to be differentiated again.
 """
 from __future__ import annotations
 
-from . import grad_mode
+from . import function, grad_mode
 from .function import LeafNode, OutputNode
 
 Tensor = None  # the Tensor class, handed over by tensor.py
@@ -158,5 +158,5 @@ def _accumulate_leaf(node, g, create_graph, handed_out):
         leaf.grad = fresh if leaf.grad is None else Tensor._wrap(
             leaf.grad.data + data, g._backend)
     else:
-        leaf.grad.data += g.data
-        leaf.grad._version[0] += 1
+        with function.writable(leaf.grad) as data:
+            data += g.data

@@ -21,11 +21,87 @@ needs are freed as soon as the user drops them).
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 from . import grad_mode
 
 Tensor = None  # the Tensor class, handed over by tensor.py (the two modules need each other)
+
+# Arrays a live graph saved for backward, made read-only so that a write through ``t.data`` or
+# ``np.asarray(t)`` raises instead of silently changing a gradient: id -> [array, holders].
+_locked = {}
+
+
+def _lock(array):
+    """Count one more graph node holding ``array``; the first makes it read-only. Arrays without
+    a ``writeable`` flag (CuPy) or already read-only by their owner are left alone."""
+    entry = _locked.get(id(array))
+    if entry is not None:
+        entry[1] += 1
+        return True
+    if _waiting.pop(id(array), None) is not None:  # still read-only: held again
+        _locked[id(array)] = [array, 1]
+        return True
+    flags = getattr(array, "flags", None)
+    if flags is None or not getattr(flags, "writeable", False):
+        return False
+    array.flags.writeable = False
+    _locked[id(array)] = [array, 1]
+    return True
+
+
+# Views whose lock ended while their base was still locked (NumPy refuses to make a view
+# writable under a read-only base): id -> view, made writable again once their base is.
+_waiting = {}
+
+
+def _unlock(array):
+    entry = _locked.get(id(array))
+    if entry is None:
+        return
+    entry[1] -= 1
+    if entry[1] == 0:
+        del _locked[id(array)]
+        if _make_writable(array):
+            for key, view in list(_waiting.items()):
+                if _make_writable(view):
+                    del _waiting[key]
+        else:
+            _waiting[id(array)] = array
+
+
+def _make_writable(array):
+    try:
+        array.flags.writeable = True
+    except ValueError:  # its base is still read-only
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def writable(tensor):
+    """Write into ``tensor.data`` in place even while a graph holds it (an optimizer step, loading
+    a checkpoint): the read-only lock is lifted for the block and the tensor's version counter
+    moves, so a backward through a graph that saved the old values still refuses to run."""
+    chain, array = [], tensor.data
+    # a view is writable only if its base is; CuPy arrays have no writeable flag (never locked)
+    while array is not None and hasattr(getattr(array, "flags", None), "writeable"):
+        chain.append(array)
+        array = array.base
+    relock = []
+    for array in reversed(chain):
+        if not array.flags.writeable and _make_writable(array):
+            if id(array) in _locked:
+                relock.append(array)
+            else:  # read-only only because a graph held its base when it was made
+                _waiting.pop(id(array), None)
+    try:
+        yield tensor.data
+    finally:
+        for array in reversed(relock):
+            array.flags.writeable = False
+        tensor._version[0] += 1
 
 
 class Context:
@@ -41,11 +117,24 @@ class Context:
     _saved_versions = ()
     _output_data = None
     _output_version = None
+    _locks = ()
+    needs_input_grad = ()
 
     def save_for_backward(self, *values):
-        """Keep tensors (and constants) for ``backward``; an in-place change to a tensor is detected."""
+        """Keep tensors (and constants) for ``backward``. An in-place change to a tensor through
+        the engine is detected (version counter); a raw write into its array (``t.data[...] =``,
+        ``np.asarray(t)[...] =``) is refused, since the array is read-only while this node
+        holds it."""
         self._saved = values
         self._saved_versions = [v._version[0] if isinstance(v, Tensor) else None for v in values]
+        if any(self.needs_input_grad):  # only a recorded node keeps what it saves
+            for v in values:
+                if isinstance(v, Tensor):
+                    self._hold(v.data)
+
+    def _hold(self, array):
+        if _lock(array):
+            self._locks = self._locks + (array,) if self._locks else (array,)
 
     def save_inputs(self, *positions):
         """``save_for_backward`` of the inputs at ``positions`` (tensors, or constants as given)."""
@@ -91,6 +180,16 @@ class Context:
         self._saved = ()
         self._output_data = None
         self.released = True
+        self._drop_locks()
+
+    def _drop_locks(self):
+        for array in self._locks:
+            _unlock(array)
+        self._locks = ()
+
+    def __del__(self):
+        if self._locks:
+            self._drop_locks()
 
     def __repr__(self):
         return f"<{self.name}Backward>"
@@ -204,4 +303,6 @@ class Function:
         if ctx._output_data is True:
             ctx._output_data = result.data
             ctx._output_version = (result._version, result._version[0])
+            if record:
+                ctx._hold(result.data)
         return result

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from . import dtypes
 from .function import Function
 
 
@@ -14,10 +15,23 @@ def _xp(ctx):
     return ctx.backend.xp
 
 
+def _promoted(*operands):
+    """The operands cast to their ``dtypes.result_type`` (Python numbers stay numbers: NumPy
+    then keeps the arrays' dtype)."""
+    dtype = dtypes.result_type(*operands)
+    return tuple(x if dtypes._is_number(x) else x.astype(dtype, copy=False) for x in operands)
+
+
+def _real(x):
+    """``x`` as a floating array (integer and bool inputs become the default float dtype)."""
+    return x.astype(dtypes.floating(x.dtype), copy=False)
+
+
 # ---- arithmetic --------------------------------------------------------------------------------
 class Add(Function):
     @staticmethod
     def forward(ctx, a, b):
+        a, b = _promoted(a, b)
         return _xp(ctx).add(a, b)
 
     @staticmethod
@@ -28,6 +42,7 @@ class Add(Function):
 class Sub(Function):
     @staticmethod
     def forward(ctx, a, b):
+        a, b = _promoted(a, b)
         return _xp(ctx).subtract(a, b)
 
     @staticmethod
@@ -38,6 +53,7 @@ class Sub(Function):
 class Mul(Function):
     @staticmethod
     def forward(ctx, a, b):
+        a, b = _promoted(a, b)
         need_a, need_b = ctx.needs_input_grad
         if need_a or need_b:  # keep only the operand whose partner needs a gradient
             ctx.save_for_backward(ctx._inputs[1] if need_a else None,
@@ -56,6 +72,7 @@ class Div(Function):
     def forward(ctx, a, b):
         # the numerator is needed only for the denominator's gradient (so that y /= 2 works)
         ctx.save_for_backward(ctx._inputs[0] if ctx.needs_input_grad[1] else None, ctx._inputs[1])
+        a, b = (x if dtypes._is_number(x) else _real(x) for x in _promoted(a, b))
         return _xp(ctx).true_divide(a, b)
 
     @staticmethod
@@ -67,27 +84,47 @@ class Div(Function):
 
 
 class Pow(Function):
+    """a ** b. Where the chain rule multiplies 0 by an infinity, the gradients take PyTorch's
+    values: d/da is 0 where b == 0 (even at a == 0), d/db is 0 where a == 0 and b >= 0 (and
+    -inf where a == 0 and b < 0)."""
+
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_inputs(0, 1)
         ctx.save_output()
-        return _xp(ctx).power(a, b)
+        return _xp(ctx).power(*_promoted(a, b))
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
         grad_a = grad_b = None
         if ctx.needs_input_grad[0]:
-            grad_a = grad * b * a ** (b - 1)
+            # b * a^(b-1), with the exponent 1 where b == 0 and a == 0 so that no 0 * inf appears
+            # (elsewhere b - 1 stays: the mixed derivative at b == 0 is a^-1)
+            exponent = where((b == 0) & (a == 0), 1.0, b - 1.0) if _is_tensor(b) else \
+                (1.0 if b == 0 else b - 1.0)
+            grad_a = grad * b * a ** exponent
         if ctx.needs_input_grad[1]:
-            from .tensor import Tensor
-
-            if not isinstance(a, Tensor):
-                a = Tensor._wrap(ctx.backend.xp.asarray(a, dtype=grad.dtype), ctx.backend)
-            # d/db a^b = a^b log a (defined as 0 where a == 0, the limit for b > 0)
-            safe_log = where(a == 0, 0.0, log(where(a == 0, 1.0, a)))
-            grad_b = grad * ctx.output * safe_log
+            if not _is_tensor(a):
+                a = _tensor_like(a, grad)
+            at_zero = a == 0
+            log_a = where(at_zero, -math.inf, log(where(at_zero, 1.0, a)))
+            keep = ~(at_zero & (b >= 0))
+            grad_b = grad * where(keep, ctx.output * where(keep, log_a, 0.0), 0.0)
         return grad_a, grad_b
+
+
+def _is_tensor(x):
+    from .tensor import Tensor
+
+    return isinstance(x, Tensor)
+
+
+def _tensor_like(value, like):
+    """A constant operand (Python number or array) as a tensor of ``like``'s dtype and backend."""
+    from .tensor import Tensor
+
+    return Tensor._wrap(like.backend.xp.asarray(value, dtype=like.dtype), like.backend)
 
 
 class Maximum(Function):
@@ -96,6 +133,7 @@ class Maximum(Function):
     @staticmethod
     def forward(ctx, a, b):
         xp = _xp(ctx)
+        a, b = _promoted(a, b)
         ctx.share_a = xp.where(a > b, 1.0, xp.where(a == b, 0.5, 0.0)).astype(
             xp.result_type(a, b), copy=False)
         return xp.maximum(a, b)
@@ -109,6 +147,7 @@ class Minimum(Function):
     @staticmethod
     def forward(ctx, a, b):
         xp = _xp(ctx)
+        a, b = _promoted(a, b)
         ctx.share_a = xp.where(a < b, 1.0, xp.where(a == b, 0.5, 0.0)).astype(
             xp.result_type(a, b), copy=False)
         return xp.minimum(a, b)
@@ -143,6 +182,7 @@ class Abs(Function):
 class Exp(Function):
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_output()
         return _xp(ctx).exp(x)
 
@@ -154,6 +194,7 @@ class Exp(Function):
 class Log(Function):
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_inputs(0)
         return _xp(ctx).log(x)
 
@@ -166,6 +207,7 @@ class Log(Function):
 class Log1p(Function):
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_inputs(0)
         return _xp(ctx).log1p(x)
 
@@ -178,6 +220,7 @@ class Log1p(Function):
 class Sqrt(Function):
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_output()
         return _xp(ctx).sqrt(x)
 
@@ -189,6 +232,7 @@ class Sqrt(Function):
 class Rsqrt(Function):
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_inputs(0)
         ctx.save_output()
         return 1.0 / _xp(ctx).sqrt(x)
@@ -202,6 +246,7 @@ class Rsqrt(Function):
 class Sin(Function):
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_inputs(0)
         return _xp(ctx).sin(x)
 
@@ -214,6 +259,7 @@ class Sin(Function):
 class Cos(Function):
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_inputs(0)
         return _xp(ctx).cos(x)
 
@@ -223,9 +269,162 @@ class Cos(Function):
         return -grad * sin(x)
 
 
+class Expm1(Function):
+    """e^x - 1, accurate for small x."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = _real(x)
+        ctx.save_output()
+        return _xp(ctx).expm1(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * (ctx.output + 1.0)
+
+
+class Tan(Function):
+    @staticmethod
+    def forward(ctx, x):
+        x = _real(x)
+        ctx.save_output()
+        return _xp(ctx).tan(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        y = ctx.output
+        return grad * (1.0 + y * y)
+
+
+class _InputDerivative(Function):
+    """A real function computed by the ufunc ``ufunc`` of the backend, whose derivative
+    ``derivative(x)`` is written with tensor operations of its input (so it differentiates
+    again)."""
+
+    ufunc = ""
+
+    @classmethod
+    def forward(cls, ctx, x):
+        x = _real(x)
+        ctx.save_inputs(0)
+        return getattr(_xp(ctx), cls.ufunc)(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * ctx.fn.derivative(x)
+
+
+class Arcsin(_InputDerivative):
+    ufunc = "arcsin"
+
+    @staticmethod
+    def derivative(x):
+        return rsqrt(1.0 - x * x)
+
+
+class Arccos(_InputDerivative):
+    ufunc = "arccos"
+
+    @staticmethod
+    def derivative(x):
+        return -rsqrt(1.0 - x * x)
+
+
+class Arctan(_InputDerivative):
+    ufunc = "arctan"
+
+    @staticmethod
+    def derivative(x):
+        return 1.0 / (1.0 + x * x)
+
+
+class Sinh(_InputDerivative):
+    ufunc = "sinh"
+
+    @staticmethod
+    def derivative(x):
+        return cosh(x)
+
+
+class Cosh(_InputDerivative):
+    ufunc = "cosh"
+
+    @staticmethod
+    def derivative(x):
+        return sinh(x)
+
+
+class Arcsinh(_InputDerivative):
+    ufunc = "arcsinh"
+
+    @staticmethod
+    def derivative(x):
+        return rsqrt(x * x + 1.0)
+
+
+class Arccosh(_InputDerivative):
+    ufunc = "arccosh"
+
+    @staticmethod
+    def derivative(x):
+        return rsqrt(x * x - 1.0)
+
+
+class Arctanh(_InputDerivative):
+    ufunc = "arctanh"
+
+    @staticmethod
+    def derivative(x):
+        return 1.0 / (1.0 - x * x)
+
+
+class Rounding(Function):
+    """floor / ceil / round (half to even) / trunc / sign: piecewise constant, so the gradient is
+    0 everywhere (as PyTorch defines it, including at the jumps)."""
+
+    @staticmethod
+    def forward(ctx, x, *, how):
+        ctx.dtype = x.dtype
+        return getattr(_xp(ctx), how)(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 0.0
+
+
+class XLogY(Function):
+    """x * log(y), defined as 0 where x == 0 (unless y is nan), as ``torch.xlogy``: entropies
+    sum p log p over probabilities that may be 0. Gradients as PyTorch: d/dx = log(y), except 0
+    where x == 0 and y <= 0; d/dy = x / y."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        x, y = (v if dtypes._is_number(v) else _real(v) for v in _promoted(x, y))
+        ctx.save_inputs(0, 1)
+        xp = _xp(ctx)
+        with xp.errstate(divide="ignore", invalid="ignore"):
+            product = xp.multiply(x, xp.log(y))
+        return xp.where((xp.asarray(x) == 0) & ~xp.isnan(y), 0.0, product).astype(
+            product.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        grad_x = grad_y = None
+        if ctx.needs_input_grad[0]:
+            y_tensor = y if _is_tensor(y) else _tensor_like(y, grad)
+            off = (x == 0) & (y_tensor <= 0)  # log y would be -inf or nan where x is 0
+            grad_x = grad * where(off, 0.0, log(where(off, 1.0, y_tensor)))
+        if ctx.needs_input_grad[1]:
+            grad_y = grad * x / y
+        return grad_x, grad_y
+
+
 class Tanh(Function):
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_output()
         return _xp(ctx).tanh(x)
 
@@ -238,6 +437,7 @@ class Tanh(Function):
 class Sigmoid(Function):
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_output()
         xp = _xp(ctx)
         # 0.5 (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x))
@@ -269,6 +469,7 @@ class Softplus(Function):
 
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_inputs(0)
         xp = _xp(ctx)
         return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
@@ -282,6 +483,7 @@ class Softplus(Function):
 class Erf(Function):
     @staticmethod
     def forward(ctx, x):
+        x = _real(x)
         ctx.save_inputs(0)
         return ctx.backend.erf(x)
 
@@ -316,7 +518,7 @@ class Where(Function):
     @staticmethod
     def forward(ctx, condition, a, b):
         ctx.condition = condition
-        return _xp(ctx).where(condition, a, b)
+        return _xp(ctx).where(condition, *_promoted(a, b))
 
     @staticmethod
     def backward(ctx, grad):
@@ -385,6 +587,135 @@ def cos(x):
 
 def tanh(x):
     return Tanh.apply(_tensor(x))
+
+
+def expm1(x):
+    return Expm1.apply(_tensor(x))
+
+
+def exp2(x):
+    return exp(_tensor(x) * math.log(2.0))
+
+
+def log2(x):
+    return log(x) * (1.0 / math.log(2.0))
+
+
+def log10(x):
+    return log(x) * (1.0 / math.log(10.0))
+
+
+def tan(x):
+    return Tan.apply(_tensor(x))
+
+
+def arcsin(x):
+    return Arcsin.apply(_tensor(x))
+
+
+def arccos(x):
+    return Arccos.apply(_tensor(x))
+
+
+def arctan(x):
+    return Arctan.apply(_tensor(x))
+
+
+def sinh(x):
+    return Sinh.apply(_tensor(x))
+
+
+def cosh(x):
+    return Cosh.apply(_tensor(x))
+
+
+def arcsinh(x):
+    return Arcsinh.apply(_tensor(x))
+
+
+def arccosh(x):
+    return Arccosh.apply(_tensor(x))
+
+
+def arctanh(x):
+    return Arctanh.apply(_tensor(x))
+
+
+def floor(x):
+    return Rounding.apply(_tensor(x), how="floor")
+
+
+def ceil(x):
+    return Rounding.apply(_tensor(x), how="ceil")
+
+
+def round(x):  # noqa: A001 - mirrors numpy.round
+    """Round half to even (NumPy's and PyTorch's rule); gradient 0."""
+    return Rounding.apply(_tensor(x), how="round")
+
+
+def trunc(x):
+    return Rounding.apply(_tensor(x), how="trunc")
+
+
+def sign(x):
+    return Rounding.apply(_tensor(x), how="sign")
+
+
+def floor_divide(a, b):
+    """a // b rounded toward -inf (Python's and PyTorch's ``//``); gradient 0 (it is piecewise
+    constant)."""
+    a, b = _one_tensor(a, b, "floor_divide")
+    if _result_kind(a, b) != "f":
+        return _integer_op("floor_divide", a, b)
+    return floor(a / b)
+
+
+def remainder(a, b):
+    """a - b * floor(a / b): the sign of b (Python's ``%``, PyTorch's ``remainder``)."""
+    return _fractional_part(a, b, floor, "remainder")
+
+
+def fmod(a, b):
+    """a - b * trunc(a / b): the sign of a (C's fmod, PyTorch's ``fmod``)."""
+    return _fractional_part(a, b, trunc, "fmod")
+
+
+def _fractional_part(a, b, rounding, name):
+    a, b = _one_tensor(a, b, name)
+    if _result_kind(a, b) != "f":
+        return _integer_op(name, a, b)
+    return a - b * rounding(a / b).detach()
+
+
+def _result_kind(a, b):
+    return dtypes.result_type(*(v.data if _is_tensor(v) else v for v in (a, b))).kind
+
+
+def _integer_op(name, a, b):
+    """Integer // and % and fmod: no gradient, NumPy's kernel (``fmod`` keeps the sign of a)."""
+    from .tensor import Tensor
+
+    owner = a if _is_tensor(a) else b
+    xp = owner.backend.xp
+    arrays = _promoted(*(v.data if _is_tensor(v) else v for v in (a, b)))
+    return Tensor._wrap(getattr(xp, name)(*arrays), owner.backend)
+
+
+def xlogy(x, y):
+    return XLogY.apply(*_one_tensor(x, y, "xlogy"))
+
+
+def logaddexp(a, b):
+    """log(e^a + e^b) without overflow: max(a, b) + log1p(e^-|a - b|)."""
+    a, b = _one_tensor(a, b, "logaddexp")
+    return maximum(a, b) + log1p(exp(-abs(a - b)))
+
+
+def lerp(start, end, weight):
+    """start + weight (end - start)."""
+    start = _tensor(start)
+    return start + weight * (end - start)
 
 
 def sigmoid(x):

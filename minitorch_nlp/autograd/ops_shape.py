@@ -7,7 +7,7 @@ otherwise, never the slow ``np.add.at``.
 """
 from __future__ import annotations
 
-from . import function
+from . import dtypes, function
 from .function import Function
 
 
@@ -34,6 +34,11 @@ def normalize_axis(axis, ndim, op):
 
 def _keepdims_shape(shape, axes):
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _reduced_shape(shape, axes, keepdims):
+    return _keepdims_shape(shape, axes) if keepdims else tuple(
+        n for i, n in enumerate(shape) if i not in axes)
 
 
 # ---- reshaping -----------------------------------------------------------------------------------
@@ -358,13 +363,17 @@ class Mean(Function):
         for a in axes:
             count *= x.shape[a]
         ctx.count = count
+        x = x.astype(dtypes.floating(x.dtype), copy=False)
+        if count == 0:  # NumPy's value (nan) without its "mean of empty slice" warning
+            return _xp(ctx).full(_reduced_shape(x.shape, axes, keepdims), _xp(ctx).nan, x.dtype)
         return x.mean(axis=axes, keepdims=keepdims)
 
     @staticmethod
     def backward(ctx, grad):
         if not ctx.keepdims:
             grad = grad.reshape(_keepdims_shape(ctx.input_shape, ctx.axes))
-        return (grad * (1.0 / ctx.count)).broadcast_to(ctx.input_shape)
+        # over an empty axis the input has no elements, so its gradient is empty too
+        return (grad * (1.0 / max(ctx.count, 1))).broadcast_to(ctx.input_shape)
 
 
 class MaxMin(Function):
@@ -421,6 +430,27 @@ def _stack(tensors, axis):
     return Stack.apply(*tensors, axis=axis)
 
 
+class Norm2(Function):
+    """sqrt(sum x^2) over ``axes``. Its gradient x / norm is 0 where the norm is 0 (PyTorch's
+    choice of subgradient), where the composite sqrt(sum(x * x)) would give 0 * inf = nan."""
+
+    @staticmethod
+    def forward(ctx, x, *, axes, keepdims):
+        x = x.astype(dtypes.floating(x.dtype), copy=False)
+        ctx.save_inputs(0)
+        ctx.save_output()
+        ctx.axes, ctx.keepdims = axes, keepdims
+        return _xp(ctx).sqrt((x * x).sum(axis=axes, keepdims=keepdims))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        keep = _keepdims_shape(x.shape, ctx.axes)
+        norm = ctx.output.reshape(keep)
+        safe = function.Tensor.masked_fill(norm, norm == 0, 1.0)
+        return grad.reshape(keep) * x / safe
+
+
 class Logsumexp(Function):
     @staticmethod
     def forward(ctx, x, *, axes, keepdims):
@@ -428,6 +458,9 @@ class Logsumexp(Function):
         ctx.save_output()
         ctx.axes, ctx.keepdims = axes, keepdims
         xp = _xp(ctx)
+        if x.size == 0:  # log of an empty sum: -inf (nothing to shift by a maximum)
+            with xp.errstate(divide="ignore"):
+                return xp.log(xp.exp(x).sum(axis=axes, keepdims=keepdims))
         m = x.max(axis=axes, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0).astype(x.dtype, copy=False)
         out = xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True)) + m

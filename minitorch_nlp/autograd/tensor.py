@@ -38,8 +38,13 @@ class Tensor:
         be = _backend_of(backend)
         if isinstance(data, Tensor):
             data = data.data if data._backend is be else data._backend.to_numpy(data.data)
-        dtype = dtypes.resolve(dtype) or dtypes.infer(data)
-        self.data = be.asarray(data, dtype=dtype)
+        try:
+            dtype = dtypes.resolve(dtype) or dtypes.infer(data)
+            self.data = be.asarray(data, dtype=dtype)
+        except ValueError:
+            if isinstance(data, (list, tuple)):
+                _raise_if_ragged(data)
+            raise
         self._backend = be
         self._node = None
         self._leaf_node = None
@@ -414,8 +419,17 @@ class Tensor:
 
     # ---- reductions --------------------------------------------------------------------------------
     def _reduce(self, function, name, axis, keepdims, dim, **extra):
-        axes = sh.normalize_axis(dim if dim is not None else axis, self.ndim, name)
+        axes = self._axes(dim if dim is not None else axis, name)
         return function.apply(self, axes=axes, keepdims=keepdims, **extra)
+
+    def _axes(self, axis, name):
+        """``axis`` normalised; a 0-d tensor takes axis 0 or -1 (as PyTorch) and reduces nothing."""
+        if self.ndim == 0:
+            if axis not in (None, 0, -1, (), (0,), (-1,), [0], [-1]):
+                raise ValueError(f"{name}: axis {axis!r} is out of range for a 0-d tensor "
+                                 "(use 0, -1 or None)")
+            return ()
+        return sh.normalize_axis(axis, self.ndim, name)
 
     def sum(self, axis=None, keepdims=False, dim=None):
         return self._reduce(sh.Sum, "sum", axis, keepdims, dim)
@@ -436,15 +450,16 @@ class Tensor:
         return self._reduce(sh.Logsumexp, "logsumexp", axis, keepdims, dim)
 
     def var(self, axis=None, keepdims=False, ddof=0, dim=None):
-        """Variance with NumPy's default ``ddof=0`` (PyTorch's ``unbiased=True`` is ``ddof=1``)."""
-        axes = sh.normalize_axis(dim if dim is not None else axis, self.ndim, "var")
-        count = 1
-        for a in axes:
-            count *= self.shape[a]
-        if count - ddof <= 0:
-            raise ValueError(f"var: {count} elements with ddof={ddof} leave no degrees of freedom")
+        """Variance with NumPy's default ``ddof=0`` (PyTorch's ``unbiased=True`` is ``ddof=1``).
+
+        With no degrees of freedom left (``count - ddof <= 0``) the sum of squares is divided by
+        0, as NumPy and PyTorch do: nan where it is 0 (one element, or none), inf otherwise; the
+        gradient is then nan (not finite) too, never an exception."""
+        axes = self._axes(dim if dim is not None else axis, "var")
+        count = math.prod(self.shape[a] for a in axes)
+        scale = 1.0 / (count - ddof) if count - ddof > 0 else math.inf
         centred = self - self.mean(axis=axes, keepdims=True)
-        return (centred * centred).sum(axis=axes, keepdims=keepdims) * (1.0 / (count - ddof))
+        return (centred * centred).sum(axis=axes, keepdims=keepdims) * scale
 
     def std(self, axis=None, keepdims=False, ddof=0, dim=None):
         return self.var(axis=axis, keepdims=keepdims, ddof=ddof, dim=dim).sqrt()
@@ -460,20 +475,110 @@ class Tensor:
                             self._backend)
 
     def cumsum(self, axis=None, dim=None):
+        """Running sums along ``axis``; ``axis=None`` runs over the flattened tensor (NumPy). A
+        0-d tensor comes back as a 0-d tensor (its own running sum)."""
         axis = dim if dim is not None else axis
+        if self.ndim == 0:
+            self._axes(axis, "cumsum")
+            return self.clone()
         if axis is None:
             return sh.Cumsum.apply(self.reshape(-1), axis=0)
         (axis,) = sh.normalize_axis(axis, self.ndim, "cumsum")
         return sh.Cumsum.apply(self, axis=axis)
 
+    def _running_axis(self, axis, name):
+        """The axis a running operation goes along, or None where there is nothing to run over
+        (a 0-d tensor, an empty axis) and the result is the input itself."""
+        if self.ndim == 0:
+            self._axes(axis, name)
+            return None
+        (axis,) = sh.normalize_axis(axis, self.ndim, name)
+        return None if self.shape[axis] == 0 else axis
+
+    def cumprod(self, axis, dim=None):
+        """Running products along ``axis``; the gradient is exact where entries are 0 (each step
+        is a product of the previous one, never a division)."""
+        axis = self._running_axis(dim if dim is not None else axis, "cumprod")
+        if axis is None:
+            return self.clone()
+        running = []
+        for piece in self.unbind(axis):
+            running.append(piece if not running else running[-1] * piece)
+        return sh.Stack.apply(*running, axis=axis)
+
+    def cummax(self, axis, dim=None):
+        """(values, indices) of the running maximum along ``axis``; on ties the later index."""
+        return self._running_extreme(dim if dim is not None else axis, "cummax", np.greater_equal)
+
+    def cummin(self, axis, dim=None):
+        return self._running_extreme(dim if dim is not None else axis, "cummin", np.less_equal)
+
+    def _running_extreme(self, axis, name, better_or_equal):
+        if self.ndim == 0:
+            self._axes(axis, name)
+            return self.clone(), Tensor._wrap(np.zeros((), np.int64), self._backend)
+        (axis,) = sh.normalize_axis(axis, self.ndim, name)
+        values = np.moveaxis(self.numpy(), axis, -1)
+        index = np.zeros(values.shape, dtype=np.int64)
+        for i in range(1, values.shape[-1]):
+            previous = np.take_along_axis(values, index[..., i - 1:i], -1)[..., 0]
+            index[..., i] = np.where(better_or_equal(values[..., i], previous) |
+                                     np.isnan(values[..., i]), i, index[..., i - 1])
+        indices = Tensor._wrap(self._backend.asarray(np.moveaxis(index, -1, axis)), self._backend)
+        from .creation import take_along_axis
+
+        return take_along_axis(self, indices, axis), indices
+
+    def logcumsumexp(self, axis, dim=None):
+        """log(cumsum(exp(x))) along ``axis``, shifted by the axis' maximum against overflow."""
+        axis = self._running_axis(dim if dim is not None else axis, "logcumsumexp")
+        if axis is None:
+            return self.clone()
+        peak = self.max(axis=axis, keepdims=True).detach()
+        peak = peak.masked_fill(~peak.isfinite(), 0.0)
+        return (self - peak).exp().cumsum(axis).log() + peak
+
+    def norm(self, p=2, axis=None, keepdims=False, dim=None):
+        """The vector p-norm over ``axis`` (all entries when None): p = 1, 2, inf, -inf, any
+        p > 0, or "fro" (= 2 over the axes given). At a zero vector the gradient is 0 (PyTorch's
+        subgradient) instead of 0/0."""
+        axes = self._axes(dim if dim is not None else axis, "norm")
+        if p == "fro":
+            p = 2
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (p > 0 or p == -math.inf):
+            raise ValueError(f"norm: p must be a positive number, inf, -inf or 'fro', got {p!r}")
+        if p == 2:
+            return sh.Norm2.apply(self, axes=axes, keepdims=keepdims)
+        size = self.abs()
+        if p == math.inf:
+            return size.max(axis=axes, keepdims=keepdims)
+        if p == -math.inf:
+            return size.min(axis=axes, keepdims=keepdims)
+        if p == 1:
+            return size.sum(axis=axes, keepdims=keepdims)
+        total = (size ** p).sum(axis=axes, keepdims=keepdims)
+        zero = total == 0  # the root's derivative is infinite there: keep it off that path
+        return ew.where(zero, 0.0, ew.where(zero, 1.0, total) ** (1.0 / p))
+
     def softmax(self, axis=-1, dim=None):
+        """Softmax along ``axis``; a 0-d tensor is a softmax over one entry (1)."""
         axis = dim if dim is not None else axis
+        if self.ndim == 0:
+            self._axes(axis, "softmax")
+            return Softmax.apply(self.reshape(1), axis=0).reshape(())
         sh.normalize_axis(axis, self.ndim, "softmax")
+        if self.size == 0:  # nothing to normalise: the (empty) result has the input's shape
+            return self.clone()
         return Softmax.apply(self, axis=axis)
 
     def log_softmax(self, axis=-1, dim=None):
         axis = dim if dim is not None else axis
+        if self.ndim == 0:
+            self._axes(axis, "log_softmax")
+            return LogSoftmax.apply(self.reshape(1), axis=0).reshape(())
         sh.normalize_axis(axis, self.ndim, "log_softmax")
+        if self.size == 0:
+            return self.clone()
         return LogSoftmax.apply(self, axis=axis)
 
     # ---- shape -------------------------------------------------------------------------------------
@@ -526,12 +631,113 @@ class Tensor:
         axis = dim if dim is not None else axis
         if axis is None:
             return self.reshape(*[n for n in self.shape if n != 1])
-        axes = sh.normalize_axis(axis, self.ndim, "squeeze")
+        axes = self._axes(axis, "squeeze")
         for a in axes:
-            if self.shape[a] != 1:
+            if self.shape[a] != 1:  # NumPy's rule; PyTorch would return the tensor unchanged
                 raise ValueError(f"squeeze: axis {a} of a tensor of shape {self.shape} has size "
-                                 f"{self.shape[a]}, not 1")
+                                 f"{self.shape[a]}, not 1; squeeze only axes of size 1")
         return self.reshape(*[n for i, n in enumerate(self.shape) if i not in axes])
+
+    def unflatten(self, axis, sizes):
+        """Split axis ``axis`` into ``sizes`` (one of them may be -1)."""
+        (axis,) = sh.normalize_axis(axis, self.ndim, "unflatten")
+        sizes = _shape_args((sizes,))
+        known = math.prod(n for n in sizes if n != -1)
+        if sizes.count(-1) > 1 or (-1 not in sizes and known != self.shape[axis]) or (
+                -1 in sizes and (known == 0 or self.shape[axis] % known)):
+            raise ValueError(f"unflatten: sizes {tuple(sizes)} do not split axis {axis} of size "
+                             f"{self.shape[axis]} (shape {self.shape})")
+        return self.reshape(*self.shape[:axis], *sizes, *self.shape[axis + 1:])
+
+    def tile(self, *reps):
+        """NumPy's tile: repeat the whole tensor ``reps[i]`` times along axis i (missing leading
+        axes count 1 on whichever side is shorter)."""
+        reps = _shape_args(reps)
+        if any(r < 0 for r in reps):
+            raise ValueError(f"tile: repetitions must be >= 0, got {tuple(reps)}")
+        ndim = max(len(reps), self.ndim)
+        reps = [1] * (ndim - len(reps)) + reps
+        x = self.reshape(*([1] * (ndim - self.ndim)), *self.shape)
+        interleaved = [n for pair in zip([1] * ndim, x.shape) for n in pair]
+        target = [n for pair in zip(reps, x.shape) for n in pair]
+        return x.reshape(*interleaved).broadcast_to(*target).reshape(
+            *[r * n for r, n in zip(reps, x.shape)])
+
+    def repeat(self, *reps):
+        """PyTorch's repeat (NumPy's tile), with at least as many repetitions as axes."""
+        reps = _shape_args(reps)
+        if len(reps) < self.ndim:
+            raise ValueError(f"repeat: {len(reps)} repetitions for a tensor with {self.ndim} "
+                             f"axes; give one per axis (or use tile)")
+        return self.tile(*reps)
+
+    def repeat_interleave(self, repeats, axis=None, dim=None):
+        """Each entry repeated ``repeats`` times (an int, or one count per entry) along ``axis``
+        (the flattened tensor when None), as ``numpy.repeat``."""
+        axis = dim if dim is not None else axis
+        x = self.reshape(-1) if axis is None else self
+        (axis,) = sh.normalize_axis(0 if axis is None else axis, x.ndim, "repeat_interleave")
+        counts = repeats.numpy() if isinstance(repeats, Tensor) else np.asarray(repeats)
+        if counts.dtype.kind not in "iu" or (counts < 0).any() or counts.ndim > 1 or (
+                counts.ndim == 1 and counts.size not in (1, x.shape[axis])):
+            raise ValueError(f"repeat_interleave: repeats must be a count >= 0 or one count per "
+                             f"entry of axis {axis} (size {x.shape[axis]}), got {repeats!r}")
+        positions = np.repeat(np.arange(x.shape[axis]), counts)
+        return x.index_select(axis, Tensor._wrap(self._backend.asarray(positions), self._backend))
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        """The diagonal ``offset`` of the (axis1, axis2) planes, as a new last axis (NumPy)."""
+        a, b = (sh.normalize_axis(ax, self.ndim, "diagonal")[0] for ax in (axis1, axis2))
+        if a == b:
+            raise ValueError(f"diagonal: axis1 and axis2 are the same axis ({a})")
+        rows = np.arange(max(0, -offset), self.shape[a])
+        cols = rows + offset
+        keep = cols < self.shape[b]
+        rows, cols = rows[keep], cols[keep]
+        moved = self.permute(*[i for i in range(self.ndim) if i not in (a, b)], a, b)
+        xp = self._backend.xp
+        return moved[(Ellipsis, xp.asarray(rows), xp.asarray(cols))]
+
+    def masked_select(self, mask):
+        """The entries where ``mask`` (broadcast against this tensor) is true, as a 1-D tensor."""
+        mask_data = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+        try:
+            shape = np.broadcast_shapes(mask_data.shape, self.shape)
+        except ValueError:
+            raise ValueError(f"masked_select: a mask of shape {mask_data.shape} does not broadcast "
+                             f"with the tensor's shape {self.shape}") from None
+        mask_data = _bool_mask(mask_data, shape, "masked_select")
+        mask_data = self._backend.xp.broadcast_to(mask_data, shape)
+        return self.broadcast_to(*shape)[mask_data]
+
+    def nonzero(self):
+        """Indices of the non-zero entries, shape (count, ndim), int64 (PyTorch's layout)."""
+        xp = self._backend.xp
+        return Tensor._wrap(xp.stack(xp.nonzero(self.data), axis=-1).astype(xp.int64)
+                            if self.ndim else xp.zeros((int(bool(self.data)), 0), xp.int64),
+                            self._backend)
+
+    def unfold(self, axis, size, step):
+        """Sliding windows of ``size`` entries every ``step`` along ``axis``: that axis becomes the
+        number of windows and a new last axis holds each window (PyTorch's ``Tensor.unfold``)."""
+        (axis,) = sh.normalize_axis(axis, self.ndim, "unfold")
+        n = self.shape[axis]
+        if size < 0 or size > n or step <= 0:
+            raise ValueError(f"unfold: windows of size {size} every {step} do not fit axis {axis} "
+                             f"of size {n} (need 0 <= size <= {n}, step >= 1)")
+        xp = self._backend.xp
+        windows = xp.arange(0, n - size + 1, step)[:, None] + xp.arange(size)[None, :]
+        picked = self[(slice(None),) * axis + (windows,)]
+        order = [i for i in range(picked.ndim) if i != axis + 1] + [axis + 1]
+        return picked.permute(*order)
+
+    def isinf(self):
+        return Tensor._wrap(self._backend.xp.isinf(self.data), self._backend)
+
+    def isclose(self, other, rtol=1e-5, atol=1e-8, equal_nan=False):
+        other = other.data if isinstance(other, Tensor) else other
+        return Tensor._wrap(self._backend.xp.isclose(self.data, other, rtol=rtol, atol=atol,
+                                                     equal_nan=equal_nan), self._backend)
 
     def unsqueeze(self, axis):
         if not -self.ndim - 1 <= axis <= self.ndim:
@@ -632,6 +838,16 @@ class Tensor:
 
         return scatter_add(self, axis, index, src)
 
+    def scatter(self, axis, index, src):
+        from .creation import scatter
+
+        return scatter(self, axis, index, src)
+
+    def scatter_reduce(self, axis, index, src, reduce, include_self=True):
+        from .creation import scatter_reduce
+
+        return scatter_reduce(self, axis, index, src, reduce, include_self)
+
     # ---- in-place operations -----------------------------------------------------------------------
     def _inplace(self, recorded, direct, *operands):
         """Run an in-place operation. Without a graph it is ``direct`` on the array; while
@@ -640,7 +856,9 @@ class Tensor:
         needs_graph = grad_mode.is_grad_enabled() and (
             self.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in operands))
         if not needs_graph:
-            direct()
+            with function.writable(self):
+                direct()
+            return self
         else:
             if self._node is None and self.requires_grad:
                 raise RuntimeError(
@@ -651,10 +869,10 @@ class Tensor:
                     "in-place operation on a view (reshape / transpose / slice) of another "
                     "tensor while recording a graph; use an out-of-place operation")
             result = recorded()
-            self.data[...] = result.data
+            with function.writable(self):
+                self.data[...] = result.data
             self._node = result._node
             self.requires_grad = True
-        self._version[0] += 1
         return self
 
     def _binary_inplace(self, function, ufunc, other):
@@ -737,6 +955,25 @@ engine.sum_to = sh.sum_to
 
 
 # ---- helpers --------------------------------------------------------------------------------------
+def _raise_if_ragged(data):
+    """Raise ``ValueError`` saying at which depth and item nested lists stop being rectangular."""
+    def shape_of(item, path):
+        if not isinstance(item, (list, tuple)):
+            return tuple(np.shape(item))
+        shapes = [shape_of(child, path + [i]) for i, child in enumerate(item)]
+        for i, child_shape in enumerate(shapes[1:], start=1):
+            if child_shape != shapes[0]:
+                where = "".join(f"[{j}]" for j in path)
+                raise ValueError(
+                    f"tensor: the nested list is ragged at depth {len(path) + 1}: item "
+                    f"data{where}[0] has shape {shapes[0]} but data{where}[{i}] has shape "
+                    f"{child_shape}; every list at one depth must have the same length "
+                    "(pad the shorter ones)")
+        return (len(item),) + (shapes[0] if shapes else ())
+
+    shape_of(data, [])
+
+
 def _shape_args(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
@@ -762,7 +999,9 @@ def _bool_mask(mask, shape, op):
 
 
 def _index_data(index, owner):
-    """Tensors and lists inside an index become backend arrays; slices, ints, None stay."""
+    """Tensors, lists, and tuples inside a tuple index become backend arrays; slices, ints, None
+    and Ellipsis stay. Every selection by position is then an integer (or bool) array, which the
+    backward of indexing scatter-adds, so a position selected twice gets both gradients."""
     xp = owner._backend.xp
 
     def convert(i):
@@ -773,12 +1012,17 @@ def _index_data(index, owner):
             if i.dtype.kind not in "iub":
                 raise IndexError(f"indexing: an index tensor must be integer or bool, got {i.dtype}")
             return i.data
-        if isinstance(i, list):
-            array = xp.asarray(i)
-            return array.astype(xp.int64) if array.size == 0 else array  # [] selects nothing
+        if isinstance(i, (list, tuple)):
+            array = xp.asarray([convert(j) for j in i])
+            if array.size == 0:  # [] selects nothing
+                return array.astype(xp.int64)
+            if array.dtype.kind not in "iub":
+                raise IndexError(f"indexing: a list used as an index must hold integers or "
+                                 f"bools, got {i!r}")
+            return array
         return i
 
-    if isinstance(index, tuple):
+    if isinstance(index, tuple):  # x[a, b]: one entry per axis (a nested tuple is an array)
         return tuple(convert(i) for i in index)
     return convert(index)
 

@@ -16,6 +16,14 @@ __all__ = ["GELU", "Dropout", "Embedding", "Identity", "LayerNorm", "Linear", "R
            "Softmax", "Tanh"]
 
 
+def _in_dtype_of(x, parameter):
+    """``x`` cast to ``parameter``'s dtype: a layer computes in the dtype of its parameters, so a
+    float32 model fed float64 (or integer) input computes and answers in float32. The cast is
+    differentiable; the input's gradient comes back in the input's own dtype."""
+    x = x if isinstance(x, Tensor) else Tensor(x, backend=parameter.backend)
+    return x if x.dtype == parameter.dtype else x.astype(parameter.dtype)
+
+
 def _positive_int(value, name, layer):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{layer}: {name} must be a positive int, got {value!r}")
@@ -47,7 +55,7 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound, generator=generator)
 
     def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
+        return F.linear(_in_dtype_of(x, self.weight), self.weight, self.bias)
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -126,6 +134,8 @@ class LayerNorm(Module):
             self.register_parameter("bias", None)
 
     def forward(self, x):
+        if self.weight is not None:
+            x = _in_dtype_of(x, self.weight)
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self):

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..autograd import Tensor, dtypes, no_grad
 from ..autograd.tensor import _HookHandle
+from ..autograd.function import writable
 from .parameter import Parameter
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -475,8 +476,8 @@ class Module:
             raise ValueError("load_state_dict: " + "; ".join(problems))
         with no_grad():
             for target, array in copies:
-                target.data[...] = array
-                target._bump_version()
+                with writable(target) as data:
+                    data[...] = array
         return IncompatibleKeys(missing, unexpected)
 
     # ---- printing ------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from numbers import Real
 import numpy as np
 
 import minitorch_nlp as mt
+from minitorch_nlp.autograd.function import writable
 
 
 class ParamState(MutableMapping):
@@ -206,8 +207,8 @@ class Optimizer:
                     raise ValueError(f"{type(self).__name__}.step: a parameter of shape "
                                      f"{tuple(param.shape)} has a gradient of shape "
                                      f"{tuple(grad.shape)}")
-                self._update(param, grad.data, group)
-                param._bump_version()
+                with writable(param):  # a graph that saved param refuses to run afterwards
+                    self._update(param, grad.data, group)
         return loss
 
     def _state_of(self, param) -> dict:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Generator, Tensor, dtypes, grad, randn, zeros_like
+from ..autograd.function import writable
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
 
@@ -93,11 +94,14 @@ def _numerical(fn, args, positions, eps):
         for flat in range(x.size):
             at = np.unravel_index(flat, x.shape)
             original = float(x.data[at])
-            x.data[at] = original + eps
+            with writable(x) as data:  # a graph built from x (the analytical pass) holds it
+                data[at] = original + eps
             plus = [o.numpy().astype(np.float64).reshape(-1) for o in _outputs(fn, args)]
-            x.data[at] = original - eps
+            with writable(x) as data:
+                data[at] = original - eps
             minus = [o.numpy().astype(np.float64).reshape(-1) for o in _outputs(fn, args)]
-            x.data[at] = original
+            with writable(x) as data:
+                data[at] = original
             for k, (hi, lo) in enumerate(zip(plus, minus)):
                 jacobians[k][i][:, flat] = (hi - lo) / (2 * eps)
     return jacobians

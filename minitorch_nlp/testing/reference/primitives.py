@@ -391,3 +391,310 @@ def einsum_bilinear(x, w, y):   # "bi,ij,bj->b"
 
 def einsum_heads(q, k):         # "bhqd,bhkd->bhqk"
     return anp.matmul(q, anp.swapaxes(k, -1, -2))
+
+
+# ---- more elementwise functions (issue 11) -------------------------------------------------------
+def expm1(x):
+    return anp.exp(x) - 1.0
+
+
+def exp2(x):
+    return anp.exp(x * math.log(2.0))
+
+
+def log2(x):
+    return anp.log(x) / math.log(2.0)
+
+
+def log10(x):
+    return anp.log(x) / math.log(10.0)
+
+
+def tan(x):
+    return anp.sin(x) / anp.cos(x)
+
+
+def arcsin(x):
+    return anp.arcsin(x)
+
+
+def arccos(x):
+    return anp.arccos(x)
+
+
+def arctan(x):
+    return anp.arctan(x)
+
+
+def sinh(x):
+    return 0.5 * (anp.exp(x) - anp.exp(-x))
+
+
+def cosh(x):
+    return 0.5 * (anp.exp(x) + anp.exp(-x))
+
+
+def arcsinh(x):
+    return anp.log(x + anp.sqrt(x * x + 1.0))
+
+
+def arccosh(x):
+    return anp.log(x + anp.sqrt(x * x - 1.0))
+
+
+def arctanh(x):
+    return 0.5 * anp.log((1.0 + x) / (1.0 - x))
+
+
+def xlogy(x, y):
+    return x * anp.log(y)
+
+
+def logaddexp(a, b):
+    return anp.log(anp.exp(a) + anp.exp(b))
+
+
+def lerp(start, end, weight):
+    return start + weight * (end - start)
+
+
+def remainder(a, b):
+    """a - b floor(a / b); the floor is a constant (autograd gives it no gradient)."""
+    return a - b * np.floor(getval(a) / getval(b))
+
+
+def fmod(a, b):
+    return a - b * np.trunc(getval(a) / getval(b))
+
+
+def rounded(x, how):
+    """floor / ceil / round / trunc / sign: constant pieces, so 0 * x carries the zero gradient."""
+    return getattr(np, how)(getval(x)) + 0.0 * x
+
+
+# ---- more reductions and shapes (issue 11) -------------------------------------------------
+def norm(x, p=2, axis=None, keepdims=False):
+    axes = _axes(axis, x.ndim)
+    if p == 2 or p == "fro":
+        out = anp.sqrt(anp.sum(x * x, axis=axes, keepdims=True))
+    elif p == math.inf:
+        out = anp.max(anp.abs(x), axis=axes, keepdims=True)
+    elif p == 1:
+        out = anp.sum(anp.abs(x), axis=axes, keepdims=True)
+    else:
+        out = anp.sum(anp.abs(x) ** p, axis=axes, keepdims=True) ** (1.0 / p)
+    return out if keepdims else anp.reshape(out, [n for i, n in enumerate(x.shape)
+                                                  if i not in axes])
+
+
+def _along(x, axis, step):
+    """``step(previous, current)`` along ``axis``, one slice at a time, the results stacked."""
+    axis %= x.ndim
+    slices = [x[(slice(None),) * axis + (i,)] for i in range(x.shape[axis])]
+    out = [slices[0]]
+    for s in slices[1:]:
+        out.append(step(out[-1], s))
+    return anp.stack(out, axis=axis)
+
+
+def cumprod(x, axis):
+    return _along(x, axis, lambda previous, current: previous * current)
+
+
+def cummax(x, axis):
+    return _along(x, axis, lambda previous, current: 0.5 * (previous + current +
+                                                            anp.abs(previous - current)))
+
+
+def cummin(x, axis):
+    return _along(x, axis, lambda previous, current: 0.5 * (previous + current -
+                                                            anp.abs(previous - current)))
+
+
+def logcumsumexp(x, axis):
+    return anp.log(anp.cumsum(anp.exp(x), axis=axis))
+
+
+def tile(x, reps):
+    """Copies concatenated along one axis at a time (leading axes of size 1 added first)."""
+    reps = (1,) * (x.ndim - len(reps)) + tuple(reps)
+    x = anp.reshape(x, (1,) * (len(reps) - x.ndim) + x.shape)
+    for axis, r in enumerate(reps):
+        x = anp.concatenate([x] * r, axis=axis) if r else x[(slice(None),) * axis + (slice(0, 0),)]
+    return x
+
+
+def repeat_interleave(x, repeats, axis):
+    pieces = []
+    counts = [repeats] * x.shape[axis] if isinstance(repeats, int) else list(repeats)
+    for i, count in enumerate(counts):
+        pieces += [x[(slice(None),) * axis + (slice(i, i + 1),)]] * count
+    if not pieces:
+        return x[(slice(None),) * axis + (slice(0, 0),)]
+    return anp.concatenate(pieces, axis=axis)
+
+
+def diagonal(x, offset=0, axis1=0, axis2=1):
+    """Entries (i, i + offset) of the (axis1, axis2) planes picked one at a time, stacked last."""
+    planes = anp.moveaxis(x, (axis1, axis2), (-2, -1))
+    rows, cols = planes.shape[-2:]
+    picked = [planes[..., i, i + offset] for i in range(rows) if 0 <= i + offset < cols]
+    if not picked:
+        return anp.zeros(planes.shape[:-2] + (0,))
+    return anp.stack(picked, axis=-1)
+
+
+def diag(x, k=0):
+    """A vector placed on diagonal k of a zero matrix, as a sum of one-hot outer products."""
+    n = x.shape[0] + (k if k >= 0 else -k)
+    out = 0.0 * anp.zeros((n, n))
+    for i in range(x.shape[0]):
+        row, col = (i, i + k) if k >= 0 else (i - k, i)
+        basis = np.zeros((n, n))
+        basis[row, col] = 1.0
+        out = out + x[i] * basis
+    return out
+
+
+def masked_select(x, mask):
+    shape = np.broadcast_shapes(x.shape, mask.shape)
+    return (x * np.ones(shape))[np.broadcast_to(mask, shape)]
+
+
+def unfold(x, axis, size, step):
+    windows = []
+    for start in range(0, x.shape[axis] - size + 1, step):
+        window = x[(slice(None),) * axis + (slice(start, start + size),)]
+        windows.append(anp.moveaxis(window, axis, -1))
+    return anp.stack(windows, axis=axis)
+
+
+def pad_mode(x, pad_width, mode):
+    """Replicate / reflect / circular padding built from slices and concatenation."""
+    for axis, (before, after) in enumerate(pad_width):
+        def take(start, stop, step=1):
+            return x[(slice(None),) * axis + (slice(start, stop, step),)]
+        n = x.shape[axis]
+        if mode == "replicate":
+            left, right = [take(0, 1)] * before, [take(n - 1, n)] * after
+        elif mode == "reflect":
+            left = [take(i, i + 1) for i in range(before, 0, -1)]
+            right = [take(n - 2 - i, n - 1 - i) for i in range(after)]
+        else:
+            left = [take(n - before, n)] if before else []
+            right = [take(0, after)] if after else []
+        x = anp.concatenate(left + [x] + right, axis=axis)
+    return x
+
+
+# ---- activations and losses of functional.py (issue 11) ------------------------------------
+def silu(x):
+    return x / (1.0 + anp.exp(-x))
+
+
+def mish(x):
+    return x * anp.tanh(anp.log(1.0 + anp.exp(x)))
+
+
+def logsigmoid(x):
+    return -anp.log(1.0 + anp.exp(-x))
+
+
+def leaky_relu(x, negative_slope=0.01):
+    return anp.where(x > 0, x, negative_slope * x)
+
+
+def elu(x, alpha=1.0):
+    return anp.where(x > 0, x, alpha * (anp.exp(x) - 1.0))
+
+
+def selu(x):
+    return 1.0507009873554804934193349852946 * elu(x, 1.6732632423543772848170429916717)
+
+
+def hardtanh(x, low=-1.0, high=1.0):
+    return anp.where(x < low, low, anp.where(x > high, high, x))
+
+
+def relu6(x):
+    return hardtanh(x, 0.0, 6.0)
+
+
+def hardsigmoid(x):
+    return relu6(x + 3.0) / 6.0
+
+
+def hardswish(x):
+    return x * hardsigmoid(x)
+
+
+def softsign(x):
+    return x / (1.0 + anp.abs(x))
+
+
+def softplus_beta(x, beta, threshold):
+    smooth = anp.log(1.0 + anp.exp(beta * x)) / beta
+    return smooth if threshold is None else anp.where(beta * x > threshold, x, smooth)
+
+
+def _halves(x, axis):
+    n = x.shape[axis] // 2
+    return (x[(slice(None),) * (axis % x.ndim) + (slice(0, n),)],
+            x[(slice(None),) * (axis % x.ndim) + (slice(n, None),)])
+
+
+def glu(x, axis=-1):
+    a, b = _halves(x, axis)
+    return a / (1.0 + anp.exp(-b))
+
+
+def swiglu(x, axis=-1):
+    a, b = _halves(x, axis)
+    return silu(a) * b
+
+
+def geglu(x, axis=-1):
+    a, b = _halves(x, axis)
+    return gelu(a) * b
+
+
+def normalize(x, p=2.0, axis=1, eps=1e-12):
+    n = norm(x, p, axis, keepdims=True)
+    return x / anp.maximum(n, eps)
+
+
+def binary_cross_entropy(p, t):
+    return anp.mean(-(t * anp.log(p) + (1.0 - t) * anp.log(1.0 - p)))
+
+
+def scatter_reduce(x, src, index, axis, reduce, include_self):
+    """Each position's contributions gathered in a dict, reduced one position at a time."""
+    contributions = {}
+    for pos in np.ndindex(*index.shape):
+        target = list(pos)
+        target[axis] = int(index[pos]) % x.shape[axis]
+        contributions.setdefault(tuple(target), []).append(src[pos])
+    cells = []
+    for pos in np.ndindex(*x.shape):
+        values = contributions.get(pos)
+        if values is None:
+            cells.append(x[pos])
+            continue
+        values = ([x[pos]] if include_self else []) + values
+        result = values[0]
+        for v in values[1:]:
+            if reduce in ("sum", "mean"):
+                result = result + v
+            elif reduce == "prod":
+                result = result * v
+            elif reduce == "amax":
+                result = 0.5 * (result + v + anp.abs(result - v))
+            else:
+                result = 0.5 * (result + v - anp.abs(result - v))
+        cells.append(result / len(values) if reduce == "mean" else result)
+    return anp.reshape(anp.array(cells), x.shape)
+
+
+def scatter(x, src, index, axis):
+    """Writes one at a time (each position written at most once in the tests)."""
+    return scatter_reduce(x, src, index, axis, "sum", include_self=False)
