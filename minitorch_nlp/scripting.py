@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from .autograd.random import manual_seed
@@ -20,7 +21,7 @@ def example_parser(name, description, *, steps=None, backend=True, text=None):
     ``--out`` (default ``runs/NAME``), ``--seed``; ``--steps`` when ``steps`` gives its help
     ("training steps (1500; smoke: 10)"), ``--backend`` (numpy default) unless ``backend`` is
     False, and ``--text`` when ``text`` gives its help. The example adds its own options."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = _ExampleParser(description=description)
     parser.add_argument("--smoke", action="store_true", help="tiny, runs in seconds")
     parser.add_argument("--out", default=f"runs/{name}", help=f"output folder (runs/{name})")
     parser.add_argument("--seed", type=int, default=0, help="seed for data and weights (0)")
@@ -31,6 +32,17 @@ def example_parser(name, description, *, steps=None, backend=True, text=None):
     if text is not None:
         parser.add_argument("--text", help=text)
     return parser
+
+
+class _ExampleParser(argparse.ArgumentParser):
+    """Ignores the Jupyter kernel's own command line (``ipykernel_launcher.py -f FILE ...``), so
+    that an example opened as a notebook (``jupytext --to ipynb``) runs top to bottom with its
+    defaults; a first cell that sets ``sys.argv`` (``["x.py", "--smoke"]``) still chooses them."""
+
+    def parse_args(self, args=None, namespace=None):
+        if args is None and sys.argv and sys.argv[0].endswith("ipykernel_launcher.py"):
+            args = []
+        return super().parse_args(args, namespace)
 
 
 def start(args, settings=None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -82,3 +83,15 @@ def test_every_example_uses_the_shared_plumbing(script):
     assert "scripting.example_parser(" in source and "scripting.start(" in source
     assert "plots.save(" in source and "argparse.ArgumentParser" not in source
     assert "matplotlib.use" not in source
+
+
+def test_an_example_opened_as_a_notebook_ignores_the_kernels_command_line(monkeypatch):
+    """``jupytext --to ipynb`` of an example runs top to bottom: the kernel's own arguments are
+    not the example's, while a first cell that sets sys.argv still picks the options."""
+    parser = scripting.example_parser("demo_example", "what it shows", steps="steps")
+    monkeypatch.setattr(sys, "argv", ["/venv/ipykernel_launcher.py", "-f", "kernel-1.json",
+                                      "--HistoryManager.hist_file=:memory:"])
+    args = parser.parse_args()
+    assert (args.smoke, args.out, args.steps) == (False, "runs/demo_example", None)
+    monkeypatch.setattr(sys, "argv", ["demo_example.py", "--smoke", "--steps", "3"])
+    assert parser.parse_args().smoke and parser.parse_args().steps == 3
