@@ -14,7 +14,8 @@ import minitorch_nlp as mt
 from minitorch_nlp import cli, cookbook
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "systems").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+         *sorted((ROOT / "docs" / "systems").glob("*.md"))]
 # Folders that a page's blocks read, and the command (run from the page's folder) that writes them.
 PREREQUISITES = {
     "runs/gpt2_generate/model": [str(ROOT / "examples" / "gpt2_generate.py"), "--smoke",

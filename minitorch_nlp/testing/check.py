@@ -205,7 +205,7 @@ _SPECS = (
          lambda: _attention_cases(False),
          lambda q, k, causal, key_mask: _per_head(reference_transformer.eq11_attention_weights,
                                                   key_mask, causal, q, k),
-         "minitorch_nlp.nn.transformer:attention_weights",
+         "minitorch_nlp.functional:attention_weights",
          "The survey's eq 11 omits the 1/sqrt(d_k) scale; Vaswani et al. (2017, eq. 1) have it, "
          "and so must the candidate."),
     Spec(12, "scaled_dot_product_attention",
