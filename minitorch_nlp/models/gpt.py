@@ -43,7 +43,6 @@ import numpy as np
 
 from .. import checks, cookbook, decoding
 from .. import functional as F
-from ..autograd import Tensor
 from ..io.huggingface import (HFArchitecture, Rule, concat_columns, register_architecture,
                               split_columns, transpose)
 from ..nn import (Dropout, Embedding, LearnedPositionalEmbedding, Linear, Module,
