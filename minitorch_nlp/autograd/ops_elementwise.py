@@ -179,16 +179,30 @@ class Abs(Function):
         return grad * ctx.sign
 
 
-class Exp(Function):
-    @staticmethod
-    def forward(ctx, x):
+class _OutputDerivative(Function):
+    """A real function computed by the ufunc ``ufunc`` of the backend, whose derivative
+    ``derivative(y)`` is written with tensor operations of its output y (so it differentiates
+    again, and the input need not be kept)."""
+
+    ufunc = ""
+
+    @classmethod
+    def forward(cls, ctx, x):
         x = _real(x)
         ctx.save_output()
-        return _xp(ctx).exp(x)
+        return getattr(_xp(ctx), cls.ufunc)(x)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad * ctx.output
+        return grad * ctx.fn.derivative(ctx.output)
+
+
+class Exp(_OutputDerivative):
+    ufunc = "exp"
+
+    @staticmethod
+    def derivative(y):
+        return y
 
 
 class Log(Function):
@@ -269,31 +283,22 @@ class Cos(Function):
         return -grad * sin(x)
 
 
-class Expm1(Function):
+class Expm1(_OutputDerivative):
     """e^x - 1, accurate for small x."""
 
-    @staticmethod
-    def forward(ctx, x):
-        x = _real(x)
-        ctx.save_output()
-        return _xp(ctx).expm1(x)
+    ufunc = "expm1"
 
     @staticmethod
-    def backward(ctx, grad):
-        return grad * (ctx.output + 1.0)
+    def derivative(y):
+        return y + 1.0
 
 
-class Tan(Function):
-    @staticmethod
-    def forward(ctx, x):
-        x = _real(x)
-        ctx.save_output()
-        return _xp(ctx).tan(x)
+class Tan(_OutputDerivative):
+    ufunc = "tan"
 
     @staticmethod
-    def backward(ctx, grad):
-        y = ctx.output
-        return grad * (1.0 + y * y)
+    def derivative(y):
+        return 1.0 + y * y
 
 
 class _InputDerivative(Function):
@@ -421,17 +426,12 @@ class XLogY(Function):
         return grad_x, grad_y
 
 
-class Tanh(Function):
-    @staticmethod
-    def forward(ctx, x):
-        x = _real(x)
-        ctx.save_output()
-        return _xp(ctx).tanh(x)
+class Tanh(_OutputDerivative):
+    ufunc = "tanh"
 
     @staticmethod
-    def backward(ctx, grad):
-        y = ctx.output
-        return grad * (1.0 - y * y)
+    def derivative(y):
+        return 1.0 - y * y
 
 
 class Sigmoid(Function):
