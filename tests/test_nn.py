@@ -801,3 +801,42 @@ def test_a_replaced_output_is_differentiated_through_the_hook():
     x = mt.tensor([1.0, -2.0], dtype=mt.float64, requires_grad=True)
     module(x, factor=3.0).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 2 * 9.0 * x.numpy())     # d(3x)^2/dx = 18x
+
+
+# ---- functional_call / replaced_tensors ---------------------------------------------------------
+def test_functional_call_computes_with_the_given_tensors_and_leaves_the_module_as_it_was():
+    layer = nn.Linear(3, 2)
+    original = layer.weight
+    weight = mt.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    x = mt.ones(4, 3)
+    out = nn.functional_call(layer, {"weight": weight}, x)
+    np.testing.assert_allclose(out.numpy(), x.numpy() @ weight.numpy().T + layer.bias.numpy())
+    out.sum().backward()
+    np.testing.assert_allclose(weight.grad.numpy(), np.full((2, 3), 4.0))
+    assert layer.weight is original and original.grad is None
+    assert layer.bias.grad is not None   # a parameter not replaced is used, and trained, as usual
+    assert dict(layer.named_parameters())["weight"] is original
+
+
+def test_replaced_tensors_reaches_nested_modules_and_restores_them_after_an_error():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 1))
+    first, zero = model[0].weight, mt.zeros(2, 2)
+    with pytest.raises(RuntimeError, match="inside"):
+        with nn.replaced_tensors(model, {"0.weight": zero}):
+            assert model[0].weight is zero
+            raise RuntimeError("inside")
+    assert model[0].weight is first
+
+
+@pytest.mark.parametrize("tensors, error, message", [
+    ({"weight2": mt.zeros(2, 3)}, KeyError, "no parameter or buffer 'weight2'"),
+    ({"weight": mt.zeros(3, 2)}, ValueError, r"'weight' has shape \(3, 2\), the module's has "
+                                             r"\(2, 3\)"),
+    ({"weight": np.zeros((2, 3))}, TypeError, "'weight' must be a Tensor, got ndarray"),
+])
+def test_replaced_tensors_refuses_unknown_names_wrong_shapes_and_arrays(tensors, error, message):
+    layer = nn.Linear(3, 2)
+    original = layer.weight
+    with pytest.raises(error, match=message):
+        nn.functional_call(layer, tensors, mt.ones(1, 3))
+    assert layer.weight is original

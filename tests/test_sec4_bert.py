@@ -141,27 +141,18 @@ def test_pretraining_model_matches_the_reference(seed):
 
 @pytest.mark.eq(25)
 @given(st.integers(1, 3), st.integers(1, 5), st.integers(2, 6), S.seeds())
-def test_eq25_masked_lm_loss_is_the_mean_log_likelihood_of_the_chosen_tokens(batch_size, time,
-                                                                             vocab, seed):
-    """L_BERT = sum_{x in T} log p(x | N) (eq 25); the loss is its negation averaged over |T|,
-    and its gradient flows only through the chosen positions' predictions."""
+def test_eq25_gradient_flows_only_through_the_chosen_positions(batch_size, time, vocab, seed):
+    """The values and gradients of eq 25 are checked by ``check_equation(25, ...)``
+    (tests/test_check.py); here: positions not chosen (-100) get no gradient at all."""
     rng = np.random.default_rng(seed)
     logits = rng.standard_normal((batch_size, time, vocab))
     labels = np.where(rng.random((batch_size, time)) < 0.5,
                       rng.integers(0, vocab, logits.shape[:2]), -100)
     labels[0, 0] = rng.integers(vocab)
-
-    def reference(logits):
-        terms = [anp.log(anp.exp(logits[b, t, labels[b, t]]) / anp.sum(anp.exp(logits[b, t])))
-                 for b in range(batch_size) for t in range(time) if labels[b, t] != -100]
-        return -sum(terms) / len(terms)
-
     x = mt.tensor(logits, dtype=mt.float64, requires_grad=True)
-    loss = masked_lm_loss(x, labels)
-    np.testing.assert_allclose(loss.item(), reference(logits), **TOL)
-    loss.backward()
-    np.testing.assert_allclose(x.grad.numpy(), autograd.grad(reference)(logits), **TOL)
+    masked_lm_loss(x, labels).backward()
     assert np.all(x.grad.numpy()[labels == -100] == 0)
+    assert np.any(x.grad.numpy()[labels != -100] != 0)
 
 
 # ---- properties ---------------------------------------------------------------------------------

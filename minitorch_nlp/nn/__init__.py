@@ -7,7 +7,7 @@ are weight layouts and default initialisations; the computations live in
 from . import init
 from .containers import ModuleDict, ModuleList, Sequential
 from .layers import GELU, Dropout, Embedding, Identity, LayerNorm, Linear, ReLU, Sigmoid, Softmax, Tanh
-from .module import IncompatibleKeys, Module
+from .module import IncompatibleKeys, Module, functional_call, replaced_tensors
 from .parameter import Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .outputs import ModelOutput
@@ -25,4 +25,5 @@ __all__ = ["GELU", "Dropout", "Embedding", "Identity", "IncompatibleKeys", "Laye
            "LearnedPositionalEmbedding", "ModelOutput", "MultiHeadAttention",
            "SinusoidalPositionalEncoding", "SlidingWindowAttention", "TransformerDecoder",
            "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
-           "TransformerLayer", "TransformerStack", "attention_weights"]
+           "TransformerLayer", "TransformerStack", "attention_weights", "functional_call",
+           "replaced_tensors"]

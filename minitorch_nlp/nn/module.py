@@ -19,7 +19,6 @@ Registered values are also ordinary instance attributes, so reading ``self.weigh
 from __future__ import annotations
 
 import contextlib
-
 from collections import namedtuple
 from collections.abc import Mapping
 
@@ -492,6 +491,49 @@ class Module:
             return f"{type(self).__name__}({lines[0] if lines else ''})"
         body = "\n".join("  " + line for line in lines + children)
         return f"{type(self).__name__}(\n{body}\n)"
+
+
+@contextlib.contextmanager
+def replaced_tensors(module, tensors):
+    """Within the ``with`` block, ``module`` computes with ``tensors`` (dotted name -> Tensor,
+    names as ``named_parameters`` / ``named_buffers`` give them) in place of those parameters
+    and buffers, so gradients flow to the given tensors; afterwards the module is exactly as it
+    was, even if the block raises. A name that is neither a parameter nor a buffer of
+    ``module``, or a tensor whose shape differs from the one it replaces, raises."""
+    known = dict(module.named_parameters(remove_duplicate=False))
+    known.update(module.named_buffers(remove_duplicate=False))
+    swaps = []
+    try:
+        for name, tensor in tensors.items():
+            if name not in known:
+                raise KeyError(f"replaced_tensors: {type(module).__name__} has no parameter or "
+                               f"buffer {name!r}; it has {sorted(known)}")
+            if not isinstance(tensor, Tensor):
+                raise TypeError(f"replaced_tensors: {name!r} must be a Tensor, got "
+                                f"{type(tensor).__name__}")
+            if known[name] is not None and tuple(tensor.shape) != tuple(known[name].shape):
+                raise ValueError(f"replaced_tensors: {name!r} has shape {tuple(tensor.shape)}, "
+                                 f"the module's has {tuple(known[name].shape)}")
+            owner_name, _, leaf = name.rpartition(".")
+            owner = module.get_submodule(owner_name)
+            swaps.append((owner, leaf, owner.__dict__[leaf]))
+            object.__setattr__(owner, leaf, tensor)
+        yield module
+    finally:
+        for owner, leaf, original in reversed(swaps):
+            object.__setattr__(owner, leaf, original)
+
+
+def functional_call(module, tensors, args=(), kwargs=None):
+    """``module(*args, **kwargs)`` computed with ``tensors`` in place of some of its parameters
+    and buffers (see :func:`replaced_tensors`; ``args`` may be a single Tensor or a tuple).
+
+    Gradients flow to the given tensors, not to the module's own Parameters, and the module is
+    left as it was. This is how a module's maths is checked against a reference that takes its
+    weights as arguments (``minitorch_nlp.testing.equation_specs``), and how a function of the
+    weights is differentiated (meta-learning, Hessians with respect to one layer)."""
+    with replaced_tensors(module, tensors):
+        return module(*(args if isinstance(args, tuple) else (args,)), **(kwargs or {}))
 
 
 class _ForwardHook:

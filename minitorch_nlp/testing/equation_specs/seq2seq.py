@@ -1,14 +1,74 @@
-"""Specs of section III's function-level equations: the sequence log-probability (eq 2) and
-Bahdanau attention's weights and context (eq 9-10)."""
+"""Specs of section III's equations: the sequence log-probability (eq 2), the RNN's hidden
+states (eq 3), Luong's and Bahdanau's alignment scores (eq 7-8), and the attention weights and
+context (eq 9-10).
+
+Eq 3, 7 and 8 are computed by modules with weights (``nn.RNN``, ``LuongAttention``,
+``BahdanauAttention``); their specs take the weights as arguments, and the library's side is the
+module run with those weights through ``nn.functional_call``."""
 from __future__ import annotations
 
 import autograd.numpy as anp
 import numpy as np
 from hypothesis import strategies as st
 
+import minitorch_nlp as mt
+from minitorch_nlp import nn
+from minitorch_nlp.models.seq2seq import BahdanauAttention, LuongAttention
+
 from .. import strategies as S
 from ..reference import seq2seq as reference
 from ..spec import Spec
+
+
+def rnn_hidden_states(x, h0, U, W, b):
+    """H_{t+1} = tanh(U X_{t+1} + W H_t + b) (eq 3) along each sequence of ``x``
+    (batch, T, input), from ``h0`` (batch, hidden): the states H_1 .. H_T, (batch, T, hidden).
+
+    The library's ``nn.RNN`` (tanh cell, batch first) computes it with these weights."""
+    rnn = nn.RNN(U.shape[1], U.shape[0], batch_first=True)
+    weights = {"weight_ih_l0": U, "weight_hh_l0": W, "bias_ih_l0": b,
+               "bias_hh_l0": mt.zeros(U.shape[0], dtype=b.dtype)}
+    states, _ = nn.functional_call(rnn, weights, (x, h0.unsqueeze(0)))
+    return states
+
+
+def luong_general_scores(h_t, hs, W_a):
+    """Luong et al.'s "general" alignment scores e_tj = h_t^T W_a h_j (eq 7) of each query
+    ``h_t`` (batch, query) against its source states ``hs`` (batch, S, key): (batch, S).
+
+    The library's ``LuongAttention(score="general")`` computes it with this W_a."""
+    attention = LuongAttention(W_a.shape[0], W_a.shape[1], score="general")
+    with nn.replaced_tensors(attention, {"key_proj.weight": W_a}):
+        return attention.score(h_t, attention.project_keys(hs))
+
+
+def additive_scores(s_prev, hs, W, U, v):
+    """Bahdanau et al.'s e_ij = v^T tanh(W s_{i-1} + U h_j) (eq 8) of each decoder state
+    ``s_prev`` (batch, query) against its source states ``hs`` (batch, S, key): (batch, S).
+
+    The library's ``BahdanauAttention`` computes it with these W, U, v."""
+    attention = BahdanauAttention(W.shape[1], U.shape[1], W.shape[0])
+    with nn.replaced_tensors(attention, {"query_proj.weight": W, "key_proj.weight": U,
+                                         "v.weight": v.unsqueeze(0)}):
+        return attention.score(s_prev, attention.project_keys(hs))
+
+
+@st.composite
+def _rnn_cases(draw):
+    batch, time, inputs, hidden = (draw(st.integers(1, 3)) for _ in range(4))
+    return {"x": draw(S.arrays((batch, time, inputs))), "h0": draw(S.arrays((batch, hidden))),
+            "U": draw(S.arrays((hidden, inputs))), "W": draw(S.arrays((hidden, hidden))),
+            "b": draw(S.arrays((hidden,)))}
+
+
+@st.composite
+def _score_cases(draw, additive):
+    batch, source, query, key, size = (draw(st.integers(1, 3)) for _ in range(5))
+    case = {"query": draw(S.arrays((batch, query))), "hs": draw(S.arrays((batch, source, key)))}
+    if additive:
+        return {"s_prev": case["query"], "hs": case["hs"], "W": draw(S.arrays((size, query))),
+                "U": draw(S.arrays((size, key))), "v": draw(S.arrays((size,)))}
+    return {"h_t": case["query"], "hs": case["hs"], "W_a": draw(S.arrays((query, key)))}
 
 
 @st.composite
@@ -35,6 +95,18 @@ def _weights_and_memory(draw):
 
 
 SPECS = (
+    Spec(3, "rnn_hidden_states",
+         (("x", "float64 (batch, T, input), the inputs X_1 .. X_T"),
+          ("h0", "float64 (batch, hidden), the initial state H_0"),
+          ("U", "float64 (hidden, input)"), ("W", "float64 (hidden, hidden)"),
+          ("b", "float64 (hidden,)")),
+         "float64 (batch, T, hidden): H_1 .. H_T, H_{t+1} = tanh(U X_{t+1} + W H_t + b)",
+         ("x", "h0", "U", "W", "b"),
+         _rnn_cases,
+         lambda x, h0, U, W, b: anp.stack([reference.eq03_rnn_hidden_states(x[i], h0[i], U, W, b)
+                                           for i in range(x.shape[0])]),
+         "minitorch_nlp.testing.equation_specs.seq2seq:rnn_hidden_states",
+         "The library's side is nn.RNN run with these weights (nn.functional_call)."),
     Spec(2, "sequence_log_prob",
          (("logits", "float64 (batch, T, V), teacher-forced scores of the next token"),
           ("targets", "int64 (batch, T), the target tokens; positions holding pad_id count "
@@ -45,6 +117,33 @@ SPECS = (
          lambda: logits_and_ids("targets", 0).map(lambda case: {**case, "pad_id": 0}),
          reference.eq02_sequence_log_prob,
          "minitorch_nlp.decoding:sequence_log_prob"),
+    Spec(7, "luong_general_scores",
+         (("h_t", "float64 (batch, query), the decoder's current state"),
+          ("hs", "float64 (batch, S, key), the source states h_j"),
+          ("W_a", "float64 (query, key)")),
+         "float64 (batch, S): e_tj = h_t^T W_a h_j (Luong et al.'s general score)",
+         ("h_t", "hs", "W_a"),
+         lambda: _score_cases(False),
+         lambda h_t, hs, W_a: anp.stack([
+             reference.eq07_alignment_scores(h_t[i], hs[i], "general", W_a)
+             for i in range(h_t.shape[0])]),
+         "minitorch_nlp.testing.equation_specs.seq2seq:luong_general_scores",
+         "The survey's eq 7 names the score function a; Luong et al. (2015, eq 8) give three. "
+         "This checks the 'general' one; the library's side is LuongAttention with this W_a."),
+    Spec(8, "additive_scores",
+         (("s_prev", "float64 (batch, query), the previous decoder state s_{i-1}"),
+          ("hs", "float64 (batch, S, key), the source states h_j"),
+          ("W", "float64 (size, query)"), ("U", "float64 (size, key)"),
+          ("v", "float64 (size,)")),
+         "float64 (batch, S): e_ij = v^T tanh(W s_{i-1} + U h_j)",
+         ("s_prev", "hs", "W", "U", "v"),
+         lambda: _score_cases(True),
+         lambda s_prev, hs, W, U, v: anp.stack([
+             reference.eq08_additive_scores(s_prev[i], hs[i], W, U, v)
+             for i in range(s_prev.shape[0])]),
+         "minitorch_nlp.testing.equation_specs.seq2seq:additive_scores",
+         "The survey writes W_comb tanh(W_dec H_dec + W_enc H_enc); Bahdanau et al. (2015, "
+         "appendix A.1.2) name them v_a, W_a, U_a. The library's side is BahdanauAttention."),
     Spec(9, "alignment_weights",
          (("scores", "float64 (batch, S), the alignment scores e_j"),
           ("mask", "bool (batch, S), True at real source tokens (at least one per row)")),
