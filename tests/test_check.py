@@ -29,6 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize("number", [
     pytest.param(2, marks=[pytest.mark.eq(2), pytest.mark.sec3]),
     pytest.param(3, marks=[pytest.mark.eq(3), pytest.mark.sec3]),
+    pytest.param(4, marks=[pytest.mark.eq(4), pytest.mark.sec3]),
+    pytest.param(5, marks=[pytest.mark.eq(5), pytest.mark.sec3]),
+    pytest.param(6, marks=[pytest.mark.eq(6), pytest.mark.sec3]),
     pytest.param(7, marks=[pytest.mark.eq(7), pytest.mark.sec3]),
     pytest.param(8, marks=[pytest.mark.eq(8), pytest.mark.sec3]),
     pytest.param(9, marks=[pytest.mark.eq(9), pytest.mark.sec3]),
@@ -37,8 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(12, marks=[pytest.mark.eq(12), pytest.mark.sec4]),
     pytest.param(17, marks=[pytest.mark.eq(17), pytest.mark.sec4]),
     pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4]),
+    pytest.param(19, marks=[pytest.mark.eq(19), pytest.mark.sec4]),
     pytest.param(20, marks=[pytest.mark.eq(20), pytest.mark.sec4]),
     pytest.param(21, marks=[pytest.mark.eq(21), pytest.mark.sec4]),
+    pytest.param(22, marks=[pytest.mark.eq(22), pytest.mark.sec4]),
     pytest.param(25, marks=[pytest.mark.eq(25), pytest.mark.sec4])])
 def test_the_librarys_implementation_passes_its_check(number):
     """Equations are listed literally (not read from ``specs``) so that ``minitorch-nlp

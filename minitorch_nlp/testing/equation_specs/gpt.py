@@ -1,8 +1,9 @@
-"""Specs of GPT-1's equations: the language-modelling objective (eq 18), the input embedding
-h_0 (eq 20) and the tied output distribution (eq 21).
+"""Specs of GPT-1's equations: the language-modelling objective (eq 18), the stack of blocks
+(eq 19), the input embedding h_0 (eq 20), the tied output distribution (eq 21) and the
+fine-tuning classifier (eq 22).
 
-Eq 20-21 are computed inside ``GPTModel``; their specs take the embedding matrices as
-arguments, and the library's side is a one-block ``GPTModel`` run with them
+Eq 19-22 are computed inside modules (``GPTModel``, ``SequenceSummary``); their specs take the
+weights as arguments, and the library's side is the module run with them
 (``nn.replaced_tensors``)."""
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 
 from minitorch_nlp import functional as F
 from minitorch_nlp import nn
-from minitorch_nlp.models.gpt import GPTConfig, GPTModel
+import minitorch_nlp as mt
+from minitorch_nlp.models.gpt import GPTConfig, GPTModel, SequenceSummary
 
 from .. import strategies as S
 
@@ -32,10 +34,55 @@ def _causal_lm_reference(logits, labels):
     return -total / count if count else 0.0 * anp.sum(logits)
 
 
-def _gpt(vocab_size, n_positions, n_embd):
+def _gpt(vocab_size, n_positions, n_embd, n_head=1):
+    """A GPT-1 (post-LN) ``GPTModel`` with one block and no dropout."""
     return GPTModel(GPTConfig(vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd,
-                              n_layer=1, n_head=1, resid_pdrop=0.0, embd_pdrop=0.0,
-                              attn_pdrop=0.0))
+                              n_layer=1, n_head=n_head, resid_pdrop=0.0, embd_pdrop=0.0,
+                              attn_pdrop=0.0, variant="gpt1"))
+
+
+# The reference's names of one block's weights -> the library's (GPTModel.blocks.layers.0).
+_BLOCK = {"q_w": "self_attn.q_proj.weight", "q_b": "self_attn.q_proj.bias",
+          "k_w": "self_attn.k_proj.weight", "k_b": "self_attn.k_proj.bias",
+          "v_w": "self_attn.v_proj.weight", "v_b": "self_attn.v_proj.bias",
+          "o_w": "self_attn.out_proj.weight", "o_b": "self_attn.out_proj.bias",
+          "ln1_g": "norm1.weight", "ln1_b": "norm1.bias", "ln2_g": "norm2.weight",
+          "ln2_b": "norm2.bias", "fc_w": "feed_forward.linear1.weight",
+          "fc_b": "feed_forward.linear1.bias", "proj_w": "feed_forward.linear2.weight",
+          "proj_b": "feed_forward.linear2.bias"}
+
+
+def transformer_blocks(h0, *, params, n_head):
+    """h_l = transformer_block(h_{l-1}) (eq 19) for GPT-1's post-LN blocks: masked multi-head
+    self-attention then the GELU (tanh form) feed-forward, each added to its input and
+    layer-normalised (eps 1e-5). ``h0`` (batch, T, d); ``params["layers"]`` a list of dicts of
+    float64 arrays, one per block (``q_w`` (d, d), ``q_b`` (d,), likewise ``k``, ``v``, ``o``;
+    ``ln1_g``, ``ln1_b``, ``ln2_g``, ``ln2_b`` (d,); ``fc_w`` (d_ff, d), ``fc_b`` (d_ff,),
+    ``proj_w`` (d, d_ff), ``proj_b`` (d,)). Returns h_n (batch, T, d).
+
+    The library's ``GPTModel`` blocks compute it with these weights."""
+    layers = params["layers"]
+    d = h0.shape[-1]
+    config = GPTConfig(vocab_size=1, n_positions=h0.shape[1], n_embd=d, n_layer=len(layers),
+                       n_head=n_head, n_inner=layers[0]["fc_w"].shape[0], resid_pdrop=0.0,
+                       embd_pdrop=0.0, attn_pdrop=0.0, variant="gpt1")
+    blocks = GPTModel(config).blocks
+    weights = {f"layers.{i}.{_BLOCK[name]}": mt.tensor(array, dtype=h0.dtype)
+               for i, layer in enumerate(layers) for name, array in layer.items()}
+    with nn.replaced_tensors(blocks, weights):
+        return blocks(h0).last_hidden_state
+
+
+def label_distribution(h, W_y, b_y):
+    """P(y | x^1 .. x^m) = softmax(h_l^m W_y + b_y) (eq 22) for the extract tokens' states
+    ``h`` (batch, n_embd): (batch, num_labels). ``W_y`` is (num_labels, n_embd), as a Linear
+    layer stores it.
+
+    The library's classifier head (``SequenceSummary``, whose output ``GPTForFineTuning``
+    feeds to its softmax) computes the scores with these W_y, b_y."""
+    head = SequenceSummary(W_y.shape[1], W_y.shape[0], dropout=0.0)
+    scores = nn.functional_call(head, {"summary.weight": W_y, "summary.bias": b_y}, h)
+    return F.softmax(scores, axis=-1)
 
 
 def input_embedding(W_e, W_p, *, ids):
@@ -65,6 +112,29 @@ def _embedding_cases(draw):
     ids = draw(S.arrays((batch, time), 0, vocab - 1).map(lambda a: np.rint(a).astype(np.int64)))
     return {"W_e": draw(S.arrays((vocab, dim))), "W_p": draw(S.arrays((positions, dim))),
             "ids": ids}
+
+
+@st.composite
+def _block_cases(draw):
+    batch, time, n_head, d_k, d_ff, depth = (draw(st.integers(1, 2)) for _ in range(6))
+    d = n_head * d_k
+    shapes = {"q_w": (d, d), "k_w": (d, d), "v_w": (d, d), "o_w": (d, d), "fc_w": (d_ff, d),
+              "proj_w": (d, d_ff), "q_b": (d,), "k_b": (d,), "v_b": (d,), "o_b": (d,),
+              "fc_b": (d_ff,), "proj_b": (d,), "ln1_b": (d,), "ln2_b": (d,)}
+    layers = []
+    for _ in range(depth):
+        layer = {name: draw(S.arrays(shape)) for name, shape in shapes.items()}
+        layer.update({name: draw(S.arrays((d,), 0.5, 1.5)) for name in ("ln1_g", "ln2_g")})
+        layers.append(layer)
+    return {"h0": draw(S.arrays((batch, time, d))), "params": {"layers": layers},
+            "n_head": n_head}
+
+
+@st.composite
+def _classifier_cases(draw):
+    batch, labels, dim = draw(st.integers(1, 3)), draw(st.integers(2, 4)), draw(st.integers(1, 4))
+    return {"h": draw(S.arrays((batch, dim))), "W_y": draw(S.arrays((labels, dim))),
+            "b_y": draw(S.arrays((labels,)))}
 
 
 @st.composite
@@ -105,4 +175,29 @@ SPECS = (
          lambda h, W_e: anp.stack([reference.eq21_output_distribution(row, W_e) for row in h]),
          "minitorch_nlp.testing.equation_specs.gpt:tied_output_distribution",
          "The library's side is GPTModel.lm_logits (the tied output layer) and a softmax."),
+    Spec(19, "transformer_blocks",
+         (("h0", "float64 (batch, T, d), the input embeddings h_0"),
+          ("params", "{'layers': [dict of float64 arrays per block]}: q_w, k_w, v_w, o_w (d, d) "
+                     "and their biases q_b ... (d,); ln1_g, ln1_b, ln2_g, ln2_b (d,); fc_w "
+                     "(d_ff, d), fc_b (d_ff,); proj_w (d, d_ff), proj_b (d,)"),
+          ("n_head", "int, the number of heads (d divisible by it)")),
+         "float64 (batch, T, d): h_n after GPT-1's post-LN blocks (causal self-attention, "
+         "tanh-GELU feed-forward, residuals, LayerNorm eps 1e-5)",
+         ("h0",),
+         _block_cases,
+         lambda h0, params, n_head: anp.stack([
+             reference.eq19_transformer_blocks(row, params, n_head) for row in h0]),
+         "minitorch_nlp.testing.equation_specs.gpt:transformer_blocks",
+         "The survey's eq 19 writes the index as 'for all i in [1, n]'; it is the block index l. "
+         "The weights are given (not differentiated here): eq 12's spec checks attention's "
+         "gradients. The library's side is GPTModel's blocks with these weights."),
+    Spec(22, "label_distribution",
+         (("h", "float64 (batch, n_embd), the extract token's final state h_l^m"),
+          ("W_y", "float64 (num_labels, n_embd)"), ("b_y", "float64 (num_labels,)")),
+         "float64 (batch, num_labels): softmax(h W_y^T + b_y)",
+         ("h", "W_y", "b_y"),
+         _classifier_cases,
+         lambda h, W_y, b_y: reference.eq22_label_distribution(h, W_y, b_y),
+         "minitorch_nlp.testing.equation_specs.gpt:label_distribution",
+         "Radford et al. write softmax(h W_y); OpenAI's code (and the library) add a bias."),
 )

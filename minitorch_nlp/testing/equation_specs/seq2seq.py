@@ -1,10 +1,11 @@
-"""Specs of section III's equations: the sequence log-probability (eq 2), the RNN's hidden
-states (eq 3), Luong's and Bahdanau's alignment scores (eq 7-8), and the attention weights and
-context (eq 9-10).
+"""Specs of section III's equations: the sequence log-probability (eq 2), the RNN
+encoder-decoder (eq 3-6), Luong's and Bahdanau's alignment scores (eq 7-8), and the attention
+weights and context (eq 9-10).
 
-Eq 3, 7 and 8 are computed by modules with weights (``nn.RNN``, ``LuongAttention``,
-``BahdanauAttention``); their specs take the weights as arguments, and the library's side is the
-module run with those weights through ``nn.functional_call``."""
+Eq 3-8 are computed by modules with weights (``nn.RNN``, ``RNNEncoder``, ``RNNDecoder``,
+``LuongAttention``, ``BahdanauAttention``); their specs take the weights as arguments, and the
+library's side is the module run with those weights (``nn.functional_call``,
+``nn.replaced_tensors``)."""
 from __future__ import annotations
 
 import autograd.numpy as anp
@@ -13,7 +14,9 @@ from hypothesis import strategies as st
 
 import minitorch_nlp as mt
 from minitorch_nlp import nn
-from minitorch_nlp.models.seq2seq import BahdanauAttention, LuongAttention
+from minitorch_nlp import functional as F
+from minitorch_nlp.models.seq2seq import (BahdanauAttention, LuongAttention, RNNDecoder,
+                                          RNNEncoder)
 
 from .. import strategies as S
 from ..reference import seq2seq as reference
@@ -30,6 +33,53 @@ def rnn_hidden_states(x, h0, U, W, b):
                "bias_hh_l0": mt.zeros(U.shape[0], dtype=b.dtype)}
     states, _ = nn.functional_call(rnn, weights, (x, h0.unsqueeze(0)))
     return states
+
+
+def encoder_summary(embedding, U, W, b, V, c, *, ids):
+    """E = tanh(V H_S + c) (eq 4): the summary of each source sentence ``ids`` (batch, S), token
+    ids >= 1 (0 is padding), after the tanh RNN of eq 3 (U, W, b) from H_0 = 0 over the
+    embedded tokens (rows of ``embedding`` (vocab, input)): (batch, summary).
+
+    The library's ``RNNEncoder(cell="rnn")`` computes it with these weights."""
+    encoder = RNNEncoder(embedding.shape[0], embedding.shape[1], U.shape[0], cell="rnn",
+                         summary_size=V.shape[0])
+    weights = {"embed.weight": embedding, "rnn.weight_ih_l0": U, "rnn.weight_hh_l0": W,
+               "rnn.bias_ih_l0": b, "rnn.bias_hh_l0": mt.zeros(U.shape[0], dtype=b.dtype),
+               "summarize.weight": V, "summarize.bias": c}
+    return nn.functional_call(encoder, weights, (ids,)).summary[0]
+
+
+def _decoder(embedding, U_y, U_e, W, b, vocab_size=None):
+    decoder = RNNDecoder(vocab_size or embedding.shape[0], embedding.shape[1], W.shape[0],
+                         cell="rnn")
+    weights = {"embed.weight": embedding,
+               "rnn.weight_ih_l0": mt.concatenate([U_y, U_e], axis=1),
+               "rnn.weight_hh_l0": W, "rnn.bias_ih_l0": b,
+               "rnn.bias_hh_l0": mt.zeros(W.shape[0], dtype=b.dtype)}
+    return decoder, weights
+
+
+def decoder_hidden_states(E, embedding, U_y, U_e, W, b, *, ids):
+    """H'_{t+1} = tanh(U_y y_t + U_e E + W H'_t + b) (eq 5, Cho et al.'s decoder, fed the
+    previous word's embedding y_t and the summary E at every step) from H'_0 = E, for the
+    teacher-forced inputs ``ids`` (batch, T), ids >= 1: (batch, T, hidden).
+
+    The library's ``RNNDecoder(cell="rnn")`` computes it with these weights (its input matrix
+    is [U_y U_e])."""
+    decoder, weights = _decoder(embedding, U_y, U_e, W, b)
+    with nn.replaced_tensors(decoder, weights):
+        states, _ = decoder.hidden_states(ids, {"h": E.unsqueeze(1), "context": E})
+    return states
+
+
+def output_distribution(H, V, c):
+    """O_{t+1} = softmax(V H'_{t+1} + c) (eq 6) for the decoder states ``H`` (batch, T, hidden):
+    (batch, T, vocab).
+
+    The library's ``RNNDecoder`` output layer computes the logits with these V, c."""
+    decoder = RNNDecoder(V.shape[0], 1, V.shape[1], cell="rnn")
+    logits = nn.functional_call(decoder.out, {"weight": V, "bias": c}, H)
+    return F.softmax(logits, axis=-1)
 
 
 def luong_general_scores(h_t, hs, W_a):
@@ -59,6 +109,46 @@ def _rnn_cases(draw):
     return {"x": draw(S.arrays((batch, time, inputs))), "h0": draw(S.arrays((batch, hidden))),
             "U": draw(S.arrays((hidden, inputs))), "W": draw(S.arrays((hidden, hidden))),
             "b": draw(S.arrays((hidden,)))}
+
+
+def _ids(draw, shape, vocab):
+    return draw(S.arrays(shape, 1, vocab - 1).map(lambda a: np.rint(a).astype(np.int64)))
+
+
+@st.composite
+def _encoder_cases(draw):
+    batch, source, embed, hidden, summary = (draw(st.integers(1, 3)) for _ in range(5))
+    vocab = draw(st.integers(2, 5))
+    return {"embedding": draw(S.arrays((vocab, embed))), "U": draw(S.arrays((hidden, embed))),
+            "W": draw(S.arrays((hidden, hidden))), "b": draw(S.arrays((hidden,))),
+            "V": draw(S.arrays((summary, hidden))), "c": draw(S.arrays((summary,))),
+            "ids": _ids(draw, (batch, source), vocab)}
+
+
+@st.composite
+def _decoder_cases(draw):
+    batch, time, embed, hidden = (draw(st.integers(1, 3)) for _ in range(4))
+    vocab = draw(st.integers(2, 5))
+    return {"E": draw(S.arrays((batch, hidden))), "embedding": draw(S.arrays((vocab, embed))),
+            "U_y": draw(S.arrays((hidden, embed))), "U_e": draw(S.arrays((hidden, hidden))),
+            "W": draw(S.arrays((hidden, hidden))), "b": draw(S.arrays((hidden,))),
+            "ids": _ids(draw, (batch, time), vocab)}
+
+
+@st.composite
+def _output_cases(draw):
+    batch, time, hidden, vocab = (draw(st.integers(1, 3)) for _ in range(4))
+    return {"H": draw(S.arrays((batch, time, hidden))), "V": draw(S.arrays((vocab, hidden))),
+            "c": draw(S.arrays((vocab,)))}
+
+
+def _encoder_reference(embedding, U, W, b, V, c, ids):
+    rows = []
+    for row in ids:
+        states = reference.eq03_rnn_hidden_states(reference.embed(embedding, row),
+                                                  np.zeros(U.shape[0]), U, W, b)
+        rows.append(reference.eq04_encoder_summary(states[-1], V, c))
+    return anp.stack(rows)
 
 
 @st.composite
@@ -117,6 +207,46 @@ SPECS = (
          lambda: logits_and_ids("targets", 0).map(lambda case: {**case, "pad_id": 0}),
          reference.eq02_sequence_log_prob,
          "minitorch_nlp.decoding:sequence_log_prob"),
+    Spec(4, "encoder_summary",
+         (("embedding", "float64 (vocab, input), the token embeddings"),
+          ("U", "float64 (hidden, input)"), ("W", "float64 (hidden, hidden)"),
+          ("b", "float64 (hidden,)"), ("V", "float64 (summary, hidden)"),
+          ("c", "float64 (summary,)"),
+          ("ids", "int64 (batch, S), the source tokens, all >= 1 (no padding)")),
+         "float64 (batch, summary): E = tanh(V H_S + c), H_S the last state of eq 3's RNN "
+         "(from H_0 = 0)",
+         ("embedding", "U", "W", "b", "V", "c"),
+         _encoder_cases,
+         _encoder_reference,
+         "minitorch_nlp.testing.equation_specs.seq2seq:encoder_summary",
+         "The survey's E = tanh(V H + b) is Cho et al.'s summary c = tanh(V h_N). The library's "
+         "side is RNNEncoder(cell='rnn') with these weights."),
+    Spec(5, "decoder_hidden_states",
+         (("E", "float64 (batch, hidden), the encoder's summary (also H'_0)"),
+          ("embedding", "float64 (vocab, embed), the target embeddings"),
+          ("U_y", "float64 (hidden, embed)"), ("U_e", "float64 (hidden, hidden)"),
+          ("W", "float64 (hidden, hidden)"), ("b", "float64 (hidden,)"),
+          ("ids", "int64 (batch, T), the decoder's inputs y_t, all >= 1")),
+         "float64 (batch, T, hidden): H'_{t+1} = tanh(U_y y_t + U_e E + W H'_t + b), H'_0 = E",
+         ("E", "embedding", "U_y", "U_e", "W", "b"),
+         _decoder_cases,
+         lambda E, embedding, U_y, U_e, W, b, ids: anp.stack([
+             reference.eq05_decoder_hidden_states(reference.embed(embedding, row), E[i], E[i],
+                                                  U_y, U_e, W, b)
+             for i, row in enumerate(ids)]),
+         "minitorch_nlp.testing.equation_specs.seq2seq:decoder_hidden_states",
+         "The survey's eq 5 feeds only E; Cho et al. (2014, section 2.2) also feed the previous "
+         "word, which makes the decoder a conditional language model. The library's side is "
+         "RNNDecoder(cell='rnn') with these weights."),
+    Spec(6, "output_distribution",
+         (("H", "float64 (batch, T, hidden), the decoder states H'"),
+          ("V", "float64 (vocab, hidden)"), ("c", "float64 (vocab,)")),
+         "float64 (batch, T, vocab): O = softmax(V H' + c) at every position",
+         ("H", "V", "c"),
+         _output_cases,
+         lambda H, V, c: anp.stack([reference.eq06_output_distribution(h, V, c) for h in H]),
+         "minitorch_nlp.testing.equation_specs.seq2seq:output_distribution",
+         "The library's side is RNNDecoder's output layer with these V, c, and a softmax."),
     Spec(7, "luong_general_scores",
          (("h_t", "float64 (batch, query), the decoder's current state"),
           ("hs", "float64 (batch, S, key), the source states h_j"),
