@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(20, marks=[pytest.mark.eq(20), pytest.mark.sec4]),
     pytest.param(21, marks=[pytest.mark.eq(21), pytest.mark.sec4]),
     pytest.param(22, marks=[pytest.mark.eq(22), pytest.mark.sec4]),
+    pytest.param(23, marks=[pytest.mark.eq(23), pytest.mark.sec4]),
+    pytest.param(24, marks=[pytest.mark.eq(24), pytest.mark.sec4]),
     pytest.param(25, marks=[pytest.mark.eq(25), pytest.mark.sec4])])
 def test_the_librarys_implementation_passes_its_check(number):
     """Equations are listed literally (not read from ``specs``) so that ``minitorch-nlp

@@ -50,7 +50,8 @@ from ..nn import (Dropout, Embedding, LearnedPositionalEmbedding, Linear, Module
 from ..nn.outputs import ModelOutput
 
 __all__ = ["GPT2LMHeadModel", "GPTConfig", "GPTDoubleHeadsModel", "GPTForFineTuning",
-           "GPTLMHeadModel", "GPTModel", "TASKS", "TaskFormatter", "causal_lm_loss"]
+           "GPTLMHeadModel", "GPTModel", "TASKS", "TaskFormatter", "auxiliary_objective",
+           "causal_lm_loss", "task_objective"]
 
 VARIANTS = ("gpt1", "gpt2")
 TASKS = ("classification", "entailment", "similarity", "multiple_choice")
@@ -558,7 +559,7 @@ class GPTDoubleHeadsModel(Module):
             logits=logits, mc_logits=mc_logits)
 
 
-@cookbook.equation(22, 23, 24)
+@cookbook.equation(22)
 class GPTForFineTuning(Module):
     """GPT-1's supervised fine-tuning (section 3.2-3.3): a linear layer W_y on the final state of
     the extract token, h_l^m, gives P(y | x^1 .. x^m) = softmax(h_l^m W_y) (eq 22); the loss is
@@ -606,12 +607,28 @@ class GPTForFineTuning(Module):
         lm_logits = self.transformer.lm_logits(hidden)
         if labels is None:
             return ModelOutput(logits=logits, lm_logits=lm_logits)
-        task_loss = F.cross_entropy(logits, labels)                                   # -L_2
         lm_labels = ids if attention_mask is None else np.where(
             np.asarray(attention_mask).astype(bool), ids, IGNORE_INDEX)
+        task_loss = task_objective(logits, labels)                                    # -L_2
         lm_loss = causal_lm_loss(lm_logits, lm_labels)                                # -L_1
-        return ModelOutput(loss=task_loss + self.lm_coef * lm_loss, logits=logits,    # -L_3
-                           task_loss=task_loss, lm_loss=lm_loss, lm_logits=lm_logits)
+        return ModelOutput(loss=auxiliary_objective(task_loss, lm_loss, self.lm_coef),  # -L_3
+                           logits=logits, task_loss=task_loss, lm_loss=lm_loss,
+                           lm_logits=lm_logits)
+
+
+@cookbook.equation(23)
+def task_objective(logits, labels):
+    """-L_2 / batch, L_2 = sum_(x, y) log P(y | x^1 .. x^m) (eq 23): the mean cross-entropy of
+    the task ``logits`` (batch, labels) (eq 22 before its softmax) against ``labels`` (batch,)."""
+    return F.cross_entropy(logits, labels)
+
+
+@cookbook.equation(24)
+def auxiliary_objective(task_loss, lm_loss, lm_coef):
+    """-L_3 = -L_2 + lambda (-L_1) (eq 24): the task loss plus ``lm_coef`` (the paper's
+    lambda = 0.5) times the language-modelling loss on the same inputs. Both are means (per
+    example, per predicted token), as the library trains them."""
+    return task_loss + lm_coef * lm_loss
 
 
 # ---- HuggingFace checkpoints ---------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Specs of GPT-1's equations: the language-modelling objective (eq 18), the stack of blocks
 (eq 19), the input embedding h_0 (eq 20), the tied output distribution (eq 21) and the
-fine-tuning classifier (eq 22).
+fine-tuning classifier and objectives (eq 22-24).
 
 Eq 19-22 are computed inside modules (``GPTModel``, ``SequenceSummary``); their specs take the
 weights as arguments, and the library's side is the module run with them
@@ -138,6 +138,19 @@ def _classifier_cases(draw):
 
 
 @st.composite
+def _task_cases(draw):
+    batch, labels = draw(st.integers(1, 4)), draw(st.integers(2, 4))
+    ids = draw(S.arrays((batch,), 0, labels - 1).map(lambda a: np.rint(a).astype(np.int64)))
+    return {"logits": draw(S.arrays((batch, labels))), "labels": ids}
+
+
+@st.composite
+def _objective_cases(draw):
+    return {"task_loss": draw(S.arrays(())), "lm_loss": draw(S.arrays(())),
+            "lm_coef": draw(st.sampled_from([0.0, 0.5, 1.0, 2.5]))}
+
+
+@st.composite
 def _output_cases(draw):
     batch, time, vocab, dim = (draw(st.integers(1, 4)) for _ in range(4))
     return {"h": draw(S.arrays((batch, time, dim))), "W_e": draw(S.arrays((vocab, dim)))}
@@ -200,4 +213,24 @@ SPECS = (
          lambda h, W_y, b_y: reference.eq22_label_distribution(h, W_y, b_y),
          "minitorch_nlp.testing.equation_specs.gpt:label_distribution",
          "Radford et al. write softmax(h W_y); OpenAI's code (and the library) add a bias."),
+    Spec(23, "task_objective",
+         (("logits", "float64 (batch, labels), the task scores (eq 22 before its softmax)"),
+          ("labels", "int64 (batch,), the correct labels")),
+         "float64 (): -L_2 / batch, L_2 = sum over the examples of log P(y | x)",
+         ("logits",),
+         _task_cases,
+         lambda logits, labels: -sum(
+             reference.eq23_task_objective(reference.softmax_rows(row), label)
+             for row, label in zip(logits, labels)) / len(labels),
+         "minitorch_nlp.models.gpt:task_objective",
+         "The loss is L_2 negated and averaged over the batch, as it is minimised."),
+    Spec(24, "auxiliary_objective",
+         (("task_loss", "float64 (), -L_2 (a mean)"), ("lm_loss", "float64 (), -L_1 (a mean)"),
+          ("lm_coef", "float, lambda (the paper's 0.5)")),
+         "float64 (): -L_3 = -L_2 + lambda (-L_1)",
+         ("task_loss", "lm_loss"),
+         _objective_cases,
+         lambda task_loss, lm_loss, lm_coef: reference.eq24_auxiliary_objective(
+             task_loss, lm_loss, lm_coef),
+         "minitorch_nlp.models.gpt:auxiliary_objective"),
 )
