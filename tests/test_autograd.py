@@ -162,6 +162,28 @@ def test_a_removed_hook_is_not_called():
     np.testing.assert_array_equal(x.grad.numpy(), [2.0])
 
 
+def test_each_handle_removes_its_own_registration_of_a_function_registered_twice():
+    x = mt.tensor([1.0], requires_grad=True)
+    calls = []
+
+    def double(grad):
+        calls.append("double")
+        return grad * 2
+
+    def add_one(grad):
+        calls.append("add_one")
+        return grad + 1
+
+    x.register_hook(double)
+    x.register_hook(add_one)
+    second = x.register_hook(double)
+    second.remove()
+    second.remove()                      # removing twice is harmless
+    (x * 1.0).sum().backward()
+    assert calls == ["double", "add_one"]
+    assert x.grad.item() == 3.0          # (1 * 2) + 1: the first registration kept its place
+
+
 def test_hooks_run_during_grad_too():
     x = f64([1.0], requires_grad=True)
     y = x * 2

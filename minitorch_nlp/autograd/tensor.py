@@ -164,8 +164,9 @@ class Tensor:
         node = self._grad_node()
         if node.hooks is None:
             node.hooks = []
-        node.hooks.append(hook)
-        return _HookHandle(node.hooks, hook)
+        entry = _TensorHook(hook)   # its own object, so that its handle removes this entry only
+        node.hooks.append(entry)
+        return _HookHandle(node.hooks, entry)
 
     def retain_grad(self):
         """Keep ``.grad`` for this non-leaf tensor too (leaves always keep theirs)."""
@@ -926,13 +927,30 @@ class Tensor:
                              value)
 
 
+class _TensorHook:
+    """One registration of a gradient hook (``Tensor.register_hook``)."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def __call__(self, grad):
+        return self.hook(grad)
+
+
 class _HookHandle:
+    """Removes one registration of a hook: the entry at its own place, found by identity, so
+    that the same function registered twice keeps its other registration where it was."""
+
     def __init__(self, hooks, hook):
         self._hooks, self._hook = hooks, hook
 
     def remove(self):
-        if self._hook in self._hooks:
-            self._hooks.remove(self._hook)
+        for i, entry in enumerate(self._hooks):
+            if entry is self._hook:
+                del self._hooks[i]
+                return
 
 
 class _ToBackend(sh.Function):
