@@ -53,13 +53,14 @@ def _flat_rows(x, index):
 
 
 def grouped_attention(q, k, v, query_index, key_index, allowed, *, scale, key_mask=None,
-                      dropout=None):
+                      bias=None, dropout=None):
     """Softmax attention of each group of queries over its group of keys.
 
     ``q``, ``k``, ``v`` are (batch, heads, time, d) tensors; ``query_index`` (b|1, h|1, groups,
     queries) and ``key_index`` (b|1, h|1, groups, keys) are positions; ``allowed`` is a bool
     array broadcastable to (batch, heads, groups, queries, keys), True where the query may attend
-    the key; ``key_mask`` (batch, time), False on padding, is gathered with the keys.
+    the key; ``key_mask`` (batch, time), False on padding, is gathered with the keys. ``bias``
+    (a constant array broadcastable to the scores, or None) is added to the scaled scores.
     ``dropout`` (a module or None) drops attention weights after the log-sum-exp is taken.
 
     Returns ``(out, lse)``: out (batch, heads, groups, queries, d) and lse (batch, heads, groups,
@@ -69,12 +70,14 @@ def grouped_attention(q, k, v, query_index, key_index, allowed, *, scale, key_ma
     xp = q.backend.xp
     allowed = xp.asarray(allowed)
     if key_mask is not None:
-        keys = np.broadcast_to(key_index, (k.shape[0], 1) + key_index.shape[2:])
+        keys = np.broadcast_to(key_index, (k.shape[0],) + key_index.shape[1:])
         real = xp.asarray(key_mask)[xp.arange(k.shape[0]).reshape((-1,) + (1,) * (keys.ndim - 1)),
                                     xp.asarray(keys)]
         allowed = allowed & real[..., None, :]
     qg, kg, vg = _flat_rows(q, query_index), _flat_rows(k, key_index), _flat_rows(v, key_index)
     scores = (qg @ kg.mT) * scale
+    if bias is not None:
+        scores = scores + xp.asarray(bias, dtype=scores.dtype)
     allowed = xp.broadcast_to(allowed, scores.shape)
     seen = allowed.any(axis=-1)
     # a query with no key keeps finite scores (no log(0)) and gets its weights zeroed after

@@ -11,6 +11,7 @@ from .module import IncompatibleKeys, Module
 from .parameter import Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .outputs import ModelOutput
+from .reversible import ChunkedFeedForward, ReversibleBlock, ReversibleStack
 from .transformer import (DecoderOnlyLayer, DecoderOnlyStack, FeedForward, FullAttention,
                           LearnedPositionalEmbedding, MultiHeadAttention,
                           SinusoidalPositionalEncoding, SlidingWindowAttention, TransformerDecoder,
@@ -25,4 +26,5 @@ __all__ = ["GELU", "Dropout", "Embedding", "Identity", "IncompatibleKeys", "Laye
            "LearnedPositionalEmbedding", "ModelOutput", "MultiHeadAttention",
            "SinusoidalPositionalEncoding", "SlidingWindowAttention", "TransformerDecoder",
            "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
-           "TransformerLayer", "TransformerStack", "attention_weights"]
+           "TransformerLayer", "TransformerStack", "attention_weights",
+           "ChunkedFeedForward", "ReversibleBlock", "ReversibleStack"]
