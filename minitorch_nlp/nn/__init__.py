@@ -11,6 +11,7 @@ from .module import IncompatibleKeys, Module, functional_call, replaced_tensors
 from .parameter import Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .outputs import ModelOutput
+from .reversible import ChunkedFeedForward, ReversibleBlock, ReversibleStack
 from .transformer import (DecoderOnlyLayer, DecoderOnlyStack, FeedForward, FullAttention,
                           LearnedPositionalEmbedding, MultiHeadAttention,
                           SinusoidalPositionalEncoding, SlidingWindowAttention, TransformerDecoder,
@@ -26,4 +27,4 @@ __all__ = ["GELU", "Dropout", "Embedding", "Identity", "IncompatibleKeys", "Laye
            "SinusoidalPositionalEncoding", "SlidingWindowAttention", "TransformerDecoder",
            "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
            "TransformerLayer", "TransformerStack", "attention_weights", "functional_call",
-           "replaced_tensors"]
+           "replaced_tensors", "ChunkedFeedForward", "ReversibleBlock", "ReversibleStack"]

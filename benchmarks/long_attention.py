@@ -1,0 +1,159 @@
+"""Long attention: time and peak memory against the sequence length n, for every efficient
+attention core, next to full attention (ours and PyTorch's SDPA) in the same run.
+
+    python benchmarks/long_attention.py [--threads 1 2] [--sizes 1024 2048 4096 8192 16384]
+                                        [--repeats 3] [--budget 20] [--memory-cap 2]
+
+Each runner does forward + backward of one attention call, batch 1, ``--heads`` heads of
+``--head-dim`` features, float32, runners interleaved round by round (``backends.interleaved``):
+
+* full (numpy) / full (numba): ``F.scaled_dot_product_attention(causal=True)``, the fused kernel
+  (NumPy keeps the n x n probabilities; Numba recomputes them in blocks);
+* banded w=W (numba): ``F.banded_attention``, W keys on the left of each query (causal);
+* strided l=sqrt(n): ``SparseTransformerAttention`` (merged strided pattern, eq 94), causal;
+* linformer k=K: ``LinformerAttention`` (headwise sharing), bidirectional (it cannot be causal);
+* performer m=M: ``PerformerAttention``, causal (prefix sums in chunks of 64);
+* lsh m=C: ``LSHAttention``, one hashing round, chunks of C, n / C buckets (about one chunk
+  per bucket, the Reformer's choice), causal;
+* pytorch sdpa: ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)`` on the CPU,
+  when torch imports (run from a throw-away venv that has it; never a dependency).
+
+Printed: median ms per call, peak MB of NumPy allocations (tracemalloc, so PyTorch's are not
+seen), and per runner the log-log slope of time and memory against n over the sizes >= 2048 it
+ran. A runner whose estimated memory is above ``--memory-cap`` GB is skipped at that size.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
+import minitorch_nlp.functional as F  # noqa: E402
+from backends import (interleaved, median_ms, mt_runner, numba_available, peak_bytes,  # noqa: E402
+                      pin_threads, torch_runner)
+from minitorch_nlp.attention import (LinformerAttention, LSHAttention,  # noqa: E402
+                                     PerformerAttention, SparseTransformerAttention)
+
+
+def runners_for(n, args, torch, have_numba):
+    """name -> (estimated peak bytes, a runner factory(q, k, v, g))."""
+    h, d = args.heads, args.head_dim
+    stride = max(1, round(math.sqrt(n)))
+
+    strided = SparseTransformerAttention(stride)
+    linformer = LinformerAttention(n, args.rank)
+    performer = PerformerAttention(d, args.features)
+    lsh = LSHAttention(max(2, 2 * (n // args.chunk // 2)), args.chunk, seed=0)
+    table = {
+        "full (numpy)": (3 * h * n * n * 4, lambda *a: mt_runner(
+            "numpy", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True), *a)),
+        "strided l=sqrt(n)": (12 * h * n * 3 * stride * 4, lambda *a: mt_runner(
+            "numpy", lambda q, k, v: strided(q, k, v, causal=True)[0], *a)),
+        f"linformer k={args.rank}": (6 * h * n * args.rank * 4, lambda *a: mt_runner(
+            "numpy", lambda q, k, v: linformer(q, k, v)[0], *a)),
+        f"performer m={args.features}": (8 * h * n * args.features * 4, lambda *a: mt_runner(
+            "numpy", lambda q, k, v: performer(q, k, v, causal=True)[0], *a)),
+        f"lsh m={args.chunk}": (12 * h * n * 2 * args.chunk * 4, lambda *a: mt_runner(
+            "numpy", lambda q, k, v: lsh(q, k, v, causal=True)[0], *a)),
+    }
+    if have_numba:
+        table["full (numba)"] = (8 * h * n * d * 4, lambda *a: mt_runner(
+            "numba", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True), *a))
+        table[f"banded w={args.window} (numba)"] = (4 * h * n * (args.window + 1) * 4,
+                                                     lambda *a: mt_runner(
+            "numba", lambda q, k, v: F.banded_attention(q, k, v, window=args.window,
+                                                        causal=True), *a))
+    if torch is not None:
+        table["pytorch sdpa"] = (3 * h * n * n * 4, lambda *a: torch_runner(
+            torch, lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True), *a))
+    return table
+
+
+def slope(points):
+    """Least-squares slope of log(value) against log(n) over ``points`` [(n, value)]."""
+    if len(points) < 2:
+        return None
+    x, y = np.log([p[0] for p in points]), np.log([p[1] for p in points])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def run(args, torch, have_numba):
+    rng = np.random.default_rng(0)
+    times, memory, skipped = {}, {}, {}
+    names = None
+    for n in args.sizes:
+        q, k, v, g = (rng.standard_normal((1, args.heads, n, args.head_dim)).astype(np.float32)
+                      for _ in range(4))
+        table = runners_for(n, args, torch, have_numba)
+        names = names or list(table)
+        runners = {}
+        for name, (estimate, factory) in table.items():
+            if estimate > args.memory_cap * 2**30:
+                skipped[(name, n)] = f"~{estimate / 2**30:.0f}GB"
+            else:
+                runners[name] = factory([q, k, v], g, [True, True, True])
+        for name, seconds in interleaved(runners, args.repeats, args.budget).items():
+            times[(name, n)] = median_ms(seconds)
+        for name, fn in runners.items():
+            if not name.startswith("pytorch"):
+                memory[(name, n)] = peak_bytes(fn) / 2**20
+        del runners
+        gc.collect()
+    return names, times, memory, skipped
+
+
+def print_table(title, names, sizes, values, skipped, fmt):
+    width = max(len(name) for name in names) + 2
+    print(f"\n{title}")
+    print(f"{'n':>7}" + "".join(f"{name:>{width}}" for name in names))
+    for n in sizes:
+        cells = [fmt.format(values[(name, n)]) if (name, n) in values
+                 else skipped.get((name, n), "-") for name in names]
+        print(f"{n:>7}" + "".join(f"{cell:>{width}}" for cell in cells))
+    slopes = [slope([(n, values[(name, n)]) for n in sizes if n >= 2048 and (name, n) in values])
+              for name in names]
+    print(f"{'slope':>7}" + "".join(f"{'-' if s is None else f'{s:.2f}':>{width}}"
+                                     for s in slopes) + "   (log-log, over n >= 2048)")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--window", type=int, default=256)
+    parser.add_argument("--rank", type=int, default=256)
+    parser.add_argument("--features", type=int, default=128)
+    parser.add_argument("--chunk", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--budget", type=float, default=20.0)
+    parser.add_argument("--memory-cap", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("(PyTorch not installed: its column is skipped; run from a venv with torch)")
+    have_numba = numba_available()
+    for threads in args.threads:
+        print(f"\n==== {pin_threads(threads)}; batch 1, heads {args.heads}, head_dim "
+              f"{args.head_dim}, float32, forward + backward")
+        names, times, memory, skipped = run(args, torch, have_numba)
+        print_table("median ms per call", names, args.sizes, times, skipped, "{:.1f}")
+        traced = [name for name in names if not name.startswith("pytorch")]
+        print_table("peak MB of NumPy allocations (tracemalloc)", traced, args.sizes, memory,
+                    skipped, "{:.1f}")
+
+
+if __name__ == "__main__":
+    main()

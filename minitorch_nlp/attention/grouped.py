@@ -1,0 +1,117 @@
+"""Sparse attention as dense products over groups: the engine under every sparse attention core.
+
+A sparse pattern is cut into *groups*: a group is a few queries and the few keys they may see
+(a block of queries and its neighbouring key blocks, the queries and keys of one residue class,
+the queries of one LSH chunk and the keys of that chunk and the previous one). Each group is a
+small dense attention, ``(queries per group) x (keys per group)``, so all of them together are
+one batched matrix product and the memory is O(n * keys per group), never n x n.
+
+``grouped_attention`` attends every group and returns, beside the output, each query's
+log-sum-exp of its scores. Attentions of one query over *disjoint* key sets then combine exactly
+(``merge_attentions``):
+
+    softmax over S1 u S2 = (e^{lse1} out1 + e^{lse2} out2) / (e^{lse1} + e^{lse2})
+
+which is how the Sparse Transformer's merged pattern (eq 94) is assembled from its two factors
+and how the Reformer combines its hashing rounds (eq 100-103). ``ungroup`` puts the grouped
+outputs back in sequence order.
+
+Index arrays are NumPy ints with two leading axes broadcastable to (batch, heads) (size 1 when
+the pattern is the same for every sequence and head), then the group axes. All of this is
+composed from the engine's differentiable operations, so gradients (and second derivatives) come
+for free; a gather's backward is the backend's scatter-add of rows.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import functional as F
+from ..autograd import stack
+
+__all__ = ["grouped_attention", "merge_attentions", "self_attention_inputs", "ungroup"]
+
+
+def self_attention_inputs(q, k, v, key_mask, op):
+    """q, k, v and ``key_mask`` checked as ``F.scaled_dot_product_attention`` checks them (errors
+    name ``op``), k/v heads shared among q's, and q and k of the same length (a sparse pattern is
+    defined over one sequence). The key mask comes back as a backend bool array or None."""
+    q, k, v, key_mask = F._attention_inputs(q, k, v, key_mask, op)
+    if q.shape[2] != k.shape[2]:
+        raise ValueError(f"{op}: the sparse pattern is self-attention; q has {q.shape[2]} "
+                         f"positions, k {k.shape[2]}")
+    return q, F.repeat_kv_heads(k, q.shape[1]), F.repeat_kv_heads(v, q.shape[1]), key_mask
+
+
+def _flat_rows(x, index):
+    """``x`` (batch, heads, time, d) gathered at positions ``index`` (b|1, h|1, ...) ->
+    (batch, heads, ..., d): one integer index on the first axis of (batch*heads*time, d)."""
+    batch, heads, time, width = x.shape
+    index = np.broadcast_to(index, (batch, heads) + index.shape[2:])
+    base = (np.arange(batch)[:, None] * heads + np.arange(heads)[None, :]) * time
+    rows = base.reshape((batch, heads) + (1,) * (index.ndim - 2)) + index
+    return x.reshape(batch * heads * time, width)[x.backend.asarray(rows)]
+
+
+def grouped_attention(q, k, v, query_index, key_index, allowed, *, scale, key_mask=None,
+                      bias=None, dropout=None):
+    """Softmax attention of each group of queries over its group of keys.
+
+    ``q``, ``k``, ``v`` are (batch, heads, time, d) tensors; ``query_index`` (b|1, h|1, groups,
+    queries) and ``key_index`` (b|1, h|1, groups, keys) are positions; ``allowed`` is a bool
+    array broadcastable to (batch, heads, groups, queries, keys), True where the query may attend
+    the key; ``key_mask`` (batch, time), False on padding, is gathered with the keys. ``bias``
+    (a constant array broadcastable to the scores, or None) is added to the scaled scores.
+    ``dropout`` (a module or None) drops attention weights after the log-sum-exp is taken.
+
+    Returns ``(out, lse)``: out (batch, heads, groups, queries, d) and lse (batch, heads, groups,
+    queries), the log of the sum of exp(scores) over the allowed keys (-inf where a query has
+    none; its output is zero).
+    """
+    xp = q.backend.xp
+    allowed = xp.asarray(allowed)
+    if key_mask is not None:
+        keys = np.broadcast_to(key_index, (k.shape[0],) + key_index.shape[1:])
+        real = xp.asarray(key_mask)[xp.arange(k.shape[0]).reshape((-1,) + (1,) * (keys.ndim - 1)),
+                                    xp.asarray(keys)]
+        allowed = allowed & real[..., None, :]
+    qg, kg, vg = _flat_rows(q, query_index), _flat_rows(k, key_index), _flat_rows(v, key_index)
+    scores = (qg @ kg.mT) * scale
+    if bias is not None:
+        scores = scores + xp.asarray(bias, dtype=scores.dtype)
+    allowed = xp.broadcast_to(allowed, scores.shape)
+    seen = allowed.any(axis=-1)
+    # a query with no key keeps finite scores (no log(0)) and gets its weights zeroed after
+    scores = scores.masked_fill(~allowed & seen[..., None], -np.inf)
+    lse = scores.logsumexp(axis=-1)
+    probs = (scores - lse[..., None]).exp()
+    if not seen.all():
+        probs = probs.masked_fill(~seen[..., None], 0.0)
+    if dropout is not None:
+        probs = dropout(probs)
+    return probs @ vg, lse.masked_fill(~seen, -np.inf)
+
+
+def merge_attentions(parts):
+    """One attention over the union of disjoint key sets from its parts ``[(out, lse), ...]``:
+    out = sum_r exp(lse_r - lse) out_r with lse = log sum_r exp(lse_r). A query no part lets see
+    a key keeps output zero and lse -inf."""
+    outs, lses = zip(*parts)
+    stacked = stack(list(lses))
+    seen = (stacked.data > -np.inf).any(axis=0)
+    total = stacked.masked_fill(~seen[None], 0.0).logsumexp(axis=0)
+    out = 0.0
+    for part, lse in zip(outs, lses):
+        out = out + part * (lse - total).exp()[..., None]
+    return out, total.masked_fill(~seen, -np.inf)
+
+
+def ungroup(out, query_index, time):
+    """Grouped outputs (batch, heads, groups, queries, d) back to (batch, heads, time, d), when the
+    groups' queries are a permutation of ``range(time)`` (each position in exactly one group)."""
+    batch, heads = out.shape[:2]
+    flat = np.broadcast_to(query_index, (batch, heads) + query_index.shape[2:]).reshape(
+        batch, heads, -1)
+    if flat.shape[-1] != time:
+        raise ValueError(f"ungroup: the groups hold {flat.shape[-1]} queries, the sequence {time}")
+    inverse = np.argsort(flat, axis=-1, kind="stable")
+    return _flat_rows(out.reshape(batch, heads, time, out.shape[-1]), inverse)

@@ -1,0 +1,180 @@
+"""The Reformer's LSH attention (Kitaev et al., 2020; the survey's section IX-B, eq 96-103) as an
+attention core for ``nn.MultiHeadAttention(core=...)``.
+
+Shared-QK attention: the keys are the queries normalised, k_j = q_j / |q_j|, so a query and a key
+that are close hash together. Per hashing round r:
+
+1. hash: h(x) = argmax([x R; -x R]) for a random rotation R (d, b / 2), b buckets (eq 98's h^(r));
+2. sort the positions by (bucket, position); s_i is i's place in that order;
+3. cut the sorted sequence into chunks of m; a query attends the keys of its own chunk and the
+   previous one (eq 99) that share its bucket (P_i^(r), the mask m of eq 97), only earlier ones
+   when causal, and itself only when it has no other key (Kitaev et al., section 3);
+4. each chunk is a small dense attention (``grouped_attention``), giving o_i^(r) and its
+   log-sum-exp z(i, P_i^(r)) (eq 103).
+
+The rounds combine as eq 100-102: o_i = sum_r exp(z(i, P^(r)) - z(i, P)) o_i^(r), where a pair
+found in N_ij rounds has its score lowered by log N_ij so that it counts once, which makes o_i
+exactly the softmax attention over the union P_i of the rounds' sets (eq 98). Memory is
+O(rounds * n * m), never n x n.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import checks, cookbook
+from ..autograd import Tensor
+from ..autograd import random as mt_random
+from ..nn.transformer import FullAttention
+from .grouped import grouped_attention, merge_attentions, self_attention_inputs, ungroup
+
+__all__ = ["LSHAttention", "SELF_PENALTY"]
+
+SELF_PENALTY = 1e5
+"""Subtracted from a query's score with itself: it gets no weight unless it is its only key (the
+value the Reformer's implementations use)."""
+
+
+@cookbook.equation(96, 97, 99)
+class LSHAttention(FullAttention):
+    """Shared-QK LSH attention (eq 96-103): ``num_buckets`` buckets (even, or 1), chunks of
+    ``chunk_length`` (the paper's m; it must divide the sequence length), ``num_rounds`` hashing
+    rounds.
+
+    The rotations are drawn at every call from ``generator`` (the default generator when None),
+    or, with ``seed``, are the same at every call (HuggingFace's ``hash_seed``): ``rotations``
+    gives them. The core reads only ``q`` (and ``v``): keys are the normalised queries, so
+    ``MultiHeadAttention``'s key projection goes unused. ``need_weights`` materialises the
+    (q_time, k_time) weights from ``pairs`` (for pictures and tests); a general ``mask`` or
+    ``bias`` is an error (it would need the n x n scores).
+    """
+
+    def __init__(self, num_buckets, chunk_length, num_rounds=1, *, seed=None, generator=None,
+                 dropout=0.0):
+        super().__init__(dropout)
+        name = "LSHAttention"
+        self.num_buckets = checks.positive_int(num_buckets, "num_buckets", name)
+        if num_buckets > 1 and num_buckets % 2:
+            raise ValueError(f"{name}: num_buckets must be even (h(x) = argmax([xR; -xR]) makes "
+                             f"2 buckets per rotation column) or 1, got {num_buckets}")
+        self.chunk_length = checks.positive_int(chunk_length, "chunk_length", name)
+        self.num_rounds = checks.positive_int(num_rounds, "num_rounds", name)
+        self.seed, self.generator = seed, generator
+
+    def rotations(self, head_dim):
+        """(rounds, head_dim, num_buckets / 2) random rotations; round r's are the same for any
+        ``num_rounds`` >= r + 1 given the same ``seed``."""
+        rng = np.random.default_rng(self.seed) if self.seed is not None else mt_random.rng(
+            self.generator)
+        columns = max(1, self.num_buckets // 2)
+        return np.stack([rng.standard_normal((head_dim, columns))
+                         for _ in range(self.num_rounds)])
+
+    @cookbook.equation(98)
+    def hash(self, x, rotations):
+        """h^(r)(x) = argmax([x R_r; -x R_r]) for every round: (batch, heads, rounds, time)
+        bucket ids from ``x`` (batch, heads, time, d), a NumPy array."""
+        if self.num_buckets == 1:
+            return np.zeros(x.shape[:2] + (self.num_rounds, x.shape[2]), dtype=np.int64)
+        rotated = np.einsum("bhtd,rdc->bhrtc", x, rotations)
+        return np.concatenate([rotated, -rotated], axis=-1).argmax(axis=-1)
+
+    def chunks(self, buckets):
+        """Sort by (bucket, position) and chunk (eq 99): the sorted order (batch, heads, rounds,
+        time) and each position's chunk (batch, heads, rounds, time)."""
+        time = buckets.shape[-1]
+        order = np.argsort(buckets * time + np.arange(time), axis=-1, kind="stable")
+        sorted_place = np.argsort(order, axis=-1, kind="stable")
+        return order, sorted_place // self.chunk_length
+
+    def pairs(self, q, causal=False, rotations=None, key_mask=None):
+        """The attended pairs P_i as a bool (batch, heads, time, time) array (n x n: for
+        pictures and tests), the union over rounds (eq 98) of same bucket within a chunk and the
+        previous one (eq 99), causal if asked, real keys only (``key_mask`` (batch, time)), and
+        no query with itself unless it has no other key."""
+        x = q.numpy() if isinstance(q, Tensor) else np.asarray(q)
+        rotations = self.rotations(x.shape[-1]) if rotations is None else rotations
+        buckets = self.hash(x, rotations)
+        _, chunk = self.chunks(buckets)
+        same = buckets[..., :, None] == buckets[..., None, :]
+        near = (chunk[..., None, :] <= chunk[..., :, None]) & (
+            chunk[..., None, :] >= chunk[..., :, None] - 1)
+        allowed = (same & near).any(axis=2)
+        time = x.shape[2]
+        if causal:
+            allowed &= np.tril(np.ones((time, time), dtype=bool))
+        if key_mask is not None:
+            allowed &= np.asarray(key_mask, dtype=bool)[:, None, None, :]
+        itself = np.eye(time, dtype=bool)
+        others = (allowed & ~itself).any(axis=-1, keepdims=True)
+        return allowed & ~(itself & others)
+
+    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
+                need_weights=False):
+        name = "LSHAttention"
+        if mask is not None or bias is not None:
+            raise ValueError(f"{name}: a general mask or score bias needs the n x n scores that "
+                             "LSH attention never forms; use causal and key_mask")
+        q, _, v, key_mask = self_attention_inputs(q, k, v, key_mask, name)
+        time = q.shape[2]
+        if time % self.chunk_length:
+            raise ValueError(f"{name}: the sequence length {time} is not a multiple of "
+                             f"chunk_length={self.chunk_length}; pad the sequence (with a "
+                             "key_mask) or pick a chunk length that divides it")
+        keys = q / (q * q).sum(axis=-1, keepdims=True).sqrt()        # shared-QK: k = q / |q|
+        rotations = self.rotations(q.shape[-1])
+        if need_weights:
+            allowed = self.pairs(q.numpy(), causal, rotations,
+                                 None if key_mask is None else q.backend.to_numpy(key_mask))
+            allowed = q.backend.asarray(allowed)
+            return super().forward(q, keys, v, mask=allowed, key_mask=key_mask,
+                                   need_weights=True)
+        buckets = self.hash(q.numpy(), rotations)
+        order, chunk = self.chunks(buckets)
+        rounds = [self.attend_round(q, keys, v, r, buckets, order, chunk, causal, key_mask)
+                  for r in range(self.num_rounds)]
+        return self.combine_rounds(rounds), None
+
+    @cookbook.equation(103)
+    def attend_round(self, q, keys, v, r, buckets, order, chunk, causal, key_mask):
+        """o_i^(r) and z(i, P_i^(r)) of round ``r`` (eq 103), position by position: each chunk's
+        queries against the keys of the chunk and the previous one, same bucket only, pairs
+        found in N_ij rounds lowered by log N_ij (eq 101)."""
+        batch, heads, time, _ = q.shape
+        m = self.chunk_length
+        queries = order[:, :, r].reshape(batch, heads, time // m, m)
+        previous = np.roll(queries, 1, axis=2)
+        key_index = np.concatenate([previous, queries], axis=-1)        # (B, H, chunks, 2m)
+        first_chunk = np.arange(time // m)[:, None] == 0               # has no previous chunk
+        has_previous = np.concatenate([np.broadcast_to(~first_chunk, (time // m, m)),
+                                       np.ones((time // m, m), dtype=bool)], axis=-1)
+
+        def at(values, index):     # values (B, H, R, time) at positions index -> (..., R)
+            flat = index.reshape(batch, heads, 1, -1)
+            picked = np.take_along_axis(values, np.broadcast_to(
+                flat, (batch, heads, values.shape[2], flat.shape[-1])), axis=-1)
+            return np.moveaxis(picked, 2, -1).reshape(index.shape + (values.shape[2],))
+
+        query_buckets, key_buckets = at(buckets, queries), at(buckets, key_index)
+        query_chunks, key_chunks = at(chunk, queries), at(chunk, key_index)
+        shared = query_buckets[..., :, None, :] == key_buckets[..., None, :, :]
+        near = ((key_chunks[..., None, :, :] <= query_chunks[..., :, None, :])
+                & (key_chunks[..., None, :, :] >= query_chunks[..., :, None, :] - 1))
+        found = (shared & near).sum(axis=-1)                          # N_ij over the rounds
+        allowed = shared[..., r] & has_previous[None, None, :, None, :]
+        if causal:
+            allowed &= key_index[..., None, :] <= queries[..., :, None]
+        itself = key_index[..., None, :] == queries[..., :, None]
+        score_bias = -SELF_PENALTY * itself - np.log(np.maximum(found, 1))
+        out, lse = grouped_attention(q, keys, v, queries, key_index, allowed,
+                                     scale=1.0 / float(np.sqrt(q.shape[-1])), key_mask=key_mask,
+                                     bias=score_bias, dropout=self.dropout)
+        return ungroup(out, queries, time), ungroup(lse[..., None], queries, time)[..., 0]
+
+    @cookbook.equation(100, 101, 102)
+    def combine_rounds(self, rounds):
+        """o_i = sum_r exp(z(i, P_i^(r)) - z(i, P_i)) o_i^(r) (eq 100-102)."""
+        return merge_attentions(rounds)[0]
+
+    def extra_repr(self):
+        return (f"num_buckets={self.num_buckets}, chunk_length={self.chunk_length}, "
+                f"num_rounds={self.num_rounds}, seed={self.seed}")

@@ -1,0 +1,165 @@
+"""Reversible residual layers (Gomez et al., 2017, RevNets; the Reformer, Kitaev et al., 2020,
+section 4; the survey's eq 104-105) and the Reformer's chunked feed-forward network.
+
+A reversible block keeps two streams and computes
+
+    Y1 = X1 + F(X2)        Y2 = X2 + G(Y1)                  (eq 104; F attention, G feed-forward)
+
+whose inputs follow from its outputs:
+
+    X2 = Y2 - G(Y1)        X1 = Y1 - F(X2)                  (eq 105)
+
+so a stack of them need not keep any layer's activations for backward: ``ReversibleStack`` runs
+forward without recording, keeps only the last outputs, and its backward walks the blocks from
+the top, rebuilding each block's inputs from its outputs and recomputing F and G to take their
+gradients. Activation memory is then flat in depth. (The survey writes eq 104-105 with f
+throughout and the streams crossed; this is the RevNet / Reformer form.)
+"""
+from __future__ import annotations
+
+import copy
+
+from .. import checks, cookbook
+from ..autograd import Function, Tensor, concatenate, enable_grad, grad, no_grad
+from ..autograd import random as mt_random
+from .containers import ModuleList
+from .module import Module
+
+__all__ = ["ChunkedFeedForward", "ReversibleBlock", "ReversibleStack"]
+
+
+class ReversibleBlock(Module):
+    """One reversible block from two residual functions ``f`` and ``g``, each a module mapping
+    (batch, time, d) to itself (in the Reformer, f = attention after a LayerNorm, g = the
+    feed-forward network after a LayerNorm). ``forward(x1, x2, **kwargs)`` passes ``kwargs``
+    (``key_mask``, ``causal`` ...) to ``f``."""
+
+    def __init__(self, f, g):
+        super().__init__()
+        self.f, self.g = f, g
+
+    @cookbook.equation(104)
+    def forward(self, x1, x2, **kwargs):
+        """(Y1, Y2) = (X1 + F(X2), X2 + G(Y1)) (eq 104)."""
+        y1 = x1 + self.f(x2, **kwargs)
+        return y1, x2 + self.g(y1)
+
+    @cookbook.equation(105)
+    def inverse(self, y1, y2, **kwargs):
+        """(X1, X2) = (Y1 - F(X2), Y2 - G(Y1)) with X2 computed first (eq 105)."""
+        x2 = y2 - self.g(y1)
+        return y1 - self.f(x2, **kwargs), x2
+
+
+def _random_state():
+    return copy.deepcopy(mt_random.default_generator().numpy_rng.bit_generator.state)
+
+
+def _set_random_state(state):
+    mt_random.default_generator().numpy_rng.bit_generator.state = copy.deepcopy(state)
+
+
+class _Reversible(Function):
+    """The whole stack as one node: forward unrecorded, backward by reconstruction."""
+
+    multi_output = True
+
+    @staticmethod
+    def forward(ctx, x1, x2, *parameters, stack, kwargs):
+        ctx.stack, ctx.kwargs = stack, kwargs
+        ctx.parameters_in = ctx._inputs[2:]
+        ctx.parameters = [p for p in ctx.parameters_in if p.requires_grad]
+        # the generator's state before each F and G, so that recomputing them draws the same
+        # dropout masks and LSH rotations as this forward did
+        ctx.states = []
+        backend = ctx.backend
+        y1, y2 = Tensor._wrap(x1, backend), Tensor._wrap(x2, backend)
+        with no_grad():
+            for block in stack.blocks:
+                f_state = _random_state()
+                y1 = y1 + block.f(y2, **kwargs)
+                ctx.states.append((f_state, _random_state()))
+                y2 = y2 + block.g(y1)
+        ctx.outputs = (y1.data, y2.data)
+        return y1.data, y2.data
+
+    @staticmethod
+    def backward(ctx, grads):
+        backend = ctx.backend
+        y1, y2 = (Tensor._wrap(a, backend) for a in ctx.outputs)
+        dy1, dy2 = (g if g is not None else Tensor._wrap(backend.xp.zeros_like(a), backend)
+                    for g, a in zip(grads, ctx.outputs))
+        parameters = ctx.parameters
+        totals = [None] * len(parameters)
+        after = _random_state()
+        for block, (f_state, g_state) in zip(reversed(ctx.stack.blocks), reversed(ctx.states)):
+            with enable_grad():
+                z1 = y1.detach().requires_grad_()
+                _set_random_state(g_state)
+                g_out = block.g(z1)                                        # G(Y1)
+                found = grad([g_out], [z1] + parameters, [dy2], allow_unused=True)
+                dz1 = dy1 + found[0]
+                _accumulate(totals, found[1:])
+                x2 = (y2 - g_out.detach()).requires_grad_()                # X2 = Y2 - G(Y1)
+                _set_random_state(f_state)
+                f_out = block.f(x2, **ctx.kwargs)                          # F(X2)
+                found = grad([f_out], [x2] + parameters, [dz1], allow_unused=True)
+                dx2 = dy2 + found[0]
+                _accumulate(totals, found[1:])
+            y1, y2 = (z1 - f_out).detach(), x2.detach()                    # X1 = Y1 - F(X2)
+            dy1, dy2 = dz1, dx2
+        _set_random_state(after)
+        by_id = {id(p): g for p, g in zip(parameters, totals)}
+        return (dy1, dy2, *(by_id.get(id(p)) for p in ctx.parameters_in))
+
+
+def _accumulate(totals, grads):
+    for i, g in enumerate(grads):
+        if g is not None:
+            totals[i] = g if totals[i] is None else totals[i] + g
+
+
+class ReversibleStack(Module):
+    """Reversible blocks in turn (the Reformer's layers). ``forward(x1, x2, **kwargs)`` returns
+    (Y1, Y2) of the last block; with ``recompute=True`` (the default, while gradients are
+    recorded) no block's activations are kept: backward rebuilds them from the outputs (eq 105)
+    and recomputes F and G, the random draws (dropout, LSH rotations) replayed from the
+    generator's saved state. ``recompute=False`` records the graph as usual (for comparison).
+    Gradients through the stack are first order only."""
+
+    def __init__(self, blocks, recompute=True):
+        super().__init__()
+        self.blocks = ModuleList(blocks)
+        self.recompute = bool(recompute)
+
+    def forward(self, x1, x2, **kwargs):
+        if x1.shape != x2.shape:
+            raise ValueError(f"ReversibleStack: the two streams must have the same shape, got "
+                             f"{x1.shape} and {x2.shape}")
+        if not self.recompute:
+            for block in self.blocks:
+                x1, x2 = block(x1, x2, **kwargs)
+            return x1, x2
+        parameters = list(self.parameters())
+        return _Reversible.apply(x1, x2, *parameters, stack=self, kwargs=kwargs)
+
+
+class ChunkedFeedForward(Module):
+    """``feed_forward`` applied to ``chunk_size`` positions at a time and the pieces concatenated
+    (the Reformer's chunked feed-forward, section 5): the same output, while the (chunk, d_ff)
+    hidden activations are the largest thing alive instead of (time, d_ff)."""
+
+    def __init__(self, feed_forward, chunk_size):
+        super().__init__()
+        self.feed_forward = feed_forward
+        self.chunk_size = checks.positive_int(chunk_size, "chunk_size", "ChunkedFeedForward")
+
+    def forward(self, x):
+        time = x.shape[1]
+        if time <= self.chunk_size:
+            return self.feed_forward(x)
+        return concatenate([self.feed_forward(x[:, start:start + self.chunk_size])
+                            for start in range(0, time, self.chunk_size)], axis=1)
+
+    def extra_repr(self):
+        return f"chunk_size={self.chunk_size}"
