@@ -46,7 +46,9 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(22, marks=[pytest.mark.eq(22), pytest.mark.sec4]),
     pytest.param(23, marks=[pytest.mark.eq(23), pytest.mark.sec4]),
     pytest.param(24, marks=[pytest.mark.eq(24), pytest.mark.sec4]),
-    pytest.param(25, marks=[pytest.mark.eq(25), pytest.mark.sec4])])
+    pytest.param(25, marks=[pytest.mark.eq(25), pytest.mark.sec4]),
+    pytest.param(83, marks=[pytest.mark.eq(83), pytest.mark.sec7]),
+    pytest.param(84, marks=[pytest.mark.eq(84), pytest.mark.sec7])])
 def test_the_librarys_implementation_passes_its_check(number):
     """Equations are listed literally (not read from ``specs``) so that ``minitorch-nlp
     equations`` sees the marks; the next test keeps the list equal to ``specs``."""
@@ -217,7 +219,8 @@ def test_an_untouched_workspace_grades_every_task_as_not_done(tmp_path, capsys):
 
 
 def test_a_workspace_with_the_librarys_functions_pasted_in_grades_as_done(tmp_path):
-    new_workspace(tmp_path, "sec3,sec4")
+    new_workspace(tmp_path, ",".join(sorted({f"sec{cookbook.EQUATIONS[n].chapter}"
+                                             for n in specs})))
     for number, spec in specs.items():
         module, function = spec.library.split(":")
         path = tmp_path / f"sec{cookbook.EQUATIONS[number].chapter}.py"

@@ -6,6 +6,7 @@ engine tensors.
 """
 from .batching import Seq2SeqBatch, make_batches, pad_sequences
 from .corpus import load_text, stdlib_corpus
+from .knowledge_base import KnowledgeBase, knowledge_base, split_passages
 from .masking import MaskedLMCollator, MaskedLMDataset, next_sentence_pairs, pack_full_sentences
 from .numbers import (LANGUAGES, MAX_NUMBER, number_tokens, number_translation_pairs,
                       number_translation_task, number_words, train_test_split_numbers)
@@ -13,8 +14,9 @@ from .synthetic import addition_task, copy_task, reverse_task, sort_task
 from .tokenizers import load_tokenizer
 from .vocab import Vocab
 
-__all__ = ["LANGUAGES", "MAX_NUMBER", "MaskedLMCollator", "MaskedLMDataset", "Seq2SeqBatch",
-           "Vocab", "addition_task", "copy_task", "load_text", "load_tokenizer", "make_batches",
-           "next_sentence_pairs", "number_tokens", "number_translation_pairs",
-           "number_translation_task", "number_words", "pack_full_sentences", "pad_sequences",
-           "reverse_task", "sort_task", "stdlib_corpus", "train_test_split_numbers"]
+__all__ = ["KnowledgeBase", "LANGUAGES", "MAX_NUMBER", "MaskedLMCollator", "MaskedLMDataset",
+           "Seq2SeqBatch", "Vocab", "addition_task", "copy_task", "knowledge_base", "load_text",
+           "load_tokenizer", "make_batches", "next_sentence_pairs", "number_tokens",
+           "number_translation_pairs", "number_translation_task", "number_words",
+           "pack_full_sentences", "pad_sequences", "reverse_task", "sort_task", "split_passages",
+           "stdlib_corpus", "train_test_split_numbers"]

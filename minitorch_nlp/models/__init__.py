@@ -1,5 +1,6 @@
 """The paper's architectures, one module per family, named after each paper's system."""
 from . import bert  # noqa: F401
+from . import dpr  # noqa: F401
 from . import elmo  # noqa: F401
 from . import gpt  # noqa: F401
 from . import roberta  # noqa: F401

@@ -1,0 +1,112 @@
+"""DPR's encoders: Dense Passage Retrieval (Karpukhin et al., 2020, "Dense Passage Retrieval for
+Open-Domain Question Answering"), the survey's section VII-D.
+
+Two independent BERT encoders map a question and a passage to d-dimensional vectors, the
+representation of [CLS] (Karpukhin section 3.1: "we use the representation at the [CLS] token as
+the output, so d = 768"), and sim(q, p) = E_Q(q)^T E_P(p). HuggingFace's DPR adds an optional
+linear projection of that vector (``projection_dim > 0``); the released checkpoints have none.
+
+``DPRQuestionEncoder`` is E_Q, ``DPRContextEncoder`` is E_P; their calls and output
+(``pooler_output`` (batch, d)) mirror HuggingFace's, and HuggingFace checkpoints load through
+the key map at the end of this file. The training loss (eq 84) and the retriever built on an
+index are in :mod:`minitorch_nlp.retrieval.dpr`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import checks
+from ..io.huggingface import HFArchitecture, register_architecture
+from ..nn import Linear, Module
+from ..nn.outputs import ModelOutput
+from .bert import BERT_IGNORE, BertConfig, BertModel, bert_rules, init_bert_weights, \
+    weight_and_bias
+
+__all__ = ["DPRConfig", "DPRContextEncoder", "DPREncoder", "DPRQuestionEncoder"]
+
+
+@dataclass
+class DPRConfig(BertConfig):
+    """BERT's fields plus ``projection_dim``: the width of a linear projection of the [CLS]
+    vector (0: none, the vector is BERT's hidden state)."""
+
+    projection_dim: int = 0
+
+    model_type = "dpr"
+
+    def __post_init__(self):
+        super().__post_init__()
+        checks.int_at_least(self.projection_dim, 0, "projection_dim", "DPRConfig")
+
+    @classmethod
+    def tiny(cls, vocab_size, **changes):
+        """A small DPR encoder for tests and examples (32 wide, 2 layers, no dropout)."""
+        values = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
+                      num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        return cls(**{**values, **changes})
+
+
+class DPREncoder(Module):
+    """BERT (no pooler) and the representation of [CLS], projected to ``projection_dim`` when
+    it is > 0: ``ModelOutput(last_hidden_state, pooler_output (batch, d))``."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.bert_model = BertModel(config, add_pooling_layer=False)
+        self.encode_proj = (Linear(config.hidden_size, config.projection_dim)
+                            if config.projection_dim else None)
+        if self.encode_proj is not None:
+            init_bert_weights(self.encode_proj, config.initializer_range)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        hidden = self.bert_model(input_ids, attention_mask, token_type_ids).last_hidden_state
+        pooled = hidden[:, 0]
+        if self.encode_proj is not None:
+            pooled = self.encode_proj(pooled)
+        return ModelOutput(last_hidden_state=hidden, pooler_output=pooled)
+
+
+class _DPRModel(Module):
+    """One DPR encoder under HuggingFace's attribute name ``encoder_name``."""
+
+    encoder_name = ""
+
+    def __init__(self, config):
+        super().__init__()
+        if not isinstance(config, DPRConfig):
+            raise TypeError(f"{type(self).__name__}: config must be a DPRConfig, got "
+                            f"{type(config).__name__}")
+        self.config = config
+        setattr(self, self.encoder_name, DPREncoder(config))
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        """``input_ids``, ``attention_mask``, ``token_type_ids`` (batch, time) as for BERT;
+        returns ``ModelOutput(last_hidden_state, pooler_output)``, the vectors in
+        ``pooler_output`` (batch, d)."""
+        return getattr(self, self.encoder_name)(input_ids, attention_mask, token_type_ids)
+
+
+class DPRQuestionEncoder(_DPRModel):
+    """E_Q: the question encoder."""
+
+    encoder_name = "question_encoder"
+
+
+class DPRContextEncoder(_DPRModel):
+    """E_P: the passage (context) encoder."""
+
+    encoder_name = "ctx_encoder"
+
+
+# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
+for _model_class in (DPRQuestionEncoder, DPRContextEncoder):
+    _prefix = f"{_model_class.encoder_name}."
+    register_architecture(HFArchitecture(
+        name=_model_class.__name__, model_type=DPRConfig.model_type, model_class=_model_class,
+        from_config=lambda hf_config, model_class=_model_class: model_class(
+            DPRConfig.from_hf(hf_config)),
+        to_config=lambda model: model.config.to_hf(),
+        rules=tuple(bert_rules(f"{_prefix}bert_model.", f"{_prefix}bert_model.", pooler=False)),
+        optional_rules=tuple(weight_and_bias(f"{_prefix}encode_proj", f"{_prefix}encode_proj")),
+        ignore=tuple(f"{_prefix}bert_model\\.{pattern}" for pattern in BERT_IGNORE)))

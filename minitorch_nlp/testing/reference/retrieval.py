@@ -1,0 +1,40 @@
+"""Reference maths for section VII, retrieval (Karpukhin et al. 2020, Guu et al. 2020, Lewis et
+al. 2020), in ``autograd.numpy``: the references of ``tests/test_sec7_dpr.py``.
+
+Written from the papers one query at a time: inner products are sums over coordinates, and
+each probability is an exponential divided by its normaliser (shifted by the row's maximum for
+stability), never a library softmax.
+"""
+from __future__ import annotations
+
+import autograd.numpy as anp
+
+
+def _inner(u, v):
+    return sum(u[k] * v[k] for k in range(u.shape[0]))
+
+
+def eq83_dpr_retriever(query_vectors, passage_vectors):
+    """log p_eta(z | x) with p_eta(z | x) proportional to exp(d(z)^T q(x)), normalised over the
+    given passages: (queries, passages)."""
+    rows = []
+    for q in query_vectors:
+        scores = anp.stack([_inner(q, d) for d in passage_vectors])
+        top = anp.max(scores)
+        normaliser = sum(anp.exp(s - top) for s in scores)
+        rows.append(anp.stack([s - top - anp.log(normaliser) for s in scores]))
+    return anp.stack(rows)
+
+
+def eq84_dpr_nll(question_vectors, passage_vectors):
+    """The mean over questions i of -log e^{sim(q_i, p_i+)} / (e^{sim(q_i, p_i+)} +
+    sum_j e^{sim(q_i, p_j-)}), where passage i is question i's positive and every other
+    passage one of its negatives."""
+    total = 0.0
+    for i, q in enumerate(question_vectors):
+        positive = _inner(q, passage_vectors[i])
+        negatives = [_inner(q, p) for j, p in enumerate(passage_vectors) if j != i]
+        shift = anp.max(anp.stack([positive] + negatives))
+        denominator = anp.exp(positive - shift) + sum(anp.exp(n - shift) for n in negatives)
+        total = total - (positive - shift - anp.log(denominator))
+    return total / len(question_vectors)
