@@ -11,6 +11,7 @@ from .module import IncompatibleKeys, Module
 from .parameter import Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .outputs import ModelOutput
+from .moe import Experts, MixtureOfExperts
 from .transformer import (DecoderOnlyLayer, DecoderOnlyStack, FeedForward, FullAttention,
                           LearnedPositionalEmbedding, MultiHeadAttention,
                           SinusoidalPositionalEncoding, SlidingWindowAttention, TransformerDecoder,
@@ -26,3 +27,4 @@ __all__ = ["GELU", "Dropout", "Embedding", "Identity", "IncompatibleKeys", "Laye
            "SinusoidalPositionalEncoding", "SlidingWindowAttention", "TransformerDecoder",
            "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
            "TransformerLayer", "TransformerStack", "attention_weights"]
+__all__ += ["Experts", "MixtureOfExperts"]
