@@ -47,6 +47,9 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(23, marks=[pytest.mark.eq(23), pytest.mark.sec4]),
     pytest.param(24, marks=[pytest.mark.eq(24), pytest.mark.sec4]),
     pytest.param(25, marks=[pytest.mark.eq(25), pytest.mark.sec4]),
+    pytest.param(32, marks=[pytest.mark.eq(32), pytest.mark.sec5]),
+    pytest.param(33, marks=[pytest.mark.eq(33), pytest.mark.sec5]),
+    pytest.param(34, marks=[pytest.mark.eq(34), pytest.mark.sec5]),
     pytest.param(83, marks=[pytest.mark.eq(83), pytest.mark.sec7]),
     pytest.param(84, marks=[pytest.mark.eq(84), pytest.mark.sec7])])
 def test_the_librarys_implementation_passes_its_check(number):

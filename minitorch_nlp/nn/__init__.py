@@ -11,6 +11,7 @@ from .module import IncompatibleKeys, Module, functional_call, replaced_tensors
 from .parameter import Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .outputs import ModelOutput
+from .moe import Experts, MixtureOfExperts
 from .reversible import ChunkedFeedForward, ReversibleBlock, ReversibleStack
 from .transformer import (DecoderOnlyLayer, DecoderOnlyStack, FeedForward, FullAttention,
                           LearnedPositionalEmbedding, MultiHeadAttention,
@@ -27,4 +28,5 @@ __all__ = ["GELU", "Dropout", "Embedding", "Identity", "IncompatibleKeys", "Laye
            "SinusoidalPositionalEncoding", "SlidingWindowAttention", "TransformerDecoder",
            "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
            "TransformerLayer", "TransformerStack", "attention_weights", "functional_call",
-           "replaced_tensors", "ChunkedFeedForward", "ReversibleBlock", "ReversibleStack"]
+           "replaced_tensors", "ChunkedFeedForward", "ReversibleBlock", "ReversibleStack",
+           "Experts", "MixtureOfExperts"]
