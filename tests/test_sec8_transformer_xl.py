@@ -41,16 +41,22 @@ def as_tensor(array, grad=True):
 
 # ---- the relative shift and the attention core (eq 91) -------------------------------------------
 @pytest.mark.eq(91)
-@given(st.integers(1, 5), st.integers(0, 4), S.seeds())
-def test_relative_shift_matches_a_loop_over_query_and_key(q_time, memory, seed):
+@given(st.integers(1, 5), st.integers(0, 4), st.booleans(), S.seeds())
+def test_relative_shift_matches_a_loop_over_query_and_key(q_time, memory, both_ways, seed):
+    """Scores by distance (k_time, k_time - 1, ..., down to 1 - q_time with ``both_ways`` as
+    XLNet, to 0 as Transformer-XL) land at distance memory + i - j of every (i, j) covered."""
     k_time = q_time + memory
-    by_distance = np.random.default_rng(seed).standard_normal((2, q_time, k_time))
-    shifted = relative_shift(mt.tensor(by_distance)).numpy()
+    lowest = 1 - q_time if both_ways else 0
+    distances = np.arange(k_time, lowest - 1, -1)
+    by_distance = np.random.default_rng(seed).standard_normal((2, q_time, len(distances)))
+    shifted = relative_shift(mt.tensor(by_distance), k_time).numpy()
+    assert shifted.shape == (2, q_time, k_time)
     for i in range(q_time):
         for j in range(k_time):
             distance = memory + i - j
-            if distance >= 0:   # later keys are masked; the trick leaves other values there
-                assert shifted[:, i, j].tolist() == by_distance[:, i, k_time - 1 - distance].tolist()
+            if distance >= lowest:   # (Transformer-XL's later keys are masked)
+                column = int(np.flatnonzero(distances == distance)[0])
+                assert shifted[:, i, j].tolist() == by_distance[:, i, column].tolist()
 
 
 def test_relative_position_encoding_is_the_sinusoid_of_each_distance_largest_first():

@@ -190,17 +190,20 @@ def relative_position_encoding(k_time, d_model, clamp_len=0, dtype=None, backend
                   backend=backend)
 
 
-def relative_shift(scores):
-    """Move (..., q_time, k_time) scores by distance into scores by key: column m of row i holds
-    distance k_time - 1 - m; the result's column j holds distance i + (k_time - q_time) - j, the
-    distance from query i (the last q_time positions) to key j. Done with the paper's trick, O(n^2)
-    with no gather: pad a zero column on the left, read the (q_time, k_time + 1) block as
-    (k_time + 1, q_time), drop the first row and read the rest as (q_time, k_time). Entries for
-    keys after the query (j > i + k_time - q_time, masked by causality) hold other distances."""
-    *lead, q_time, k_time = scores.shape
-    padded = pad(scores, [(0, 0)] * len(lead) + [(0, 0), (1, 0)])
-    shifted = padded.reshape(*lead, k_time + 1, q_time)[..., 1:, :]
-    return shifted.reshape(*lead, q_time, k_time)
+def relative_shift(scores, k_time):
+    """Move scores by distance into scores by key, the paper's O(n^2) trick with no gather.
+
+    ``scores`` (..., q_time, width): column m holds distance k_time - m (k_time, k_time - 1, ...).
+    The result (..., q_time, k_time): column j holds the distance (k_time - q_time) + i - j from
+    query i (the last q_time of the k_time positions) to key j. The trick: read the (q_time,
+    width) block as (width, q_time), drop the first row, read the rest as (q_time, width - 1) and
+    keep the first k_time columns. Transformer-XL's distances k_time - 1 .. 0 get a zero column
+    in front (``pad``) first; XLNet's k_time .. 1 - q_time cover every (i, j). Entries whose
+    distance ``scores`` does not hold (keys after the query, for Transformer-XL, masked by
+    causality) hold other values."""
+    *lead, q_time, width = scores.shape
+    rows = scores.reshape(*lead, width, q_time)[..., 1:, :]
+    return rows.reshape(*lead, q_time, width - 1)[..., :k_time]
 
 
 @cookbook.equation(91)
@@ -235,7 +238,8 @@ class RelativePositionAttention(FullAttention):
         r = self.position_proj(relative_positions).reshape(k_time, self.num_heads, self.head_dim)
         r = r.permute(1, 2, 0)                                               # (H, d_k, K): W_R R
         by_distance = (q + self.position_bias.unsqueeze(1)) @ r              # (b) + (d)
-        positional = relative_shift(by_distance) * (1.0 / math.sqrt(self.head_dim))
+        by_distance = pad(by_distance, [(0, 0)] * 3 + [(1, 0)])              # distance k_time
+        positional = relative_shift(by_distance, k_time) * (1.0 / math.sqrt(self.head_dim))
         return super().forward(q + self.content_bias.unsqueeze(1), k, v, mask=mask,  # (a) + (c)
                                bias=positional if bias is None else bias + positional,
                                causal=causal, key_mask=key_mask, need_weights=need_weights)
