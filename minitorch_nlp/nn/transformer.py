@@ -204,7 +204,7 @@ class MultiHeadAttention(Module):
         return x.permute(0, 2, 1, 3).reshape(batch, time, heads * head_dim)
 
     def forward(self, query, key=None, value=None, *, key_mask=None, causal=False, cache=None,
-                mask=None, bias=None, head_mask=None, need_weights=False):
+                mask=None, bias=None, head_mask=None, need_weights=False, **core_kwargs):
         """Attend from ``query`` (batch, query_time, d_model) to ``key``/``value`` (batch,
         key_time, d_model); self-attention when ``key`` is None.
 
@@ -213,7 +213,8 @@ class MultiHeadAttention(Module):
         ``mask`` (bool, broadcastable to (batch, heads, query_time, key_time), True = may attend)
         and ``bias`` (added to the scores, differentiable) go to the core as they are.
         ``head_mask`` (heads,) or (batch, heads) multiplies each head's output (0 switches a head
-        off: head pruning, eq 54-55).
+        off: head pruning, eq 54-55). ``core_kwargs`` go to the core as they are (a core's own
+        inputs: Transformer-XL's relative position encodings).
 
         ``cache`` (a dict, see the module docstring) is updated in place: in self-attention the
         new keys and values are appended to the cached ones, so decoding one token at a time
@@ -225,7 +226,7 @@ class MultiHeadAttention(Module):
         """
         q, k, v = self.project(query, key, value, cache)
         z, weights = self.core(q, k, v, mask=mask, bias=bias, causal=causal, key_mask=key_mask,
-                               need_weights=need_weights)                       # eq 11-12
+                               need_weights=need_weights, **core_kwargs)        # eq 11-12
         if head_mask is not None:
             z, weights = self.mask_heads(z, weights, head_mask)
         out = self.out_proj(self.merge_heads(z))

@@ -1,0 +1,650 @@
+"""Transformer-XL (Dai et al., 2019, "Transformer-XL: Attentive Language Models Beyond a
+Fixed-Length Context"): the survey's section VIII-B, eq 86-91.
+
+A causal language model (eq 86, P(x) = prod_t P(x_t | x_<t)) that reads a long text one segment at
+a time and carries each layer's hidden states over from one segment to the next:
+
+* h~_{tau+1}^{n-1} = [SG(h_tau^{n-1}) o h_{tau+1}^{n-1}]          (eq 87: the memory, no gradient)
+* q, k, v = h_{tau+1}^{n-1} W_q^T, h~_{tau+1}^{n-1} W_k^T, h~ W_v^T (eq 88: queries from the
+                                                                  segment, keys from both)
+* h_{tau+1}^n = Transformer-Layer(q, k, v)                          (eq 89)
+
+The survey's eq 88 writes all three from the extended context h~; the paper (and this code) takes
+the queries from the current segment only. Absolute positions cannot say where a memory sits
+(both segments would start at 0), so attention scores use relative positions (eq 91, against the
+absolute form eq 90)::
+
+    A^rel_ij = q_i . k_j + q_i . W_R R_{i-j} + u . k_j + v . W_R R_{i-j}
+               (a)         (b)                 (c)       (d)
+
+with q_i = W_q E_{x_i}, k_j = W_{k,E} E_{x_j}, R the sinusoid table of the distance i - j (not
+learnt), u and v two learnt vectors per head (the global content and position biases). Terms (a)
+and (c) are (q_i + u) . k_j; terms (b) and (d) are (q_i + v) . W_R R_{i-j}, computed for every
+query against every distance as one matrix product and moved into place by the "relative shift"
+(``relative_shift``), so the whole score matrix costs O(n^2) as for absolute attention.
+
+The pieces, each an addition to the Transformer toolkit rather than a copy of it:
+
+* ``RelativePositionAttention``: an attention core (``nn.FullAttention`` overriding ``forward``)
+  that turns (b) + (d) into the additive score bias of ``F.scaled_dot_product_attention``;
+* ``TransformerXLLayer``: an ``nn.TransformerLayer`` whose self-attention reads the memory too;
+* ``AdaptiveEmbedding`` and ``AdaptiveLogSoftmax``: the adaptive input (Baevski & Auli, 2019) and
+  adaptive softmax (Grave et al., 2017) of the paper's large-vocabulary runs: the vocabulary is
+  cut into a frequent head and rarer clusters with narrower vectors (``cutoffs``, ``div_val``);
+  with no cutoffs they are a plain embedding and a plain softmax;
+* ``TransfoXLModel`` and ``TransfoXLLMHeadModel``, HuggingFace's names, so that transformers 4.x
+  ``TransfoXLLMHeadModel`` checkpoints load (the key map is at the end of this file).
+
+Memories: ``model(ids, mems=mems)`` returns ``.mems`` to feed with the next segment, each layer's
+input hidden states over the last ``mem_len`` positions (``eval_mem_len`` in eval mode: the paper
+evaluates with a longer memory than it trains with). ``mems=None`` is an empty memory (HuggingFace
+starts from ``mem_len`` zero vectors instead; pass those to reproduce it).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from .. import checks, cookbook, decoding
+from .. import functional as F
+from ..autograd import Tensor, concatenate, pad, tensor, zeros
+from ..io.huggingface import HFArchitecture, Rule, register_architecture, transpose
+from ..nn import (Dropout, Embedding, FeedForward, FullAttention, LayerNorm, Linear, Module,
+                  ModuleDict, ModuleList, MultiHeadAttention, Parameter, TransformerLayer, init)
+from ..nn.outputs import ModelOutput
+from .gpt import causal_lm_loss
+
+__all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmax", "RelativePositionAttention",
+           "TransfoXLConfig", "TransfoXLLMHeadModel", "TransfoXLModel", "TransformerXLLayer",
+           "relative_position_encoding", "relative_shift"]
+
+
+# ---- configuration -------------------------------------------------------------------------------
+@dataclass
+class TransfoXLConfig:
+    """The sizes and switches of a Transformer-XL, with HuggingFace's ``TransfoXLConfig`` field
+    names. The defaults are the paper's WikiText-103 model; ``TransfoXLConfig.tiny()`` is a
+    test-sized one.
+
+    ``d_model`` is the hidden width, ``n_head`` heads of ``d_head`` features each, ``d_inner`` the
+    feed-forward width. ``cutoffs`` split the vocabulary into a head [0, cutoffs[0]) and clusters
+    [cutoffs[i], cutoffs[i+1]) for the adaptive input and softmax; cluster i's vectors are
+    ``d_embed // div_val**i`` wide, projected to ``d_model``. No cutoffs: one softmax over the
+    whole vocabulary. ``tie_projs[i]``: the softmax's projection of cluster i is the embedding's
+    (weights themselves are always tied, as in the paper).
+
+    ``mem_len``: memory kept while training; ``eval_mem_len`` (None: ``mem_len``) in eval mode.
+    ``clamp_len``: distances beyond it use R_clamp_len (0: never clamped). ``pre_lnorm``: LayerNorm
+    before each sub-layer instead of after the residual sum. ``dropout`` on embeddings, position
+    encodings and sub-layer outputs; ``dropatt`` on attention weights. ``init_std`` /
+    ``proj_init_std``: N(0, std^2) for weights and for the adaptive projections.
+    """
+
+    vocab_size: int = 267735
+    cutoffs: list = field(default_factory=lambda: [20000, 40000, 200000])
+    d_model: int = 1024
+    d_embed: int = 1024
+    n_head: int = 16
+    d_head: int = 64
+    d_inner: int = 4096
+    div_val: int = 4
+    pre_lnorm: bool = False
+    n_layer: int = 18
+    mem_len: int = 1600
+    eval_mem_len: int | None = None
+    clamp_len: int = 1000
+    dropout: float = 0.1
+    dropatt: float = 0.0
+    layer_norm_epsilon: float = 1e-5
+    init_std: float = 0.02
+    proj_init_std: float = 0.01
+    tie_projs: list | None = None
+    eos_token_id: int | None = None
+
+    def __post_init__(self):
+        name = "TransfoXLConfig"
+        for key in ("vocab_size", "d_model", "d_embed", "n_head", "d_head", "d_inner", "div_val",
+                    "n_layer"):
+            checks.positive_int(getattr(self, key), key, name)
+        for key in ("mem_len", "clamp_len"):
+            checks.int_at_least(getattr(self, key), 0, key, name)
+        if self.eval_mem_len is not None:
+            checks.int_at_least(self.eval_mem_len, 0, "eval_mem_len", name)
+        self.cutoffs = [int(c) for c in self.cutoffs]
+        bounds = [0, *self.cutoffs, self.vocab_size]
+        if any(a >= b for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"{name}: cutoffs {self.cutoffs} must increase strictly inside "
+                             f"(0, vocab_size={self.vocab_size})")
+        if self.d_embed // self.div_val ** len(self.cutoffs) < 1:
+            raise ValueError(f"{name}: d_embed={self.d_embed} // div_val={self.div_val}^"
+                             f"{len(self.cutoffs)} leaves the last cluster no features; use a "
+                             "smaller div_val or fewer cutoffs")
+        if self.tie_projs is None:
+            self.tie_projs = [False] + [True] * len(self.cutoffs)
+        self.tie_projs = [bool(t) for t in self.tie_projs]
+        if len(self.tie_projs) != len(self.cutoffs) + 1:
+            raise ValueError(f"{name}: tie_projs needs one entry per cluster, "
+                             f"{len(self.cutoffs) + 1}, got {len(self.tie_projs)}")
+        for key in ("dropout", "dropatt"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ValueError(f"{name}: {key} must be in [0, 1), got {getattr(self, key)}")
+
+    @property
+    def memory_length(self):
+        """(training, evaluation) memory lengths."""
+        return self.mem_len, self.mem_len if self.eval_mem_len is None else self.eval_mem_len
+
+    @property
+    def n_positions(self):
+        """The context ``decoding.generate_text`` keeps: the evaluation memory (at least 1)."""
+        return max(self.memory_length[1], 1)
+
+    @classmethod
+    def tiny(cls, **overrides):
+        """A test-sized model: 2 layers, 16 wide, 2 heads of 8, 30 tokens in a head of 10 and two
+        clusters (10-20, 20-30), memory 8, no dropout."""
+        return cls(**{"vocab_size": 30, "cutoffs": [10, 20], "d_model": 16, "d_embed": 16,
+                      "n_head": 2, "d_head": 8, "d_inner": 32, "div_val": 2, "n_layer": 2,
+                      "mem_len": 8, "clamp_len": 0, "dropout": 0.0, "dropatt": 0.0, **overrides})
+
+    # ---- HuggingFace's config.json ----
+    @classmethod
+    def from_hf(cls, hf):
+        """A config from a HuggingFace ``config.json`` dict (``model_type`` "transfo-xl").
+        Settings we do not implement are an error, not silently dropped."""
+        if hf.get("model_type") != "transfo-xl":
+            raise ValueError(f"TransfoXLConfig.from_hf: model_type must be 'transfo-xl', got "
+                             f"{hf.get('model_type')!r}")
+        supported = {"same_length": False, "attn_type": 0, "untie_r": True, "adaptive": True,
+                     "sample_softmax": -1, "tie_word_embeddings": True}
+        for key, value in supported.items():
+            if hf.get(key, value) != value:
+                raise ValueError(f"TransfoXLConfig.from_hf: {key}={hf[key]!r} is not supported "
+                                 f"(only {value!r})")
+        names = {f.name for f in fields(cls)} - {"eval_mem_len"}
+        return cls(**{key: hf[key] for key in names if hf.get(key) is not None},
+                   eval_mem_len=hf.get("eval_mem_len"))
+
+    def to_hf(self):
+        """The HuggingFace ``config.json`` fields (``TransfoXLConfig``)."""
+        hf = asdict(self)
+        hf.update(model_type="transfo-xl", same_length=False, attn_type=0, untie_r=True,
+                  adaptive=True, sample_softmax=-1, tie_word_embeddings=True)
+        return hf
+
+
+# ---- relative positions (eq 91) ------------------------------------------------------------------
+def relative_position_encoding(k_time, d_model, clamp_len=0, dtype=None, backend=None):
+    """R (k_time, d_model): row m holds the sinusoid of the distance k_time - 1 - m (the largest
+    first, as the paper's code), [sin(dist / 10000^(2i/d)) ..., cos(dist / 10000^(2i/d)) ...]
+    (sines then cosines, not interleaved). Distances above ``clamp_len`` > 0 are clamped."""
+    distance = np.arange(k_time - 1, -1, -1, dtype=np.float64)
+    if clamp_len > 0:
+        distance = np.minimum(distance, clamp_len)
+    inverse_frequency = 1.0 / 10000 ** (np.arange(0.0, d_model, 2.0) / d_model)
+    angles = distance[:, None] * inverse_frequency[None, :]
+    return tensor(np.concatenate([np.sin(angles), np.cos(angles)], axis=-1), dtype=dtype,
+                  backend=backend)
+
+
+def relative_shift(scores, k_time):
+    """Move scores by distance into scores by key, the paper's O(n^2) trick with no gather.
+
+    ``scores`` (..., q_time, width): column m holds distance k_time - m (k_time, k_time - 1, ...).
+    The result (..., q_time, k_time): column j holds the distance (k_time - q_time) + i - j from
+    query i (the last q_time of the k_time positions) to key j. The trick: read the (q_time,
+    width) block as (width, q_time), drop the first row, read the rest as (q_time, width - 1) and
+    keep the first k_time columns. Transformer-XL's distances k_time - 1 .. 0 get a zero column
+    in front (``pad``) first; XLNet's k_time .. 1 - q_time cover every (i, j). Entries whose
+    distance ``scores`` does not hold (keys after the query, for Transformer-XL, masked by
+    causality) hold other values."""
+    *lead, q_time, width = scores.shape
+    rows = scores.reshape(*lead, width, q_time)[..., 1:, :]
+    return rows.reshape(*lead, q_time, width - 1)[..., :k_time]
+
+
+@cookbook.equation(91)
+class RelativePositionAttention(FullAttention):
+    r"""The attention core of Transformer-XL: scores by relative position (eq 91)::
+
+        A_ij = (q_i + u) . k_j + shift((q_i + v) . W_R R)_ij,   z = softmax(A / sqrt(d_k)) V
+
+    terms (a) + (c) as the content scores of ``FullAttention`` (queries moved by u), terms (b) +
+    (d) as its additive score bias. ``forward`` takes ``relative_positions`` R (k_time, d_model)
+    from ``relative_position_encoding``; queries are the last q_time of the k_time keys.
+    ``content_bias`` is u and ``position_bias`` v (HuggingFace's r_w_bias and r_r_bias), both
+    (heads, d_k); ``position_proj`` is W_R.
+    """
+
+    def __init__(self, d_model, num_heads, head_dim, dropout=0.0):
+        super().__init__(dropout)
+        self.num_heads, self.head_dim = num_heads, head_dim
+        self.position_proj = Linear(d_model, num_heads * head_dim, bias=False)
+        self.content_bias = Parameter(zeros(num_heads, head_dim))
+        self.position_bias = Parameter(zeros(num_heads, head_dim))
+
+    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
+                need_weights=False, relative_positions=None):
+        k_time = k.shape[2]
+        if relative_positions is None or tuple(relative_positions.shape) != (
+                k_time, self.position_proj.in_features):
+            shape = None if relative_positions is None else tuple(relative_positions.shape)
+            raise ValueError(f"RelativePositionAttention: relative_positions must have shape "
+                             f"(k_time, d_model) = {(k_time, self.position_proj.in_features)}, "
+                             f"got {shape}")
+        r = self.position_proj(relative_positions).reshape(k_time, self.num_heads, self.head_dim)
+        r = r.permute(1, 2, 0)                                               # (H, d_k, K): W_R R
+        by_distance = (q + self.position_bias.unsqueeze(1)) @ r              # (b) + (d)
+        by_distance = pad(by_distance, [(0, 0)] * 3 + [(1, 0)])              # distance k_time
+        positional = relative_shift(by_distance, k_time) * (1.0 / math.sqrt(self.head_dim))
+        return super().forward(q + self.content_bias.unsqueeze(1), k, v, mask=mask,  # (a) + (c)
+                               bias=positional if bias is None else bias + positional,
+                               causal=causal, key_mask=key_mask, need_weights=need_weights)
+
+    def extra_repr(self):
+        return f"num_heads={self.num_heads}, head_dim={self.head_dim}"
+
+
+# ---- the layer (eq 87-89) ------------------------------------------------------------------------
+@cookbook.equation(87, 88, 89)
+class TransformerXLLayer(TransformerLayer):
+    """One Transformer-XL layer: causal relative-position self-attention whose keys and values
+    come from the memory and the segment, then the feed-forward network, each in a residual
+    connection (post-LN, or pre-LN with ``pre_lnorm``)::
+
+        h~ = [SG(memory) o h]                                        (eq 87)
+        q, k, v = h W_q^T, h~ W_k^T, h~ W_v^T                       (eq 88)
+        h' = LayerNorm(h + RelAttn(q, k, v)); out = LayerNorm(h' + FFN(h'))   (eq 89)
+
+    The projections have no biases (u and v play their part), as in the paper's code."""
+
+    def __init__(self, d_model, n_head, d_head, d_inner, dropout=0.0, dropatt=0.0,
+                 pre_lnorm=False, layer_norm_eps=1e-5):
+        attention = MultiHeadAttention(
+            d_model, n_head, bias=False, head_dim=d_head,
+            core=RelativePositionAttention(d_model, n_head, d_head, dropatt))
+        super().__init__(attention, FeedForward(d_model, d_inner, dropout, "relu"),
+                         functools.partial(LayerNorm, d_model, eps=layer_norm_eps),
+                         dropout=dropout, norm_first=pre_lnorm, causal=True)
+
+    def forward(self, x, memory=None, *, relative_positions, head_mask=None, attentions=None):
+        """``x`` (batch, time, d_model), ``memory`` (batch, mem_time, d_model) or None,
+        ``relative_positions`` R (mem_time + time, d_model)."""
+        context = x if memory is None else concatenate([memory.detach(), x], axis=1)   # eq 87
+        keys = self.norm1(context) if self.norm_first else context
+        x = self.residual(x, self.norm1, self.self_attn, attentions, "self", key=keys,  # eq 88
+                          causal=True, head_mask=head_mask, relative_positions=relative_positions)
+        return self.residual(x, self.feed_forward_norm, self.feed_forward)             # eq 89
+
+
+# ---- adaptive input and softmax ------------------------------------------------------------------
+def _cluster_bounds(vocab_size, cutoffs):
+    bounds = [0, *cutoffs, vocab_size]
+    return list(zip(bounds, bounds[1:]))
+
+
+def _cluster_widths(d_embed, div_val, clusters):
+    return [d_embed // div_val ** i if div_val > 1 else d_embed for i in range(clusters)]
+
+
+class AdaptiveEmbedding(Module):
+    """Adaptive input representations (Baevski & Auli, 2019): token ids in cluster i, [l_i, r_i),
+    get a vector of width d_embed / div_val^i from their cluster's table, projected to ``d_proj``
+    (``projections[i]``, weight (d_proj, width)); every vector is then scaled by sqrt(d_proj).
+    ``div_val=1`` is one table of width d_embed (projected only if d_embed != d_proj)."""
+
+    def __init__(self, vocab_size, d_embed, d_proj, cutoffs=(), div_val=1, proj_init_std=0.01):
+        super().__init__()
+        self.bounds = _cluster_bounds(vocab_size, cutoffs)
+        self.div_val, self.d_proj, self.scale = div_val, d_proj, math.sqrt(d_proj)
+        if div_val == 1:
+            self.embeddings = ModuleList([Embedding(vocab_size, d_embed)])
+            widths = [d_embed] if d_embed != d_proj else []
+        else:
+            widths = _cluster_widths(d_embed, div_val, len(self.bounds))
+            self.embeddings = ModuleList([Embedding(r - l, w)
+                                          for (l, r), w in zip(self.bounds, widths)])
+        self.projections = ModuleList([Linear(w, d_proj, bias=False) for w in widths])
+        for projection in self.projections:
+            init.normal_(projection.weight, std=proj_init_std)
+
+    def forward(self, ids):
+        if self.div_val == 1:
+            out = self.embeddings[0](ids)
+            if len(self.projections):
+                out = self.projections[0](out)
+            return out * self.scale
+        out = None
+        for (low, high), table, projection in zip(self.bounds, self.embeddings, self.projections):
+            inside = (ids >= low) & (ids < high)
+            vectors = projection(table(np.where(inside, ids - low, 0)))
+            vectors = vectors * tensor(inside[..., None], dtype=vectors.dtype,
+                                       backend=vectors.backend)
+            out = vectors if out is None else out + vectors
+        return out * self.scale
+
+    def output_weights(self):
+        """Each cluster's (vocabulary rows, width) weights and (d_proj, width) projection or None,
+        for a softmax tied to this embedding."""
+        if self.div_val == 1:
+            table = self.embeddings[0].weight
+            projection = self.projections[0].weight if len(self.projections) else None
+            return [(table[low:high], projection) for low, high in self.bounds]
+        return [(table.weight, projection.weight)
+                for table, projection in zip(self.embeddings, self.projections)]
+
+
+class AdaptiveLogSoftmax(Module):
+    """The adaptive softmax (Grave et al., 2017) with the output weights of an
+    ``AdaptiveEmbedding`` (tied, as in Transformer-XL): the head softmax scores the tokens of
+    cluster 0 and one entry per other cluster; log P(token in cluster i) = log P_head(cluster i) +
+    log P_i(token), P_i a softmax over the cluster with its own (narrower) vectors. With no cutoffs
+    this is log softmax(h W^T + b).
+
+    Owns the biases (one per cluster), the head's cluster vectors and biases, and the projections
+    d_proj -> width of the clusters whose ``tie_projs`` entry is False (weight (width, d_proj));
+    the others use the embedding's projection. ``forward(hidden, embedding)`` returns log-probabilities
+    over the whole vocabulary (..., vocab_size)."""
+
+    def __init__(self, vocab_size, d_embed, d_proj, cutoffs=(), div_val=1, tie_projs=None,
+                 proj_init_std=0.01):
+        super().__init__()
+        self.bounds = _cluster_bounds(vocab_size, cutoffs)
+        clusters = len(self.bounds)
+        tie_projs = [False] + [True] * (clusters - 1) if tie_projs is None else tie_projs
+        self.div_val = div_val
+        widths = _cluster_widths(d_embed, div_val, clusters)
+        projected = div_val > 1 or d_embed != d_proj
+        if div_val == 1:
+            self.bias = Parameter(zeros(vocab_size))
+        else:
+            self.biases = ModuleList([_Bias(high - low) for low, high in self.bounds])
+        if clusters > 1:
+            self.cluster_weight = Parameter(zeros(clusters - 1, widths[0]))
+            self.cluster_bias = Parameter(zeros(clusters - 1))
+        self.projections = ModuleDict({
+            str(i): Linear(d_proj, widths[i], bias=False)
+            for i in range(clusters) if projected and not tie_projs[i]})
+        for projection in self.projections.values():
+            init.normal_(projection.weight, std=proj_init_std)
+
+    def cluster_logits(self, hidden, i, weight, tied_projection):
+        """h P_i W_i^T + b_i of cluster i (the head gets the cluster entries appended)."""
+        bias = (self.bias[self.bounds[i][0]:self.bounds[i][1]] if self.div_val == 1
+                else self.biases[i].bias)
+        if i == 0 and len(self.bounds) > 1:
+            weight = concatenate([weight, self.cluster_weight], axis=0)
+            bias = concatenate([bias, self.cluster_bias], axis=0)
+        if str(i) in self.projections:
+            hidden = self.projections[str(i)](hidden)
+        elif tied_projection is not None:
+            hidden = hidden @ tied_projection
+        return F.linear(hidden, weight, bias)
+
+    def forward(self, hidden, embedding):
+        weights = embedding.output_weights()
+        head = F.log_softmax(self.cluster_logits(hidden, 0, *weights[0]), axis=-1)
+        head_size = self.bounds[0][1]
+        pieces = [head[..., :head_size]]
+        for i in range(1, len(self.bounds)):
+            tail = F.log_softmax(self.cluster_logits(hidden, i, *weights[i]), axis=-1)
+            pieces.append(head[..., head_size + i - 1:head_size + i] + tail)
+        return pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=-1)
+
+
+class _Bias(Module):
+    """One cluster's output bias (its own module, so that it has a name per cluster)."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.bias = Parameter(zeros(size))
+
+
+# ---- the model -----------------------------------------------------------------------------------
+def _check_mems(mems, n_layer, batch, width, dtype, where):
+    """``mems``: None or one (batch, mem_time, width) Tensor per layer, all of one length and of
+    the model's dtype."""
+    if mems is None:
+        return 0
+    if not isinstance(mems, (list, tuple)) or len(mems) != n_layer:
+        raise ValueError(f"{where}: mems must be a list of {n_layer} Tensors (one per layer), "
+                         f"got {type(mems).__name__}"
+                         + (f" of {len(mems)}" if isinstance(mems, (list, tuple)) else ""))
+    lengths = set()
+    for i, memory in enumerate(mems):
+        if not isinstance(memory, Tensor) or memory.ndim != 3 or memory.shape[0] != batch \
+                or memory.shape[2] != width:
+            shape = memory.shape if isinstance(memory, Tensor) else type(memory).__name__
+            raise ValueError(f"{where}: mems[{i}] must be a Tensor (batch={batch}, mem_time, "
+                             f"d_model={width}), got {shape}")
+        if memory.dtype != dtype:
+            raise ValueError(f"{where}: mems[{i}] is {memory.dtype} but the model is {dtype}; "
+                             "cast the memory (or the model) to one dtype")
+        lengths.add(memory.shape[1])
+    if len(lengths) > 1:
+        raise ValueError(f"{where}: every layer's memory needs the same length, got "
+                         f"{sorted(lengths)}")
+    return lengths.pop()
+
+
+@cookbook.equation(86)
+class TransfoXLModel(Module):
+    """The Transformer-XL body: adaptive input embeddings, then ``n_layer`` ``TransformerXLLayer``s
+    over the segment and each layer's memory, sharing one table R of relative positions.
+
+    ``forward(input_ids, mems=None)`` returns ``last_hidden_state`` (batch, time, d_model) and
+    ``mems``, the memories for the next segment (None when the memory length is 0)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.word_emb = AdaptiveEmbedding(config.vocab_size, config.d_embed, config.d_model,
+                                          config.cutoffs, config.div_val, config.proj_init_std)
+        self.drop = Dropout(config.dropout)
+        self.layers = ModuleList([
+            TransformerXLLayer(config.d_model, config.n_head, config.d_head, config.d_inner,
+                               config.dropout, config.dropatt, config.pre_lnorm,
+                               config.layer_norm_epsilon) for _ in range(config.n_layer)])
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """N(0, init_std^2) weights and u, v; zero biases; unit LayerNorm gains."""
+        std = self.config.init_std
+        for table in self.word_emb.embeddings:
+            init.normal_(table.weight, std=std)
+        for layer in self.layers:
+            attention = layer.self_attn
+            for linear in (attention.q_proj, attention.k_proj, attention.v_proj,
+                           attention.out_proj, attention.core.position_proj,
+                           layer.feed_forward.linear1, layer.feed_forward.linear2):
+                init.normal_(linear.weight, std=std)
+            init.normal_(attention.core.content_bias, std=std)
+            init.normal_(attention.core.position_bias, std=std)
+            init.zeros_(layer.feed_forward.linear1.bias)
+            init.zeros_(layer.feed_forward.linear2.bias)
+
+    def forward(self, input_ids, mems=None, head_mask=None, output_hidden_states=False,
+                output_attentions=False):
+        name, config = type(self).__name__, self.config
+        ids = checks.token_ids(input_ids, config.vocab_size, name)
+        reference = self.layers[0].norm1.weight
+        memory_time = _check_mems(mems, config.n_layer, ids.shape[0], config.d_model,
+                                  reference.dtype, name)
+        heads = (None if head_mask is None
+                 else np.broadcast_to(np.asarray(head_mask), (config.n_layer, config.n_head)))
+        x = self.drop(self.word_emb(ids))
+        positions = self.drop(relative_position_encoding(
+            memory_time + ids.shape[1], config.d_model, config.clamp_len, reference.dtype,
+            reference.backend))
+        inputs, attentions = [], []
+        for i, layer in enumerate(self.layers):
+            inputs.append(x)
+            record = {} if output_attentions else None
+            x = layer(x, None if mems is None else mems[i], relative_positions=positions,
+                      head_mask=None if heads is None else heads[i], attentions=record)
+            attentions.append(record)
+        x = self.drop(x)
+        return ModelOutput(
+            last_hidden_state=x, mems=self.next_memory(inputs, mems),
+            hidden_states=tuple(inputs) + (x,) if output_hidden_states else None,
+            attentions=tuple(a["self"] for a in attentions) if output_attentions else None)
+
+    def next_memory(self, inputs, mems):
+        """Each layer's input states, appended to its memory, cut from the graph (eq 87's SG),
+        the last ``mem_len`` positions (``eval_mem_len`` in eval mode); None when that is 0."""
+        length = self.config.memory_length[0 if self.training else 1]
+        if length == 0:
+            return None
+        if mems is not None:
+            inputs = [concatenate([memory, h], axis=1) for memory, h in zip(mems, inputs)]
+        return [h.detach()[:, -length:] for h in inputs]
+
+
+class TransfoXLLMHeadModel(Module):
+    """Transformer-XL's language model (HuggingFace's ``TransfoXLLMHeadModel``): ``TransfoXLModel``
+    and the adaptive softmax tied to its adaptive input (eq 86).
+
+    ``model(input_ids, mems=None, labels=None)`` returns ``logits`` (batch, time, vocab_size),
+    which are log-probabilities (HuggingFace's ``prediction_scores``), ``mems`` for the next
+    segment and, with ``labels``, ``loss``: the mean of -log P(x_t+1 | x_<=t, memory) over the
+    labels not -100 (shifted inside, as ``gpt.causal_lm_loss``)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = TransfoXLModel(config)
+        self.crit = AdaptiveLogSoftmax(config.vocab_size, config.d_embed, config.d_model,
+                                       config.cutoffs, config.div_val, config.tie_projs,
+                                       config.proj_init_std)
+        if len(config.cutoffs):
+            init.normal_(self.crit.cluster_weight, std=config.init_std)
+
+    def forward(self, input_ids, mems=None, labels=None, head_mask=None,
+                output_hidden_states=False, output_attentions=False):
+        out = self.transformer(input_ids, mems, head_mask, output_hidden_states,
+                               output_attentions)
+        log_probs = self.crit(out.last_hidden_state, self.transformer.word_emb)
+        loss = None if labels is None else causal_lm_loss(log_probs, labels)
+        return ModelOutput(loss=loss, logits=log_probs, mems=out.mems,
+                           hidden_states=out.hidden_states, attentions=out.attentions)
+
+    def generate(self, input_ids, max_new_tokens=20, *, do_sample=False, temperature=1.0,
+                 top_k=None, top_p=None, repetition_penalty=1.0, eos_token_id=None,
+                 generator=None, streamer=None, use_cache=True):
+        """Continue the prompts ``input_ids`` (batch, time) by ``max_new_tokens`` tokens (fewer
+        when every row has emitted ``eos_token_id``, default ``config.eos_token_id``; finished
+        rows are padded with it). Each step picks the next token with ``decoding.next_tokens``
+        (greedy, or sampled with the temperature, top-k, top-p and repetition penalty).
+
+        ``use_cache`` feeds each new token alone with the memories of everything before it (the
+        paper's fast evaluation), keeping the last ``eval_mem_len`` positions; without it each step
+        runs the whole sequence again. The two agree while the sequence fits in the memory."""
+        name = type(self).__name__
+        ids = checks.token_ids(input_ids, self.config.vocab_size, name)
+        checks.int_at_least(max_new_tokens, 0, "max_new_tokens", f"{name}.generate")
+        eos = self.config.eos_token_id if eos_token_id is None else eos_token_id
+        finished = np.zeros(ids.shape[0], dtype=bool)
+        with self.inference():
+            mems, feed = None, ids
+            for _ in range(max_new_tokens):
+                out = self(feed, mems=mems)
+                new = decoding.next_tokens(
+                    out.logits[:, -1].numpy(), ids, do_sample=do_sample, temperature=temperature,
+                    top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
+                    generator=generator)
+                new = np.where(finished, -1 if eos is None else eos, new)
+                ids = np.concatenate([ids, new[:, None]], axis=1)
+                if streamer is not None:
+                    streamer(new)
+                finished |= eos is not None and new == eos
+                if finished.all():
+                    break
+                mems, feed = (out.mems, new[:, None]) if use_cache else (None, ids)
+        return ids
+
+
+# ---- HuggingFace checkpoints (transformers 4.x TransfoXLLMHeadModel) ------------------------------
+def _split_rows(array):
+    """HuggingFace's fused ``qkv_net`` (3 h d_head, d_model) -> our three projections."""
+    return tuple(np.ascontiguousarray(part) for part in np.split(array, 3, axis=0))
+
+
+def _concat_rows(*arrays):
+    return np.concatenate(arrays, axis=0)
+
+
+def _layer_rules():
+    hf, ours = "transformer.layers.{i}.", "transformer.layers.{i}."
+    attention = f"{ours}self_attn."
+    rules = [Rule(f"{hf}dec_attn.qkv_net.weight",
+                  tuple(f"{attention}{n}_proj.weight" for n in "qkv"),
+                  to_ours=_split_rows, to_hf=_concat_rows),
+             Rule(f"{hf}dec_attn.o_net.weight", f"{attention}out_proj.weight"),
+             Rule(f"{hf}dec_attn.r_net.weight", f"{attention}core.position_proj.weight"),
+             Rule(f"{hf}dec_attn.r_w_bias", f"{attention}core.content_bias"),
+             Rule(f"{hf}dec_attn.r_r_bias", f"{attention}core.position_bias")]
+    for kind in ("weight", "bias"):
+        rules += [Rule(f"{hf}dec_attn.layer_norm.{kind}", f"{ours}norm1.{kind}"),
+                  Rule(f"{hf}pos_ff.layer_norm.{kind}", f"{ours}norm2.{kind}"),
+                  Rule(f"{hf}pos_ff.CoreNet.0.{kind}", f"{ours}feed_forward.linear1.{kind}"),
+                  Rule(f"{hf}pos_ff.CoreNet.3.{kind}", f"{ours}feed_forward.linear2.{kind}")]
+    return tuple(rules)
+
+
+# ``{i}`` runs over the clusters our model has. HuggingFace's ``out_projs`` are (d_proj, width)
+# matrices applied as h @ P: our Linear stores P^T. The softmax's tied weights and projections,
+# and the sinusoid's frequencies, are not ours to load.
+ADAPTIVE_RULES = (
+    Rule("transformer.word_emb.emb_layers.{i}.weight", "transformer.word_emb.embeddings.{i}.weight"),
+    Rule("transformer.word_emb.emb_projs.{i}", "transformer.word_emb.projections.{i}.weight"),
+    Rule("crit.out_projs.{i}", "crit.projections.{i}.weight", to_ours=transpose),
+    Rule("crit.out_layers.{i}.bias", "crit.biases.{i}.bias"),
+    Rule("crit.out_layers.0.bias", "crit.bias"),
+    Rule("crit.cluster_weight", "crit.cluster_weight"),
+    Rule("crit.cluster_bias", "crit.cluster_bias"))
+
+
+@dataclass(frozen=True)
+class _ConfigShapedArchitecture(HFArchitecture):
+    """A key map whose rules hold only for some configs (one output bias or one per cluster, a
+    head with or without cluster entries): rules naming tensors our model does not have are left
+    out; every tensor is still checked both ways (unused checkpoint keys, unfilled ones of ours)."""
+
+    def expanded_rules(self, our_keys):
+        return [rule for rule in super().expanded_rules(our_keys)
+                if all(name in our_keys for name in rule.ours)]
+
+
+register_architecture(_ConfigShapedArchitecture(
+    name="TransfoXLLMHeadModel", model_type="transfo-xl", model_class=TransfoXLLMHeadModel,
+    from_config=lambda hf: TransfoXLLMHeadModel(TransfoXLConfig.from_hf(hf)),
+    to_config=lambda model: model.config.to_hf(), rules=_layer_rules() + ADAPTIVE_RULES,
+    ignore=(r"crit\.out_layers\.\d+\.weight", r"crit\.out_projs\.\d+",
+            r"transformer\.pos_emb\.inv_freq"),
+    default_for_type=True))
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (this block only)
+
+
+def _build_for_training(settings, tokenizer):
+    """A Transformer-XL for a run's ``settings`` (``training.TrainConfig``): ``n_embd`` wide,
+    ``n_head`` heads, a plain softmax (a character or BPE vocabulary is small), memory
+    ``block_size`` in training and in evaluation."""
+    return TransfoXLLMHeadModel(TransfoXLConfig(
+        vocab_size=len(tokenizer), cutoffs=[], d_model=settings.n_embd, d_embed=settings.n_embd,
+        n_head=settings.n_head, d_head=settings.n_embd // settings.n_head,
+        d_inner=4 * settings.n_embd, div_val=1, n_layer=settings.n_layer,
+        mem_len=settings.block_size, clamp_len=0, dropout=settings.dropout,
+        dropatt=settings.dropout))
+
+
+register_family(ModelFamily(
+    name="xl", summary="Transformer-XL: relative-position attention over a memory of the previous "
+    "segment, next-token prediction (eq 86-91)",
+    objective=CAUSAL_LM, build=_build_for_training, default_tokenizer="char", bpe_style="gpt2",
+    hf_architectures=("TransfoXLLMHeadModel",)))
