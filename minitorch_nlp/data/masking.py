@@ -110,6 +110,20 @@ class MaskedLMCollator:
                                 input_ids.shape).astype(bool)
         return maskable
 
+    def budget(self, maskable):
+        """How many positions each row has chosen: round(``mlm_probability`` * n) of its n
+        maskable ones, at least one when n > 0; int64 (batch,)."""
+        count = maskable.sum(axis=1)
+        return np.where(count > 0, np.maximum(1, np.rint(count * self.mlm_probability)),
+                        0).astype(np.int64)
+
+    def choose(self, maskable, rng):
+        """Bool (batch, time): the positions to predict, ``budget`` of each row's maskable ones
+        drawn uniformly (the k smallest of uniform keys). ALBERT's collator chooses n-grams."""
+        keys = np.where(maskable, rng.random(maskable.shape), 2.0)
+        rank = np.argsort(np.argsort(keys, axis=1, kind="stable"), axis=1, kind="stable")
+        return rank < self.budget(maskable)[:, None]
+
     def __call__(self, batch, rng=None):
         fields = dict(batch) if isinstance(batch, dict) else {"input_ids": batch}
         ids = _array(fields["input_ids"], "input_ids")
@@ -119,13 +133,7 @@ class MaskedLMCollator:
         maskable = self.maskable(ids, fields.get("attention_mask"),
                                  fields.pop("special_tokens_mask", None))
         rng = self.rng if rng is None else _generator(rng)
-        # choose round(p n) maskable positions per row: the k smallest of uniform keys
-        count = maskable.sum(axis=1)
-        chosen_count = np.where(count > 0, np.maximum(1, np.rint(count * self.mlm_probability)),
-                                0)
-        keys = np.where(maskable, rng.random(ids.shape), 2.0)
-        rank = np.argsort(np.argsort(keys, axis=1, kind="stable"), axis=1, kind="stable")
-        chosen = rank < chosen_count[:, None]
+        chosen = self.choose(maskable, rng)
         # 80% [MASK], 10% a random token, 10% unchanged
         u = rng.random(ids.shape)
         to_mask = chosen & (u < self.mask_prob)

@@ -10,7 +10,8 @@ config from our model), and an explicit key map, a list of ``Rule``s, one per Hu
     Rule(hf="h.{i}.attn.c_proj.weight", ours="blocks.{i}.self_attn.out_proj.weight",
          to_ours=transpose)                       # GPT-2's Conv1D stores (in, out)
 
-``{i}`` runs over the layers our model has. A rule may map one HuggingFace tensor to several of
+``{i}`` runs over the layers our model has. A rule with ``{i}`` in ``ours`` only maps one
+HuggingFace tensor to that tensor of every layer (ALBERT's layers share their weights). A rule may map one HuggingFace tensor to several of
 ours (GPT-2's ``c_attn`` holds the query, key and value projections side by side). Conversion
 checks everything both ways, and a checkpoint that does not fit is a ``ValueError`` naming every
 key that is missing, unexpected or mis-shaped: nothing is skipped silently.
@@ -90,12 +91,32 @@ class Rule:
             raise ValueError(f"Rule {self.hf!r}: give both to_ours and to_hf, or neither")
 
     def expand(self, layer_indices):
-        """This rule with ``{i}`` replaced by each layer index (itself when it has no ``{i}``)."""
-        if "{i}" not in self.hf:
+        """This rule with ``{i}`` replaced by each layer index (itself when it has no ``{i}``);
+        with ``{i}`` in ``ours`` only, one rule filling every layer's tensor (shared weights)."""
+        if "{i}" not in self.ours[0]:
             return [self]
+        if "{i}" not in self.hf:
+            return [self.shared_by(layer_indices)]
         return [Rule(self.hf.format(i=i), tuple(name.format(i=i) for name in self.ours),
                      self.to_ours, self.to_hf, tuple(name.format(i=i) for name in self.also))
                 for i in layer_indices]
+
+    def shared_by(self, layer_indices):
+        """One HuggingFace tensor held by the layers ``layer_indices`` alike: read into each of
+        them, written from the first after checking that every layer holds the same values."""
+        copies = len(layer_indices)
+        per_layer = len(self.ours)
+
+        def to_hf(*arrays):
+            first = arrays[:per_layer]
+            if any(not np.array_equal(a, b) for a, b in zip(arrays, first * copies)):
+                raise ValueError(f"save_pretrained: {self.hf} is one tensor that every layer "
+                                 f"shares, but our layers {list(layer_indices)} hold different "
+                                 "values for it")
+            return self.hf_array(first)
+
+        return Rule(self.hf, tuple(name.format(i=i) for i in layer_indices for name in self.ours),
+                    to_ours=lambda array: self.our_arrays(array) * copies, to_hf=to_hf)
 
     def hf_array(self, our_arrays):
         return self.to_hf(*our_arrays) if self.to_hf else our_arrays[0]
@@ -141,7 +162,7 @@ class HFArchitecture:
         present = [rule for rule in self.optional_rules
                    if all(name in our_keys for name in rule.ours)]
         for rule in (*self.rules, *present):
-            indices = _layer_indices(rule.ours[0], our_keys) if "{i}" in rule.hf else ()
+            indices = _layer_indices(rule.ours[0], our_keys) if "{i}" in rule.ours[0] else ()
             rules.extend(rule.expand(indices))
         return rules
 
@@ -312,6 +333,8 @@ def save_pretrained(model, path):
                          f"architecture; supported: "
                          f"{', '.join(sorted(a.model_class.__name__ for a in _ARCHITECTURES.values()))}")
     architecture = matches[0]
+    config = {"architectures": [architecture.name], "model_type": architecture.model_type,
+              **architecture.to_config(model)}
     state = {name: np.asarray(t.numpy()) for name, t in model.state_dict().items()}
     hf_state, used = {}, set()
     for rule in architecture.expanded_rules(state):
@@ -321,8 +344,6 @@ def save_pretrained(model, path):
     if left:
         raise ValueError(f"save_pretrained: the {architecture.name} key map has no rule for our "
                          f"{_listed(left)}")
-    config = {"architectures": [architecture.name], "model_type": architecture.model_type,
-              **architecture.to_config(model)}
     os.makedirs(path, exist_ok=True)
     payload = _safetensors_numpy().save(hf_state, metadata={"format": "pt"})
     atomic_write(os.path.join(os.fspath(path), WEIGHTS_NAME), lambda file: file.write(payload))

@@ -161,16 +161,17 @@ def init_bert_weights(module, std):
 
 class BertEmbeddings(Module):
     """The input representation (Devlin section 3.2, Figure 2): token + segment + position
-    embeddings, summed, then LayerNorm and dropout."""
+    embeddings, summed, then LayerNorm and dropout. The vectors have ``size`` features (default
+    ``hidden_size``; ALBERT and ELECTRA embed in fewer and project)."""
 
-    def __init__(self, config):
+    def __init__(self, config, size=None):
         super().__init__()
-        self.word_embeddings = Embedding(config.vocab_size, config.hidden_size,
-                                         padding_idx=config.pad_token_id)
+        size = config.hidden_size if size is None else size
+        self.word_embeddings = Embedding(config.vocab_size, size, padding_idx=config.pad_token_id)
         self.position_embeddings = LearnedPositionalEmbedding(config.max_position_embeddings,
-                                                              config.hidden_size)
-        self.token_type_embeddings = Embedding(config.type_vocab_size, config.hidden_size)
-        self.norm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+                                                              size)
+        self.token_type_embeddings = Embedding(config.type_vocab_size, size)
+        self.norm = LayerNorm(size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.max_length = config.max_position_embeddings
 
@@ -208,15 +209,21 @@ class BertModel(Module):
                             f"{self.config_class.__name__}, got {type(config).__name__}")
         self.config = config
         self.embeddings = self.embeddings_class(config)
-        self.encoder = TransformerEncoder(
+        self.encoder = self.build_encoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        init_bert_weights(self, config.initializer_range)
+
+    @staticmethod
+    def build_encoder(config):
+        """The stack of ``num_hidden_layers`` post-LN encoder layers (ALBERT overrides it to share
+        layers across depth)."""
+        return TransformerEncoder(
             config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
             config.intermediate_size, dropout=config.hidden_dropout_prob,
             activation=HIDDEN_ACT[config.hidden_act], norm_first=False,
             layer_norm_eps=config.layer_norm_eps,
             attention_dropout=config.attention_probs_dropout_prob,
             activation_dropout=0.0)   # BERT drops the feed-forward output, not its hidden units
-        self.pooler = BertPooler(config) if add_pooling_layer else None
-        init_bert_weights(self, config.initializer_range)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 head_mask=None, output_hidden_states=False, output_attentions=False):
@@ -267,13 +274,16 @@ def masked_lm_loss(logits, labels):
 class BertLMHead(Module):
     """The masked-LM prediction head: a dense layer, GELU and LayerNorm, then the decoder, which
     is the input word-embedding matrix itself (tied, so it costs no parameters) plus an output
-    bias of its own (Devlin et al.'s released code; HuggingFace's ``cls.predictions``)."""
+    bias of its own (Devlin et al.'s released code; HuggingFace's ``cls.predictions``).
+    ``embedding_size``: the word embeddings' width, which the dense layer maps to (default
+    ``hidden_size``; ALBERT's factorised embeddings are narrower)."""
 
-    def __init__(self, config):
+    def __init__(self, config, embedding_size=None):
         super().__init__()
+        embedding_size = config.hidden_size if embedding_size is None else embedding_size
         self.approximate = "tanh" if HIDDEN_ACT[config.hidden_act] == "gelu_tanh" else "none"
-        self.dense = Linear(config.hidden_size, config.hidden_size)
-        self.norm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dense = Linear(config.hidden_size, embedding_size)
+        self.norm = LayerNorm(embedding_size, eps=config.layer_norm_eps)
         self.bias = Parameter(zeros(config.vocab_size))
 
     def forward(self, hidden, word_embeddings):
@@ -325,7 +335,7 @@ class BertForMaskedLM(_BertWithHead):
 
     def __init__(self, config):
         super().__init__(config)
-        self.mlm = BertLMHead(config)
+        self.mlm = BertLMHead(config, self.word_embeddings.shape[1])
         self._init_head(self.mlm)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
@@ -350,7 +360,7 @@ class BertForPreTraining(_BertWithHead):
 
     def __init__(self, config):
         super().__init__(config)
-        self.mlm = BertLMHead(config)
+        self.mlm = BertLMHead(config, self.word_embeddings.shape[1])
         self.nsp = Linear(config.hidden_size, 2)
         self._init_head(self.mlm, self.nsp)
 
@@ -509,15 +519,20 @@ def weight_and_bias(hf, ours):
     return [Rule(f"{hf}.{kind}", f"{ours}.{kind}") for kind in ("weight", "bias")]
 
 
+def embedding_rules(hf_prefix, prefix):
+    """The key map of ``BertEmbeddings`` under ``{hf_prefix}embeddings.`` and
+    ``{prefix}embeddings.``."""
+    hf_embed, embed = f"{hf_prefix}embeddings.", f"{prefix}embeddings."
+    return [Rule(f"{hf_embed}word_embeddings.weight", f"{embed}word_embeddings.weight"),
+            Rule(f"{hf_embed}position_embeddings.weight", f"{embed}position_embeddings.table"),
+            Rule(f"{hf_embed}token_type_embeddings.weight", f"{embed}token_type_embeddings.weight"),
+            *weight_and_bias(f"{hf_embed}LayerNorm", f"{embed}norm")]
+
+
 def bert_rules(hf_prefix, prefix, pooler):
     """The key map of ``BertModel`` (and ``RobertaModel``) under HuggingFace's ``hf_prefix``
     (``"bert."``, ``"roberta."``, ``""``) and our ``prefix``."""
-    hf_embed, embed = f"{hf_prefix}embeddings.", f"{prefix}embeddings."
-    rules = [Rule(f"{hf_embed}word_embeddings.weight", f"{embed}word_embeddings.weight"),
-             Rule(f"{hf_embed}position_embeddings.weight", f"{embed}position_embeddings.table"),
-             Rule(f"{hf_embed}token_type_embeddings.weight",
-                  f"{embed}token_type_embeddings.weight"),
-             *weight_and_bias(f"{hf_embed}LayerNorm", f"{embed}norm")]
+    rules = embedding_rules(hf_prefix, prefix)
     hf_layer, layer = f"{hf_prefix}encoder.layer.{{i}}.", f"{prefix}encoder.layers.{{i}}."
     for hf, ours in (("attention.self.query", "self_attn.q_proj"),
                      ("attention.self.key", "self_attn.k_proj"),
@@ -533,13 +548,14 @@ def bert_rules(hf_prefix, prefix, pooler):
     return rules
 
 
-def register_bert_architecture(model_class, rules, default_for_type=False):
-    """Register ``model_class`` (named as its HuggingFace counterpart) with ``rules``."""
+def register_bert_architecture(model_class, rules, default_for_type=False, ignore=BERT_IGNORE):
+    """Register ``model_class`` (named as its HuggingFace counterpart) with ``rules``; ``ignore``:
+    the HuggingFace keys that hold nothing of ours."""
     config_class = getattr(model_class, "base_model_class", model_class).config_class
     register_architecture(HFArchitecture(
         name=model_class.__name__, model_type=config_class.model_type, model_class=model_class,
         from_config=lambda hf_config: model_class(config_class.from_hf(hf_config)),
-        to_config=lambda model: model.config.to_hf(), rules=tuple(rules), ignore=BERT_IGNORE,
+        to_config=lambda model: model.config.to_hf(), rules=tuple(rules), ignore=ignore,
         default_for_type=default_for_type))
 
 

@@ -1,0 +1,297 @@
+"""ALBERT: A Lite BERT (Lan et al., 2020, "ALBERT: A Lite BERT for Self-supervised Learning of
+Language Representations"), the survey's section IX-C.
+
+ALBERT is BERT's encoder (``models.bert``) with two ways to spend fewer parameters and one new
+pretraining task:
+
+* factorised embedding parametrisation (Lan section 3.1): tokens are embedded in E dimensions
+  and projected to the hidden size H, so the embeddings cost V x E + E x H instead of V x H
+  (``AlbertEmbeddings``: ``BertEmbeddings`` of width E, then a linear map to H);
+* cross-layer parameter sharing (section 3.1, Table 4): one layer applied L times
+  (``share_layers="all"``, ALBERT's default), or only the attention (``"attention"``) or only
+  the feed-forward network (``"ffn"``) shared, or nothing (``"none"``). The stack is
+  ``nn.TransformerStack`` holding the same layer (or the same part) at every depth, so its
+  gradient is the sum of the gradients every depth sends it;
+* sentence-order prediction (SOP) instead of next-sentence prediction, and masked-LM targets
+  that are n-grams (eq 106): ``minitorch_nlp.data.albert``.
+
+``parameter_count`` counts a configuration's parameters from its shapes without building it,
+for the paper's Table 1 (``PAPER_CONFIGS``). Names, calls and checkpoints follow HuggingFace
+(``AlbertModel``, ``AlbertForMaskedLM``, ``AlbertForPreTraining``).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from .. import functional as F
+from ..io.huggingface import Rule
+from ..nn import (Dropout, FeedForward, LayerNorm, Linear, MultiHeadAttention, TransformerLayer,
+                  TransformerStack)
+from ..nn.outputs import ModelOutput
+from .bert import (HIDDEN_ACT, BertConfig, BertEmbeddings, BertForMaskedLM, BertLMHead,
+                   BertModel, _BertWithHead, embedding_rules, masked_lm_loss,
+                   register_bert_architecture, weight_and_bias)
+
+__all__ = ["PAPER_CONFIGS", "SHARING_MODES", "AlbertConfig", "AlbertEmbeddings",
+           "AlbertForMaskedLM", "AlbertForPreTraining", "AlbertModel", "parameter_count"]
+
+SHARING_MODES = ("all", "attention", "ffn", "none")
+
+
+@dataclass
+class AlbertConfig(BertConfig):
+    """``BertConfig`` plus ALBERT's ``embedding_size`` E and ``share_layers`` (one of
+    ``SHARING_MODES``). The defaults are ALBERT-base (Lan Table 1: L = 12, H = 768, E = 128,
+    all layers shared, 30 000 SentencePiece tokens; 12 heads, feed-forward 4H), with the tanh
+    GELU and no dropout of the released v2 models; ``classifier_dropout_prob`` is the SOP
+    head's dropout."""
+
+    vocab_size: int = 30000
+    embedding_size: int = 128
+    hidden_act: str = "gelu_new"
+    hidden_dropout_prob: float = 0.0
+    attention_probs_dropout_prob: float = 0.0
+    classifier_dropout_prob: float = 0.1
+    share_layers: str = "all"
+    bos_token_id: int = 2
+    eos_token_id: int = 3
+
+    model_type = "albert"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.embedding_size, int) or self.embedding_size < 1:
+            raise ValueError(f"AlbertConfig: embedding_size must be a positive int, got "
+                             f"{self.embedding_size!r}")
+        if self.embedding_size > self.hidden_size:
+            raise ValueError(f"AlbertConfig: embedding_size={self.embedding_size} is larger than "
+                             f"hidden_size={self.hidden_size}; ALBERT factorises the embeddings "
+                             "as V x E + E x H to need fewer parameters than V x H, which takes "
+                             "E <= H (Lan et al. 3.1: H >> E); lower embedding_size")
+        if self.share_layers not in SHARING_MODES:
+            raise ValueError(f"AlbertConfig: share_layers must be one of {SHARING_MODES}, got "
+                             f"{self.share_layers!r}")
+        if not 0.0 <= self.classifier_dropout_prob < 1.0:
+            raise ValueError(f"AlbertConfig: classifier_dropout_prob must be in [0, 1), got "
+                             f"{self.classifier_dropout_prob!r}")
+
+    @classmethod
+    def from_hf(cls, hf_config):
+        """``BertConfig.from_hf``; HuggingFace's ALBERT shares every layer (``share_layers`` is
+        "all"), and only its released layout, one group of one layer, is implemented."""
+        groups = (hf_config.get("num_hidden_groups", 1), hf_config.get("inner_group_num", 1))
+        if groups != (1, 1):
+            raise ValueError(f"AlbertConfig: num_hidden_groups={groups[0]} and inner_group_num="
+                             f"{groups[1]} are not implemented; the released ALBERT models have "
+                             "one group of one shared layer (1 and 1)")
+        return super().from_hf({key: value for key, value in hf_config.items()
+                                if key != "share_layers"})
+
+    def to_hf(self):
+        if self.share_layers != "all":
+            raise ValueError(f"AlbertConfig: share_layers={self.share_layers!r} has no "
+                             "HuggingFace format; HuggingFace's ALBERT shares all layers")
+        hf_config = super().to_hf()
+        del hf_config["share_layers"]
+        hf_config.update(num_hidden_groups=1, inner_group_num=1)
+        return hf_config
+
+
+class AlbertEmbeddings(BertEmbeddings):
+    """Factorised embeddings (Lan section 3.1): token, segment and position embeddings of
+    ``embedding_size`` E, summed, LayerNorm and dropout as in BERT, then ``project``, a linear
+    map E -> H (HuggingFace's ``embedding_hidden_mapping_in``)."""
+
+    def __init__(self, config):
+        super().__init__(config, size=config.embedding_size)
+        self.project = Linear(config.embedding_size, config.hidden_size)
+
+    def forward(self, input_ids, token_type_ids, position_ids=None):
+        return self.project(super().forward(input_ids, token_type_ids, position_ids))
+
+
+def shared_encoder(config):
+    """``num_hidden_layers`` post-LN BERT layers sharing what ``config.share_layers`` says: the
+    same ``TransformerLayer`` at every depth ("all"), one attention ("attention") or one
+    feed-forward network ("ffn") in otherwise separate layers, or nothing ("none"). In the
+    partial modes each layer keeps its own LayerNorms."""
+    def attention():
+        return MultiHeadAttention(config.hidden_size, config.num_attention_heads,
+                                  dropout=config.attention_probs_dropout_prob)
+
+    def feed_forward():
+        return FeedForward(config.hidden_size, config.intermediate_size, 0.0,
+                           HIDDEN_ACT[config.hidden_act])
+
+    def layer(self_attn, ffn):
+        return TransformerLayer(self_attn, ffn, functools.partial(
+            LayerNorm, config.hidden_size, eps=config.layer_norm_eps),
+            dropout=config.hidden_dropout_prob)
+
+    depth, share = config.num_hidden_layers, config.share_layers
+    if share == "all":
+        return TransformerStack([layer(attention(), feed_forward())] * depth)
+    shared_attention = attention() if share == "attention" else None
+    shared_ffn = feed_forward() if share == "ffn" else None
+    return TransformerStack([
+        layer(attention() if shared_attention is None else shared_attention,
+              feed_forward() if shared_ffn is None else shared_ffn)
+        for _ in range(depth)])
+
+
+class AlbertModel(BertModel):
+    """The ALBERT encoder: ``BertModel`` with factorised embeddings and shared layers. Returns
+    ``ModelOutput(last_hidden_state, pooler_output)`` as ``BertModel``."""
+
+    config_class = AlbertConfig
+    embeddings_class = AlbertEmbeddings
+    build_encoder = staticmethod(shared_encoder)
+
+
+class AlbertForMaskedLM(BertForMaskedLM):
+    """ALBERT with the masked-LM head: BERT's head with its dense layer mapping H -> E, so that
+    the decoder is the tied V x E word-embedding matrix (HuggingFace's ``predictions``)."""
+
+    base_model_class = AlbertModel
+
+
+class AlbertForPreTraining(_BertWithHead):
+    """ALBERT with both pretraining heads (Lan section 3.1): the masked-LM head on every token
+    (``prediction_logits``) and sentence-order prediction, dropout and a linear layer on the
+    pooled [CLS] (``sop_logits`` (batch, 2): 0 the segments in order, 1 swapped; data:
+    ``data.albert.sentence_order_pairs``). With ``labels`` and ``sentence_order_label`` both
+    given, ``loss`` is the sum of the two mean losses."""
+
+    base_model_class = AlbertModel
+    add_pooling_layer = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.mlm = BertLMHead(config, config.embedding_size)
+        self.sop_dropout = Dropout(config.classifier_dropout_prob)
+        self.sop = Linear(config.hidden_size, 2)
+        self._init_head(self.mlm, self.sop)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None, sentence_order_label=None):
+        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids)
+        prediction_logits = self.mlm(out.last_hidden_state, self.word_embeddings)
+        sop_logits = self.sop(self.sop_dropout(out.pooler_output))
+        loss = None
+        if labels is not None and sentence_order_label is not None:
+            loss = (masked_lm_loss(prediction_logits, labels)
+                    + F.cross_entropy(sop_logits, sentence_order_label))
+        return ModelOutput(loss=loss, prediction_logits=prediction_logits, sop_logits=sop_logits)
+
+
+# ---- parameter counts from shapes (Lan Table 1) -------------------------------------------------
+def parameter_count(config, add_pooling_layer=True):
+    """How many parameters ``BertModel(config)`` or ``AlbertModel(config)`` holds, counted from
+    the shapes of its layers without allocating them (ALBERT-xxlarge's would take 0.9 GB).
+    Shared tensors count once, as in ``Module.num_parameters``; ``tests/test_sec9_albert.py``
+    checks the two agree on models small enough to build."""
+    hidden, ff = config.hidden_size, config.intermediate_size
+    albert = isinstance(config, AlbertConfig)
+    width = config.embedding_size if albert else hidden
+    embeddings = ((config.vocab_size + config.max_position_embeddings + config.type_vocab_size)
+                  * width + 2 * width)                      # three tables and the LayerNorm
+    projection = (width * hidden + hidden) if albert else 0
+    attention = 4 * (hidden * hidden + hidden)
+    feed_forward = (hidden * ff + ff) + (ff * hidden + hidden)
+    norms = 2 * 2 * hidden
+    depth = config.num_hidden_layers
+    share = config.share_layers if albert else "none"
+    layers = {"all": attention + feed_forward + norms,
+              "attention": attention + depth * (feed_forward + norms),
+              "ffn": feed_forward + depth * (attention + norms),
+              "none": depth * (attention + feed_forward + norms)}[share]
+    pooler = (hidden * hidden + hidden) if add_pooling_layer else 0
+    return embeddings + projection + layers + pooler
+
+
+def _paper_config(config_class, layers, hidden, embedding=None):
+    sizes = dict(vocab_size=30000, num_hidden_layers=layers, hidden_size=hidden,
+                 num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
+    if embedding is not None:
+        sizes["embedding_size"] = embedding
+    return config_class(**sizes)
+
+
+# Lan et al. Table 1: name -> (configuration, the parameter count the paper prints). The paper
+# gives 12 heads for base, 16 for large, 32 xlarge and 64 xxlarge (H / 64); heads change no count.
+PAPER_CONFIGS = {
+    "BERT base": (_paper_config(BertConfig, 12, 768), "108M"),
+    "BERT large": (_paper_config(BertConfig, 24, 1024), "334M"),
+    "ALBERT base": (_paper_config(AlbertConfig, 12, 768, 128), "12M"),
+    "ALBERT large": (_paper_config(AlbertConfig, 24, 1024, 128), "18M"),
+    "ALBERT xlarge": (_paper_config(AlbertConfig, 24, 2048, 128), "60M"),
+    "ALBERT xxlarge": (_paper_config(AlbertConfig, 12, 4096, 128), "235M"),
+}
+
+
+# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
+# HuggingFace's ALBERT holds one layer, ``albert_layer_groups.0.albert_layers.0``, that every depth
+# applies: each of its tensors maps to that tensor of all our layers (a rule with {i} in ``ours``
+# only), which are one object in a model with share_layers="all".
+ALBERT_IGNORE = (r"(albert\.)?embeddings\.(position_ids|token_type_ids)",
+                 r"predictions\.decoder\.(weight|bias)")
+
+
+def albert_rules(hf_prefix, prefix, pooler):
+    """The key map of ``AlbertModel`` under HuggingFace's ``hf_prefix`` (``"albert."`` or
+    ``""``) and our ``prefix``."""
+    rules = embedding_rules(hf_prefix, prefix) + weight_and_bias(
+        f"{hf_prefix}encoder.embedding_hidden_mapping_in", f"{prefix}embeddings.project")
+    hf_layer = f"{hf_prefix}encoder.albert_layer_groups.0.albert_layers.0."
+    layer = f"{prefix}encoder.layers.{{i}}."
+    for hf, ours in (("attention.query", "self_attn.q_proj"),
+                     ("attention.key", "self_attn.k_proj"),
+                     ("attention.value", "self_attn.v_proj"),
+                     ("attention.dense", "self_attn.out_proj"),
+                     ("attention.LayerNorm", "norm1"),
+                     ("ffn", "feed_forward.linear1"),
+                     ("ffn_output", "feed_forward.linear2"),
+                     ("full_layer_layer_norm", "norm2")):
+        rules += weight_and_bias(hf_layer + hf, layer + ours)
+    if pooler:
+        rules += weight_and_bias(f"{hf_prefix}pooler", f"{prefix}pooler.dense")
+    return rules
+
+
+ALBERT_MLM_HEAD_RULES = [*weight_and_bias("predictions.dense", "mlm.dense"),
+                         *weight_and_bias("predictions.LayerNorm", "mlm.norm"),
+                         Rule("predictions.bias", "mlm.bias")]
+register_bert_architecture(AlbertModel, albert_rules("", "", pooler=True), default_for_type=True,
+                           ignore=ALBERT_IGNORE)
+register_bert_architecture(AlbertForMaskedLM, albert_rules("albert.", "bert.", pooler=False)
+                           + ALBERT_MLM_HEAD_RULES, ignore=ALBERT_IGNORE)
+register_bert_architecture(AlbertForPreTraining, albert_rules("albert.", "bert.", pooler=True)
+                           + ALBERT_MLM_HEAD_RULES
+                           + weight_and_bias("sop_classifier.classifier", "sop"),
+                           ignore=ALBERT_IGNORE)
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
+from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
+
+
+def _build_for_training(settings, tokenizer):
+    """An ALBERT encoder (all layers shared) with its masked-LM head for a run's ``settings``:
+    E = H / 4 at least 8 (ALBERT-base's 128 / 768 is 1 / 6), feed-forward width 4 H,
+    ``block_size`` positions, [CLS] and [SEP] included."""
+    return AlbertForMaskedLM(AlbertConfig(
+        vocab_size=len(tokenizer),
+        embedding_size=min(settings.n_embd, max(8, settings.n_embd // 4)), hidden_size=settings.n_embd, num_hidden_layers=settings.n_layer,
+        num_attention_heads=settings.n_head, intermediate_size=4 * settings.n_embd,
+        max_position_embeddings=settings.block_size, hidden_dropout_prob=settings.dropout,
+        attention_probs_dropout_prob=settings.dropout, pad_token_id=tokenizer.pad_token_id))
+
+
+register_family(ModelFamily(
+    name="albert", summary="an ALBERT encoder (factorised embeddings, one shared layer) trained "
+                           "with the masked-LM objective",
+    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
+    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
+    hf_architectures=("AlbertForMaskedLM",)))
