@@ -303,3 +303,33 @@ def test_beam_1_equals_greedy(seed):
     ids = np.random.default_rng(seed).integers(2, VOCAB, (2, 5))
     np.testing.assert_array_equal(model.generate(ids, num_beams=1, max_new_tokens=5),
                                   model.generate(ids, max_new_tokens=5))
+
+
+# ---- the command line: train t5, resume exactly, generate ----------------------------------------
+def test_train_t5_resumes_exactly_and_generate_fills_spans(tmp_path, capsys):
+    from minitorch_nlp import cli, training
+    text_file = tmp_path / "text.txt"
+    text_file.write_text("the quick brown fox jumps over the lazy dog. " * 30, encoding="utf-8")
+    common = ["--text", str(text_file), "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
+              "--block-size", "20", "--batch-size", "2", "--steps", "4", "--warmup-steps", "1",
+              "--eval-every", "2", "--backend", "numpy", "--no-progress"]
+    assert cli.main(["train", "t5", *common, "--out", str(tmp_path / "once")]) == 0
+    assert cli.main(["train", "t5", *common, "--out", str(tmp_path / "twice"),
+                     "--stop-at", "2"]) == 0
+    assert cli.main(["train", "--resume", str(tmp_path / "twice"), "--no-progress"]) == 0
+    once = training.read_checkpoint(tmp_path / "once")["model"]
+    twice = training.read_checkpoint(tmp_path / "twice")["model"]
+    assert once.keys() == twice.keys()
+    for name in once:
+        np.testing.assert_array_equal(once[name], twice[name], err_msg=name)
+    model, tokenizer, _ = training.load_for_inference(tmp_path / "once")
+    assert type(model) is T5ForConditionalGeneration
+    assert model.config.vocab_size == len(tokenizer) + 20 // 10 + 2
+    capsys.readouterr()
+    assert cli.main(["generate", str(tmp_path / "once"), "--prompt",
+                     "the quick <extra_id_0> fox"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("the quick ") and printed.rstrip().endswith(" fox")
+    assert "<extra_id" not in printed
+    assert cli.main(["generate", str(tmp_path / "once"), "--prompt", "the <extra_id_9>"]) == 1
+    assert "<extra_id_9> is not one of this model's 4 sentinels" in capsys.readouterr().err

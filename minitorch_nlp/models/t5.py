@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, fields
 
 import numpy as np
 
 from .. import checks, decoding
 from .. import functional as F
+from ..data.span_corruption import span_corruption
 from ..autograd import ones, tensor
 from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, FullAttention, Linear, Module, MultiHeadAttention,
@@ -522,3 +524,83 @@ for _model_class, _rules, _ignore in (
         from_config=lambda hf, cls=_model_class: cls(T5Config.from_hf(hf)),
         to_config=lambda model: model.config.to_hf(), rules=tuple(_rules), ignore=_ignore,
         default_for_type=_model_class is T5ForConditionalGeneration))
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .registry import ModelFamily, Objective, register_family  # noqa: E402 (this block only)
+
+_SENTINEL = re.compile(r"<extra_id_(\d+)>")
+
+
+def sentinel_count(window_length):
+    """How many sentinels a model trained on windows of ``window_length`` tokens gets: enough
+    for span corruption's spans at any noise density up to 0.3 with mean span length 3, plus
+    the closing one."""
+    return window_length // 10 + 2
+
+
+def _span_corruption_batcher(tokenizer, mask_prob):
+    """(inputs, targets) from windows of text by span corruption, ``mask_prob`` the noise
+    density; the sentinels are the ids after the tokenizer's, <extra_id_0> the last."""
+    def make_batch(windows, rng):
+        vocab_size = len(tokenizer) + sentinel_count(windows.shape[1])
+        sentinels = np.arange(vocab_size - 1, len(tokenizer) - 1, -1)
+        pairs = [span_corruption(window, sentinels, mask_prob, 3.0, rng, tokenizer.eos_token_id)
+                 for window in windows]
+        return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    return make_batch
+
+
+def _fill_spans(model, tokenizer, prompt, **options):
+    """The prompt with each ``<extra_id_k>`` replaced by the span the model writes for it
+    (greedy); a prompt without one gets <extra_id_0> at its end, so that the model continues
+    it."""
+    vocab_size, sentinel_ids = model.config.vocab_size, model.config.vocab_size - len(tokenizer)
+    if not _SENTINEL.search(prompt):
+        prompt += "<extra_id_0>"
+    pieces, ids = _SENTINEL.split(prompt), []
+    for i, piece in enumerate(pieces):
+        if i % 2 == 0:
+            ids += tokenizer.encode(piece, add_special_tokens=False)
+        elif not 0 <= int(piece) < sentinel_ids:
+            raise ValueError(f"generate: <extra_id_{piece}> is not one of this model's "
+                             f"{sentinel_ids} sentinels (<extra_id_0> .. "
+                             f"<extra_id_{sentinel_ids - 1}>)")
+        else:
+            ids.append(vocab_size - 1 - int(piece))
+    ids.append(tokenizer.eos_token_id)
+    out = model.generate(np.asarray([ids]), max_new_tokens=options.get("max_new_tokens", 64))
+    spans, current = {}, None
+    for token in out[0, 1:].tolist():
+        if token == tokenizer.eos_token_id:
+            break
+        if token >= len(tokenizer):
+            current = spans.setdefault(vocab_size - 1 - token, [])
+        elif current is not None:
+            current.append(token)
+    return "".join(tokenizer.decode(spans.get(int(piece), []), skip_special_tokens=True)
+                   if i % 2 else piece for i, piece in enumerate(pieces))
+
+
+SPAN_CORRUPTION = Objective("span-corruption", extra_tokens=0, batcher=_span_corruption_batcher,
+                            respond=_fill_spans, generates_text=False)
+
+
+def _build_for_training(settings, tokenizer):
+    """A T5 (v1.0 layout) for a run's ``settings``: n_embd wide, n_layer layers in each stack,
+    n_head heads, d_ff = 4 n_embd, the tokenizer's ids plus the sentinels."""
+    return T5ForConditionalGeneration(T5Config(
+        vocab_size=len(tokenizer) + sentinel_count(settings.block_size), d_model=settings.n_embd,
+        d_kv=settings.n_embd // settings.n_head, d_ff=4 * settings.n_embd,
+        num_layers=settings.n_layer, num_heads=settings.n_head,
+        dropout_rate=settings.dropout, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id))
+
+
+register_family(ModelFamily(
+    name="t5", summary="T5, an encoder-decoder pretrained by span corruption (section V-D)",
+    objective=SPAN_CORRUPTION, build=_build_for_training, default_tokenizer="char",
+    bpe_style="roberta",
+    refused_tokenizers={"wordpiece": "T5 needs an end-of-sequence token, and the WordPiece "
+                                     "tokenizer has none; use char or bpe"},
+    hf_architectures=("T5ForConditionalGeneration",)))
