@@ -30,7 +30,8 @@ from .autograd.random import rng
 from .backends import backend as use_backend
 
 __all__ = ["apply_repetition_penalty", "apply_temperature", "beam_search", "expand_state",
-           "fill_masks", "generate_text", "greedy_search", "next_tokens", "reorder_state", "sample_logits", "sequence_log_prob",
+           "fill_masks", "force_tokens", "generate_seq2seq", "generate_text", "greedy_search",
+           "next_tokens", "reorder_state", "sample_logits", "sample_search", "Seq2SeqGeneration", "sequence_log_prob",
            "top_k_filter", "top_p_filter", "wu_length_penalty"]
 
 
@@ -87,6 +88,24 @@ def _check(batch_size, max_len, op):
             raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
 
 
+def _token_by_token(step_fn, state, batch_size, bos_id, eos_id, max_len, pad_id, choose, op):
+    """The loop greedy and sampled decoding share: ``choose(log_probs, generated)`` picks each
+    row's next token from the step's log-probabilities (N, V) and the ids so far (N, t)."""
+    _check(batch_size, max_len, op)
+    tokens = np.full(batch_size, bos_id, dtype=np.int64)
+    finished = np.zeros(batch_size, dtype=bool)
+    generated = np.zeros((batch_size, 0), dtype=np.int64)
+    with no_grad():
+        for _ in range(max_len):
+            log_probs, state = _log_probs(step_fn, tokens, state, batch_size)
+            tokens = np.where(finished, pad_id, choose(log_probs, generated)).astype(np.int64)
+            generated = np.concatenate([generated, tokens[:, None]], axis=1)
+            finished |= tokens == eos_id
+            if finished.all():
+                break
+    return generated
+
+
 @cookbook.equation(1)
 def greedy_search(step_fn, state, batch_size, bos_id, eos_id, max_len, pad_id=0):
     """Greedy decoding: y_t = argmax_y P(y | y_<t, x) at each step, the cheapest approximation of
@@ -94,19 +113,45 @@ def greedy_search(step_fn, state, batch_size, bos_id, eos_id, max_len, pad_id=0)
 
     Stops when every row has emitted ``eos_id`` or after ``max_len`` tokens. Returns int64 ids
     ``(batch_size, L)`` with L <= max_len: <eos> included, ``pad_id`` after it."""
-    _check(batch_size, max_len, "greedy_search")
-    tokens = np.full(batch_size, bos_id, dtype=np.int64)
-    finished = np.zeros(batch_size, dtype=bool)
-    generated = []
-    with no_grad():
-        for _ in range(max_len):
-            log_probs, state = _log_probs(step_fn, tokens, state, batch_size)
-            tokens = np.where(finished, pad_id, log_probs.argmax(axis=-1)).astype(np.int64)
-            generated.append(tokens)
-            finished |= tokens == eos_id
-            if finished.all():
-                break
-    return np.stack(generated, axis=1)
+    return _token_by_token(step_fn, state, batch_size, bos_id, eos_id, max_len, pad_id,
+                           lambda log_probs, generated: log_probs.argmax(axis=-1),
+                           "greedy_search")
+
+
+def sample_search(step_fn, state, batch_size, bos_id, eos_id, max_len, pad_id=0, *,
+                  temperature=1.0, top_k=None, top_p=None, generator=None):
+    """Ancestral sampling: y_t drawn from P(y | y_<t, x) reshaped by ``temperature``, ``top_k``
+    and ``top_p`` (:func:`next_tokens`; the filters act on log-probabilities, which differ from
+    the logits by a constant per row, so the draw is the same). Stops as :func:`greedy_search`
+    does and returns ids of the same form; ``generator`` makes the draws reproducible."""
+    def choose(log_probs, generated):
+        return next_tokens(log_probs, generated, do_sample=True, temperature=temperature,
+                           top_k=top_k, top_p=top_p, generator=generator)
+    return _token_by_token(step_fn, state, batch_size, bos_id, eos_id, max_len, pad_id, choose,
+                           "sample_search")
+
+
+def force_tokens(step_fn, max_len, forced_bos_id=None, forced_eos_id=None):
+    """``step_fn`` whose first step can emit only ``forced_bos_id`` (mBART's target-language
+    token, BART's <s>) and whose step number ``max_len`` only ``forced_eos_id`` (a hypothesis
+    cut off by the length limit still ends with <eos>), as HuggingFace's forced BOS/EOS logits
+    processors do. Every other token gets log-probability -inf at those steps, the forced one
+    0. Count the steps of one search only: the returned function keeps a step counter."""
+    steps = [0]
+
+    def forced_step(tokens, state):
+        log_probs, state = step_fn(tokens, state)
+        log_probs = np.array(log_probs.numpy() if isinstance(log_probs, Tensor) else log_probs,
+                             dtype=np.float64)
+        steps[0] += 1
+        forced = forced_bos_id if steps[0] == 1 else None
+        if forced is None and steps[0] == max_len:
+            forced = forced_eos_id
+        if forced is not None:
+            log_probs[:] = -np.inf
+            log_probs[:, forced] = 0.0
+        return log_probs, state
+    return forced_step
 
 
 def wu_length_penalty(length, alpha):
@@ -118,14 +163,17 @@ def wu_length_penalty(length, alpha):
 
 @cookbook.equation(1)
 def beam_search(step_fn, state, batch_size, bos_id, eos_id, max_len, beam_size,
-                length_penalty=1.0, pad_id=0):
+                length_penalty=1.0, pad_id=0, early_stopping=False):
     """Beam search for eq 1, y* = argmax_y log P(y | x), keeping the ``beam_size`` best prefixes
     of every source sentence at each step, ranked by log P(y_<=t | x) / lp(|y_<=t|) with Wu et
     al.'s (2016) length normalisation (``length_penalty`` is their alpha; |y| counts <eos>).
 
     A hypothesis that emits <eos> stays in the beam, finished, with its score frozen (it extends
     only with ``pad_id`` at no cost), and competes with the live ones; the search stops when all
-    beams of all sentences are finished or after ``max_len`` tokens. With ``beam_size=1`` this
+    beams of all sentences are finished or after ``max_len`` tokens; with ``early_stopping`` it
+    stops as soon as the best-ranked hypothesis of every sentence has finished (a live one could
+    then still overtake it only through the length normalisation, so with ``length_penalty=0``
+    the result is the same, found sooner). With ``beam_size=1`` this
     is exactly :func:`greedy_search`; with a beam as wide as the number of prefixes it is the
     exhaustive argmax.
 
@@ -165,7 +213,7 @@ def beam_search(step_fn, state, batch_size, bos_id, eos_id, max_len, beam_size,
                 [np.take_along_axis(history, source[..., None], axis=1), tokens[..., None]], axis=2)
             state = reorder_state(state, (np.arange(batch)[:, None] * beam + source).reshape(-1))
             tokens = tokens.reshape(-1)
-            if finished.all():
+            if finished.all() or (early_stopping and finished[:, 0].all()):
                 break
     # the beams are sorted by normalised score, best first
     return history[:, 0], scores[:, 0] / wu_length_penalty(lengths[:, 0], alpha)
@@ -269,6 +317,120 @@ def next_tokens(logits, previous_ids, *, do_sample=False, temperature=1.0, top_k
     if top_p is not None:
         logits = top_p_filter(logits, p=top_p)
     return sample_logits(logits, generator)
+
+
+# ---- encoder-decoder models: one generate for all of them ---------------------------------------
+def generate_seq2seq(model, input_ids, attention_mask=None, *, decoder_start_token_id,
+                     eos_token_id, pad_token_id=0, max_new_tokens=20, num_beams=1,
+                     do_sample=False, temperature=1.0, top_k=None, top_p=None,
+                     length_penalty=1.0, early_stopping=False, forced_bos_token_id=None,
+                     forced_eos_token_id=None, use_cache=True, generator=None):
+    """Generate targets for the sources ``input_ids`` (batch, src_time) with any encoder-decoder
+    ``model`` that has
+
+    * ``start_decoding(input_ids, attention_mask, use_cache) -> state``: the encoder run once per
+      source, plus the decoder's empty self-attention caches (the cross-attention keys and values
+      are projected from the encoder's output at the first step and reused after); with
+      ``use_cache=False`` the state keeps the prefix, which every step runs again;
+    * ``step(tokens, state) -> (log_probs (N, V), state)``: one decoder step (the
+      :mod:`decoding` step function).
+
+    The decoder starts from ``decoder_start_token_id`` (the Transformer's <bos>, T5's <pad>,
+    BART's </s>, mBART's language token). ``num_beams`` > 1 runs :func:`beam_search` (with
+    ``length_penalty``, Wu et al.'s alpha, and ``early_stopping``); otherwise ``do_sample``
+    chooses :func:`sample_search` (``temperature``, ``top_k``, ``top_p``, ``generator``) over
+    :func:`greedy_search`. ``forced_bos_token_id`` / ``forced_eos_token_id``: see
+    :func:`force_tokens`. ``attention_mask`` (batch, src_time), 1 on real source tokens, lets
+    left- or right-padded sources give each row what it gives alone.
+
+    Returns int64 ids (batch, 1 + L), L <= ``max_new_tokens``, starting with
+    ``decoder_start_token_id`` (HuggingFace's convention), ``pad_token_id`` after each row's
+    <eos>."""
+    op = "generate_seq2seq"
+    ids = np.asarray(input_ids.numpy() if isinstance(input_ids, Tensor) else input_ids)
+    if ids.ndim != 2 or ids.dtype.kind not in "iu" or ids.shape[1] == 0:
+        raise ValueError(f"{op}: input_ids must be integer token ids of shape (batch, time) with "
+                         f"time >= 1, got {ids.dtype} {ids.shape}")
+    if attention_mask is not None:
+        attention_mask = np.asarray(attention_mask.numpy() if isinstance(attention_mask, Tensor)
+                                    else attention_mask)
+        if attention_mask.shape != ids.shape:
+            raise ValueError(f"{op}: attention_mask of shape {attention_mask.shape} must match "
+                             f"input_ids {ids.shape}")
+        attention_mask = attention_mask.astype(bool)
+    if decoder_start_token_id is None:
+        raise ValueError(f"{op}: the decoder needs a start token; set decoder_start_token_id "
+                         "(in the call or the model's config)")
+    for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
+    if num_beams > 1 and do_sample:
+        raise ValueError(f"{op}: beam search does not sample; set do_sample=False or num_beams=1")
+    batch = len(ids)
+    with model.inference():
+        state = model.start_decoding(ids, attention_mask, use_cache)
+        step_fn = model.step
+        if forced_bos_token_id is not None or forced_eos_token_id is not None:
+            step_fn = force_tokens(step_fn, max_new_tokens, forced_bos_token_id,
+                                   forced_eos_token_id)
+        search = dict(step_fn=step_fn, state=state, batch_size=batch,
+                      bos_id=decoder_start_token_id,
+                      eos_id=-1 if eos_token_id is None else eos_token_id,
+                      max_len=max_new_tokens, pad_id=pad_token_id)
+        if num_beams > 1:
+            generated, _ = beam_search(**search, beam_size=num_beams,
+                                       length_penalty=length_penalty,
+                                       early_stopping=early_stopping)
+        elif do_sample:
+            generated = sample_search(**search, temperature=temperature, top_k=top_k,
+                                      top_p=top_p, generator=generator)
+        else:
+            generated = greedy_search(**search)
+    start = np.full((batch, 1), decoder_start_token_id, dtype=np.int64)
+    return np.concatenate([start, generated], axis=1)
+
+
+class Seq2SeqGeneration:
+    """``start_decoding``, ``step`` and ``generate`` for an encoder-decoder model (a mixin, T5,
+    BART) that defines
+
+    * ``encode_source(input_ids, attention_mask) -> memory`` (batch, src_time, d_model);
+    * ``decoder_logits(decoder_input_ids, memory, attention_mask, cache) -> logits``
+      (batch, time, vocab), feeding only the new positions when ``cache`` is not None;
+    * ``new_cache()`` and a ``config`` with ``decoder_start_token_id``, ``eos_token_id`` and
+      ``pad_token_id``."""
+
+    def start_decoding(self, input_ids, attention_mask=None, use_cache=True):
+        """The state :func:`generate_seq2seq` starts from: the encoded sources, their mask, and
+        the decoder's empty caches (or, ``use_cache=False``, an empty prefix)."""
+        mask = None if attention_mask is None else np.asarray(attention_mask).astype(bool)
+        state = {"memory": self.encode_source(input_ids, mask), "attention_mask": mask}
+        if use_cache:
+            state["cache"] = self.new_cache()
+        else:
+            state["prefix"] = np.zeros((len(mask if mask is not None else input_ids), 0),
+                                       dtype=np.int64)
+        return state
+
+    def step(self, tokens, state):
+        """The log-probabilities (N, vocab) of the token after ``tokens`` (N,), and the state."""
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)
+        if "cache" in state:
+            logits = self.decoder_logits(tokens, state["memory"], state["attention_mask"],
+                                         state["cache"])
+        else:
+            state = {**state, "prefix": np.concatenate([state["prefix"], tokens], axis=1)}
+            logits = self.decoder_logits(state["prefix"], state["memory"],
+                                         state["attention_mask"], None)
+        return logits[:, -1].log_softmax(axis=-1), state
+
+    def generate(self, input_ids, attention_mask=None, **options):
+        """:func:`generate_seq2seq` with the start, end and padding ids of the model's config
+        (``options`` may override them)."""
+        config = self.config
+        defaults = dict(decoder_start_token_id=config.decoder_start_token_id,
+                        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id)
+        return generate_seq2seq(self, input_ids, attention_mask, **{**defaults, **options})
 
 
 # ---- text in, text out: what `minitorch-nlp generate` prints -------------------------------------

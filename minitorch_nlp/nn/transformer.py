@@ -73,25 +73,28 @@ class FullAttention(Module):
 
     on (batch, heads, time, d_k) tensors, with the masks and the bias of
     ``F.scaled_dot_product_attention`` (which picks the fused kernel or the composite). ``dropout``
-    drops attention weights while training (GPT and BERT use 0.1).
+    drops attention weights while training (GPT and BERT use 0.1). ``scale`` replaces
+    1/sqrt(d_k) (T5 uses 1: its initialisation holds the scale).
 
     A variant of attention overrides ``forward`` (or computes a bias and calls it): its signature
     ``forward(q, k, v, *, mask, bias, causal, key_mask, need_weights)`` returns ``(z, weights)``,
     the weights (batch, heads, q_time, k_time) when ``need_weights`` and None otherwise.
     """
 
-    def __init__(self, dropout=0.0):
+    def __init__(self, dropout=0.0, scale=None):
         super().__init__()
         self.dropout = Dropout(dropout)
+        self.scale = scale
 
     def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
                 need_weights=False):
         dropout_p = self.dropout.p if self.training else 0.0
         if not need_weights:
             return F.scaled_dot_product_attention(q, k, v, mask=mask, bias=bias, causal=causal,
-                                                  key_mask=key_mask, dropout_p=dropout_p), None
+                                                  key_mask=key_mask, scale=self.scale,
+                                                  dropout_p=dropout_p), None
         weights = F.attention_weights(q, k, mask=mask, bias=bias, causal=causal,
-                                      key_mask=key_mask)                       # eq 11
+                                      key_mask=key_mask, scale=self.scale)     # eq 11
         v = F.repeat_kv_heads(v, weights.shape[1])
         return self.dropout(weights) @ v, weights                               # eq 12
 

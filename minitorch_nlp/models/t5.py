@@ -1,0 +1,606 @@
+"""T5 (Raffel et al., 2020, "Exploring the Limits of Transfer Learning with a Unified
+Text-to-Text Transformer"): the survey's section V-D. Every task is text in, text out, and one
+encoder-decoder Transformer learns them all, pretrained by span corruption
+(``minitorch_nlp.data.span_corruption``).
+
+The model is the Transformer of Vaswani et al. with the changes of the paper's section 2.1:
+
+* a simplified layer norm, RMS norm: x / sqrt(mean(x^2) + eps) * g, no mean subtracted, no bias
+  (``RMSNorm``), placed before each sub-layer (pre-LN) with a final norm after each stack;
+* no absolute positions: a scalar bias per head added to each attention score, looked up from
+  the key's offset to the query, in 32 buckets, exact for small offsets and log-spaced up to 128
+  (``relative_position_bucket``), bidirectional in the encoder and causal in the decoder. Only the
+  first layer of each stack owns the table; the bias it computes is shared by every layer;
+* no 1/sqrt(d_k) in the attention scores: the initialisation of W^Q holds it
+  (std (d_model * d_kv)^-0.5);
+* no biases in any projection; ReLU feed-forward;
+* one embedding matrix for the encoder, the decoder and the output, the decoder's output
+  multiplied by d_model^-0.5 before the tied output layer.
+
+T5 v1.1 (``feed_forward_proj="gated-gelu"``, ``tie_word_embeddings=False``) replaces the
+feed-forward network with a gated GELU one, (GELU(x W_0) * x W_1) W_o (Shazeer, 2020), and gives
+the output layer its own matrix without the rescaling.
+
+Classes mirror HuggingFace's (``T5Model``, ``T5ForConditionalGeneration``, ``T5EncoderModel``;
+key maps at the end of the file), and ``generate`` is ``decoding.generate_seq2seq``. The layers
+are the toolkit's ``TransformerLayer`` and ``TransformerStack`` with T5's parts.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .. import checks, decoding
+from .. import functional as F
+from ..data.span_corruption import span_corruption
+from ..autograd import ones, tensor
+from ..io.huggingface import HFArchitecture, Rule, register_architecture
+from ..nn import (Dropout, Embedding, FullAttention, Linear, Module, MultiHeadAttention,
+                  TransformerLayer, TransformerStack, init)
+from ..nn.outputs import ModelOutput
+from ..nn.parameter import Parameter
+
+__all__ = ["RMSNorm", "RelativePositionBias", "T5Config", "T5EncoderModel", "T5FeedForward",
+           "T5ForConditionalGeneration", "T5Model", "T5Stack", "relative_position_bucket",
+           "shift_right"]
+
+FEED_FORWARD = ("relu", "gated-gelu")
+IGNORE_INDEX = -100
+
+
+# ---- configuration -------------------------------------------------------------------------------
+@dataclass
+class T5Config:
+    """T5's sizes, with HuggingFace's field names; the defaults are T5-small (60M parameters).
+
+    ``d_kv``: each head's width (need not be d_model / num_heads). ``num_decoder_layers``: None
+    for as many as the encoder. ``relative_attention_num_buckets`` / ``_max_distance``: the
+    position-bias table (32 buckets up to 128 in the paper). ``feed_forward_proj``: ``"relu"``
+    (T5) or ``"gated-gelu"`` (v1.1). ``tie_word_embeddings``: the output layer is the embedding
+    matrix (T5) or its own (v1.1); ``scale_decoder_outputs``: multiply the decoder's output by
+    d_model^-0.5 before the output layer (None: when tied, as in the paper).
+    ``decoder_start_token_id``: the decoder's first input (T5 starts from <pad>).
+    """
+
+    vocab_size: int = 32128
+    d_model: int = 512
+    d_kv: int = 64
+    d_ff: int = 2048
+    num_layers: int = 6
+    num_decoder_layers: int | None = None
+    num_heads: int = 8
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    dropout_rate: float = 0.1
+    layer_norm_epsilon: float = 1e-6
+    initializer_factor: float = 1.0
+    feed_forward_proj: str = "relu"
+    tie_word_embeddings: bool = True
+    scale_decoder_outputs: bool | None = None
+    pad_token_id: int = 0
+    eos_token_id: int = 1
+    decoder_start_token_id: int = 0
+
+    def __post_init__(self):
+        where = "T5Config"
+        for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
+                     "relative_attention_max_distance"):
+            checks.positive_int(getattr(self, name), name, where)
+        if self.num_decoder_layers is None:
+            self.num_decoder_layers = self.num_layers
+        checks.positive_int(self.num_decoder_layers, "num_decoder_layers", where)
+        # the encoder's table is halved (one half per direction) and needs 2 buckets per half
+        checks.int_at_least(self.relative_attention_num_buckets, 4,
+                            "relative_attention_num_buckets", where)
+        if self.feed_forward_proj not in FEED_FORWARD:
+            raise ValueError(f"{where}: feed_forward_proj must be one of {FEED_FORWARD}, got "
+                             f"{self.feed_forward_proj!r}")
+        if not 0.0 <= self.dropout_rate < 1.0:
+            raise ValueError(f"{where}: dropout_rate must be in [0, 1), got {self.dropout_rate}")
+        if self.scale_decoder_outputs is None:
+            self.scale_decoder_outputs = self.tie_word_embeddings
+        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if not 0 <= value < self.vocab_size:
+                raise ValueError(f"{where}: {name}={value} is outside the vocabulary "
+                                 f"[0, {self.vocab_size})")
+
+    @classmethod
+    def tiny(cls, **overrides):
+        """A test-sized T5: 2 + 2 layers, 16 wide, 4 heads of 4, 8 buckets, 40 tokens."""
+        return cls(**{"vocab_size": 40, "d_model": 16, "d_kv": 4, "d_ff": 24, "num_layers": 2,
+                      "num_heads": 4, "relative_attention_num_buckets": 8,
+                      "relative_attention_max_distance": 20, "dropout_rate": 0.0, **overrides})
+
+    @classmethod
+    def v1_1(cls, **overrides):
+        """T5 v1.1: gated-GELU feed-forward, an output layer of its own, no rescaling."""
+        return cls(**{"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False,
+                      **overrides})
+
+    @classmethod
+    def from_hf(cls, hf):
+        """A config from a HuggingFace ``config.json`` dict (``model_type`` "t5"). transformers
+        5 always ties the output layer and records the rescaling as ``scale_decoder_outputs``;
+        4.x wrote ``tie_word_embeddings`` and rescaled exactly when tied."""
+        if hf.get("model_type") != "t5":
+            raise ValueError(f"T5Config.from_hf: model_type must be 't5', got "
+                             f"{hf.get('model_type')!r}")
+        names = {f.name for f in fields(cls)}
+        kwargs = {name: hf[name] for name in names if hf.get(name) is not None}
+        if isinstance(kwargs.get("eos_token_id"), list):
+            kwargs["eos_token_id"] = kwargs["eos_token_id"][0]
+        return cls(**kwargs)
+
+    def to_hf(self):
+        """The HuggingFace ``config.json`` fields (``T5Config``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# ---- the parts -----------------------------------------------------------------------------------
+class RMSNorm(Module):
+    """T5's layer norm (Zhang & Sennrich, 2019, root mean square layer normalisation)::
+
+        RMSNorm(x) = x / sqrt(mean_i(x_i^2) + eps) * g
+
+    over the last axis: no mean subtracted and no bias, only a gain g (ones at first)."""
+
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__()
+        self.d_model = checks.positive_int(d_model, "d_model", "RMSNorm")
+        self.eps = eps
+        self.weight = Parameter(ones(d_model))
+
+    def forward(self, x):
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"RMSNorm: the input's last axis has {x.shape[-1]} features, "
+                             f"expected d_model={self.d_model}")
+        return x * ((x * x).mean(axis=-1, keepdims=True) + self.eps).rsqrt() * self.weight
+
+    def extra_repr(self):
+        return f"{self.d_model}, eps={self.eps}"
+
+
+def relative_position_bucket(relative_position, *, bidirectional, num_buckets, max_distance):
+    """The bucket of each key-minus-query offset (Raffel et al., 2020, section 2.1; Mesh
+    TensorFlow's function), int64 of the offsets' shape.
+
+    Bidirectional (the encoder): half the buckets for keys after the query, half for the others.
+    Causal (the decoder): only keys at or before the query count; later ones share bucket 0.
+    Within a half of n buckets the first n/2 hold the distances 0 .. n/2 - 1 exactly, the rest
+    spread log-uniformly over n/2 .. ``max_distance``; farther keys share the last bucket."""
+    offsets = np.asarray(relative_position, dtype=np.int64)
+    buckets = np.zeros(offsets.shape, dtype=np.int64)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (offsets > 0) * num_buckets
+        distance = np.abs(offsets)
+    else:
+        distance = np.maximum(-offsets, 0)
+    exact = num_buckets // 2
+    if exact < 1:
+        raise ValueError(f"relative_position_bucket: {num_buckets} bucket(s) per direction "
+                         "leave none for exact distances; use relative_attention_num_buckets "
+                         ">= 4 (bidirectional) or >= 2 (causal)")
+    if max_distance <= exact:
+        raise ValueError(f"relative_position_bucket: max_distance={max_distance} must exceed the "
+                         f"{exact} exact distances")
+    # log-spaced buckets for the far distances (the near ones take the exact branch below)
+    log_ratio = np.log(np.maximum(distance, exact) / exact) / math.log(max_distance / exact)
+    far = np.minimum(exact + (log_ratio * (num_buckets - exact)).astype(np.int64),
+                     num_buckets - 1)
+    return buckets + np.where(distance < exact, distance, far)
+
+
+class RelativePositionBias(Module):
+    """T5's learned attention bias: one scalar per head for each bucket of key-minus-query offsets
+    (``relative_position_bucket``), added to the attention scores of every layer of a stack."""
+
+    def __init__(self, num_heads, num_buckets, max_distance, bidirectional):
+        super().__init__()
+        self.num_buckets = checks.int_at_least(num_buckets, 2, "num_buckets",
+                                               "RelativePositionBias")
+        self.max_distance, self.bidirectional = max_distance, bool(bidirectional)
+        self.relative_attention_bias = Embedding(num_buckets, num_heads)
+
+    def forward(self, query_length, key_length, start=0):
+        """The bias (1, heads, query_length, key_length) for queries at positions ``start`` ..
+        ``start + query_length - 1`` (> 0 when decoding through a cache) and keys 0 .. key_length
+        - 1."""
+        queries = np.arange(start, start + query_length)[:, None]
+        keys = np.arange(key_length)[None, :]
+        buckets = relative_position_bucket(keys - queries, bidirectional=self.bidirectional,
+                                           num_buckets=self.num_buckets,
+                                           max_distance=self.max_distance)
+        table = self.relative_attention_bias.weight
+        values = self.relative_attention_bias(tensor(buckets, backend=table.backend.name))
+        return values.permute(2, 0, 1).reshape(1, -1, query_length, key_length)
+
+    def extra_repr(self):
+        return f"bidirectional={self.bidirectional}, max_distance={self.max_distance}"
+
+
+class T5FeedForward(Module):
+    """The feed-forward network without biases: ReLU(x W_i) W_o (T5), or with ``gated=True``
+    (GELU(x W_i0) * x W_i1) W_o (T5 v1.1, GELU's tanh approximation); dropout on the hidden
+    units."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0, gated=False):
+        super().__init__()
+        self.gated = bool(gated)
+        if self.gated:
+            self.wi_0 = Linear(d_model, d_ff, bias=False)
+            self.wi_1 = Linear(d_model, d_ff, bias=False)
+        else:
+            self.wi = Linear(d_model, d_ff, bias=False)
+        self.wo = Linear(d_ff, d_model, bias=False)
+        self.dropout = Dropout(dropout)
+
+    def forward(self, x):
+        hidden = (F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x) if self.gated
+                  else F.relu(self.wi(x)))
+        return self.wo(self.dropout(hidden))
+
+    def extra_repr(self):
+        return f"gated={self.gated}"
+
+
+class T5Stack(TransformerStack):
+    """The encoder (bidirectional) or the decoder (causal, with cross-attention) of T5: pre-LN
+    ``TransformerLayer``s of unscaled, bias-free attention, the feed-forward network and RMS
+    norms, a final RMS norm, and the relative position bias computed once per call and given to
+    every layer's self-attention. Dropout acts on the input embeddings, on each sub-layer's output,
+    on the attention weights and on the final output."""
+
+    def __init__(self, config, is_decoder):
+        def attention():
+            return MultiHeadAttention(config.d_model, config.num_heads, bias=False,
+                                      head_dim=config.d_kv,
+                                      core=FullAttention(config.dropout_rate, scale=1.0))
+        norm = functools.partial(RMSNorm, config.d_model, eps=config.layer_norm_epsilon)
+        gated = config.feed_forward_proj == "gated-gelu"
+        depth = config.num_decoder_layers if is_decoder else config.num_layers
+        layers = [TransformerLayer(attention(), T5FeedForward(config.d_model, config.d_ff,
+                                                              config.dropout_rate, gated),
+                                   norm, cross_attn=attention() if is_decoder else None,
+                                   dropout=config.dropout_rate, norm_first=True,
+                                   causal=is_decoder)
+                  for _ in range(depth)]
+        super().__init__(layers, norm=norm())
+        self.is_decoder = bool(is_decoder)
+        self.position_bias = RelativePositionBias(
+            config.num_heads, config.relative_attention_num_buckets,
+            config.relative_attention_max_distance, bidirectional=not is_decoder)
+        self.dropout = Dropout(config.dropout_rate)
+
+    def forward(self, x, memory=None, *, cache=None, output_hidden_states=False,
+                output_attentions=False, **layer_kwargs):
+        """``x``: the embedded tokens (batch, time, d_model); the rest as
+        ``TransformerStack.forward`` (``key_mask``, ``memory_key_mask`` ...)."""
+        start = 0 if cache is None else self.cache_length(cache)
+        bias = self.position_bias(x.shape[1], start + x.shape[1], start)
+        out = super().forward(self.dropout(x), memory, cache=cache, bias=bias,
+                              output_hidden_states=output_hidden_states,
+                              output_attentions=output_attentions, **layer_kwargs)
+        hidden = out.last_hidden_state = self.dropout(out.last_hidden_state)
+        if output_hidden_states:
+            out.hidden_states = out.hidden_states[:-1] + (hidden,)
+        return out
+
+
+# ---- the models ----------------------------------------------------------------------------------
+def _reset_t5_parameters(model):
+    """HuggingFace's T5 initialisation (Mesh TensorFlow's): N(0, 1) embeddings, W^Q with std
+    (d_model d_kv)^-0.5 (the 1/sqrt(d_k) of attention folded in), W^K, W^V std d_model^-0.5,
+    W^O (heads d_kv)^-0.5, W_i d_model^-0.5, W_o d_ff^-0.5, the bias tables d_model^-0.5, unit
+    norm gains."""
+    config, factor = model.config, model.config.initializer_factor
+    d_model, d_kv, heads = config.d_model, config.d_kv, config.num_heads
+    init.normal_(model.shared.weight, std=factor)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            init.normal_(module.q_proj.weight, std=factor * (d_model * d_kv) ** -0.5)
+            init.normal_(module.k_proj.weight, std=factor * d_model ** -0.5)
+            init.normal_(module.v_proj.weight, std=factor * d_model ** -0.5)
+            init.normal_(module.out_proj.weight, std=factor * (heads * d_kv) ** -0.5)
+        elif isinstance(module, T5FeedForward):
+            for linear in (module.wi_0, module.wi_1) if module.gated else (module.wi,):
+                init.normal_(linear.weight, std=factor * d_model ** -0.5)
+            init.normal_(module.wo.weight, std=factor * config.d_ff ** -0.5)
+        elif isinstance(module, RelativePositionBias):
+            init.normal_(module.relative_attention_bias.weight, std=factor * d_model ** -0.5)
+        elif isinstance(module, RMSNorm):
+            init.constant_(module.weight, factor)
+    if getattr(model, "lm_head", None) is not None:
+        init.normal_(model.lm_head.weight, std=factor)
+
+
+class T5EncoderModel(Module):
+    """T5's embedding and encoder (HuggingFace's ``T5EncoderModel``): ``last_hidden_state``
+    (batch, time, d_model) of the source."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.shared = Embedding(config.vocab_size, config.d_model)
+        self.encoder = T5Stack(config, is_decoder=False)
+        if type(self) is T5EncoderModel:
+            _reset_t5_parameters(self)
+
+    def encode(self, input_ids, attention_mask=None, output_hidden_states=False,
+               output_attentions=False):
+        """The encoder's output and, on request, its hidden states and attention maps.
+        ``attention_mask`` (batch, time): 1 on tokens, 0 on padding."""
+        name = type(self).__name__
+        ids = checks.token_ids(input_ids, self.config.vocab_size, name)
+        mask = checks.attention_mask(attention_mask, ids.shape, name)
+        return self.encoder(self.shared(ids), key_mask=mask,
+                            output_hidden_states=output_hidden_states,
+                            output_attentions=output_attentions)
+
+    def forward(self, input_ids, attention_mask=None, output_hidden_states=False,
+                output_attentions=False):
+        return self.encode(input_ids, attention_mask, output_hidden_states, output_attentions)
+
+
+class T5Model(T5EncoderModel):
+    """The bare encoder-decoder (HuggingFace's ``T5Model``): the decoder's ``last_hidden_state``
+    (batch, target_time, d_model) and the encoder's ``encoder_last_hidden_state``."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.decoder = T5Stack(config, is_decoder=True)
+        if type(self) is T5Model:
+            _reset_t5_parameters(self)
+
+    def new_cache(self):
+        """Empty key/value caches for the decoder, one per layer."""
+        return self.decoder.new_cache()
+
+    def decode(self, decoder_input_ids, encoder_hidden_states, attention_mask=None,
+               decoder_attention_mask=None, cache=None, output_hidden_states=False,
+               output_attentions=False):
+        """The decoder's output for ``decoder_input_ids`` (batch, target_time) reading
+        ``encoder_hidden_states`` (its padding marked by ``attention_mask``, 1 on tokens). With
+        a ``cache`` (``new_cache()``) only the new positions are fed, and
+        ``decoder_attention_mask`` covers the cached ones too."""
+        name = type(self).__name__
+        ids = checks.token_ids(decoder_input_ids, self.config.vocab_size, name,
+                               name="decoder_input_ids")
+        start = 0 if cache is None else self.decoder.cache_length(cache)
+        memory_mask = checks.attention_mask(attention_mask, encoder_hidden_states.shape[:2], name)
+        mask = checks.attention_mask(decoder_attention_mask, (ids.shape[0], start + ids.shape[1]),
+                                     name)
+        return self.decoder(self.shared(ids), encoder_hidden_states, key_mask=mask,
+                            memory_key_mask=memory_mask, cache=cache,
+                            output_hidden_states=output_hidden_states,
+                            output_attentions=output_attentions)
+
+    def _run(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask,
+             encoder_outputs, cache, output_hidden_states, output_attentions):
+        if encoder_outputs is None:
+            encoder_outputs = self.encode(input_ids, attention_mask, output_hidden_states,
+                                          output_attentions)
+        decoder_outputs = self.decode(decoder_input_ids, encoder_outputs.last_hidden_state,
+                                      attention_mask, decoder_attention_mask, cache,
+                                      output_hidden_states, output_attentions)
+        return encoder_outputs, decoder_outputs
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
+                decoder_attention_mask=None, encoder_outputs=None, cache=None,
+                output_hidden_states=False, output_attentions=False):
+        """HuggingFace's fields: ``last_hidden_state`` (the decoder's),
+        ``encoder_last_hidden_state``, and on request ``decoder_hidden_states``,
+        ``encoder_hidden_states``, ``decoder_attentions``, ``cross_attentions``,
+        ``encoder_attentions``. ``encoder_outputs`` reuses an encoding already computed."""
+        encoder, decoder = self._run(input_ids, attention_mask, decoder_input_ids,
+                                     decoder_attention_mask, encoder_outputs, cache,
+                                     output_hidden_states, output_attentions)
+        return _seq2seq_output(encoder, decoder, last_hidden_state=decoder.last_hidden_state)
+
+
+def _seq2seq_output(encoder, decoder, **fields):
+    return ModelOutput(**fields, encoder_last_hidden_state=encoder.last_hidden_state,
+                       encoder_hidden_states=encoder.hidden_states,
+                       encoder_attentions=encoder.attentions,
+                       decoder_hidden_states=decoder.hidden_states,
+                       decoder_attentions=decoder.attentions,
+                       cross_attentions=decoder.cross_attentions)
+
+
+def shift_right(labels, start_token_id, pad_token_id):
+    """The decoder's inputs for teacher forcing: ``start_token_id`` then the labels but the last,
+    ignored labels (-100) replaced by ``pad_token_id``."""
+    labels = np.asarray(labels.numpy() if hasattr(labels, "numpy") else labels, dtype=np.int64)
+    shifted = np.concatenate([np.full((len(labels), 1), start_token_id), labels[:, :-1]], axis=1)
+    return np.where(shifted == IGNORE_INDEX, pad_token_id, shifted)
+
+
+class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
+    """T5 with its output layer (HuggingFace's ``T5ForConditionalGeneration``): ``logits``
+    (batch, target_time, vocab_size); with ``labels`` the decoder's inputs are the labels
+    shifted right after ``decoder_start_token_id`` and ``loss`` is their mean cross-entropy
+    (-100 ignored). ``generate`` is ``decoding.generate_seq2seq`` with the config's ids."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.lm_head = None if config.tie_word_embeddings else \
+            Linear(config.d_model, config.vocab_size, bias=False)
+        _reset_t5_parameters(self)
+
+    def logits(self, hidden):
+        """The output layer: h d_model^-0.5 E^T when tied (T5), h W_lm^T otherwise (v1.1)."""
+        if self.config.scale_decoder_outputs:
+            hidden = hidden * self.config.d_model ** -0.5
+        weight = self.shared.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight)
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
+                decoder_attention_mask=None, labels=None, encoder_outputs=None, cache=None,
+                output_hidden_states=False, output_attentions=False):
+        name = type(self).__name__
+        if decoder_input_ids is None:
+            if labels is None:
+                raise ValueError(f"{name}: give decoder_input_ids (starting with "
+                                 f"decoder_start_token_id={self.config.decoder_start_token_id}) "
+                                 "or labels (shifted right into them)")
+            decoder_input_ids = shift_right(labels, self.config.decoder_start_token_id,
+                                            self.config.pad_token_id)
+        encoder, decoder = self._run(input_ids, attention_mask, decoder_input_ids,
+                                     decoder_attention_mask, encoder_outputs, cache,
+                                     output_hidden_states, output_attentions)
+        logits = self.logits(decoder.last_hidden_state)
+        loss = None
+        if labels is not None:
+            targets = checks.ids_array(labels, "labels", name, shape=logits.shape[:2])
+            loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+        return _seq2seq_output(encoder, decoder, loss=loss, logits=logits)
+
+    # ---- what decoding.Seq2SeqGeneration needs ----
+    def encode_source(self, input_ids, attention_mask):
+        return self.encode(input_ids, attention_mask).last_hidden_state
+
+    def decoder_logits(self, decoder_input_ids, memory, attention_mask, cache):
+        return self.logits(self.decode(decoder_input_ids, memory, attention_mask,
+                                       cache=cache).last_hidden_state)
+
+
+# ---- HuggingFace checkpoints ---------------------------------------------------------------------
+def _attention_rules(hf, ours):
+    return [Rule(f"{hf}.{h}.weight", f"{ours}.{o}_proj.weight")
+            for h, o in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out"))]
+
+
+def _stack_rules(stack, is_decoder):
+    """One stack's tensors: HuggingFace's ``layer.0`` is the self-attention sub-layer, then
+    ``layer.1`` the cross-attention (decoder) and the last the feed-forward one; each holds its
+    own RMS norm (our norm1, norm2, norm3)."""
+    hf, ours = f"{stack}.block.{{i}}.layer", f"{stack}.layers.{{i}}"
+    feed_forward = 2 if is_decoder else 1
+    rules = _attention_rules(f"{hf}.0.SelfAttention", f"{ours}.self_attn")
+    rules += [Rule(f"{hf}.0.layer_norm.weight", f"{ours}.norm1.weight"),
+              Rule(f"{hf}.{feed_forward}.layer_norm.weight",
+                   f"{ours}.norm{feed_forward + 1}.weight"),
+              Rule(f"{stack}.final_layer_norm.weight", f"{stack}.norm.weight"),
+              Rule(f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                   f"{stack}.position_bias.relative_attention_bias.weight")]
+    for name in ("wi", "wi_0", "wi_1", "wo"):
+        rules.append(Rule(f"{hf}.{feed_forward}.DenseReluDense.{name}.weight",
+                          f"{ours}.feed_forward.{name}.weight"))
+    if is_decoder:
+        rules += _attention_rules(f"{hf}.1.EncDecAttention", f"{ours}.cross_attn")
+        rules.append(Rule(f"{hf}.1.layer_norm.weight", f"{ours}.norm2.weight"))
+    return rules
+
+
+@dataclass(frozen=True)
+class _T5Architecture(HFArchitecture):
+    """T5's key map covers both feed-forward networks (wi, or wi_0 and wi_1) and an optional
+    output layer: the rules for tensors a model does not have are left out."""
+
+    def expanded_rules(self, our_keys):
+        return [rule for rule in super().expanded_rules(our_keys)
+                if all(name in our_keys for name in rule.ours)]
+
+
+# the embedding's tied copies; HuggingFace's decoder may keep an unused cross-attention bias
+_T5_IGNORE = (r"(encoder|decoder)\.embed_tokens\.weight",
+              r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight")
+_EMBEDDING = [Rule("shared.weight", "shared.weight")]
+_ENCODER = _EMBEDDING + _stack_rules("encoder", is_decoder=False)
+_ENCODER_DECODER = _ENCODER + _stack_rules("decoder", is_decoder=True)
+
+for _model_class, _rules, _ignore in (
+        (T5EncoderModel, _ENCODER, _T5_IGNORE),
+        (T5Model, _ENCODER_DECODER, _T5_IGNORE),
+        (T5ForConditionalGeneration, _ENCODER_DECODER + [Rule("lm_head.weight", "lm_head.weight")],
+         _T5_IGNORE + (r"lm_head\.weight",))):
+    register_architecture(_T5Architecture(
+        name=_model_class.__name__, model_type="t5", model_class=_model_class,
+        from_config=lambda hf, cls=_model_class: cls(T5Config.from_hf(hf)),
+        to_config=lambda model: model.config.to_hf(), rules=tuple(_rules), ignore=_ignore,
+        default_for_type=_model_class is T5ForConditionalGeneration))
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .registry import ModelFamily, Objective, register_family  # noqa: E402 (this block only)
+
+_SENTINEL = re.compile(r"<extra_id_(\d+)>")
+
+
+def sentinel_count(window_length):
+    """How many sentinels a model trained on windows of ``window_length`` tokens gets: enough
+    for span corruption's spans at any noise density up to 0.3 with mean span length 3, plus
+    the closing one."""
+    return window_length // 10 + 2
+
+
+def _span_corruption_batcher(tokenizer, mask_prob):
+    """(inputs, targets) from windows of text by span corruption, ``mask_prob`` the noise
+    density; the sentinels are the ids after the tokenizer's, <extra_id_0> the last."""
+    def make_batch(windows, rng):
+        vocab_size = len(tokenizer) + sentinel_count(windows.shape[1])
+        sentinels = np.arange(vocab_size - 1, len(tokenizer) - 1, -1)
+        pairs = [span_corruption(window, sentinels, mask_prob, 3.0, rng, tokenizer.eos_token_id)
+                 for window in windows]
+        return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    return make_batch
+
+
+def _fill_spans(model, tokenizer, prompt, **options):
+    """The prompt with each ``<extra_id_k>`` replaced by the span the model writes for it
+    (greedy); a prompt without one gets <extra_id_0> at its end, so that the model continues
+    it."""
+    vocab_size, sentinel_ids = model.config.vocab_size, model.config.vocab_size - len(tokenizer)
+    if not _SENTINEL.search(prompt):
+        prompt += "<extra_id_0>"
+    pieces, ids = _SENTINEL.split(prompt), []
+    for i, piece in enumerate(pieces):
+        if i % 2 == 0:
+            ids += tokenizer.encode(piece, add_special_tokens=False)
+        elif not 0 <= int(piece) < sentinel_ids:
+            raise ValueError(f"generate: <extra_id_{piece}> is not one of this model's "
+                             f"{sentinel_ids} sentinels (<extra_id_0> .. "
+                             f"<extra_id_{sentinel_ids - 1}>)")
+        else:
+            ids.append(vocab_size - 1 - int(piece))
+    ids.append(tokenizer.eos_token_id)
+    out = model.generate(np.asarray([ids]), max_new_tokens=options.get("max_new_tokens", 64))
+    spans, current = {}, None
+    for token in out[0, 1:].tolist():
+        if token == tokenizer.eos_token_id:
+            break
+        if token >= len(tokenizer):
+            current = spans.setdefault(vocab_size - 1 - token, [])
+        elif current is not None:
+            current.append(token)
+    return "".join(tokenizer.decode(spans.get(int(piece), []), skip_special_tokens=True)
+                   if i % 2 else piece for i, piece in enumerate(pieces))
+
+
+SPAN_CORRUPTION = Objective("span-corruption", extra_tokens=0, batcher=_span_corruption_batcher,
+                            respond=_fill_spans, generates_text=False)
+
+
+def _build_for_training(settings, tokenizer):
+    """A T5 (v1.0 layout) for a run's ``settings``: n_embd wide, n_layer layers in each stack,
+    n_head heads, d_ff = 4 n_embd, the tokenizer's ids plus the sentinels."""
+    return T5ForConditionalGeneration(T5Config(
+        vocab_size=len(tokenizer) + sentinel_count(settings.block_size), d_model=settings.n_embd,
+        d_kv=settings.n_embd // settings.n_head, d_ff=4 * settings.n_embd,
+        num_layers=settings.n_layer, num_heads=settings.n_head,
+        dropout_rate=settings.dropout, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id))
+
+
+register_family(ModelFamily(
+    name="t5", summary="T5, an encoder-decoder pretrained by span corruption (section V-D)",
+    objective=SPAN_CORRUPTION, build=_build_for_training, default_tokenizer="char",
+    bpe_style="roberta",
+    refused_tokenizers={"wordpiece": "T5 needs an end-of-sequence token, and the WordPiece "
+                                     "tokenizer has none; use char or bpe"},
+    hf_architectures=("T5ForConditionalGeneration",)))
