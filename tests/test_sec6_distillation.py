@@ -59,8 +59,8 @@ def test_soft_targets_approach_uniform_as_the_temperature_grows(logits):
 def test_t_squared_keeps_the_soft_gradient_as_t_grows(student, teacher):
     """Hinton et al. 2.1: for zero-mean logits and a large T, dL_D/dz_si ~ (z_si - z_ti) / (N T^2),
     so T^2 L_D has the gradient (z_s - z_t) / N whatever T (here averaged over the 4 rows)."""
-    student, teacher = student - student.mean(-1, keepdims=True), teacher - teacher.mean(-1,
-                                                                                        keepdims=True)
+    student = student - student.mean(-1, keepdims=True)
+    teacher = teacher - teacher.mean(-1, keepdims=True)
     z_s = float64(student, requires_grad=True)
     loss = distillation_loss(z_s, float64(teacher), np.zeros(4, np.int64), temperature=1e4,
                              alpha=1.0)
