@@ -196,8 +196,9 @@ def normalize(x, p=2.0, axis=1, eps=1e-12, dim=None):
     return x / x.norm(p, axis=_pick_axis(axis, dim), keepdims=True).clip(low=eps)
 
 
+@cookbook.equation(35)
 def softmax(x, axis=-1, dim=None):
-    """exp(x) / sum(exp(x)) along ``axis``; stable for any finite logits (the row maximum is
+    """exp(x) / sum(exp(x)) along ``axis`` (the survey's eq 35); stable for any finite logits (the row maximum is
     subtracted first) and 0 on a row that is all ``-inf``."""
     return _tensor(x).softmax(axis=_pick_axis(axis, dim))
 

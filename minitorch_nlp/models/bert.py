@@ -162,7 +162,10 @@ def init_bert_weights(module, std):
 class BertEmbeddings(Module):
     """The input representation (Devlin section 3.2, Figure 2): token + segment + position
     embeddings, summed, then LayerNorm and dropout. The vectors have ``size`` features (default
-    ``hidden_size``; ALBERT and ELECTRA embed in fewer and project)."""
+    ``hidden_size``; ALBERT and ELECTRA embed in fewer and project). A subclass with
+    ``segments = False`` has no segment embeddings (DistilBERT) and ignores ``token_type_ids``."""
+
+    segments = True
 
     def __init__(self, config, size=None):
         super().__init__()
@@ -170,7 +173,8 @@ class BertEmbeddings(Module):
         self.word_embeddings = Embedding(config.vocab_size, size, padding_idx=config.pad_token_id)
         self.position_embeddings = LearnedPositionalEmbedding(config.max_position_embeddings,
                                                               size)
-        self.token_type_embeddings = Embedding(config.type_vocab_size, size)
+        if self.segments:
+            self.token_type_embeddings = Embedding(config.type_vocab_size, size)
         self.norm = LayerNorm(size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.max_length = config.max_position_embeddings
@@ -178,7 +182,9 @@ class BertEmbeddings(Module):
     def forward(self, input_ids, token_type_ids, position_ids=None):
         """``input_ids`` and ``token_type_ids`` (batch, time) int arrays; positions 0 .. time-1
         unless ``position_ids`` (batch, time) are given."""
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        x = self.word_embeddings(input_ids)
+        if self.segments:
+            x = x + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.norm(self.position_embeddings(x, position_ids=position_ids)))
 
 
@@ -389,10 +395,14 @@ class BertForSequenceClassification(_BertWithHead):
         super().__init__(config)
         self._add_classifier()
 
+    def sequence_representation(self, encoded):
+        """What the classifier reads: the pooled [CLS], C (``pooler_output``)."""
+        return encoded.pooler_output
+
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None):
-        pooled = self._encode(input_ids, attention_mask, token_type_ids,
-                              position_ids).pooler_output
+        pooled = self.sequence_representation(self._encode(input_ids, attention_mask,
+                                                           token_type_ids, position_ids))
         logits = self.classifier(self.dropout(pooled))
         loss = None
         if labels is not None:

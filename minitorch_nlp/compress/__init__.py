@@ -1,0 +1,3 @@
+"""Model size reduction, the survey's section VI: knowledge distillation (a small student trained
+to match a large teacher), pruning and quantisation."""
+from .distillation import *  # noqa: F401,F403

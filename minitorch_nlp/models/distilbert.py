@@ -1,0 +1,222 @@
+"""DistilBERT (Sanh, Debut, Chaumond and Wolf, 2019, "DistilBERT, a distilled version of BERT:
+smaller, faster, cheaper and lighter"), the survey's section VI-A.1.
+
+DistilBERT is BERT (``models.bert``) with half the layers, trained by distillation from a BERT
+teacher (section 2-3 of the paper):
+
+* the same hidden size and layers (post-LN Transformer encoder layers, GELU feed-forward
+  networks) but ``num_hidden_layers`` halved; no segment (token-type) embeddings and no pooler,
+  since next-sentence prediction is dropped (``DistilBertEmbeddings``, ``DistilBertModel``);
+* the student is initialised from the teacher by taking one layer out of two
+  (``distilbert_from_teacher``: the teacher's layers 0, 2, 4 ... by default);
+* the training loss is a triple loss: distillation on the masked-LM logits (eq 37 with T^2),
+  the masked-LM loss and a cosine loss aligning the hidden states
+  (``compress.distillation.TripleLoss``), on dynamically masked text without NSP.
+
+``DistilBertConfig`` keeps BERT's field names inside and reads / writes HuggingFace's DistilBERT
+names (``dim``, ``n_layers``, ``n_heads``, ``hidden_dim`` ...); the HuggingFace checkpoints of
+``DistilBertModel``, ``DistilBertForMaskedLM`` and ``DistilBertForSequenceClassification`` load
+through the key map at the end of this file.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .. import functional as F
+from ..io.huggingface import Rule
+from ..nn import Linear
+from .bert import (BertConfig, BertEmbeddings, BertForMaskedLM, BertForSequenceClassification,
+                   BertModel, register_bert_architecture, weight_and_bias)
+
+__all__ = ["DistilBertConfig", "DistilBertEmbeddings", "DistilBertForMaskedLM",
+           "DistilBertForSequenceClassification", "DistilBertModel", "distilbert_from_teacher"]
+
+# HuggingFace's DistilBERT names -> BertConfig's
+HF_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers",
+            "n_heads": "num_attention_heads", "hidden_dim": "intermediate_size",
+            "dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob",
+            "activation": "hidden_act", "seq_classif_dropout": "classifier_dropout"}
+
+
+@dataclass
+class DistilBertConfig(BertConfig):
+    """``BertConfig`` with DistilBERT-base's defaults: 6 layers (BERT-base's 12 halved), the
+    classification head's dropout 0.2; LayerNorm eps 1e-12. ``type_vocab_size`` is unused (no
+    segment embeddings)."""
+
+    num_hidden_layers: int = 6
+    classifier_dropout: float | None = 0.2
+
+    model_type = "distilbert"
+
+    @classmethod
+    def from_hf(cls, hf_config):
+        """The config of a HuggingFace DistilBERT ``config.json`` (a dict); sinusoidal position
+        embeddings (``sinusoidal_pos_embds``) are not implemented and are an error."""
+        if hf_config.get("sinusoidal_pos_embds"):
+            raise ValueError(f"{cls.__name__}: sinusoidal_pos_embds=True is not implemented; "
+                             "DistilBERT's checkpoints use learned position embeddings")
+        return super().from_hf({HF_NAMES.get(key, key): value
+                                for key, value in hf_config.items()})
+
+    def to_hf(self):
+        """HuggingFace's DistilBERT fields (``dim``, ``n_layers`` ...)."""
+        ours_to_hf = {ours: hf for hf, ours in HF_NAMES.items()}
+        hf_config = {ours_to_hf.get(key, key): value for key, value in super().to_hf().items()
+                     if key not in ("type_vocab_size", "layer_norm_eps",
+                                    "position_embedding_type")}
+        hf_config.update(sinusoidal_pos_embds=False, tie_word_embeddings=True)
+        return hf_config
+
+
+class DistilBertEmbeddings(BertEmbeddings):
+    """Token + position embeddings, LayerNorm and dropout: BERT's without the segments."""
+
+    segments = False
+
+
+class DistilBertModel(BertModel):
+    """The DistilBERT encoder: ``BertModel`` with ``DistilBertEmbeddings`` and no pooler. Takes no
+    ``token_type_ids``."""
+
+    config_class = DistilBertConfig
+    embeddings_class = DistilBertEmbeddings
+
+    def __init__(self, config, add_pooling_layer=False):
+        if add_pooling_layer:
+            raise ValueError("DistilBertModel: DistilBERT has no pooler (Sanh et al. removed it "
+                             "with next-sentence prediction)")
+        super().__init__(config, add_pooling_layer=False)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                head_mask=None, output_hidden_states=False, output_attentions=False):
+        """As ``BertModel.forward``; ``token_type_ids`` must be None (no segment embeddings)."""
+        if token_type_ids is not None:
+            raise ValueError(f"{type(self).__name__}: DistilBERT has no token types (Sanh et al. "
+                             "removed the segment embeddings); leave token_type_ids out")
+        return super().forward(input_ids, attention_mask, None, position_ids, head_mask,
+                               output_hidden_states, output_attentions)
+
+
+class DistilBertForMaskedLM(BertForMaskedLM):
+    """DistilBERT with BERT's masked-LM head (dense, GELU, LayerNorm, decoder tied to the word
+    embeddings plus its own bias; HuggingFace's ``vocab_transform``, ``vocab_layer_norm``,
+    ``vocab_projector``)."""
+
+    base_model_class = DistilBertModel
+
+
+class DistilBertForSequenceClassification(BertForSequenceClassification):
+    """A label per sequence from the first token's final hidden state: ``pre_classifier`` (a
+    dense layer), ReLU, dropout (``classifier_dropout``, HuggingFace's ``seq_classif_dropout``)
+    and the classifier, as HuggingFace's DistilBERT; the loss is BERT's (cross-entropy, or mean
+    squared error with ``num_labels == 1``)."""
+
+    base_model_class = DistilBertModel
+    add_pooling_layer = False
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.pre_classifier = Linear(config.hidden_size, config.hidden_size)
+        self._init_head(self.pre_classifier)
+
+    def sequence_representation(self, encoded):
+        return F.relu(self.pre_classifier(encoded.last_hidden_state[:, 0]))
+
+
+def distilbert_from_teacher(teacher, layers=None):
+    """A DistilBERT student initialised from a BERT ``teacher`` (Sanh et al. section 3, "Student
+    initialization": the student takes one layer out of two from the teacher).
+
+    ``teacher``: a ``BertForMaskedLM`` (gives a ``DistilBertForMaskedLM``, the masked-LM head
+    copied too) or a ``BertModel`` (gives a ``DistilBertModel``), or a DistilBERT of those.
+    ``layers``: the teacher layers the student copies, in order (default: 0, 2, 4 ..., half the
+    teacher's depth rounded up; the released DistilBERT took 0, 2, 4, 7, 9, 11 of BERT-base's
+    12). More layers than the teacher has, or an index outside it, is an error.
+
+    The embeddings are copied, with the teacher's segment-0 embedding added to every position
+    row: the student has no segments, and its embeddings then equal the teacher's for
+    single-segment input (Sanh et al.'s extraction script drops that row instead)."""
+    if isinstance(teacher, BertForMaskedLM):
+        encoder, student_class = teacher.bert, DistilBertForMaskedLM
+    elif isinstance(teacher, BertModel):
+        encoder, student_class = teacher, DistilBertModel
+    else:
+        raise TypeError(f"distilbert_from_teacher: the teacher must be a BertModel or "
+                        f"BertForMaskedLM, got {type(teacher).__name__}")
+    depth = teacher.config.num_hidden_layers
+    layers = list(range(0, depth, 2)) if layers is None else [int(i) for i in layers]
+    if not layers or len(layers) > depth or not all(0 <= i < depth for i in layers):
+        raise ValueError(f"distilbert_from_teacher: layers {layers} must be 1 to {depth} indices "
+                         f"of the teacher's {depth} layers (0 .. {depth - 1})")
+    fields = {f.name: getattr(teacher.config, f.name) for f in dataclasses.fields(BertConfig)}
+    config = DistilBertConfig(**{**fields, "num_hidden_layers": len(layers)})
+    student = student_class(config)
+    prefix = "bert." if student_class is DistilBertForMaskedLM else ""
+    not_copied = tuple(prefix + part for part in ("encoder.layers.", "pooler.",
+                                                  "embeddings.token_type_embeddings."))
+    state = {name: value for name, value in teacher.state_dict().items()
+             if not name.startswith(not_copied)}
+    for ours, theirs in enumerate(layers):
+        for name, value in encoder.encoder.layers[theirs].state_dict().items():
+            state[f"{prefix}encoder.layers.{ours}.{name}"] = value
+    if encoder.embeddings.segments:
+        segment_a = encoder.embeddings.token_type_embeddings.weight.numpy()[0]
+        positions = encoder.embeddings.position_embeddings.table.numpy()
+        state[f"{prefix}embeddings.position_embeddings.table"] = positions + segment_a
+    student.load_state_dict(state)
+    return student.train(teacher.training)
+
+
+# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
+def distilbert_rules(hf_prefix, prefix):
+    """The key map of ``DistilBertModel`` under HuggingFace's ``hf_prefix`` (``"distilbert."`` or
+    ``""``) and our ``prefix``. Nothing is transposed."""
+    hf_embed, embed = f"{hf_prefix}embeddings.", f"{prefix}embeddings."
+    rules = [Rule(f"{hf_embed}word_embeddings.weight", f"{embed}word_embeddings.weight"),
+             Rule(f"{hf_embed}position_embeddings.weight", f"{embed}position_embeddings.table"),
+             *weight_and_bias(f"{hf_embed}LayerNorm", f"{embed}norm")]
+    hf_layer, layer = f"{hf_prefix}transformer.layer.{{i}}.", f"{prefix}encoder.layers.{{i}}."
+    for hf, ours in (("attention.q_lin", "self_attn.q_proj"),
+                     ("attention.k_lin", "self_attn.k_proj"),
+                     ("attention.v_lin", "self_attn.v_proj"),
+                     ("attention.out_lin", "self_attn.out_proj"), ("sa_layer_norm", "norm1"),
+                     ("ffn.lin1", "feed_forward.linear1"), ("ffn.lin2", "feed_forward.linear2"),
+                     ("output_layer_norm", "norm2")):
+        rules += weight_and_bias(hf_layer + hf, layer + ours)
+    return rules
+
+
+register_bert_architecture(DistilBertModel, distilbert_rules("", ""), default_for_type=True)
+register_bert_architecture(DistilBertForMaskedLM, distilbert_rules("distilbert.", "bert.")
+                           + weight_and_bias("vocab_transform", "mlm.dense")
+                           + weight_and_bias("vocab_layer_norm", "mlm.norm")
+                           + [Rule("vocab_projector.bias", "mlm.bias")])
+register_bert_architecture(DistilBertForSequenceClassification,
+                           distilbert_rules("distilbert.", "bert.")
+                           + weight_and_bias("pre_classifier", "pre_classifier")
+                           + weight_and_bias("classifier", "classifier"))
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
+from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
+
+
+def _build_for_training(settings, tokenizer):
+    """A DistilBERT with its masked-LM head for a run's ``settings`` (trained from scratch on
+    the masked-LM loss; ``compress.Distiller`` distils one from a BERT teacher)."""
+    return DistilBertForMaskedLM(DistilBertConfig(
+        vocab_size=len(tokenizer), hidden_size=settings.n_embd,
+        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
+        intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,
+        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
+        pad_token_id=tokenizer.pad_token_id))
+
+
+register_family(ModelFamily(
+    name="distilbert", summary="a DistilBERT encoder (BERT without segments or pooler), masked LM",
+    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
+    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
+    hf_architectures=("DistilBertForMaskedLM",)))
