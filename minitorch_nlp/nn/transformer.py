@@ -135,7 +135,7 @@ class SlidingWindowAttention(FullAttention):
 
 
 # ---- multi-head attention ------------------------------------------------------------------------
-@cookbook.equation(12)
+@cookbook.equation(12, 53)
 class MultiHeadAttention(Module):
     r"""Multi-head scaled dot-product attention (Vaswani et al., 2017, section 3.2)::
 

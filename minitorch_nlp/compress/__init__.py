@@ -1,0 +1,1 @@
+"""Model compression (the survey's section VI): distillation, pruning, quantisation."""
