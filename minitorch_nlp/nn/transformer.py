@@ -359,8 +359,11 @@ class FeedForward(Module):
             hidden = F.relu(self.linear1(x))
         else:
             approximate = "tanh" if self.activation == "gelu_tanh" else "none"
-            hidden = F.bias_gelu(F.linear(x, self.linear1.weight), self.linear1.bias,
-                                 approximate=approximate)
+            if type(self.linear1) is Linear:       # the fused bias + GELU reads its weight
+                hidden = F.bias_gelu(F.linear(x, self.linear1.weight), self.linear1.bias,
+                                     approximate=approximate)
+            else:                                   # a replacement (quantised) runs its forward
+                hidden = F.gelu(self.linear1(x), approximate=approximate)
         return self.linear2(self.dropout(hidden))
 
     def extra_repr(self):
