@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(37, marks=[pytest.mark.eq(37), pytest.mark.sec6]),
     pytest.param(38, marks=[pytest.mark.eq(38), pytest.mark.sec6]),
     pytest.param(39, marks=[pytest.mark.eq(39), pytest.mark.sec6]),
+    pytest.param(61, marks=[pytest.mark.eq(61), pytest.mark.sec6]),
     pytest.param(83, marks=[pytest.mark.eq(83), pytest.mark.sec7]),
     pytest.param(84, marks=[pytest.mark.eq(84), pytest.mark.sec7])])
 def test_the_librarys_implementation_passes_its_check(number):

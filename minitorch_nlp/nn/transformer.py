@@ -138,7 +138,7 @@ class SlidingWindowAttention(FullAttention):
 
 
 # ---- multi-head attention ------------------------------------------------------------------------
-@cookbook.equation(12)
+@cookbook.equation(12, 53)
 class MultiHeadAttention(Module):
     r"""Multi-head scaled dot-product attention (Vaswani et al., 2017, section 3.2)::
 
@@ -363,8 +363,11 @@ class FeedForward(Module):
             hidden = F.relu(self.linear1(x))
         else:
             approximate = "tanh" if self.activation == "gelu_tanh" else "none"
-            hidden = F.bias_gelu(F.linear(x, self.linear1.weight), self.linear1.bias,
-                                 approximate=approximate)
+            if type(self.linear1) is Linear:       # the fused bias + GELU reads its weight
+                hidden = F.bias_gelu(F.linear(x, self.linear1.weight), self.linear1.bias,
+                                     approximate=approximate)
+            else:                                   # a replacement (quantised) runs its forward
+                hidden = F.gelu(self.linear1(x), approximate=approximate)
         return self.linear2(self.dropout(hidden))
 
     def extra_repr(self):
