@@ -339,7 +339,8 @@ def test_bad_memories_and_positions_are_clear_errors():
     core = RelativePositionAttention(4, 2, 2)
     q = mt.zeros(1, 2, 3, 2)
     with pytest.raises(ValueError, match=r"relative_positions must have shape \(k_time, "
-                                         r"d_model\) = \(3, 4\), got \(2, 4\)"):
+                                         r"d_model\) = \(3, 4\) or \(k_time \+ q_time, "
+                                         r"d_model\) = \(6, 4\), got \(2, 4\)"):
         core(q, q, q, relative_positions=mt.zeros(2, 4))
 
 
