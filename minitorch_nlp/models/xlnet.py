@@ -449,12 +449,13 @@ class XLNetLMHeadModel(Module):
 
 @cookbook.equation(26, 27)
 def permutation_lm_loss(model, input_ids, num_predict, orders=None, generator=None,
-                        token_type_ids=None):
+                        token_type_ids=None, mems=None):
     """XLNet's pretraining loss (eq 26-27), one sampled order per sequence as the paper's
     Monte-Carlo estimate of E_z: -1/(batch num_predict) sum_b sum_t log p(x_{z_t} | x_{z_<t})
     over the last ``num_predict`` steps of each order (partial prediction). ``orders``
-    (batch, T) default to ``sample_orders(batch, T, generator)``. Returns the ``ModelOutput`` of
-    ``model`` (an ``XLNetLMHeadModel``) with ``loss``."""
+    (batch, T) default to ``sample_orders(batch, T, generator)``; ``token_type_ids`` and
+    ``mems`` (the previous segment's, visible to every position) go to the model. Returns the
+    ``ModelOutput`` of ``model`` (an ``XLNetLMHeadModel``) with ``loss``."""
     ids = checks.token_ids(input_ids, model.config.vocab_size, "permutation_lm_loss")
     if orders is None:
         orders = sample_orders(*ids.shape, generator)
@@ -463,8 +464,8 @@ def permutation_lm_loss(model, input_ids, num_predict, orders=None, generator=No
         raise ValueError(f"permutation_lm_loss: orders of shape {np.shape(orders)} must match "
                          f"input_ids {ids.shape}")
     labels = np.take_along_axis(ids, targets, axis=1)
-    return model(ids, perm_mask=perm_mask, target_mapping=target_mapping, labels=labels,
-                 token_type_ids=token_type_ids, use_mems=False)
+    return model(ids, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
+                 labels=labels, token_type_ids=token_type_ids, use_mems=False)
 
 
 class XLNetForPermutationLM(XLNetLMHeadModel):
