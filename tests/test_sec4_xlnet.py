@@ -220,6 +220,7 @@ def test_huggingface_xlnet_model_gives_huggingface_states():
     np.testing.assert_allclose(following.last_hidden_state.numpy(), e["hidden_next"], **TOL)
 
 
+@pytest.mark.eq(28, 29)
 def test_huggingface_xlnet_lm_gives_huggingface_logits_with_and_without_permutation():
     pytest.importorskip("safetensors")
     model, e = mt.from_pretrained(FIXTURES / "XLNetLMHeadModel"), expected("XLNetLMHeadModel")
