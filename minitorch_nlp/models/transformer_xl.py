@@ -50,7 +50,7 @@ import numpy as np
 
 from .. import checks, cookbook, decoding
 from .. import functional as F
-from ..autograd import Tensor, concatenate, pad, tensor, zeros
+from ..autograd import concatenate, pad, tensor, zeros
 from ..io.huggingface import HFArchitecture, Rule, register_architecture, transpose
 from ..nn import (Dropout, Embedding, FeedForward, FullAttention, LayerNorm, Linear, Module,
                   ModuleDict, ModuleList, MultiHeadAttention, Parameter, TransformerLayer, init)
@@ -59,7 +59,7 @@ from .gpt import causal_lm_loss
 
 __all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmax", "RelativePositionAttention",
            "TransfoXLConfig", "TransfoXLLMHeadModel", "TransfoXLModel", "TransformerXLLayer",
-           "relative_position_encoding", "relative_shift"]
+           "decode", "relative_position_encoding", "relative_shift"]
 
 
 # ---- configuration -------------------------------------------------------------------------------
@@ -533,25 +533,40 @@ class TransfoXLLMHeadModel(Module):
         name = type(self).__name__
         ids = checks.token_ids(input_ids, self.config.vocab_size, name)
         checks.int_at_least(max_new_tokens, 0, "max_new_tokens", f"{name}.generate")
-        eos = self.config.eos_token_id if eos_token_id is None else eos_token_id
-        finished = np.zeros(ids.shape[0], dtype=bool)
+        state = {"mems": None, "fed": 0}
+
+        def next_logits(ids):
+            if not use_cache:
+                return self(ids).logits[:, -1].numpy()
+            out = self(ids[:, state["fed"]:], mems=state["mems"])
+            state["mems"], state["fed"] = out.mems, ids.shape[1]
+            return out.logits[:, -1].numpy()
+
         with self.inference():
-            mems, feed = None, ids
-            for _ in range(max_new_tokens):
-                out = self(feed, mems=mems)
-                new = decoding.next_tokens(
-                    out.logits[:, -1].numpy(), ids, do_sample=do_sample, temperature=temperature,
-                    top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
-                    generator=generator)
-                new = np.where(finished, -1 if eos is None else eos, new)
-                ids = np.concatenate([ids, new[:, None]], axis=1)
-                if streamer is not None:
-                    streamer(new)
-                finished |= eos is not None and new == eos
-                if finished.all():
-                    break
-                mems, feed = (out.mems, new[:, None]) if use_cache else (None, ids)
-        return ids
+            return decode(next_logits, ids, max_new_tokens,
+                          self.config.eos_token_id if eos_token_id is None else eos_token_id,
+                          streamer, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                          top_p=top_p, repetition_penalty=repetition_penalty,
+                          generator=generator)
+
+
+def decode(next_logits, ids, max_new_tokens, eos, streamer, **sampling):
+    """The decoding loop of the models that continue a prompt one token per step (Transformer-XL,
+    XLNet): ``next_logits(ids)`` gives the logits (batch, vocab) of the token after ``ids``
+    (batch, time); ``decoding.next_tokens(**sampling)`` picks it (greedy or sampled). A row stops
+    after emitting ``eos`` and is padded with it; ``streamer(new)`` sees each step's tokens."""
+    finished = np.zeros(len(ids), dtype=bool)
+    for _ in range(max_new_tokens):
+        new = decoding.next_tokens(next_logits(ids), ids, **sampling)
+        if eos is not None:
+            new = np.where(finished, eos, new)
+            finished |= new == eos
+        ids = np.concatenate([ids, new[:, None]], axis=1)
+        if streamer is not None:
+            streamer(new)
+        if finished.all():
+            break
+    return ids
 
 
 # ---- HuggingFace checkpoints (transformers 4.x TransfoXLLMHeadModel) ------------------------------

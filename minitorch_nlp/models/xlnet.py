@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from .. import checks, cookbook, decoding
+from .. import checks, cookbook
 from .. import functional as F
 from ..autograd import Tensor, concatenate, tensor, zeros
 from ..autograd.random import rng
@@ -47,7 +47,7 @@ from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, FeedForward, LayerNorm, Module, ModuleList,
                   MultiHeadAttention, Parameter, TransformerLayer, init)
 from ..nn.outputs import ModelOutput
-from .transformer_xl import RelativePositionAttention, relative_position_encoding
+from .transformer_xl import RelativePositionAttention, decode, relative_position_encoding
 
 __all__ = ["XLNetConfig", "XLNetLMHeadModel", "XLNetLayer", "XLNetModel",
            "XLNetRelativeAttention", "permutation_inputs", "permutation_lm_loss",
@@ -421,30 +421,23 @@ class XLNetLMHeadModel(Module):
         name = type(self).__name__
         ids = checks.token_ids(input_ids, self.config.vocab_size, name)
         checks.int_at_least(max_new_tokens, 0, "max_new_tokens", f"{name}.generate")
-        eos = self.config.eos_token_id if eos_token_id is None else eos_token_id
-        finished = np.zeros(ids.shape[0], dtype=bool)
+
+        def next_logits(ids):
+            batch, time = ids.shape[0], ids.shape[1] + 1
+            perm_mask = np.zeros((batch, time, time), dtype=np.float32)
+            perm_mask[:, :, -1] = 1.0                          # nobody sees the placeholder
+            target_mapping = np.zeros((batch, 1, time), dtype=np.float32)
+            target_mapping[:, 0, -1] = 1.0                     # which is predicted
+            placeholder = np.zeros((batch, 1), dtype=np.int64)
+            return self(np.concatenate([ids, placeholder], 1), perm_mask=perm_mask,
+                        target_mapping=target_mapping, use_mems=False).logits[:, 0].numpy()
+
         with self.inference():
-            for _ in range(max_new_tokens):
-                batch, time = ids.shape[0], ids.shape[1] + 1
-                perm_mask = np.zeros((batch, time, time), dtype=np.float32)
-                perm_mask[:, :, -1] = 1.0
-                target_mapping = np.zeros((batch, 1, time), dtype=np.float32)
-                target_mapping[:, 0, -1] = 1.0
-                placeholder = np.zeros((batch, 1), dtype=np.int64)
-                logits = self(np.concatenate([ids, placeholder], 1), perm_mask=perm_mask,
-                              target_mapping=target_mapping, use_mems=False).logits
-                new = decoding.next_tokens(
-                    logits[:, 0].numpy(), ids, do_sample=do_sample, temperature=temperature,
-                    top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
-                    generator=generator)
-                new = np.where(finished, -1 if eos is None else eos, new)
-                ids = np.concatenate([ids, new[:, None]], axis=1)
-                if streamer is not None:
-                    streamer(new)
-                finished |= eos is not None and new == eos
-                if finished.all():
-                    break
-        return ids
+            return decode(next_logits, ids, max_new_tokens,
+                          self.config.eos_token_id if eos_token_id is None else eos_token_id,
+                          streamer, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                          top_p=top_p, repetition_penalty=repetition_penalty,
+                          generator=generator)
 
 
 @cookbook.equation(26, 27)
