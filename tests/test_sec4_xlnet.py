@@ -29,7 +29,8 @@ from minitorch_nlp.models.xlnet import (XLNetConfig, XLNetForPermutationLM, XLNe
 from minitorch_nlp.testing import check_equation, strategies as S
 from minitorch_nlp.testing.reference import xlnet as reference
 from tests.model_checks import (ENCODER_SKIPS, REFERENCE, Learning, ModelChecks, ModelSpec,
-                                assert_trees_close, grads_of, randomize, to_numpy)
+                                assert_trees_close, check_train_resume_generate, grads_of,
+                                randomize, to_numpy)
 
 pytestmark = pytest.mark.sec4
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
@@ -337,27 +338,7 @@ class TestXLNetChecks(ModelChecks):
 
 # ---- the command line ----------------------------------------------------------------------------
 def test_train_xlnet_resumes_exactly_and_generates(tmp_path, capsys):
-    from minitorch_nlp import cli
-    from minitorch_nlp.io import load
-
-    text = tmp_path / "text.txt"
-    text.write_text("the quick brown fox jumps over the lazy dog. " * 60, encoding="utf-8")
-    common = ["--text", str(text), "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
-              "--block-size", "12", "--batch-size", "4", "--steps", "6", "--warmup-steps", "1",
-              "--eval-every", "3", "--backend", "numpy", "--no-progress"]
-    assert cli.main(["train", "xlnet", *common, "--out", str(tmp_path / "whole")]) == 0
-    assert cli.main(["train", "xlnet", *common, "--out", str(tmp_path / "run"), "--stop-at",
-                     "3"]) == 0
-    assert cli.main(["train", "--resume", str(tmp_path / "run"), "--no-progress"]) == 0
-    whole, resumed = (load(tmp_path / name / "checkpoint.npz")["model"]
-                      for name in ("whole", "run"))
-    assert "transformer.mask_emb" in whole
-    for key in whole:
-        np.testing.assert_array_equal(resumed[key], whole[key], err_msg=key)
-    capsys.readouterr()
-    assert cli.main(["generate", str(tmp_path / "run"), "--prompt", "the ",
-                     "--max-new-tokens", "5"]) == 0
-    assert capsys.readouterr().out.startswith("the ")
+    check_train_resume_generate("xlnet", tmp_path, capsys, "transformer.mask_emb")
 
 
 def test_permutation_lm_trainer_draws_orders_from_the_library_generator():
