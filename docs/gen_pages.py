@@ -33,6 +33,7 @@ EXAMPLES = {
     "gpt1_finetune": (4, "IV-B GENERATIVE"),
     "bert_mlm": (4, "IV-D GENERALIZED"),
     "roberta_masking": (4, "IV-D GENERALIZED"),
+    "xlnet_permutation": (4, "IV-D GENERALIZED"),
     "gpt2_generate": (5, None),
     "char_transformer_xl": (8, "VIII-B"),
 }

@@ -13,8 +13,8 @@ import numpy as np
 
 from .autograd import Tensor
 
-__all__ = ["attention_mask", "features", "ids_array", "int_at_least", "positive_int",
-           "token_ids"]
+__all__ = ["attention_mask", "features", "ids_array", "int_at_least", "memories",
+           "positive_int", "token_ids"]
 
 
 def int_at_least(value, minimum, name, where):
@@ -89,3 +89,29 @@ def attention_mask(mask, shape, where):
                          "padding")
     array = array.astype(bool)
     return None if array.all() else array
+
+
+def memories(mems, n_layer, batch, width, dtype, where):
+    """Transformer-XL / XLNet memories: None, or one Tensor (batch, mem_time, ``width``) per
+    layer, all of one length and of the model's ``dtype``. Returns mem_time (0 for None)."""
+    if mems is None:
+        return 0
+    if not isinstance(mems, (list, tuple)) or len(mems) != n_layer:
+        raise ValueError(f"{where}: mems must be a list of {n_layer} Tensors (one per layer), "
+                         f"got {type(mems).__name__}"
+                         + (f" of {len(mems)}" if isinstance(mems, (list, tuple)) else ""))
+    lengths = set()
+    for i, memory in enumerate(mems):
+        if not isinstance(memory, Tensor) or memory.ndim != 3 or memory.shape[0] != batch \
+                or memory.shape[2] != width:
+            shape = memory.shape if isinstance(memory, Tensor) else type(memory).__name__
+            raise ValueError(f"{where}: mems[{i}] must be a Tensor (batch={batch}, mem_time, "
+                             f"d_model={width}), got {shape}")
+        if memory.dtype != dtype:
+            raise ValueError(f"{where}: mems[{i}] is {memory.dtype} but the model is {dtype}; "
+                             "cast the memory (or the model) to one dtype")
+        lengths.add(memory.shape[1])
+    if len(lengths) > 1:
+        raise ValueError(f"{where}: every layer's memory needs the same length, got "
+                         f"{sorted(lengths)}")
+    return lengths.pop()

@@ -534,3 +534,31 @@ def encoder_spec(name, build, *, vocab, output="logits", padding_token_type=None
 
     return ModelSpec(name=name, build=build, forward=forward, vocab=vocab, hf=True,
                      skips={**ENCODER_SKIPS, **dict(skips)}, **fields)
+
+
+# ---- the command line: a registered family trains, resumes exactly and generates ----------------
+def check_train_resume_generate(family, tmp_path, capsys, weight):
+    """``minitorch-nlp train FAMILY`` stopped at step 3 and resumed gives the weights of an
+    uninterrupted 6-step run (``weight``, one of the model's state-dict keys, must be there), and
+    ``generate`` continues a prompt from the run's folder."""
+    from minitorch_nlp import cli
+    from minitorch_nlp.io import load
+
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 60, encoding="utf-8")
+    common = ["--text", str(text), "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
+              "--block-size", "12", "--batch-size", "4", "--steps", "6", "--warmup-steps", "1",
+              "--eval-every", "3", "--backend", "numpy", "--no-progress"]
+    assert cli.main(["train", family, *common, "--out", str(tmp_path / "whole")]) == 0
+    assert cli.main(["train", family, *common, "--out", str(tmp_path / "run"), "--stop-at",
+                     "3"]) == 0
+    assert cli.main(["train", "--resume", str(tmp_path / "run"), "--no-progress"]) == 0
+    whole, resumed = (load(tmp_path / name / "checkpoint.npz")["model"]
+                      for name in ("whole", "run"))
+    assert weight in whole
+    for key in whole:
+        np.testing.assert_array_equal(resumed[key], whole[key], err_msg=key)
+    capsys.readouterr()
+    assert cli.main(["generate", str(tmp_path / "run"), "--prompt", "the ",
+                     "--max-new-tokens", "5"]) == 0
+    assert capsys.readouterr().out.startswith("the ")

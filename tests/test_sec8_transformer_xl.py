@@ -29,7 +29,7 @@ from minitorch_nlp.models.transformer_xl import (RelativePositionAttention, Tran
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import transformer_xl as reference
 from tests.model_checks import (REFERENCE, Learning, ModelChecks, ModelSpec, assert_trees_close,
-                                grads_of, randomize, to_numpy)
+                                check_train_resume_generate, grads_of, randomize, to_numpy)
 
 pytestmark = pytest.mark.sec8
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
@@ -339,7 +339,8 @@ def test_bad_memories_and_positions_are_clear_errors():
     core = RelativePositionAttention(4, 2, 2)
     q = mt.zeros(1, 2, 3, 2)
     with pytest.raises(ValueError, match=r"relative_positions must have shape \(k_time, "
-                                         r"d_model\) = \(3, 4\), got \(2, 4\)"):
+                                         r"d_model\) = \(3, 4\) or \(k_time \+ q_time, "
+                                         r"d_model\) = \(6, 4\), got \(2, 4\)"):
         core(q, q, q, relative_positions=mt.zeros(2, 4))
 
 
@@ -407,24 +408,4 @@ class TestTransformerXLChecks(ModelChecks):
 
 # ---- the command line ----------------------------------------------------------------------------
 def test_train_xl_resumes_exactly_and_generates(tmp_path, capsys):
-    from minitorch_nlp import cli
-    from minitorch_nlp.io import load
-
-    text = tmp_path / "text.txt"
-    text.write_text("the quick brown fox jumps over the lazy dog. " * 60, encoding="utf-8")
-    common = ["--text", str(text), "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
-              "--block-size", "16", "--batch-size", "4", "--steps", "6", "--warmup-steps", "1",
-              "--eval-every", "3", "--backend", "numpy", "--no-progress"]
-    assert cli.main(["train", "xl", *common, "--out", str(tmp_path / "whole")]) == 0
-    assert cli.main(["train", "xl", *common, "--out", str(tmp_path / "run"), "--stop-at",
-                     "3"]) == 0
-    assert cli.main(["train", "--resume", str(tmp_path / "run"), "--no-progress"]) == 0
-    whole, resumed = (load(tmp_path / name / "checkpoint.npz")["model"]
-                      for name in ("whole", "run"))
-    assert "transformer.layers.0.self_attn.core.content_bias" in whole
-    for key in whole:
-        np.testing.assert_array_equal(resumed[key], whole[key], err_msg=key)
-    capsys.readouterr()
-    assert cli.main(["generate", str(tmp_path / "run"), "--prompt", "the ",
-                     "--max-new-tokens", "8"]) == 0
-    assert capsys.readouterr().out.startswith("the ")
+    check_train_resume_generate("xl", tmp_path, capsys, "transformer.layers.0.self_attn.core.content_bias")

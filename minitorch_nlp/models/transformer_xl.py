@@ -50,7 +50,7 @@ import numpy as np
 
 from .. import checks, cookbook, decoding
 from .. import functional as F
-from ..autograd import Tensor, concatenate, pad, tensor, zeros
+from ..autograd import concatenate, pad, tensor, zeros
 from ..io.huggingface import HFArchitecture, Rule, register_architecture, transpose
 from ..nn import (Dropout, Embedding, FeedForward, FullAttention, LayerNorm, Linear, Module,
                   ModuleDict, ModuleList, MultiHeadAttention, Parameter, TransformerLayer, init)
@@ -59,7 +59,7 @@ from .gpt import causal_lm_loss
 
 __all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmax", "RelativePositionAttention",
            "TransfoXLConfig", "TransfoXLLMHeadModel", "TransfoXLModel", "TransformerXLLayer",
-           "relative_position_encoding", "relative_shift"]
+           "decode", "relative_position_encoding", "relative_shift"]
 
 
 # ---- configuration -------------------------------------------------------------------------------
@@ -177,13 +177,18 @@ class TransfoXLConfig:
 
 
 # ---- relative positions (eq 91) ------------------------------------------------------------------
-def relative_position_encoding(k_time, d_model, clamp_len=0, dtype=None, backend=None):
-    """R (k_time, d_model): row m holds the sinusoid of the distance k_time - 1 - m (the largest
-    first, as the paper's code), [sin(dist / 10000^(2i/d)) ..., cos(dist / 10000^(2i/d)) ...]
-    (sines then cosines, not interleaved). Distances above ``clamp_len`` > 0 are clamped."""
-    distance = np.arange(k_time - 1, -1, -1, dtype=np.float64)
+def relative_position_encoding(k_time, d_model, clamp_len=0, dtype=None, backend=None, *,
+                               q_time=None):
+    """R: row m holds the sinusoid of a distance, the largest first, [sin(dist / 10000^(2i/d))
+    ..., cos(dist / 10000^(2i/d)) ...] (sines then cosines, not interleaved, as the papers' code).
+    Transformer-XL's distances are k_time - 1 .. 0 (k_time rows); with ``q_time`` (XLNet, whose
+    queries also see later keys) k_time .. 1 - q_time (k_time + q_time rows). Distances beyond
+    +-``clamp_len`` > 0 are clamped."""
+    lowest = 0 if q_time is None else 1 - q_time
+    top = k_time - 1 if q_time is None else k_time
+    distance = np.arange(top, lowest - 1, -1, dtype=np.float64)
     if clamp_len > 0:
-        distance = np.minimum(distance, clamp_len)
+        distance = np.clip(distance, -clamp_len, clamp_len)
     inverse_frequency = 1.0 / 10000 ** (np.arange(0.0, d_model, 2.0) / d_model)
     angles = distance[:, None] * inverse_frequency[None, :]
     return tensor(np.concatenate([np.sin(angles), np.cos(angles)], axis=-1), dtype=dtype,
@@ -228,21 +233,30 @@ class RelativePositionAttention(FullAttention):
 
     def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
                 need_weights=False, relative_positions=None):
-        k_time = k.shape[2]
-        if relative_positions is None or tuple(relative_positions.shape) != (
-                k_time, self.position_proj.in_features):
-            shape = None if relative_positions is None else tuple(relative_positions.shape)
-            raise ValueError(f"RelativePositionAttention: relative_positions must have shape "
-                             f"(k_time, d_model) = {(k_time, self.position_proj.in_features)}, "
-                             f"got {shape}")
-        r = self.position_proj(relative_positions).reshape(k_time, self.num_heads, self.head_dim)
-        r = r.permute(1, 2, 0)                                               # (H, d_k, K): W_R R
-        by_distance = (q + self.position_bias.unsqueeze(1)) @ r              # (b) + (d)
-        by_distance = pad(by_distance, [(0, 0)] * 3 + [(1, 0)])              # distance k_time
-        positional = relative_shift(by_distance, k_time) * (1.0 / math.sqrt(self.head_dim))
+        positional = self.position_scores(q, k.shape[2], relative_positions)    # (b) + (d)
         return super().forward(q + self.content_bias.unsqueeze(1), k, v, mask=mask,  # (a) + (c)
                                bias=positional if bias is None else bias + positional,
                                causal=causal, key_mask=key_mask, need_weights=need_weights)
+
+    def position_scores(self, q, k_time, relative_positions):
+        """(q_i + v) . W_R R_{i-j} / sqrt(d_k), (batch, heads, q_time, k_time), from R of
+        ``relative_position_encoding``: (k_time, d_model) for distances k_time - 1 .. 0, or
+        (k_time + q_time, d_model) for k_time .. 1 - q_time (XLNet)."""
+        q_time, d_model = q.shape[2], self.position_proj.in_features
+        rows = (k_time, k_time + q_time)
+        if relative_positions is None or relative_positions.ndim != 2 \
+                or relative_positions.shape[0] not in rows \
+                or relative_positions.shape[1] != d_model:
+            shape = None if relative_positions is None else tuple(relative_positions.shape)
+            raise ValueError(f"{type(self).__name__}: relative_positions must have shape "
+                             f"(k_time, d_model) = {(k_time, d_model)} or (k_time + q_time, "
+                             f"d_model) = {(k_time + q_time, d_model)}, got {shape}")
+        width = relative_positions.shape[0]
+        r = self.position_proj(relative_positions).reshape(width, self.num_heads, self.head_dim)
+        by_distance = (q + self.position_bias.unsqueeze(1)) @ r.permute(1, 2, 0)  # (.., width)
+        if width == k_time:                          # distances from k_time - 1: add k_time
+            by_distance = pad(by_distance, [(0, 0)] * 3 + [(1, 0)])
+        return relative_shift(by_distance, k_time) * (1.0 / math.sqrt(self.head_dim))
 
     def extra_repr(self):
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}"
@@ -404,32 +418,6 @@ class _Bias(Module):
 
 
 # ---- the model -----------------------------------------------------------------------------------
-def _check_mems(mems, n_layer, batch, width, dtype, where):
-    """``mems``: None or one (batch, mem_time, width) Tensor per layer, all of one length and of
-    the model's dtype."""
-    if mems is None:
-        return 0
-    if not isinstance(mems, (list, tuple)) or len(mems) != n_layer:
-        raise ValueError(f"{where}: mems must be a list of {n_layer} Tensors (one per layer), "
-                         f"got {type(mems).__name__}"
-                         + (f" of {len(mems)}" if isinstance(mems, (list, tuple)) else ""))
-    lengths = set()
-    for i, memory in enumerate(mems):
-        if not isinstance(memory, Tensor) or memory.ndim != 3 or memory.shape[0] != batch \
-                or memory.shape[2] != width:
-            shape = memory.shape if isinstance(memory, Tensor) else type(memory).__name__
-            raise ValueError(f"{where}: mems[{i}] must be a Tensor (batch={batch}, mem_time, "
-                             f"d_model={width}), got {shape}")
-        if memory.dtype != dtype:
-            raise ValueError(f"{where}: mems[{i}] is {memory.dtype} but the model is {dtype}; "
-                             "cast the memory (or the model) to one dtype")
-        lengths.add(memory.shape[1])
-    if len(lengths) > 1:
-        raise ValueError(f"{where}: every layer's memory needs the same length, got "
-                         f"{sorted(lengths)}")
-    return lengths.pop()
-
-
 @cookbook.equation(86)
 class TransfoXLModel(Module):
     """The Transformer-XL body: adaptive input embeddings, then ``n_layer`` ``TransformerXLLayer``s
@@ -471,8 +459,8 @@ class TransfoXLModel(Module):
         name, config = type(self).__name__, self.config
         ids = checks.token_ids(input_ids, config.vocab_size, name)
         reference = self.layers[0].norm1.weight
-        memory_time = _check_mems(mems, config.n_layer, ids.shape[0], config.d_model,
-                                  reference.dtype, name)
+        memory_time = checks.memories(mems, config.n_layer, ids.shape[0], config.d_model,
+                                      reference.dtype, name)
         heads = (None if head_mask is None
                  else np.broadcast_to(np.asarray(head_mask), (config.n_layer, config.n_head)))
         x = self.drop(self.word_emb(ids))
@@ -545,25 +533,40 @@ class TransfoXLLMHeadModel(Module):
         name = type(self).__name__
         ids = checks.token_ids(input_ids, self.config.vocab_size, name)
         checks.int_at_least(max_new_tokens, 0, "max_new_tokens", f"{name}.generate")
-        eos = self.config.eos_token_id if eos_token_id is None else eos_token_id
-        finished = np.zeros(ids.shape[0], dtype=bool)
+        state = {"mems": None, "fed": 0}
+
+        def next_logits(ids):
+            if not use_cache:
+                return self(ids).logits[:, -1].numpy()
+            out = self(ids[:, state["fed"]:], mems=state["mems"])
+            state["mems"], state["fed"] = out.mems, ids.shape[1]
+            return out.logits[:, -1].numpy()
+
         with self.inference():
-            mems, feed = None, ids
-            for _ in range(max_new_tokens):
-                out = self(feed, mems=mems)
-                new = decoding.next_tokens(
-                    out.logits[:, -1].numpy(), ids, do_sample=do_sample, temperature=temperature,
-                    top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
-                    generator=generator)
-                new = np.where(finished, -1 if eos is None else eos, new)
-                ids = np.concatenate([ids, new[:, None]], axis=1)
-                if streamer is not None:
-                    streamer(new)
-                finished |= eos is not None and new == eos
-                if finished.all():
-                    break
-                mems, feed = (out.mems, new[:, None]) if use_cache else (None, ids)
-        return ids
+            return decode(next_logits, ids, max_new_tokens,
+                          self.config.eos_token_id if eos_token_id is None else eos_token_id,
+                          streamer, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                          top_p=top_p, repetition_penalty=repetition_penalty,
+                          generator=generator)
+
+
+def decode(next_logits, ids, max_new_tokens, eos, streamer, **sampling):
+    """The decoding loop of the models that continue a prompt one token per step (Transformer-XL,
+    XLNet): ``next_logits(ids)`` gives the logits (batch, vocab) of the token after ``ids``
+    (batch, time); ``decoding.next_tokens(**sampling)`` picks it (greedy or sampled). A row stops
+    after emitting ``eos`` and is padded with it; ``streamer(new)`` sees each step's tokens."""
+    finished = np.zeros(len(ids), dtype=bool)
+    for _ in range(max_new_tokens):
+        new = decoding.next_tokens(next_logits(ids), ids, **sampling)
+        if eos is not None:
+            new = np.where(finished, eos, new)
+            finished |= new == eos
+        ids = np.concatenate([ids, new[:, None]], axis=1)
+        if streamer is not None:
+            streamer(new)
+        if finished.all():
+            break
+    return ids
 
 
 # ---- HuggingFace checkpoints (transformers 4.x TransfoXLLMHeadModel) ------------------------------

@@ -1,0 +1,566 @@
+"""XLNet (Yang et al., 2019, "XLNet: Generalized Autoregressive Pretraining for Language
+Understanding"): the survey's section IV-D, eq 25-29.
+
+BERT predicts the masked tokens independently of each other (eq 25, ``bert.masked_lm_loss``).
+XLNet keeps an autoregressive objective (eq 26) but over every factorisation order z of the
+sequence (eq 27)::
+
+    max_theta  E_{z ~ Z_T} [ sum_t log p_theta(x_{z_t} | x_{z_<t}) ]
+
+so each token learns from context on both sides, without a [MASK] token. Only the order changes,
+not the sequence: positions keep their places, and attention masks hide what comes later in z.
+With partial prediction only the last 1/K of each order is predicted (the rest is context).
+
+Predicting x_{z_t} needs to know *which position* is asked for but not *its token*: the standard
+softmax over h(x_{z_<t}) (eq 28) cannot tell two targets apart, so XLNet predicts from a
+target-aware g(x_{z_<t}, z_t) (eq 29), computed by **two-stream self-attention**:
+
+* the content stream h_{z_t} attends to x_{z_<=t} (its own token included), as a Transformer;
+* the query stream g_{z_t} attends to the content x_{z_<t} but not x_{z_t}; it starts from one
+  trained vector w (``mask_emb``) at the target's position, and makes the prediction.
+
+Both streams share the layers' weights. Attention is Transformer-XL's relative attention
+(``transformer_xl.RelativePositionAttention``) with distances in both directions, plus relative
+segment encodings: a learnt term for "same segment or not" (``XLNetRelativeAttention``); a
+memory of the previous segment (``mems``) is read as in Transformer-XL.
+
+Masks and targets are given exactly as HuggingFace's ``XLNetModel`` takes them:
+``perm_mask`` (batch, T, T), 1 where query i may *not* attend key j (the query stream's mask; the
+content stream may also see itself), and ``target_mapping`` (batch, num_predict, T), one-hot
+rows naming the position each query-stream row predicts. ``permutation_inputs`` builds both from
+orders as the paper's code does; ``sample_orders`` draws the orders.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from .. import checks, cookbook
+from .. import functional as F
+from ..autograd import Tensor, concatenate, tensor, zeros
+from ..autograd.random import rng
+from ..io.huggingface import HFArchitecture, Rule, register_architecture
+from ..nn import (Dropout, Embedding, FeedForward, LayerNorm, Module, ModuleList,
+                  MultiHeadAttention, Parameter, TransformerLayer, init)
+from ..nn.outputs import ModelOutput
+from .transformer_xl import RelativePositionAttention, decode, relative_position_encoding
+
+__all__ = ["XLNetConfig", "XLNetLMHeadModel", "XLNetLayer", "XLNetModel",
+           "XLNetRelativeAttention", "permutation_inputs", "permutation_lm_loss",
+           "sample_orders"]
+
+_HF_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
+
+
+# ---- configuration -------------------------------------------------------------------------------
+@dataclass
+class XLNetConfig:
+    """The sizes and switches of an XLNet, with HuggingFace's ``XLNetConfig`` field names; the
+    defaults are XLNet-large. ``d_head`` None is d_model / n_head. ``ff_activation``: ``"gelu"``,
+    ``"relu"`` or ``"gelu_new"`` (the tanh approximation). ``mem_len``: how many positions
+    ``mems`` keep (None or 0: all of them, as HuggingFace); memories are returned in eval mode
+    (``use_mems_eval``) and not in training (``use_mems_train``) unless asked. ``clamp_len`` > 0
+    clamps relative distances to +-clamp_len. ``XLNetConfig.tiny()`` is test-sized."""
+
+    vocab_size: int = 32000
+    d_model: int = 1024
+    n_layer: int = 24
+    n_head: int = 16
+    d_inner: int = 4096
+    d_head: int | None = None
+    ff_activation: str = "gelu"
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    dropout: float = 0.1
+    mem_len: int | None = 512
+    clamp_len: int = -1
+    use_mems_eval: bool = True
+    use_mems_train: bool = False
+    pad_token_id: int | None = 5
+    bos_token_id: int | None = 1
+    eos_token_id: int | None = 2
+
+    def __post_init__(self):
+        name = "XLNetConfig"
+        for key in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner"):
+            checks.positive_int(getattr(self, key), key, name)
+        if self.d_head is None:
+            if self.d_model % self.n_head:
+                raise ValueError(f"{name}: n_head={self.n_head} does not divide d_model="
+                                 f"{self.d_model}; set d_head or pick another n_head")
+            self.d_head = self.d_model // self.n_head
+        checks.positive_int(self.d_head, "d_head", name)
+        if self.ff_activation not in _HF_ACTIVATIONS:
+            raise ValueError(f"{name}: ff_activation must be one of {sorted(_HF_ACTIVATIONS)}, "
+                             f"got {self.ff_activation!r}")
+        if self.mem_len is not None:
+            checks.int_at_least(self.mem_len, 0, "mem_len", name)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"{name}: dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def n_positions(self):
+        """The context ``decoding.generate_text`` keeps (XLNet has no position table):
+        ``mem_len``, or 512 when every position is kept."""
+        return self.mem_len or 512
+
+    @classmethod
+    def tiny(cls, **overrides):
+        """A test-sized model: 2 layers, 16 wide, 2 heads, 32 tokens, no dropout."""
+        return cls(**{"vocab_size": 32, "d_model": 16, "n_layer": 2, "n_head": 2, "d_inner": 24,
+                      "dropout": 0.0, "mem_len": None, "pad_token_id": 0, **overrides})
+
+    @classmethod
+    def from_hf(cls, hf):
+        """A config from a HuggingFace ``config.json`` dict (``model_type`` "xlnet"); settings
+        we do not implement are an error, not silently dropped."""
+        if hf.get("model_type") != "xlnet":
+            raise ValueError(f"XLNetConfig.from_hf: model_type must be 'xlnet', got "
+                             f"{hf.get('model_type')!r}")
+        supported = {"attn_type": "bi", "bi_data": False, "same_length": False,
+                     "reuse_len": None, "tie_word_embeddings": True}
+        for key, value in supported.items():
+            if hf.get(key, value) != value:
+                raise ValueError(f"XLNetConfig.from_hf: {key}={hf[key]!r} is not supported "
+                                 f"(only {value!r})")
+        names = {f.name for f in fields(cls)} - {"mem_len", "d_head", "pad_token_id",
+                                                  "bos_token_id", "eos_token_id"}
+        return cls(**{key: hf[key] for key in names if key in hf},
+                   **{key: hf.get(key) for key in ("mem_len", "d_head", "pad_token_id",
+                                                   "bos_token_id", "eos_token_id")})
+
+    def to_hf(self):
+        """The HuggingFace ``config.json`` fields (``XLNetConfig``)."""
+        return {**asdict(self), "attn_type": "bi", "bi_data": False, "same_length": False,
+                "reuse_len": None, "tie_word_embeddings": True}
+
+
+# ---- two-stream relative attention (eq 28-29) ----------------------------------------------------
+class XLNetRelativeAttention(RelativePositionAttention):
+    r"""Transformer-XL's relative attention (``RelativePositionAttention``: content, position and
+    the global biases u, v) with XLNet's relative segment encoding added to the scores::
+
+        A_ij += (q_i + b) . s_ij,   s_ij = s_+ if i and j are in one segment, s_- otherwise
+
+    ``segment_bias`` is b (HuggingFace's r_s_bias, (heads, d_k)), ``segment_embedding`` holds s_+
+    and s_- ((2, heads, d_k), seg_embed). ``different_segments`` (batch, 1, q_time, k_time), 1.0
+    where query and key lie in different segments; None: no segment term."""
+
+    def __init__(self, d_model, num_heads, head_dim, dropout=0.0):
+        super().__init__(d_model, num_heads, head_dim, dropout)
+        self.segment_bias = Parameter(zeros(num_heads, head_dim))
+        self.segment_embedding = Parameter(zeros(2, num_heads, head_dim))
+
+    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
+                need_weights=False, relative_positions=None, different_segments=None):
+        if different_segments is not None:
+            both = (q + self.segment_bias.unsqueeze(1)) @ self.segment_embedding.permute(1, 2, 0)
+            same, other = both[..., :1], both[..., 1:]
+            segment = (same + (other - same) * different_segments) * (1.0 / math.sqrt(
+                self.head_dim))
+            bias = segment if bias is None else bias + segment
+        return super().forward(q, k, v, mask=mask, bias=bias, causal=causal, key_mask=key_mask,
+                               need_weights=need_weights, relative_positions=relative_positions)
+
+
+@cookbook.equation(29)
+class XLNetLayer(TransformerLayer):
+    """One XLNet layer, both streams through the same weights (post-LN, as the paper)::
+
+        h_{z_t} <- Attention(Q = h_{z_t}, KV = h_{z_<=t})                  content stream
+        g_{z_t} <- Attention(Q = g_{z_t}, KV = h_{z_<t})                   query stream (eq 29)
+
+    each followed by the feed-forward network, in residual connections. Keys and values are the
+    content stream h over the memory and the segment (``[SG(memory), h]``). The query stream's
+    rows sit at the positions ``target_mapping`` names (one-hot (batch, num_predict, time)):
+    they are placed there, attend, and are read back; without it there is one per position."""
+
+    def __init__(self, d_model, n_head, d_head, d_inner, dropout=0.0, activation="gelu",
+                 layer_norm_eps=1e-12):
+        attention = MultiHeadAttention(
+            d_model, n_head, bias=False, head_dim=d_head,
+            core=XLNetRelativeAttention(d_model, n_head, d_head, dropout))
+        super().__init__(attention, FeedForward(d_model, d_inner, dropout, activation),
+                         functools.partial(LayerNorm, d_model, eps=layer_norm_eps),
+                         dropout=dropout)
+
+    def forward(self, h, g=None, memory=None, *, relative_positions, content_mask=None,
+                query_mask=None, different_segments=None, target_mapping=None):
+        """(h, g) -> (h', g'); ``g`` None skips the query stream. Masks are bool (batch, 1,
+        time, mem_time + time), True where the query may attend."""
+        context = h if memory is None else concatenate([memory.detach(), h], axis=1)
+        attend = dict(key=context, relative_positions=relative_positions,
+                      different_segments=different_segments)
+        h_next = self.residual(h, self.norm1, self.self_attn, mask=content_mask, **attend)
+        h_next = self.residual(h_next, self.norm2, self.feed_forward)
+        if g is None:
+            return h_next, None
+        g_next = self.residual(g, self.norm1, self.query_stream, mask=query_mask,
+                               target_mapping=target_mapping, **attend)
+        return h_next, self.residual(g_next, self.norm2, self.feed_forward)
+
+    def query_stream(self, g, *, target_mapping, **attention_kwargs):
+        """The query stream's attention: each row of ``g`` moved to the position it predicts
+        (target_mapping^T g), attending from there, moved back (target_mapping z). The
+        projections have no bias, so this is the attention of each target at its position."""
+        if target_mapping is None:
+            return self.self_attn(g, **attention_kwargs)
+        placed = target_mapping.permute(0, 2, 1) @ g
+        return target_mapping @ self.self_attn(placed, **attention_kwargs)
+
+
+# ---- masks and targets of the permutation language model (eq 26-27) ------------------------------
+def sample_orders(batch, time, generator=None):
+    """One factorisation order z per sequence, uniform over the permutations of range(time)
+    (eq 27's z ~ Z_T), (batch, time) int64, drawn from ``generator`` (default: the library's,
+    which training checkpoints save)."""
+    keys = rng(generator).random((checks.positive_int(batch, "batch", "sample_orders"),
+                                  checks.positive_int(time, "time", "sample_orders")))
+    return np.argsort(keys, axis=-1)
+
+
+@cookbook.equation(27)
+def permutation_inputs(orders, num_predict):
+    """``perm_mask`` (batch, T, T) and ``target_mapping`` (batch, num_predict, T), float32 as
+    HuggingFace's XLNet takes them, and ``targets`` (batch, num_predict) positions, for the
+    factorisation ``orders`` (batch, T), each a permutation of range(T).
+
+    Partial prediction (section 2.3): the last ``num_predict`` positions of each order are the
+    targets (K = T / num_predict), predicted in order; the rest is context. As in the paper's
+    code, a target sees the context and the targets before it in z (query stream: not itself;
+    ``perm_mask[b, i, j] = 1`` where query i may not see key j), and context positions see each
+    other and no target. ``target_mapping[b, n]`` is one-hot at the n-th target."""
+    orders = np.asarray(orders)
+    if orders.ndim != 2 or orders.shape[1] == 0 or orders.dtype.kind not in "iu":
+        raise ValueError(f"permutation_inputs: orders must be integer (batch, time), got shape "
+                         f"{orders.shape}")
+    batch, time = orders.shape
+    bad = np.flatnonzero((np.sort(orders, axis=1) != np.arange(time)).any(axis=1))
+    if bad.size:
+        raise ValueError(f"permutation_inputs: each order must be a permutation of "
+                         f"range({time}) (every position once), got {orders[bad[0]].tolist()}")
+    num_predict = checks.positive_int(num_predict, "num_predict", "permutation_inputs")
+    if num_predict > time:
+        raise ValueError(f"permutation_inputs: num_predict={num_predict} is more than the "
+                         f"{time} positions")
+    targets = orders[:, time - num_predict:]
+    rank = np.full((batch, time), -1)                  # context: before every target
+    np.put_along_axis(rank, targets, np.arange(num_predict)[None].repeat(batch, 0), axis=1)
+    is_target = rank >= 0
+    own = np.where(is_target, rank, 0)                 # a context query sees no target
+    hidden = is_target[:, None, :] & (rank[:, None, :] >= own[:, :, None])
+    target_mapping = np.zeros((batch, num_predict, time), dtype=np.float32)
+    np.put_along_axis(target_mapping, targets[:, :, None], 1.0, axis=2)
+    return hidden.astype(np.float32), target_mapping, targets
+
+
+# ---- the model -----------------------------------------------------------------------------------
+def _float_array(values, name, shape, where):
+    array = values.numpy() if isinstance(values, Tensor) else np.asarray(values)
+    if array.shape != shape:
+        raise ValueError(f"{where}: {name} must have shape {shape}, got {array.shape}")
+    if array.size and not np.isin(array, (0, 1)).all():
+        raise ValueError(f"{where}: {name} must hold only 0 and 1")
+    return array.astype(bool)
+
+
+class XLNetModel(Module):
+    """The XLNet body (HuggingFace's ``XLNetModel``): word embeddings, ``n_layer``
+    ``XLNetLayer``s over both streams, relative positions in both directions shared by all
+    layers.
+
+    ``forward(input_ids, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
+    token_type_ids=None, use_mems=None)``: ``attention_mask`` (batch, T) 1 on tokens, 0 on
+    padding; ``perm_mask`` (batch, T, T) 1 where query i may not see key j (the query stream;
+    the content stream also sees itself); no mask at all: full bidirectional attention.
+    ``target_mapping`` (batch, num_predict, T) one-hot: with it the query stream runs and
+    ``last_hidden_state`` is g (batch, num_predict, d_model), otherwise h (batch, T, d_model).
+    ``token_type_ids`` (batch, T) segment ids (memory counts as segment 0). ``mems`` from the
+    previous segment; ``use_mems`` (default: in eval mode ``use_mems_eval``, in training
+    ``use_mems_train``) returns the next ones as ``mems``."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.word_embedding = Embedding(config.vocab_size, config.d_model)
+        self.mask_emb = Parameter(zeros(1, 1, config.d_model))
+        self.layers = ModuleList([
+            XLNetLayer(config.d_model, config.n_head, config.d_head, config.d_inner,
+                       config.dropout, _HF_ACTIVATIONS[config.ff_activation],
+                       config.layer_norm_eps) for _ in range(config.n_layer)])
+        self.dropout = Dropout(config.dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """N(0, initializer_range^2) for every weight, bias vector and w; zero biases of the
+        feed-forward layers; unit LayerNorm gains (HuggingFace's initialisation)."""
+        std = self.config.initializer_range
+        init.normal_(self.word_embedding.weight, std=std)
+        init.normal_(self.mask_emb, std=std)
+        for layer in self.layers:
+            attention, core = layer.self_attn, layer.self_attn.core
+            for weight in (attention.q_proj.weight, attention.k_proj.weight,
+                           attention.v_proj.weight, attention.out_proj.weight,
+                           core.position_proj.weight, core.content_bias, core.position_bias,
+                           core.segment_bias, core.segment_embedding,
+                           layer.feed_forward.linear1.weight, layer.feed_forward.linear2.weight):
+                init.normal_(weight, std=std)
+            init.zeros_(layer.feed_forward.linear1.bias)
+            init.zeros_(layer.feed_forward.linear2.bias)
+
+    def masks(self, batch, time, memory_time, attention_mask, perm_mask, where):
+        """(content mask, query mask), bool (batch, 1, time, memory_time + time), True where the
+        query may attend; (None, None) for full attention. Memory is always visible."""
+        if attention_mask is None and perm_mask is None:
+            return None, None
+        hidden = np.zeros((batch, time, time), dtype=bool)
+        if attention_mask is not None:
+            hidden |= ~_float_array(attention_mask, "attention_mask", (batch, time),
+                                    where)[:, None, :]
+        if perm_mask is not None:
+            hidden |= _float_array(perm_mask, "perm_mask", (batch, time, time), where)
+        query = np.concatenate([np.ones((batch, time, memory_time), dtype=bool), ~hidden], -1)
+        itself = np.arange(time)[:, None] + memory_time == np.arange(memory_time + time)
+        return (query | itself)[:, None], query[:, None]
+
+    def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
+                target_mapping=None, token_type_ids=None, use_mems=None):
+        name, config = type(self).__name__, self.config
+        ids = checks.token_ids(input_ids, config.vocab_size, name)
+        batch, time = ids.shape
+        like = self.mask_emb
+        memory_time = checks.memories(mems, config.n_layer, batch, config.d_model, like.dtype,
+                                      name)
+        content_mask, query_mask = self.masks(batch, time, memory_time, attention_mask,
+                                              perm_mask, name)
+        h = self.dropout(self.word_embedding(ids))
+        g = mapping = None
+        if target_mapping is not None:
+            mapping = target_mapping.numpy() if isinstance(target_mapping, Tensor) \
+                else np.asarray(target_mapping)
+            if mapping.ndim != 3 or mapping.shape[0] != batch or mapping.shape[2] != time:
+                raise ValueError(f"{name}: target_mapping must have shape (batch, num_predict, "
+                                 f"time) = ({batch}, num_predict, {time}), got {mapping.shape}")
+            mapping = tensor(mapping, dtype=like.dtype, backend=like.backend)
+            g = self.dropout(self.mask_emb.expand(batch, mapping.shape[1], config.d_model))
+        different = None
+        if token_type_ids is not None:
+            types = checks.ids_array(token_type_ids, "token_type_ids", name, shape=(batch, time))
+            keys = np.concatenate([np.zeros((batch, memory_time), dtype=types.dtype), types], 1)
+            different = tensor((types[:, None, :, None] != keys[:, None, None, :]),
+                               dtype=like.dtype, backend=like.backend)
+        positions = self.dropout(relative_position_encoding(
+            memory_time + time, config.d_model, max(config.clamp_len, 0), like.dtype,
+            like.backend, q_time=time))
+        use_mems = (config.use_mems_train if self.training else config.use_mems_eval) \
+            if use_mems is None else use_mems
+        new_mems = []
+        for i, layer in enumerate(self.layers):
+            memory = None if mems is None else mems[i]
+            if use_mems:
+                new_mems.append(self.next_memory(h, memory))
+            h, g = layer(h, g, memory, relative_positions=positions, content_mask=content_mask,
+                         query_mask=query_mask, different_segments=different,
+                         target_mapping=mapping)
+        return ModelOutput(last_hidden_state=self.dropout(h if g is None else g),
+                           mems=new_mems if use_mems else None)
+
+    def next_memory(self, h, memory):
+        """A layer's input states appended to its memory, cut from the graph, the last
+        ``mem_len`` positions (all of them when ``mem_len`` is None or 0)."""
+        states = h if memory is None else concatenate([memory, h], axis=1)
+        length = self.config.mem_len
+        return states.detach()[:, -length:] if length else states.detach()
+
+
+class XLNetLMHeadModel(Module):
+    """XLNet's language model (HuggingFace's ``XLNetLMHeadModel``): ``XLNetModel`` and an output
+    layer tied to the word embeddings plus a bias: p(x | g) = softmax(e(x)^T g + b) (eq 29) from
+    the query stream when ``target_mapping`` is given, from the content stream h otherwise (the
+    position-blind form of eq 28).
+
+    ``forward`` takes ``XLNetModel``'s arguments and ``labels`` (batch, num_predict) with
+    ``target_mapping`` (the predicted tokens), or (batch, T) without; -100 is ignored. Returns
+    ``logits``, ``mems`` and, with labels, ``loss`` (the mean cross-entropy, as HuggingFace)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = XLNetModel(config)
+        self.lm_bias = Parameter(zeros(config.vocab_size))
+
+    @cookbook.equation(28, 29)
+    def lm_logits(self, hidden):
+        """e(x)^T h + b for every token x: the softmax's logits (eq 28 on h, eq 29 on g)."""
+        return F.linear(hidden, self.transformer.word_embedding.weight, self.lm_bias)
+
+    def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
+                target_mapping=None, token_type_ids=None, labels=None, use_mems=None):
+        out = self.transformer(input_ids, attention_mask, mems, perm_mask, target_mapping,
+                               token_type_ids, use_mems)
+        logits = self.lm_logits(out.last_hidden_state)
+        loss = None
+        if labels is not None:
+            labels = checks.ids_array(labels, "labels", type(self).__name__,
+                                      shape=logits.shape[:2])
+            loss = F.cross_entropy(logits, labels)
+        return ModelOutput(loss=loss, logits=logits, mems=out.mems)
+
+    def generate(self, input_ids, max_new_tokens=20, *, do_sample=False, temperature=1.0,
+                 top_k=None, top_p=None, repetition_penalty=1.0, eos_token_id=None,
+                 generator=None, streamer=None):
+        """Continue ``input_ids`` (batch, time) left to right, as HuggingFace does: each step
+        appends a placeholder that no position may see (``perm_mask``) and predicts it through
+        the query stream (``target_mapping``), then ``decoding.next_tokens`` picks the token.
+        Rows stop after ``eos_token_id`` (default ``config.eos_token_id``) and are padded
+        with it."""
+        name = type(self).__name__
+        ids = checks.token_ids(input_ids, self.config.vocab_size, name)
+        checks.int_at_least(max_new_tokens, 0, "max_new_tokens", f"{name}.generate")
+
+        def next_logits(ids):
+            batch, time = ids.shape[0], ids.shape[1] + 1
+            perm_mask = np.zeros((batch, time, time), dtype=np.float32)
+            perm_mask[:, :, -1] = 1.0                          # nobody sees the placeholder
+            target_mapping = np.zeros((batch, 1, time), dtype=np.float32)
+            target_mapping[:, 0, -1] = 1.0                     # which is predicted
+            placeholder = np.zeros((batch, 1), dtype=np.int64)
+            return self(np.concatenate([ids, placeholder], 1), perm_mask=perm_mask,
+                        target_mapping=target_mapping, use_mems=False).logits[:, 0].numpy()
+
+        with self.inference():
+            return decode(next_logits, ids, max_new_tokens,
+                          self.config.eos_token_id if eos_token_id is None else eos_token_id,
+                          streamer, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                          top_p=top_p, repetition_penalty=repetition_penalty,
+                          generator=generator)
+
+
+@cookbook.equation(26, 27)
+def permutation_lm_loss(model, input_ids, num_predict, orders=None, generator=None,
+                        token_type_ids=None, mems=None):
+    """XLNet's pretraining loss (eq 26-27), one sampled order per sequence as the paper's
+    Monte-Carlo estimate of E_z: -1/(batch num_predict) sum_b sum_t log p(x_{z_t} | x_{z_<t})
+    over the last ``num_predict`` steps of each order (partial prediction). ``orders``
+    (batch, T) default to ``sample_orders(batch, T, generator)``; ``token_type_ids`` and
+    ``mems`` (the previous segment's, visible to every position) go to the model. Returns the
+    ``ModelOutput`` of ``model`` (an ``XLNetLMHeadModel``) with ``loss``."""
+    ids = checks.token_ids(input_ids, model.config.vocab_size, "permutation_lm_loss")
+    if orders is None:
+        orders = sample_orders(*ids.shape, generator)
+    perm_mask, target_mapping, targets = permutation_inputs(orders, num_predict)
+    if np.shape(orders) != ids.shape:
+        raise ValueError(f"permutation_lm_loss: orders of shape {np.shape(orders)} must match "
+                         f"input_ids {ids.shape}")
+    labels = np.take_along_axis(ids, targets, axis=1)
+    return model(ids, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
+                 labels=labels, token_type_ids=token_type_ids, use_mems=False)
+
+
+class XLNetForPermutationLM(XLNetLMHeadModel):
+    """``XLNetLMHeadModel`` trained on the permutation objective by ``minitorch-nlp train xlnet``:
+    ``model(input_ids, labels=input_ids)`` returns ``permutation_lm_loss`` with one order per
+    sequence drawn from the library's generator (saved in training checkpoints, so a resumed run
+    draws the same orders) and ``num_predict`` = T / ``K`` targets (K = 6 in the paper; at least
+    one)."""
+
+    def __init__(self, config, K=6):
+        super().__init__(config)
+        self.K = checks.positive_int(K, "K", type(self).__name__)
+
+    def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
+                target_mapping=None, token_type_ids=None, labels=None, use_mems=None):
+        if labels is None or perm_mask is not None or target_mapping is not None:
+            return super().forward(input_ids, attention_mask, mems, perm_mask, target_mapping,
+                                   token_type_ids, labels, use_mems)
+        time = np.shape(input_ids)[-1]
+        return permutation_lm_loss(self, input_ids, max(1, time // self.K))
+
+
+# ---- HuggingFace checkpoints ---------------------------------------------------------------------
+def _layer_rules(prefix, heads, head_dim):
+    """One layer's tensors. HuggingFace keeps q, k, v, r and o as (d_model, heads, d_head)
+    arrays applied with einsum: our q, k, v, W_R projections are their (heads d_head, d_model)
+    transposes, our output projection their (d_model, heads d_head) reshape."""
+    def to_projection(array):
+        return np.ascontiguousarray(array.reshape(array.shape[0], -1).T)
+
+    def from_projection(array):
+        return np.ascontiguousarray(array.T.reshape(array.shape[1], heads, head_dim))
+
+    def to_output(array):
+        return np.ascontiguousarray(array.reshape(array.shape[0], -1))
+
+    def from_output(array):
+        return np.ascontiguousarray(array.reshape(array.shape[0], heads, head_dim))
+
+    hf, ours = f"{prefix}layer.{{i}}.", f"{prefix}layers.{{i}}."
+    attention, core = f"{ours}self_attn.", f"{ours}self_attn.core."
+    rules = [Rule(f"{hf}rel_attn.{name}", f"{attention}{name}_proj.weight",
+                  to_ours=to_projection, to_hf=from_projection) for name in "qkv"]
+    rules += [Rule(f"{hf}rel_attn.r", f"{core}position_proj.weight", to_ours=to_projection,
+                   to_hf=from_projection),
+              Rule(f"{hf}rel_attn.o", f"{attention}out_proj.weight", to_ours=to_output,
+                   to_hf=from_output),
+              Rule(f"{hf}rel_attn.r_w_bias", f"{core}content_bias"),
+              Rule(f"{hf}rel_attn.r_r_bias", f"{core}position_bias"),
+              Rule(f"{hf}rel_attn.r_s_bias", f"{core}segment_bias"),
+              Rule(f"{hf}rel_attn.seg_embed", f"{core}segment_embedding")]
+    for kind in ("weight", "bias"):
+        rules += [Rule(f"{hf}rel_attn.layer_norm.{kind}", f"{ours}norm1.{kind}"),
+                  Rule(f"{hf}ff.layer_norm.{kind}", f"{ours}norm2.{kind}"),
+                  Rule(f"{hf}ff.layer_1.{kind}", f"{ours}feed_forward.linear1.{kind}"),
+                  Rule(f"{hf}ff.layer_2.{kind}", f"{ours}feed_forward.linear2.{kind}")]
+    return rules
+
+
+@dataclass(frozen=True)
+class _XLNetArchitecture(HFArchitecture):
+    """XLNet's key map: the head layout of the attention tensors is read from our model's u
+    (content_bias, (heads, d_head)), so that the reshapes know it."""
+
+    prefix: str = ""
+
+    def expanded_rules(self, our_keys):
+        u = our_keys[f"{self.prefix}layers.0.self_attn.core.content_bias"]
+        heads, head_dim = u if isinstance(u, tuple) else u.shape   # shapes or arrays
+        rules = (Rule(f"{self.prefix}word_embedding.weight", f"{self.prefix}word_embedding.weight"),
+                 Rule(f"{self.prefix}mask_emb", f"{self.prefix}mask_emb"),
+                 *_layer_rules(self.prefix, heads, head_dim), *self.rules)
+        return HFArchitecture.expanded_rules(dataclasses.replace(self, rules=rules), our_keys)
+
+
+register_architecture(_XLNetArchitecture(
+    name="XLNetLMHeadModel", model_type="xlnet", model_class=XLNetLMHeadModel,
+    from_config=lambda hf: XLNetLMHeadModel(XLNetConfig.from_hf(hf)),
+    to_config=lambda model: model.config.to_hf(), rules=(Rule("lm_loss.bias", "lm_bias"),),
+    ignore=(r"lm_loss\.weight",), base_prefix="transformer.", default_for_type=True,
+    prefix="transformer."))
+register_architecture(_XLNetArchitecture(
+    name="XLNetModel", model_type="xlnet", model_class=XLNetModel,
+    from_config=lambda hf: XLNetModel(XLNetConfig.from_hf(hf)),
+    to_config=lambda model: model.config.to_hf(), rules=()))
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (this block only)
+
+
+def _build_for_training(settings, tokenizer):
+    """An XLNet trained on the permutation objective (K = 6) for a run's ``settings``; every
+    position kept as memory, no end-of-text id (samples are as long as asked)."""
+    return XLNetForPermutationLM(XLNetConfig(
+        vocab_size=len(tokenizer), d_model=settings.n_embd, n_layer=settings.n_layer,
+        n_head=settings.n_head, d_inner=4 * settings.n_embd, dropout=settings.dropout,
+        mem_len=settings.block_size, pad_token_id=None, bos_token_id=None, eos_token_id=None))
+
+
+register_family(ModelFamily(
+    name="xlnet", summary="XLNet: permutation language modelling with two-stream relative "
+    "attention (eq 26-29)",
+    objective=CAUSAL_LM, build=_build_for_training, default_tokenizer="char", bpe_style="gpt2",
+    hf_architectures=("XLNetLMHeadModel",)))
