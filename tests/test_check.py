@@ -32,7 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(10, marks=[pytest.mark.eq(10), pytest.mark.sec3]),
     pytest.param(11, marks=[pytest.mark.eq(11), pytest.mark.sec4]),
     pytest.param(12, marks=[pytest.mark.eq(12), pytest.mark.sec4]),
-    pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4])])
+    pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4]),
+    pytest.param(107, marks=[pytest.mark.eq(107), pytest.mark.sec9]),
+    pytest.param(108, marks=[pytest.mark.eq(108), pytest.mark.sec9]),
+    pytest.param(110, marks=[pytest.mark.eq(110), pytest.mark.sec9])])
 def test_the_librarys_implementation_passes_its_check(number):
     result = check_equation(number, specs[number].library_function())
     assert result.number == number and result.examples > 0
@@ -196,7 +199,7 @@ def test_an_untouched_workspace_grades_every_task_as_not_done(tmp_path, capsys):
 
 
 def test_a_workspace_with_the_librarys_functions_pasted_in_grades_as_done(tmp_path):
-    new_workspace(tmp_path, "sec3,sec4")
+    new_workspace(tmp_path, sorted({cookbook.EQUATIONS[number].chapter for number in specs}))
     for number, spec in specs.items():
         module, function = spec.library.split(":")
         path = tmp_path / f"sec{cookbook.EQUATIONS[number].chapter}.py"

@@ -101,14 +101,19 @@ class AlbertConfig(BertConfig):
 class AlbertEmbeddings(BertEmbeddings):
     """Factorised embeddings (Lan section 3.1): token, segment and position embeddings of
     ``embedding_size`` E, summed, LayerNorm and dropout as in BERT, then ``project``, a linear
-    map E -> H (HuggingFace's ``embedding_hidden_mapping_in``)."""
+    map E -> H (HuggingFace's ``embedding_hidden_mapping_in``). With ``always_project`` False
+    (ELECTRA) the map exists only when E != H."""
+
+    always_project = True
 
     def __init__(self, config):
         super().__init__(config, size=config.embedding_size)
-        self.project = Linear(config.embedding_size, config.hidden_size)
+        needed = self.always_project or config.embedding_size != config.hidden_size
+        self.project = Linear(config.embedding_size, config.hidden_size) if needed else None
 
     def forward(self, input_ids, token_type_ids, position_ids=None):
-        return self.project(super().forward(input_ids, token_type_ids, position_ids))
+        x = super().forward(input_ids, token_type_ids, position_ids)
+        return x if self.project is None else self.project(x)
 
 
 def shared_encoder(config):

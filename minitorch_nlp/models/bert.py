@@ -532,8 +532,16 @@ def embedding_rules(hf_prefix, prefix):
 def bert_rules(hf_prefix, prefix, pooler):
     """The key map of ``BertModel`` (and ``RobertaModel``) under HuggingFace's ``hf_prefix``
     (``"bert."``, ``"roberta."``, ``""``) and our ``prefix``."""
-    rules = embedding_rules(hf_prefix, prefix)
+    rules = embedding_rules(hf_prefix, prefix) + encoder_layer_rules(hf_prefix, prefix)
+    if pooler:
+        rules += weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense")
+    return rules
+
+
+def encoder_layer_rules(hf_prefix, prefix):
+    """The key map of the encoder layers of ``BertModel`` (and ELECTRA's)."""
     hf_layer, layer = f"{hf_prefix}encoder.layer.{{i}}.", f"{prefix}encoder.layers.{{i}}."
+    rules = []
     for hf, ours in (("attention.self.query", "self_attn.q_proj"),
                      ("attention.self.key", "self_attn.k_proj"),
                      ("attention.self.value", "self_attn.v_proj"),
@@ -543,8 +551,6 @@ def bert_rules(hf_prefix, prefix, pooler):
                      ("output.dense", "feed_forward.linear2"),
                      ("output.LayerNorm", "norm2")):
         rules += weight_and_bias(hf_layer + hf, layer + ours)
-    if pooler:
-        rules += weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense")
     return rules
 
 
