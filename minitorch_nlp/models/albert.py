@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from .. import checks
 from .. import functional as F
 from ..io.huggingface import Rule
 from ..nn import (Dropout, FeedForward, LayerNorm, Linear, MultiHeadAttention, TransformerLayer,
@@ -61,9 +62,7 @@ class AlbertConfig(BertConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if not isinstance(self.embedding_size, int) or self.embedding_size < 1:
-            raise ValueError(f"AlbertConfig: embedding_size must be a positive int, got "
-                             f"{self.embedding_size!r}")
+        checks.positive_int(self.embedding_size, "embedding_size", "AlbertConfig")
         if self.embedding_size > self.hidden_size:
             raise ValueError(f"AlbertConfig: embedding_size={self.embedding_size} is larger than "
                              f"hidden_size={self.hidden_size}; ALBERT factorises the embeddings "

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import cookbook
+from .. import checks, cookbook
 from .. import functional as F
 from ..autograd import no_grad, random as mt_random, tensor
 from ..io.huggingface import Rule
@@ -63,9 +63,7 @@ class ElectraConfig(BertConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if not isinstance(self.embedding_size, int) or self.embedding_size < 1:
-            raise ValueError(f"ElectraConfig: embedding_size must be a positive int, got "
-                             f"{self.embedding_size!r}")
+        checks.positive_int(self.embedding_size, "embedding_size", "ElectraConfig")
 
     def generator(self, fraction=0.25):
         """The generator's config for this discriminator: ``fraction`` of its width, heads and
