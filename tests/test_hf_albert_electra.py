@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
+from tests.model_checks import hf_fixture_difference
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -26,13 +27,7 @@ INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids", "labels",
 
 
 def largest_relative_difference(model, name):
-    """max |ours - theirs| / max(1, max |theirs|) over every output HuggingFace gave."""
-    arrays = dict(np.load(FIXTURES / name / "expected.npz"))
-    inputs = {key: arrays.pop(key) for key in INPUT_NAMES if key in arrays}
-    out = model(**inputs)
-    assert set(out) == set(arrays)
-    return max(np.abs(np.asarray(out[key].numpy()) - value).max() / max(1.0, np.abs(value).max())
-               for key, value in arrays.items())
+    return hf_fixture_difference(model, FIXTURES / name, INPUT_NAMES)
 
 
 @pytest.mark.parametrize("name", ALBERT + ELECTRA)
