@@ -33,7 +33,9 @@ EXAMPLES = {
     "gpt1_finetune": (4, "IV-B GENERATIVE"),
     "bert_mlm": (4, "IV-D GENERALIZED"),
     "roberta_masking": (4, "IV-D GENERALIZED"),
+    "megatron_depth": (4, "IV-D GENERALIZED"),
     "gpt2_generate": (5, None),
+    "electra_vs_bert": (9, "IX-D"),
 }
 
 _ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX"}
