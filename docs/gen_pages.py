@@ -34,8 +34,10 @@ EXAMPLES = {
     "bert_mlm": (4, "IV-D GENERALIZED"),
     "roberta_masking": (4, "IV-D GENERALIZED"),
     "xlnet_permutation": (4, "IV-D GENERALIZED"),
+    "megatron_depth": (4, "IV-D GENERALIZED"),
     "gpt2_generate": (5, None),
     "char_transformer_xl": (8, "VIII-B"),
+    "electra_vs_bert": (9, "IX-D"),
 }
 
 _ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX"}

@@ -562,3 +562,16 @@ def check_train_resume_generate(family, tmp_path, capsys, weight):
     assert cli.main(["generate", str(tmp_path / "run"), "--prompt", "the ",
                      "--max-new-tokens", "5"]) == 0
     assert capsys.readouterr().out.startswith("the ")
+
+
+def hf_fixture_difference(model, directory, input_names):
+    """max |ours - theirs| / max(1, max |theirs|) over every output a HuggingFace fixture
+    (``directory/expected.npz``: the inputs named in ``input_names`` and HuggingFace's outputs)
+    holds, for ``model`` run on those inputs; asserts that ``model`` gives exactly those
+    outputs."""
+    arrays = dict(np.load(directory / "expected.npz"))
+    inputs = {key: arrays.pop(key) for key in input_names if key in arrays}
+    out = model(**inputs)
+    assert set(out) == set(arrays)
+    return max(np.abs(np.asarray(out[key].numpy()) - value).max() / max(1.0, np.abs(value).max())
+               for key, value in arrays.items())

@@ -57,7 +57,10 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(39, marks=[pytest.mark.eq(39), pytest.mark.sec6]),
     pytest.param(61, marks=[pytest.mark.eq(61), pytest.mark.sec6]),
     pytest.param(83, marks=[pytest.mark.eq(83), pytest.mark.sec7]),
-    pytest.param(84, marks=[pytest.mark.eq(84), pytest.mark.sec7])])
+    pytest.param(84, marks=[pytest.mark.eq(84), pytest.mark.sec7]),
+    pytest.param(107, marks=[pytest.mark.eq(107), pytest.mark.sec9]),
+    pytest.param(108, marks=[pytest.mark.eq(108), pytest.mark.sec9]),
+    pytest.param(110, marks=[pytest.mark.eq(110), pytest.mark.sec9])])
 def test_the_librarys_implementation_passes_its_check(number):
     """Equations are listed literally (not read from ``specs``) so that ``minitorch-nlp
     equations`` sees the marks; the next test keeps the list equal to ``specs``."""

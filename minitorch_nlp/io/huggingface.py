@@ -70,7 +70,9 @@ class Rule:
     ``to_hf(*our_arrays)`` gives the HuggingFace array back. Both default to the identity, and
     ``to_hf`` defaults to ``transpose`` when ``to_ours`` is ``transpose``. ``also``: other names
     older versions of ``transformers`` saved the tensor under, read when ``hf`` is absent (and
-    taken as copies of it when both are there); ``save_pretrained`` writes ``hf``.
+    taken as copies of it when both are there); ``save_pretrained`` writes ``hf``. ``optional``:
+    the rule applies only to models that have its tensors (ELECTRA's ``embeddings_project``
+    exists only when the embedding size differs from the hidden size).
     """
 
     hf: str
@@ -78,6 +80,7 @@ class Rule:
     to_ours: Callable | None = None
     to_hf: Callable | None = None
     also: tuple[str, ...] = ()
+    optional: bool = False
 
     def __post_init__(self):
         names = (self.ours,) if isinstance(self.ours, str) else tuple(self.ours)
@@ -162,6 +165,8 @@ class HFArchitecture:
         present = [rule for rule in self.optional_rules
                    if all(name in our_keys for name in rule.ours)]
         for rule in (*self.rules, *present):
+            if rule.optional and rule.ours[0] not in our_keys:
+                continue
             indices = _layer_indices(rule.ours[0], our_keys) if "{i}" in rule.ours[0] else ()
             rules.extend(rule.expand(indices))
         return rules

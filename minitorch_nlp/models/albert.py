@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from .. import checks
 from .. import functional as F
 from ..io.huggingface import Rule
 from ..nn import (Dropout, FeedForward, LayerNorm, Linear, MultiHeadAttention, TransformerLayer,
@@ -61,9 +62,7 @@ class AlbertConfig(BertConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if not isinstance(self.embedding_size, int) or self.embedding_size < 1:
-            raise ValueError(f"AlbertConfig: embedding_size must be a positive int, got "
-                             f"{self.embedding_size!r}")
+        checks.positive_int(self.embedding_size, "embedding_size", "AlbertConfig")
         if self.embedding_size > self.hidden_size:
             raise ValueError(f"AlbertConfig: embedding_size={self.embedding_size} is larger than "
                              f"hidden_size={self.hidden_size}; ALBERT factorises the embeddings "
@@ -101,14 +100,19 @@ class AlbertConfig(BertConfig):
 class AlbertEmbeddings(BertEmbeddings):
     """Factorised embeddings (Lan section 3.1): token, segment and position embeddings of
     ``embedding_size`` E, summed, LayerNorm and dropout as in BERT, then ``project``, a linear
-    map E -> H (HuggingFace's ``embedding_hidden_mapping_in``)."""
+    map E -> H (HuggingFace's ``embedding_hidden_mapping_in``). With ``always_project`` False
+    (ELECTRA) the map exists only when E != H."""
+
+    always_project = True
 
     def __init__(self, config):
         super().__init__(config, size=config.embedding_size)
-        self.project = Linear(config.embedding_size, config.hidden_size)
+        needed = self.always_project or config.embedding_size != config.hidden_size
+        self.project = Linear(config.embedding_size, config.hidden_size) if needed else None
 
     def forward(self, input_ids, token_type_ids, position_ids=None):
-        return self.project(super().forward(input_ids, token_type_ids, position_ids))
+        x = super().forward(input_ids, token_type_ids, position_ids)
+        return x if self.project is None else self.project(x)
 
 
 def shared_encoder(config):

@@ -207,6 +207,7 @@ class BertModel(Module):
 
     config_class = BertConfig
     embeddings_class = BertEmbeddings
+    norm_first = False      # True: pre-LN layers and a final LayerNorm (Megatron-BERT)
 
     def __init__(self, config, add_pooling_layer=True):
         super().__init__()
@@ -219,14 +220,14 @@ class BertModel(Module):
         self.pooler = BertPooler(config) if add_pooling_layer else None
         init_bert_weights(self, config.initializer_range)
 
-    @staticmethod
-    def build_encoder(config):
-        """The stack of ``num_hidden_layers`` post-LN encoder layers (ALBERT overrides it to share
-        layers across depth)."""
+    def build_encoder(self, config):
+        """The stack of ``num_hidden_layers`` encoder layers: post-LN, or with ``norm_first``
+        pre-LN followed by a final LayerNorm (ALBERT overrides it to share layers across
+        depth)."""
         return TransformerEncoder(
             config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
             config.intermediate_size, dropout=config.hidden_dropout_prob,
-            activation=HIDDEN_ACT[config.hidden_act], norm_first=False,
+            activation=HIDDEN_ACT[config.hidden_act], norm_first=self.norm_first,
             layer_norm_eps=config.layer_norm_eps,
             attention_dropout=config.attention_probs_dropout_prob,
             activation_dropout=0.0)   # BERT drops the feed-forward output, not its hidden units
@@ -529,32 +530,41 @@ def weight_and_bias(hf, ours):
     return [Rule(f"{hf}.{kind}", f"{ours}.{kind}") for kind in ("weight", "bias")]
 
 
-def embedding_rules(hf_prefix, prefix):
+def embedding_rules(hf_prefix, prefix, norm=True):
     """The key map of ``BertEmbeddings`` under ``{hf_prefix}embeddings.`` and
-    ``{prefix}embeddings.``."""
+    ``{prefix}embeddings.``; ``norm=False`` for embeddings without LayerNorm (Megatron-BERT)."""
     hf_embed, embed = f"{hf_prefix}embeddings.", f"{prefix}embeddings."
-    return [Rule(f"{hf_embed}word_embeddings.weight", f"{embed}word_embeddings.weight"),
-            Rule(f"{hf_embed}position_embeddings.weight", f"{embed}position_embeddings.table"),
-            Rule(f"{hf_embed}token_type_embeddings.weight", f"{embed}token_type_embeddings.weight"),
-            *weight_and_bias(f"{hf_embed}LayerNorm", f"{embed}norm")]
+    rules = [Rule(f"{hf_embed}word_embeddings.weight", f"{embed}word_embeddings.weight"),
+             Rule(f"{hf_embed}position_embeddings.weight", f"{embed}position_embeddings.table"),
+             Rule(f"{hf_embed}token_type_embeddings.weight",
+                  f"{embed}token_type_embeddings.weight")]
+    return rules + (weight_and_bias(f"{hf_embed}LayerNorm", f"{embed}norm") if norm else [])
 
 
 def bert_rules(hf_prefix, prefix, pooler):
     """The key map of ``BertModel`` (and ``RobertaModel``) under HuggingFace's ``hf_prefix``
     (``"bert."``, ``"roberta."``, ``""``) and our ``prefix``."""
-    rules = embedding_rules(hf_prefix, prefix)
+    rules = embedding_rules(hf_prefix, prefix) + encoder_layer_rules(hf_prefix, prefix)
+    if pooler:
+        rules += weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense")
+    return rules
+
+
+def encoder_layer_rules(hf_prefix, prefix, norms=("attention.output.LayerNorm",
+                                                   "output.LayerNorm")):
+    """The key map of the encoder layers of ``BertModel`` (and ELECTRA's, Megatron-BERT's with
+    its own ``norms``: HuggingFace's names of each layer's two LayerNorms)."""
     hf_layer, layer = f"{hf_prefix}encoder.layer.{{i}}.", f"{prefix}encoder.layers.{{i}}."
+    rules = []
     for hf, ours in (("attention.self.query", "self_attn.q_proj"),
                      ("attention.self.key", "self_attn.k_proj"),
                      ("attention.self.value", "self_attn.v_proj"),
                      ("attention.output.dense", "self_attn.out_proj"),
-                     ("attention.output.LayerNorm", "norm1"),
+                     (norms[0], "norm1"),
                      ("intermediate.dense", "feed_forward.linear1"),
                      ("output.dense", "feed_forward.linear2"),
-                     ("output.LayerNorm", "norm2")):
+                     (norms[1], "norm2")):
         rules += weight_and_bias(hf_layer + hf, layer + ours)
-    if pooler:
-        rules += weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense")
     return rules
 
 

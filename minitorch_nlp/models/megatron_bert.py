@@ -1,0 +1,80 @@
+"""Megatron-BERT (Shoeybi et al., 2019, "Megatron-LM: Training Multi-Billion Parameter Language
+Models Using Model Parallelism"), the survey's section IV-E.
+
+The survey credits Megatron's scaling of BERT to "layer normalization and residual connection
+re-ordering within the transformer layers": Shoeybi et al. (section 4.3, Figure 7) found that
+BERT's post-LN layers, x = LayerNorm(x + Sublayer(x)), degrade as the model grows beyond
+BERT-large, while layers that normalise each sub-layer's input, x = x + Sublayer(LayerNorm(x)),
+with one LayerNorm after the last layer, keep improving up to 3.9B parameters.
+
+``MegatronBertModel`` is ``BertModel`` with ``norm_first=True`` (pre-LN layers and the final
+LayerNorm of ``nn.TransformerEncoder``) and embeddings that are not normalised (the first layer
+normalises its input). The model parallelism that split it across GPUs is not part of this module.
+Names, calls and checkpoints follow HuggingFace (``MegatronBertModel``,
+``MegatronBertForPreTraining``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..nn import Identity
+from .bert import (MLM_HEAD_RULES, BertConfig, BertEmbeddings, BertForPreTraining, BertModel,
+                   embedding_rules, encoder_layer_rules, register_bert_architecture,
+                   weight_and_bias)
+
+__all__ = ["MegatronBertConfig", "MegatronBertEmbeddings", "MegatronBertForPreTraining",
+           "MegatronBertModel"]
+
+
+@dataclass
+class MegatronBertConfig(BertConfig):
+    """``BertConfig`` with the defaults of NVIDIA's released Megatron-BERT 345M (24 layers,
+    hidden 1024, 16 heads, feed-forward 4096, a 29 056-token vocabulary)."""
+
+    vocab_size: int = 29056
+    hidden_size: int = 1024
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 16
+    intermediate_size: int = 4096
+
+    model_type = "megatron-bert"
+
+
+class MegatronBertEmbeddings(BertEmbeddings):
+    """BERT's token + segment + position embeddings without their LayerNorm: in the re-ordered
+    layers the first sub-layer normalises its own input."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.norm = Identity()
+
+
+class MegatronBertModel(BertModel):
+    """BERT re-ordered (Shoeybi et al. Figure 7b): pre-LN encoder layers, a final LayerNorm, no
+    LayerNorm on the embeddings. Returns ``ModelOutput(last_hidden_state, pooler_output)``."""
+
+    config_class = MegatronBertConfig
+    embeddings_class = MegatronBertEmbeddings
+    norm_first = True
+
+
+class MegatronBertForPreTraining(BertForPreTraining):
+    """Megatron-BERT with BERT's masked-LM and next-sentence heads (``prediction_logits``,
+    ``seq_relationship_logits``)."""
+
+    base_model_class = MegatronBertModel
+
+
+# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
+# BERT's key map with Megatron's LayerNorm names: ``attention.ln`` before the attention, ``ln``
+# before the feed-forward network, ``encoder.ln`` after the last layer; none on the embeddings.
+def megatron_bert_rules(hf_prefix, prefix):
+    return (embedding_rules(hf_prefix, prefix, norm=False)
+            + encoder_layer_rules(hf_prefix, prefix, norms=("attention.ln", "ln"))
+            + weight_and_bias(f"{hf_prefix}encoder.ln", f"{prefix}encoder.norm")
+            + weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense"))
+
+
+register_bert_architecture(MegatronBertModel, megatron_bert_rules("", ""), default_for_type=True)
+register_bert_architecture(MegatronBertForPreTraining, megatron_bert_rules("bert.", "bert.")
+                           + MLM_HEAD_RULES + weight_and_bias("cls.seq_relationship", "nsp"))
