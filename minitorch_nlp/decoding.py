@@ -425,11 +425,14 @@ class Seq2SeqGeneration:
         return logits[:, -1].log_softmax(axis=-1), state
 
     def generate(self, input_ids, attention_mask=None, **options):
-        """:func:`generate_seq2seq` with the start, end and padding ids of the model's config
-        (``options`` may override them)."""
+        """:func:`generate_seq2seq` with the start, end and padding ids of the model's config,
+        and its forced first and last tokens where it has them (BART); ``options`` may override
+        them."""
         config = self.config
         defaults = dict(decoder_start_token_id=config.decoder_start_token_id,
-                        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id)
+                        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
+                        forced_bos_token_id=getattr(config, "forced_bos_token_id", None),
+                        forced_eos_token_id=getattr(config, "forced_eos_token_id", None))
         return generate_seq2seq(self, input_ids, attention_mask, **{**defaults, **options})
 
 

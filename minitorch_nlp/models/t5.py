@@ -41,15 +41,13 @@ from ..autograd import ones, tensor
 from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, FullAttention, Linear, Module, MultiHeadAttention,
                   TransformerLayer, TransformerStack, init)
-from ..nn.outputs import ModelOutput
 from ..nn.parameter import Parameter
+from .encoder_decoder import IGNORE_INDEX, seq2seq_output, shift_right
 
 __all__ = ["RMSNorm", "RelativePositionBias", "T5Config", "T5EncoderModel", "T5FeedForward",
-           "T5ForConditionalGeneration", "T5Model", "T5Stack", "relative_position_bucket",
-           "shift_right"]
+           "T5ForConditionalGeneration", "T5Model", "T5Stack", "relative_position_bucket"]
 
 FEED_FORWARD = ("relu", "gated-gelu")
-IGNORE_INDEX = -100
 
 
 # ---- configuration -------------------------------------------------------------------------------
@@ -400,24 +398,7 @@ class T5Model(T5EncoderModel):
         encoder, decoder = self._run(input_ids, attention_mask, decoder_input_ids,
                                      decoder_attention_mask, encoder_outputs, cache,
                                      output_hidden_states, output_attentions)
-        return _seq2seq_output(encoder, decoder, last_hidden_state=decoder.last_hidden_state)
-
-
-def _seq2seq_output(encoder, decoder, **fields):
-    return ModelOutput(**fields, encoder_last_hidden_state=encoder.last_hidden_state,
-                       encoder_hidden_states=encoder.hidden_states,
-                       encoder_attentions=encoder.attentions,
-                       decoder_hidden_states=decoder.hidden_states,
-                       decoder_attentions=decoder.attentions,
-                       cross_attentions=decoder.cross_attentions)
-
-
-def shift_right(labels, start_token_id, pad_token_id):
-    """The decoder's inputs for teacher forcing: ``start_token_id`` then the labels but the last,
-    ignored labels (-100) replaced by ``pad_token_id``."""
-    labels = np.asarray(labels.numpy() if hasattr(labels, "numpy") else labels, dtype=np.int64)
-    shifted = np.concatenate([np.full((len(labels), 1), start_token_id), labels[:, :-1]], axis=1)
-    return np.where(shifted == IGNORE_INDEX, pad_token_id, shifted)
+        return seq2seq_output(encoder, decoder, last_hidden_state=decoder.last_hidden_state)
 
 
 class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
@@ -458,7 +439,7 @@ class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
         if labels is not None:
             targets = checks.ids_array(labels, "labels", name, shape=logits.shape[:2])
             loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
-        return _seq2seq_output(encoder, decoder, loss=loss, logits=logits)
+        return seq2seq_output(encoder, decoder, loss=loss, logits=logits)
 
     # ---- what decoding.Seq2SeqGeneration needs ----
     def encode_source(self, input_ids, attention_mask):
