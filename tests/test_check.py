@@ -32,7 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(10, marks=[pytest.mark.eq(10), pytest.mark.sec3]),
     pytest.param(11, marks=[pytest.mark.eq(11), pytest.mark.sec4]),
     pytest.param(12, marks=[pytest.mark.eq(12), pytest.mark.sec4]),
-    pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4])])
+    pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4]),
+    pytest.param(30, marks=[pytest.mark.eq(30), pytest.mark.sec5]),
+    pytest.param(31, marks=[pytest.mark.eq(31), pytest.mark.sec5])])
 def test_the_librarys_implementation_passes_its_check(number):
     result = check_equation(number, specs[number].library_function())
     assert result.number == number and result.examples > 0
@@ -196,7 +198,8 @@ def test_an_untouched_workspace_grades_every_task_as_not_done(tmp_path, capsys):
 
 
 def test_a_workspace_with_the_librarys_functions_pasted_in_grades_as_done(tmp_path):
-    new_workspace(tmp_path, "sec3,sec4")
+    new_workspace(tmp_path, ",".join(sorted({f"sec{cookbook.EQUATIONS[n].chapter}"
+                                             for n in specs})))
     for number, spec in specs.items():
         module, function = spec.library.split(":")
         path = tmp_path / f"sec{cookbook.EQUATIONS[number].chapter}.py"

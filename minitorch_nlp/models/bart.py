@@ -294,9 +294,23 @@ class BartForConditionalGeneration(decoding.Seq2SeqGeneration, Module):
 
 
 class MBartModel(BartModel):
-    """mBART's encoder-decoder: pre-LN layers and a final LayerNorm after each stack."""
+    """mBART's encoder-decoder: pre-LN layers and a final LayerNorm after each stack. Its labels
+    end with the target language's id (``Y </s> <lang>``), and the decoder reads them rotated,
+    ``<lang> Y </s>``: the language id is the decoder's start token."""
 
     pre_ln = True
+
+    def shift_right(self, labels):
+        """The labels with each row's last real token (its language id) moved to the front."""
+        name = type(self).__name__
+        labels = checks.ids_array(labels, "labels", name)
+        ids = np.where(labels == IGNORE_INDEX, self.config.pad_token_id, labels)
+        real = ids != self.config.pad_token_id
+        if not real.any(axis=1).all():
+            raise ValueError(f"{name}: a row of labels holds only padding; mBART's labels end "
+                             "with </s> and the target language's id, which starts the decoder")
+        last = real.shape[1] - 1 - np.argmax(real[:, ::-1], axis=1)
+        return np.concatenate([ids[np.arange(len(ids)), last][:, None], ids[:, :-1]], axis=1)
 
 
 class MBartForConditionalGeneration(BartForConditionalGeneration):
