@@ -16,7 +16,8 @@ from minitorch_nlp.data.bart_noising import (Compose, DocumentRotation, Sentence
                                              TextInfilling, TokenDeletion, TokenMasking)
 from minitorch_nlp.models.bart import (BartConfig, BartForConditionalGeneration, BartModel,
                                        MBartConfig, MBartForConditionalGeneration)
-from tests.model_checks import Learning, ModelChecks, ModelSpec, feed_one_at_a_time
+from tests.model_checks import (Learning, ModelChecks, check_seq2seq_fixture, close_to_fixture,
+                                seq2seq_spec)
 
 pytestmark = pytest.mark.sec5
 
@@ -134,11 +135,6 @@ def test_noising_errors(make, message):
 
 
 # ---- HuggingFace checkpoints -------------------------------------------------------------------
-def close(ours, expected, what):
-    scale = max(1.0, float(np.abs(expected).max()))
-    np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-4 * scale, err_msg=what)
-
-
 @pytest.mark.parametrize("directory, model_class", [
     ("BartForConditionalGeneration", BartForConditionalGeneration),
     ("MBartForConditionalGeneration", MBartForConditionalGeneration)])
@@ -147,14 +143,7 @@ def test_conditional_generation_matches_huggingface(directory, model_class):
     model = mt.from_pretrained(FIXTURES / directory)
     assert type(model) is model_class
     e = dict(np.load(FIXTURES / directory / "expected.npz"))
-    out = model(e["input_ids"], e["attention_mask"], decoder_input_ids=e["decoder_input_ids"],
-                decoder_attention_mask=e["decoder_attention_mask"], output_hidden_states=True)
-    close(out.logits.numpy(), e["logits"], "logits")
-    close(out.decoder_hidden_states[-1].numpy(), e["decoder_last_hidden_state"], "decoder")
-    close(out.encoder_last_hidden_state.numpy(), e["encoder_last_hidden_state"], "encoder")
-    generated = model.generate(e["input_ids"], e["attention_mask"], max_new_tokens=8,
-                               decoder_start_token_id=int(e["decoder_input_ids"][0, 0]))
-    np.testing.assert_array_equal(generated, e["generated"])
+    check_seq2seq_fixture(model, e, decoder_start_token_id=int(e["decoder_input_ids"][0, 0]))
 
 
 def test_bart_model_matches_huggingface():
@@ -164,8 +153,9 @@ def test_bart_model_matches_huggingface():
     e = dict(np.load(FIXTURES / "BartModel" / "expected.npz"))
     out = model(e["input_ids"], e["attention_mask"], decoder_input_ids=e["decoder_input_ids"],
                 decoder_attention_mask=e["decoder_attention_mask"])
-    close(out.last_hidden_state.numpy(), e["last_hidden_state"], "decoder")
-    close(out.encoder_last_hidden_state.numpy(), e["encoder_last_hidden_state"], "encoder")
+    close_to_fixture(out.last_hidden_state.numpy(), e["last_hidden_state"], "decoder")
+    close_to_fixture(out.encoder_last_hidden_state.numpy(), e["encoder_last_hidden_state"],
+                     "encoder")
 
 
 def test_bart_details():
@@ -217,18 +207,8 @@ def spec(name, model_class, config_class, **fields):
     def learned_to_reconstruct(model, batch):
         np.testing.assert_array_equal(model.generate(batch, max_new_tokens=4)[:, 1:], batch)
 
-    return ModelSpec(
-        name=name, build=build,
-        forward=lambda model, ids, mask: model(ids, mask, decoder_input_ids=np.array(
-            [[2, 4, 5, 6]] * len(ids))).logits,
-        vocab=(3, VOCAB), outputs_follow_ids=False,
-        causal=lambda model, ids: model(SOURCE.repeat(len(ids), 0),
-                                        decoder_input_ids=ids).logits,
-        incremental=lambda model, ids: feed_one_at_a_time(
-            model.step, model.start_decoding(SOURCE.repeat(len(ids), 0)), ids),
-        decode=lambda model, ids, use_cache: model.generate(ids, max_new_tokens=6,
-                                                            use_cache=use_cache),
-        hf=True,
+    return seq2seq_spec(
+        name, build, source=SOURCE, decoder_start=2, vocab=(3, VOCAB),
         learning=Learning(batch, lambda model, b: model(b, labels=b).loss, steps=40, factor=10,
                           lr=1e-2, after=learned_to_reconstruct),
         skips={"padding_left": "positions count from the first column, as in HuggingFace"},

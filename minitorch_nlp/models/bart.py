@@ -33,7 +33,8 @@ from ..autograd import zeros
 from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, LayerNorm, LearnedPositionalEmbedding, Module,
                   TransformerDecoder, TransformerEncoder, init)
-from .encoder_decoder import IGNORE_INDEX, seq2seq_output, shift_right
+from .encoder_decoder import (IGNORE_INDEX, conditional_generation_output, encode_and_decode,
+                              seq2seq_output, shift_right)
 
 __all__ = ["BartConfig", "BartForConditionalGeneration", "BartModel", "BartStack",
            "MBartConfig", "MBartForConditionalGeneration", "POSITION_OFFSET"]
@@ -226,17 +227,14 @@ class BartModel(Module):
 
     def run(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask,
             encoder_outputs, cache, output_hidden_states, output_attentions):
-        """(encoder outputs, decoder outputs); ``encoder_outputs`` reuses an encoding."""
-        if encoder_outputs is None:
-            encoder_outputs = self.encode(input_ids, attention_mask, output_hidden_states,
-                                          output_attentions)
+        """(encoder outputs, decoder outputs); without ``decoder_input_ids`` the decoder reads
+        ``input_ids`` shifted right."""
         if decoder_input_ids is None:
             decoder_input_ids = self.shift_right(checks.ids_array(input_ids, "input_ids",
                                                                   type(self).__name__))
-        decoder_outputs = self.decode(decoder_input_ids, encoder_outputs.last_hidden_state,
-                                      attention_mask, decoder_attention_mask, cache,
-                                      output_hidden_states, output_attentions)
-        return encoder_outputs, decoder_outputs
+        return encode_and_decode(self, input_ids, attention_mask, decoder_input_ids,
+                                 decoder_attention_mask, encoder_outputs, cache,
+                                 output_hidden_states, output_attentions)
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
                 decoder_attention_mask=None, encoder_outputs=None, cache=None,
@@ -261,9 +259,6 @@ class BartForConditionalGeneration(decoding.Seq2SeqGeneration, Module):
         self.model = self.model_class(config)
         self.register_buffer("final_logits_bias", zeros(1, config.vocab_size))
 
-    def new_cache(self):
-        return self.model.new_cache()
-
     def logits(self, hidden):
         """h E^T + final_logits_bias: the output layer is the shared embedding matrix."""
         return F.linear(hidden, self.model.shared.weight) + self.final_logits_bias
@@ -271,26 +266,19 @@ class BartForConditionalGeneration(decoding.Seq2SeqGeneration, Module):
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
                 decoder_attention_mask=None, labels=None, encoder_outputs=None, cache=None,
                 output_hidden_states=False, output_attentions=False):
-        name = type(self).__name__
         if decoder_input_ids is None and labels is not None:
             decoder_input_ids = self.model.shift_right(labels)
         encoder, decoder = self.model.run(input_ids, attention_mask, decoder_input_ids,
                                           decoder_attention_mask, encoder_outputs, cache,
                                           output_hidden_states, output_attentions)
-        logits = self.logits(decoder.last_hidden_state)
-        loss = None
-        if labels is not None:
-            targets = checks.ids_array(labels, "labels", name, shape=logits.shape[:2])
-            loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
-        return seq2seq_output(encoder, decoder, loss=loss, logits=logits)
+        return conditional_generation_output(encoder, decoder,
+                                             self.logits(decoder.last_hidden_state), labels,
+                                             type(self).__name__)
 
-    # ---- what decoding.Seq2SeqGeneration needs ----
-    def encode_source(self, input_ids, attention_mask):
-        return self.model.encode(input_ids, attention_mask).last_hidden_state
-
-    def decoder_logits(self, decoder_input_ids, memory, attention_mask, cache):
-        return self.logits(self.model.decode(decoder_input_ids, memory, attention_mask,
-                                             cache=cache).last_hidden_state)
+    @property
+    def encoder_decoder(self):
+        """What ``decoding.Seq2SeqGeneration`` encodes and decodes with: ``self.model``."""
+        return self.model
 
 
 class MBartModel(BartModel):
@@ -351,7 +339,8 @@ def _stack_rules(prefix, side, pre_ln):
 
 def _model_rules(prefix, pre_ln):
     return tuple([Rule(f"{prefix}shared.weight", f"{prefix}shared.weight")]
-                 + _stack_rules(prefix, "encoder", pre_ln) + _stack_rules(prefix, "decoder", pre_ln))
+                 + _stack_rules(prefix, "encoder", pre_ln)
+                 + _stack_rules(prefix, "decoder", pre_ln))
 
 
 # tied copies of the shared embedding
