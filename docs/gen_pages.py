@@ -38,6 +38,7 @@ EXAMPLES = {
     "gpt2_generate": (5, None),
     "char_transformer_xl": (8, "VIII-B"),
     "electra_vs_bert": (9, "IX-D"),
+    "t5_text_to_text": (5, None),
 }
 
 _ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX"}

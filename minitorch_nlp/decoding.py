@@ -31,7 +31,8 @@ from .backends import backend as use_backend
 
 __all__ = ["apply_repetition_penalty", "apply_temperature", "beam_search", "expand_state",
            "fill_masks", "force_tokens", "generate_seq2seq", "generate_text", "greedy_search",
-           "next_tokens", "reorder_state", "sample_logits", "sample_search", "Seq2SeqGeneration", "sequence_log_prob",
+           "next_tokens", "reorder_state", "sample_logits", "sample_search", "Seq2SeqGeneration",
+           "sequence_log_prob",
            "top_k_filter", "top_p_filter", "wu_length_penalty"]
 
 
@@ -391,22 +392,24 @@ def generate_seq2seq(model, input_ids, attention_mask=None, *, decoder_start_tok
 
 
 class Seq2SeqGeneration:
-    """``start_decoding``, ``step`` and ``generate`` for an encoder-decoder model (a mixin, T5,
-    BART) that defines
+    """``start_decoding``, ``step`` and ``generate`` for an encoder-decoder model with an output
+    layer (a mixin: T5, BART) that defines
 
-    * ``encode_source(input_ids, attention_mask) -> memory`` (batch, src_time, d_model);
-    * ``decoder_logits(decoder_input_ids, memory, attention_mask, cache) -> logits``
-      (batch, time, vocab), feeding only the new positions when ``cache`` is not None;
-    * ``new_cache()`` and a ``config`` with ``decoder_start_token_id``, ``eos_token_id`` and
-      ``pad_token_id``."""
+    * ``encoder_decoder``: the module that has ``encode(input_ids, attention_mask)`` and
+      ``decode(decoder_input_ids, memory, attention_mask, cache=...)`` (each returning a
+      ``ModelOutput`` with ``last_hidden_state``; ``decode`` feeds only the new positions when
+      ``cache`` is not None) and ``new_cache()``;
+    * ``logits(hidden)``, the output layer, and a ``config`` with ``decoder_start_token_id``,
+      ``eos_token_id`` and ``pad_token_id``."""
 
     def start_decoding(self, input_ids, attention_mask=None, use_cache=True):
         """The state :func:`generate_seq2seq` starts from: the encoded sources, their mask, and
         the decoder's empty caches (or, ``use_cache=False``, an empty prefix)."""
         mask = None if attention_mask is None else np.asarray(attention_mask).astype(bool)
-        state = {"memory": self.encode_source(input_ids, mask), "attention_mask": mask}
+        memory = self.encoder_decoder.encode(input_ids, mask).last_hidden_state
+        state = {"memory": memory, "attention_mask": mask}
         if use_cache:
-            state["cache"] = self.new_cache()
+            state["cache"] = self.encoder_decoder.new_cache()
         else:
             state["prefix"] = np.zeros((len(mask if mask is not None else input_ids), 0),
                                        dtype=np.int64)
@@ -415,21 +418,21 @@ class Seq2SeqGeneration:
     def step(self, tokens, state):
         """The log-probabilities (N, vocab) of the token after ``tokens`` (N,), and the state."""
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)
-        if "cache" in state:
-            logits = self.decoder_logits(tokens, state["memory"], state["attention_mask"],
-                                         state["cache"])
-        else:
+        if "cache" not in state:
             state = {**state, "prefix": np.concatenate([state["prefix"], tokens], axis=1)}
-            logits = self.decoder_logits(state["prefix"], state["memory"],
-                                         state["attention_mask"], None)
-        return logits[:, -1].log_softmax(axis=-1), state
+        out = self.encoder_decoder.decode(state.get("prefix", tokens), state["memory"],
+                                          state["attention_mask"], cache=state.get("cache"))
+        return self.logits(out.last_hidden_state[:, -1:])[:, 0].log_softmax(axis=-1), state
 
     def generate(self, input_ids, attention_mask=None, **options):
-        """:func:`generate_seq2seq` with the start, end and padding ids of the model's config
-        (``options`` may override them)."""
+        """:func:`generate_seq2seq` with the start, end and padding ids of the model's config,
+        and its forced first and last tokens where it has them (BART); ``options`` may override
+        them."""
         config = self.config
         defaults = dict(decoder_start_token_id=config.decoder_start_token_id,
-                        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id)
+                        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
+                        forced_bos_token_id=getattr(config, "forced_bos_token_id", None),
+                        forced_eos_token_id=getattr(config, "forced_eos_token_id", None))
         return generate_seq2seq(self, input_ids, attention_mask, **{**defaults, **options})
 
 

@@ -245,9 +245,12 @@ class LanguageModelRun:
         return self._make_batch(np.stack([ids[s:s + length] for s in starts]), rng)
 
     # ---- training --------------------------------------------------------------------------------
-    def loss(self, input_ids, labels):
+    def loss(self, input_ids, labels, attention_mask=None):
+        """The model's loss on a batch; ``attention_mask`` when the objective pads its inputs
+        (BART's noised texts differ in length)."""
+        extra = {} if attention_mask is None else {"attention_mask": attention_mask}
         out = self.model(input_ids=tensor(input_ids, backend=self.backend),
-                         labels=tensor(labels, backend=self.backend))
+                         labels=tensor(labels, backend=self.backend), **extra)
         return out.loss
 
     def evaluate(self):

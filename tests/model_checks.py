@@ -575,3 +575,47 @@ def hf_fixture_difference(model, directory, input_names):
     assert set(out) == set(arrays)
     return max(np.abs(np.asarray(out[key].numpy()) - value).max() / max(1.0, np.abs(value).max())
                for key, value in arrays.items())
+
+
+def close_to_fixture(ours, expected, what):
+    """HuggingFace fixture outputs agree within 1e-4 x their scale (float32)."""
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-4 * scale, err_msg=what)
+
+
+def check_seq2seq_fixture(model, expected, **generate_options):
+    """An encoder-decoder LM against a fixture's ``expected.npz`` (T5, BART): logits, the
+    decoder's and the encoder's last states on padded inputs, and greedy ``generate`` ids."""
+    e = expected
+    out = model(e["input_ids"], e["attention_mask"], decoder_input_ids=e["decoder_input_ids"],
+                decoder_attention_mask=e["decoder_attention_mask"], output_hidden_states=True)
+    close_to_fixture(out.logits.numpy(), e["logits"], "logits")
+    close_to_fixture(out.decoder_hidden_states[-1].numpy(), e["decoder_last_hidden_state"],
+                     "decoder")
+    close_to_fixture(out.encoder_last_hidden_state.numpy(), e["encoder_last_hidden_state"],
+                     "encoder")
+    generated = model.generate(e["input_ids"], e["attention_mask"], max_new_tokens=8,
+                               **generate_options)
+    np.testing.assert_array_equal(generated, e["generated"])
+
+
+def seq2seq_spec(name, build, *, source, decoder_start, vocab, **fields):
+    """The spec of an encoder-decoder LM with ``generate``, ``start_decoding`` and ``step``
+    (T5, BART): the outputs compared are the logits of a fixed target given the source ids; the
+    causal outputs are the decoder's, reading ``source`` (1, time)."""
+    def forward(model, ids, mask):
+        target = np.array([[decoder_start, 4, 5, 6]] * len(ids))
+        return model(ids, mask, decoder_input_ids=target).logits
+
+    def incremental(model, ids):
+        state = model.start_decoding(source.repeat(len(ids), 0))
+        return feed_one_at_a_time(model.step, state, ids)
+
+    return ModelSpec(
+        name=name, build=build, forward=forward, vocab=vocab, outputs_follow_ids=False,
+        causal=lambda model, ids: model(source.repeat(len(ids), 0),
+                                        decoder_input_ids=ids).logits,
+        incremental=incremental,
+        decode=lambda model, ids, use_cache: model.generate(ids, max_new_tokens=6,
+                                                            use_cache=use_cache),
+        hf=True, **fields)

@@ -52,6 +52,7 @@ def test_greedy_is_the_transformers_greedy_decode_and_beam_1():
     np.testing.assert_array_equal(generate(model, src, num_beams=1), greedy)
     beam, _ = model.beam_decode(src, beam_size=1, max_len=7, length_penalty=1.0)
     np.testing.assert_array_equal(beam, greedy[:, 1:])
+    np.testing.assert_array_equal(model.generate(src, max_new_tokens=7), greedy)
 
 
 def test_right_padded_rows_give_what_they_give_alone():
@@ -73,7 +74,8 @@ def test_sampling_is_reproducible_and_top_k_1_is_greedy():
     first = generate(model, src, do_sample=True, generator=mt.Generator(3))
     again = generate(model, src, do_sample=True, generator=mt.Generator(3))
     np.testing.assert_array_equal(first, again)
-    np.testing.assert_array_equal(generate(model, src, do_sample=True, top_k=1), generate(model, src))
+    np.testing.assert_array_equal(generate(model, src, do_sample=True, top_k=1),
+                                  generate(model, src))
     other_seeds = [generate(model, src, do_sample=True, temperature=5.0,
                             generator=mt.Generator(seed)) for seed in range(4, 8)]
     assert any(not np.array_equal(first, other) for other in other_seeds)

@@ -18,7 +18,8 @@ from minitorch_nlp.models.t5 import (RMSNorm, RelativePositionBias, T5Config, T5
                                      relative_position_bucket)
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import t5 as R
-from tests.model_checks import Learning, ModelChecks, ModelSpec, feed_one_at_a_time
+from tests.model_checks import (Learning, ModelChecks, check_seq2seq_fixture, close_to_fixture,
+                                seq2seq_spec)
 
 pytestmark = pytest.mark.sec5
 
@@ -26,7 +27,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 TOL = dict(rtol=1e-7, atol=1e-10)
 
 
-# ---- the parts against the reference maths -------------------------------------------------------
+# ---- the parts against the reference maths ------------------------------------------------------
 @given(offsets=st.lists(st.integers(-300, 300), min_size=1, max_size=20),
        bidirectional=st.booleans(), num_buckets=st.integers(4, 40),
        max_distance=st.integers(21, 200))
@@ -88,26 +89,14 @@ def test_position_bias_is_computed_once_per_stack_and_shared():
     np.testing.assert_array_equal(bias(1, 3, start=2).numpy(), whole[:, :, 2:])
 
 
-# ---- HuggingFace checkpoints -----------------------------------------------------------------------
-def close(ours, expected, what):
-    scale = max(1.0, float(np.abs(expected).max()))
-    np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-4 * scale, err_msg=what)
-
-
+# ---- HuggingFace checkpoints --------------------------------------------------------------------
 @pytest.mark.parametrize("directory", ["T5ForConditionalGeneration",
                                        "T5ForConditionalGeneration-v1_1"])
 def test_conditional_generation_matches_huggingface(directory):
     pytest.importorskip("safetensors")
     model = mt.from_pretrained(FIXTURES / directory)
     assert type(model) is T5ForConditionalGeneration
-    e = dict(np.load(FIXTURES / directory / "expected.npz"))
-    out = model(e["input_ids"], e["attention_mask"], decoder_input_ids=e["decoder_input_ids"],
-                decoder_attention_mask=e["decoder_attention_mask"], output_hidden_states=True)
-    close(out.logits.numpy(), e["logits"], "logits")
-    close(out.decoder_hidden_states[-1].numpy(), e["decoder_last_hidden_state"], "decoder")
-    close(out.encoder_last_hidden_state.numpy(), e["encoder_last_hidden_state"], "encoder")
-    generated = model.generate(e["input_ids"], e["attention_mask"], max_new_tokens=8)
-    np.testing.assert_array_equal(generated, e["generated"])
+    check_seq2seq_fixture(model, dict(np.load(FIXTURES / directory / "expected.npz")))
 
 
 def test_v1_1_fixture_is_gated_and_unscaled():
@@ -123,12 +112,13 @@ def test_t5_model_and_encoder_match_huggingface():
     e = dict(np.load(FIXTURES / "T5Model" / "expected.npz"))
     out = model(e["input_ids"], e["attention_mask"], decoder_input_ids=e["decoder_input_ids"],
                 decoder_attention_mask=e["decoder_attention_mask"])
-    close(out.last_hidden_state.numpy(), e["last_hidden_state"], "decoder")
-    close(out.encoder_last_hidden_state.numpy(), e["encoder_last_hidden_state"], "encoder")
+    close_to_fixture(out.last_hidden_state.numpy(), e["last_hidden_state"], "decoder")
+    close_to_fixture(out.encoder_last_hidden_state.numpy(), e["encoder_last_hidden_state"],
+                     "encoder")
     encoder = mt.from_pretrained(FIXTURES / "T5EncoderModel")
     assert type(encoder) is T5EncoderModel
     e = dict(np.load(FIXTURES / "T5EncoderModel" / "expected.npz"))
-    close(encoder(e["input_ids"], e["attention_mask"]).last_hidden_state.numpy(),
+    close_to_fixture(encoder(e["input_ids"], e["attention_mask"]).last_hidden_state.numpy(),
           e["last_hidden_state"], "encoder")
 
 
@@ -159,7 +149,7 @@ def test_a_missing_tensor_is_named(tmp_path):
         mt.from_pretrained(tmp_path)
 
 
-# ---- span corruption -------------------------------------------------------------------------------
+# ---- span corruption ----------------------------------------------------------------------------
 SENTINELS = np.arange(999, 899, -1)
 
 
@@ -215,7 +205,7 @@ def test_span_corruption_errors(call, message):
         call()
 
 
-# ---- errors ------------------------------------------------------------------------------------
+# ---- errors -------------------------------------------------------------------------------------
 def test_model_errors():
     with pytest.raises(ValueError, match="relative_attention_num_buckets must be an int >= 4"):
         T5Config.tiny(relative_attention_num_buckets=3)
@@ -255,30 +245,19 @@ def learned_to_copy(model, batch):
 
 
 class TestT5Checks(ModelChecks):
-    spec = ModelSpec(
-        name="T5ForConditionalGeneration", build=build,
-        forward=lambda model, ids, mask: model(ids, mask, decoder_input_ids=np.array(
-            [[0, 4, 5, 6]] * len(ids))).logits,
-        vocab=(2, VOCAB), outputs_follow_ids=False, padding_left=True,
-        causal=lambda model, ids: model(SOURCE.repeat(len(ids), 0),
-                                        decoder_input_ids=ids).logits,
-        incremental=lambda model, ids: feed_one_at_a_time(
-            model.step, model.start_decoding(SOURCE.repeat(len(ids), 0)), ids),
-        decode=lambda model, ids, use_cache: model.generate(ids, max_new_tokens=6,
-                                                            use_cache=use_cache),
-        hf=True,
+    spec = seq2seq_spec(
+        "T5ForConditionalGeneration", build, source=SOURCE, decoder_start=0, vocab=(2, VOCAB),
+        padding_left=True,
         learning=Learning(copy_batch, lambda model, batch: model(batch, labels=batch).loss,
                           steps=40, factor=20, lr=2e-2, after=learned_to_copy))
 
 
 class TestT5v11Checks(ModelChecks):
-    spec = ModelSpec(
-        name="T5ForConditionalGeneration(v1.1)",
-        build=lambda dropout=0.0: build(dropout, feed_forward_proj="gated-gelu",
-                                        tie_word_embeddings=False),
-        forward=TestT5Checks.spec.forward, vocab=(2, VOCAB), outputs_follow_ids=False,
-        padding_left=True, causal=TestT5Checks.spec.causal,
-        incremental=TestT5Checks.spec.incremental, decode=TestT5Checks.spec.decode, hf=True,
+    spec = seq2seq_spec(
+        "T5ForConditionalGeneration(v1.1)",
+        lambda dropout=0.0: build(dropout, feed_forward_proj="gated-gelu",
+                                  tie_word_embeddings=False),
+        source=SOURCE, decoder_start=0, vocab=(2, VOCAB), padding_left=True,
         skips={"learns": "T5ForConditionalGeneration learns above; v1.1 changes only the "
                          "feed-forward network and the head"})
 
@@ -305,7 +284,7 @@ def test_beam_1_equals_greedy(seed):
                                   model.generate(ids, max_new_tokens=5))
 
 
-# ---- the command line: train t5, resume exactly, generate ----------------------------------------
+# ---- the command line: train t5, resume exactly, generate ---------------------------------------
 def test_train_t5_resumes_exactly_and_generate_fills_spans(tmp_path, capsys):
     from minitorch_nlp import cli, training
     text_file = tmp_path / "text.txt"

@@ -9,8 +9,9 @@ token, and the target lists the sentinels, each followed by the tokens it hides:
 
 The span lengths follow the paper's code (``random_spans_noise_mask`` of the T5 repository):
 round(length * density) noise tokens (at least 1, at most length - 1) in round(noise / mean)
-spans (at least 1, and no more than there are kept tokens); the noise tokens and the kept tokens are each cut into that many non-empty
-segments at random, and the text alternates kept, noise, kept, noise ... starting with kept.
+spans (at least 1, and no more than there are kept tokens); the noise tokens and the kept tokens
+are each cut into that many non-empty segments at random, and the text alternates kept, noise,
+kept, noise ... starting with kept.
 """
 from __future__ import annotations
 

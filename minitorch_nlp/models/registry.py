@@ -44,7 +44,8 @@ class Objective:
 
     ``extra_tokens``: how many special tokens ``batcher`` adds around a window, so that a window
     plus them fills the model's context; ``batcher(tokenizer, mask_prob)`` returns
-    ``make_batch(windows, rng) -> (input_ids, labels)`` for windows (batch, time) of token ids;
+    ``make_batch(windows, rng) -> (input_ids, labels)`` for windows (batch, time) of token ids
+    (or ``(input_ids, labels, attention_mask)`` when the inputs are padded);
     ``respond(model, tokenizer, prompt, **options)`` is what ``generate`` prints: the prompt
     continued (``decoding.generate_text``) or its masks filled (``decoding.fill_masks``).
     ``generates_text``: whether ``respond`` samples (and so takes the sampling options)."""

@@ -41,15 +41,14 @@ from ..autograd import ones, tensor
 from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, FullAttention, Linear, Module, MultiHeadAttention,
                   TransformerLayer, TransformerStack, init)
-from ..nn.outputs import ModelOutput
 from ..nn.parameter import Parameter
+from .encoder_decoder import (conditional_generation_output, encode_and_decode, seq2seq_output,
+                              shift_right)
 
 __all__ = ["RMSNorm", "RelativePositionBias", "T5Config", "T5EncoderModel", "T5FeedForward",
-           "T5ForConditionalGeneration", "T5Model", "T5Stack", "relative_position_bucket",
-           "shift_right"]
+           "T5ForConditionalGeneration", "T5Model", "T5Stack", "relative_position_bucket"]
 
 FEED_FORWARD = ("relu", "gated-gelu")
-IGNORE_INDEX = -100
 
 
 # ---- configuration -------------------------------------------------------------------------------
@@ -380,16 +379,6 @@ class T5Model(T5EncoderModel):
                             output_hidden_states=output_hidden_states,
                             output_attentions=output_attentions)
 
-    def _run(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask,
-             encoder_outputs, cache, output_hidden_states, output_attentions):
-        if encoder_outputs is None:
-            encoder_outputs = self.encode(input_ids, attention_mask, output_hidden_states,
-                                          output_attentions)
-        decoder_outputs = self.decode(decoder_input_ids, encoder_outputs.last_hidden_state,
-                                      attention_mask, decoder_attention_mask, cache,
-                                      output_hidden_states, output_attentions)
-        return encoder_outputs, decoder_outputs
-
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
                 decoder_attention_mask=None, encoder_outputs=None, cache=None,
                 output_hidden_states=False, output_attentions=False):
@@ -397,27 +386,10 @@ class T5Model(T5EncoderModel):
         ``encoder_last_hidden_state``, and on request ``decoder_hidden_states``,
         ``encoder_hidden_states``, ``decoder_attentions``, ``cross_attentions``,
         ``encoder_attentions``. ``encoder_outputs`` reuses an encoding already computed."""
-        encoder, decoder = self._run(input_ids, attention_mask, decoder_input_ids,
-                                     decoder_attention_mask, encoder_outputs, cache,
-                                     output_hidden_states, output_attentions)
-        return _seq2seq_output(encoder, decoder, last_hidden_state=decoder.last_hidden_state)
-
-
-def _seq2seq_output(encoder, decoder, **fields):
-    return ModelOutput(**fields, encoder_last_hidden_state=encoder.last_hidden_state,
-                       encoder_hidden_states=encoder.hidden_states,
-                       encoder_attentions=encoder.attentions,
-                       decoder_hidden_states=decoder.hidden_states,
-                       decoder_attentions=decoder.attentions,
-                       cross_attentions=decoder.cross_attentions)
-
-
-def shift_right(labels, start_token_id, pad_token_id):
-    """The decoder's inputs for teacher forcing: ``start_token_id`` then the labels but the last,
-    ignored labels (-100) replaced by ``pad_token_id``."""
-    labels = np.asarray(labels.numpy() if hasattr(labels, "numpy") else labels, dtype=np.int64)
-    shifted = np.concatenate([np.full((len(labels), 1), start_token_id), labels[:, :-1]], axis=1)
-    return np.where(shifted == IGNORE_INDEX, pad_token_id, shifted)
+        encoder, decoder = encode_and_decode(self, input_ids, attention_mask, decoder_input_ids,
+                                             decoder_attention_mask, encoder_outputs, cache,
+                                             output_hidden_states, output_attentions)
+        return seq2seq_output(encoder, decoder, last_hidden_state=decoder.last_hidden_state)
 
 
 class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
@@ -442,31 +414,24 @@ class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
                 decoder_attention_mask=None, labels=None, encoder_outputs=None, cache=None,
                 output_hidden_states=False, output_attentions=False):
-        name = type(self).__name__
         if decoder_input_ids is None:
             if labels is None:
-                raise ValueError(f"{name}: give decoder_input_ids (starting with "
+                raise ValueError(f"{type(self).__name__}: give decoder_input_ids (starting with "
                                  f"decoder_start_token_id={self.config.decoder_start_token_id}) "
                                  "or labels (shifted right into them)")
             decoder_input_ids = shift_right(labels, self.config.decoder_start_token_id,
                                             self.config.pad_token_id)
-        encoder, decoder = self._run(input_ids, attention_mask, decoder_input_ids,
-                                     decoder_attention_mask, encoder_outputs, cache,
-                                     output_hidden_states, output_attentions)
-        logits = self.logits(decoder.last_hidden_state)
-        loss = None
-        if labels is not None:
-            targets = checks.ids_array(labels, "labels", name, shape=logits.shape[:2])
-            loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
-        return _seq2seq_output(encoder, decoder, loss=loss, logits=logits)
+        encoder, decoder = encode_and_decode(self, input_ids, attention_mask, decoder_input_ids,
+                                             decoder_attention_mask, encoder_outputs, cache,
+                                             output_hidden_states, output_attentions)
+        return conditional_generation_output(encoder, decoder,
+                                             self.logits(decoder.last_hidden_state), labels,
+                                             type(self).__name__)
 
-    # ---- what decoding.Seq2SeqGeneration needs ----
-    def encode_source(self, input_ids, attention_mask):
-        return self.encode(input_ids, attention_mask).last_hidden_state
-
-    def decoder_logits(self, decoder_input_ids, memory, attention_mask, cache):
-        return self.logits(self.decode(decoder_input_ids, memory, attention_mask,
-                                       cache=cache).last_hidden_state)
+    @property
+    def encoder_decoder(self):
+        """What ``decoding.Seq2SeqGeneration`` encodes and decodes with: this model itself."""
+        return self
 
 
 # ---- HuggingFace checkpoints ---------------------------------------------------------------------

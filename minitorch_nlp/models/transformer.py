@@ -13,7 +13,8 @@ Read top to bottom, ``forward`` follows the paper's Figure 1:
    in the paper's shared source-target vocabulary) gives the logits of the next token.
 
 ``loss`` is cross-entropy with label smoothing (eps_ls = 0.1 in the paper, section 5.4) that
-ignores padding. ``greedy_decode`` and ``beam_decode`` generate with ``minitorch_nlp.decoding``,
+ignores padding. ``greedy_decode``, ``beam_decode`` and ``generate`` (every option of
+``decoding.generate_seq2seq``) generate with ``minitorch_nlp.decoding``,
 one token at a time, reusing each layer's keys and values (the KV cache) so that a step costs one
 row of attention instead of re-running the whole prefix.
 """
@@ -192,6 +193,14 @@ class Transformer(Module):
             state = {**state, "prefix": np.concatenate([state["prefix"], tokens], axis=1)}
             logits = self.decode(state["prefix"], state["memory"], state["src_key_mask"])
         return logits[:, -1].log_softmax(axis=-1), state
+
+    def generate(self, src, src_key_mask=None, **options):
+        """``decoding.generate_seq2seq`` from <bos>, stopping at <eos>: greedy, sampling or beam
+        search (``options``: ``max_new_tokens``, ``num_beams``, ``do_sample`` ...). Returns ids
+        (batch, 1 + length) starting with <bos>."""
+        return decoding.generate_seq2seq(self, src, src_key_mask, **{
+            "decoder_start_token_id": self.bos_id, "eos_token_id": self.eos_id,
+            "pad_token_id": self.pad_id, **options})
 
     def _max_len(self, src, max_len):
         return min(self.max_len, 2 * src.shape[1] + 10) if max_len is None else max_len

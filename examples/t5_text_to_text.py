@@ -1,0 +1,186 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     name: python3
+# ---
+
+# %% [markdown]
+# # T5: several tasks, one model, text in and text out
+#
+# *The NLP Cookbook*, section V-D (Raffel et al., 2020, "Exploring the Limits of Transfer
+# Learning with a Unified Text-to-Text Transformer").
+#
+# T5 casts every task as text to text: the task is named by a prefix of the input, and the
+# answer is written by the decoder. One small T5 learns four synthetic tasks at once:
+#
+# ```
+# copy: c a f        ->  c a f
+# reverse: c a f     ->  f a c
+# sort: c a f        ->  a c f
+# add: 4 7 + 5 8     ->  1 0 5
+# ```
+#
+# and is scored on held-out inputs of each task by exact match of its greedy answer. The full
+# run (2000 steps, about 11 minutes on a busy 2-core machine) reaches copy 0.925, reverse 0.945,
+# sort 0.905 and addition 0.680 on 200 held-out inputs per task.
+#
+# ```
+# python examples/t5_text_to_text.py            # full run
+# python examples/t5_text_to_text.py --smoke    # seconds: the pipeline end to end
+# ```
+#
+# Outputs go to `--out` (default `runs/t5_text_to_text`): `metrics.json` (accuracy per task)
+# and `loss.png`.
+
+# %%
+from __future__ import annotations
+
+import os
+import time
+
+# One BLAS thread: the matrices are small, and on a busy machine two BLAS threads per process
+# spin against each other.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import numpy as np  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from minitorch_nlp import optim, plots, scripting  # noqa: E402
+from minitorch_nlp.data import (Vocab, addition_task, copy_task, pad_sequences,  # noqa: E402
+                                reverse_task, sort_task)
+from minitorch_nlp.models.t5 import T5Config, T5ForConditionalGeneration  # noqa: E402
+
+SETTINGS = {
+    "full": dict(d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=2, train=4000, test=200,
+                 batch=64, steps=2000, lr=3e-3),
+    "smoke": dict(d_model=16, d_kv=4, num_heads=2, d_ff=32, num_layers=1, train=32, test=8,
+                  batch=8, steps=10, lr=3e-3),
+}
+ALPHABET = "abcdefgh"
+
+
+def parse_args(argv=None):
+    parser = scripting.example_parser(
+        "t5_text_to_text", "One T5 learns copy, reverse, sort and addition by task prefix "
+        "(section V-D)", steps="training steps (2000; smoke: 10)")
+    return parser.parse_args(argv)
+
+
+# %% [markdown]
+# ## Text to text
+#
+# Each task gives (input, answer) pairs of tokens; the input is prefixed with the task's name,
+# and the answer ends with `</s>`. All four tasks share one vocabulary: the prefixes, the letters,
+# the digits and `+`.
+
+# %%
+def tasks(n, seed):
+    return {"copy": copy_task(n, 2, 6, ALPHABET, seed=seed),
+            "reverse": reverse_task(n, 2, 6, ALPHABET, seed=seed + 1),
+            "sort": sort_task(n, 2, 6, ALPHABET, seed=seed + 2),
+            "add": addition_task(n, 2, seed=seed + 3)}
+
+
+def encode(pairs, task, vocab):
+    sources = [vocab.encode([f"{task}:"] + source) for source, _ in pairs]
+    targets = [vocab.encode(target) + [vocab.eos_id] for _, target in pairs]
+    return sources, targets
+
+
+# %% [markdown]
+# ## The model and its training
+#
+# `T5ForConditionalGeneration` is T5's encoder-decoder: RMS norms before each sub-layer,
+# relative position buckets instead of positions, no biases, and the output layer tied to the
+# embeddings. With `labels` it shifts the answer right after the decoder's start token (the
+# padding id, as in T5) and returns the cross-entropy; padded label positions are -100. A batch
+# mixes the four tasks.
+
+# %%
+def build_model(cfg, vocab):
+    return T5ForConditionalGeneration(T5Config(
+        vocab_size=len(vocab), d_model=cfg["d_model"], d_kv=cfg["d_kv"], d_ff=cfg["d_ff"],
+        num_layers=cfg["num_layers"], num_heads=cfg["num_heads"], dropout_rate=0.0,
+        relative_attention_num_buckets=16, relative_attention_max_distance=32,
+        pad_token_id=vocab.pad_id, eos_token_id=vocab.eos_id,
+        decoder_start_token_id=vocab.pad_id))
+
+
+def batch(sources, targets, pad_id):
+    input_ids, mask = pad_sequences(sources, pad_id)
+    labels, label_mask = pad_sequences(targets, pad_id)
+    return input_ids, mask, np.where(label_mask, labels, -100)
+
+
+def train(model, cfg, steps, sources, targets, pad_id, seed):
+    optimizer = optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
+    rng, losses = np.random.default_rng(seed), []
+    for _ in tqdm(range(steps), desc="training"):
+        chosen = rng.integers(len(sources), size=cfg["batch"])
+        input_ids, mask, labels = batch([sources[i] for i in chosen],
+                                        [targets[i] for i in chosen], pad_id)
+        loss = model(input_ids, mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+# %% [markdown]
+# ## Scoring: exact match per task
+#
+# `generate` runs the encoder once per input and the decoder one token at a time, reusing its
+# keys and values; an answer counts only if every token and the `</s>` are right.
+
+# %%
+def accuracy(model, sources, targets, pad_id):
+    input_ids, mask = pad_sequences(sources, pad_id)
+    longest = max(len(t) for t in targets)
+    generated = model.generate(input_ids, mask, max_new_tokens=longest)[:, 1:]
+    right = [list(row[:len(target)]) == target for row, target in zip(generated, targets)]
+    return float(np.mean(right))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    run_start = time.perf_counter()
+    cfg, out = scripting.start(args, SETTINGS)
+    steps = args.steps if args.steps is not None else cfg["steps"]
+    train_sets, test_sets = tasks(cfg["train"], args.seed), tasks(cfg["test"], args.seed + 100)
+    vocab = Vocab([f"{task}:" for task in train_sets] + list(ALPHABET) + list("0123456789+"))
+    sources, targets = [], []
+    for task, pairs in train_sets.items():
+        s, t = encode(pairs, task, vocab)
+        sources += s
+        targets += t
+    model = build_model(cfg, vocab)
+    print(f"{len(sources)} training pairs of 4 tasks, {model.num_parameters()} parameters")
+
+    start = time.perf_counter()
+    losses = train(model, cfg, steps, sources, targets, vocab.pad_id, args.seed)
+    train_seconds = time.perf_counter() - start
+    model.eval()
+    scores = {task: accuracy(model, *encode(pairs, task, vocab), vocab.pad_id)
+              for task, pairs in test_sets.items()}
+    for task, score in scores.items():
+        print(f"  {task:8s} held-out exact match {score:.3f}")
+
+    figure, ax = plots.pyplot().subplots(figsize=(6, 4))
+    plots.loss_curves(ax, range(1, len(losses) + 1), {"training batch": losses},
+                      title="T5 on four tasks at once")
+    plots.save(figure, out / "loss.png")
+    return scripting.write_metrics(out, {
+        "smoke": args.smoke, "seed": args.seed, "backend": args.backend, "steps": steps,
+        "parameters": model.num_parameters(), "train_seconds": train_seconds,
+        "final_loss": float(np.mean(losses[-20:])), "accuracy": scores,
+        "test_pairs_per_task": cfg["test"], "config": cfg,
+        "total_seconds": time.perf_counter() - run_start})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,429 @@
+"""BART (Lewis et al., 2020, "BART: Denoising Sequence-to-Sequence Pre-training for Natural
+Language Generation, Translation, and Comprehension"): the survey's section V-B.
+
+BART is a standard Transformer encoder-decoder trained as a denoising autoencoder: text is
+corrupted by the noising functions of ``minitorch_nlp.data.bart_noising`` (the paper's best
+setting: text infilling and sentence permutation), the bidirectional encoder reads the corrupted
+text, and the autoregressive decoder is trained to write the original, with the cross-entropy of
+the decoder against the original document (the reconstruction loss, ``labels=original``).
+
+Its Transformer is the original post-LN one with GELU and three details the checkpoints need:
+
+* learned position embeddings with 2 rows more than ``max_position_embeddings``: position p reads
+  row p + 2 (fairseq kept the first rows for padding);
+* a LayerNorm on the embeddings (``layernorm_embedding``) before the first layer, and embeddings
+  multiplied by sqrt(d_model) only when ``scale_embedding``;
+* one embedding matrix for the encoder, the decoder and the output layer, plus a
+  ``final_logits_bias`` added to the logits.
+
+mBART (Liu et al., 2020; section V-C, ``MBartForConditionalGeneration``) is the same model with
+pre-LN layers, a final LayerNorm after each stack and ``scale_embedding=True``, pretrained on many
+languages (eq 30-31, see ``minitorch_nlp.data.multilingual``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .. import checks, decoding
+from .. import functional as F
+from ..autograd import zeros
+from ..io.huggingface import HFArchitecture, Rule, register_architecture
+from ..nn import (Dropout, Embedding, LayerNorm, LearnedPositionalEmbedding, Module,
+                  TransformerDecoder, TransformerEncoder, init)
+from .encoder_decoder import (IGNORE_INDEX, conditional_generation_output, encode_and_decode,
+                              seq2seq_output, shift_right)
+
+__all__ = ["BartConfig", "BartForConditionalGeneration", "BartModel", "BartStack",
+           "MBartConfig", "MBartForConditionalGeneration", "POSITION_OFFSET"]
+
+POSITION_OFFSET = 2
+_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}
+
+
+# ---- configuration -------------------------------------------------------------------------------
+@dataclass
+class BartConfig:
+    """BART's sizes, with HuggingFace's field names; the defaults are bart-large. The special
+    ids are fairseq's: <s> 0, <pad> 1, </s> 2; the decoder starts from </s> and generation ends
+    with </s> (``forced_eos_token_id``)."""
+
+    vocab_size: int = 50265
+    d_model: int = 1024
+    encoder_layers: int = 12
+    decoder_layers: int = 12
+    encoder_attention_heads: int = 16
+    decoder_attention_heads: int = 16
+    encoder_ffn_dim: int = 4096
+    decoder_ffn_dim: int = 4096
+    activation_function: str = "gelu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    max_position_embeddings: int = 1024
+    init_std: float = 0.02
+    scale_embedding: bool = False
+    pad_token_id: int = 1
+    bos_token_id: int = 0
+    eos_token_id: int = 2
+    decoder_start_token_id: int = 2
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: int | None = 2
+
+    def __post_init__(self):
+        where = type(self).__name__
+        for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers",
+                     "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim",
+                     "decoder_ffn_dim", "max_position_embeddings"):
+            checks.positive_int(getattr(self, name), name, where)
+        for heads in ("encoder_attention_heads", "decoder_attention_heads"):
+            if self.d_model % getattr(self, heads):
+                raise ValueError(f"{where}: {heads}={getattr(self, heads)} does not divide "
+                                 f"d_model={self.d_model}")
+        if self.activation_function not in _HF_ACTIVATIONS:
+            raise ValueError(f"{where}: activation_function must be one of "
+                             f"{sorted(_HF_ACTIVATIONS)}, got {self.activation_function!r}")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{where}: {name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+                     "forced_bos_token_id", "forced_eos_token_id"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ValueError(f"{where}: {name}={value} is outside the vocabulary "
+                                 f"[0, {self.vocab_size})")
+
+    @classmethod
+    def tiny(cls, **overrides):
+        """A test-sized model: 2 + 2 layers, 16 wide, 4 heads, 32 positions, 40 tokens."""
+        return cls(**{"vocab_size": 40, "d_model": 16, "encoder_layers": 2, "decoder_layers": 2,
+                      "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+                      "encoder_ffn_dim": 24, "decoder_ffn_dim": 24, "dropout": 0.0,
+                      "max_position_embeddings": 32, **overrides})
+
+    @classmethod
+    def from_hf(cls, hf):
+        """A config from a HuggingFace ``config.json`` dict."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{name: hf[name] for name in names if name in hf})
+
+    def to_hf(self):
+        """The HuggingFace ``config.json`` fields."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class MBartConfig(BartConfig):
+    """mBART's config: BART's fields, ``scale_embedding`` on by default."""
+
+    scale_embedding: bool = True
+
+
+# ---- the model -----------------------------------------------------------------------------------
+class BartStack(Module):
+    """BART's encoder or decoder: token embeddings (scaled by sqrt(d_model) when
+    ``scale_embedding``) plus learned positions read with BART's offset of 2, a LayerNorm, dropout,
+    then the toolkit's ``TransformerEncoder`` / ``TransformerDecoder`` with GELU (post-LN for
+    BART; pre-LN with a final LayerNorm for mBART)."""
+
+    def __init__(self, config, is_decoder, pre_ln):
+        super().__init__()
+        self.config, self.is_decoder = config, bool(is_decoder)
+        side = "decoder" if is_decoder else "encoder"
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = LearnedPositionalEmbedding(
+            config.max_position_embeddings + POSITION_OFFSET, config.d_model, std=config.init_std)
+        self.layernorm_embedding = LayerNorm(config.d_model)
+        self.dropout = Dropout(config.dropout)
+        stack_class = TransformerDecoder if is_decoder else TransformerEncoder
+        self.stack = stack_class(
+            getattr(config, f"{side}_layers"), config.d_model,
+            getattr(config, f"{side}_attention_heads"), getattr(config, f"{side}_ffn_dim"),
+            dropout=config.dropout, activation=_HF_ACTIVATIONS[config.activation_function],
+            norm_first=pre_ln, attention_dropout=config.attention_dropout,
+            activation_dropout=config.activation_dropout)
+
+    def forward(self, embeddings, memory=None, *, cache=None, **stack_kwargs):
+        """``embeddings``: the tokens' rows of the shared matrix (batch, time, d_model);
+        ``stack_kwargs`` (``key_mask``, ``memory_key_mask``, ``output_hidden_states`` ...) go to
+        the stack. Positions count from the number of cached ones."""
+        batch, time = embeddings.shape[:2]
+        start = 0 if cache is None else self.stack.cache_length(cache)
+        if start + time > self.config.max_position_embeddings:
+            raise ValueError(f"Bart{'Decoder' if self.is_decoder else 'Encoder'}: a sequence of "
+                             f"{start + time} tokens is longer than max_position_embeddings="
+                             f"{self.config.max_position_embeddings}")
+        positions = np.broadcast_to(np.arange(start, start + time) + POSITION_OFFSET,
+                                    (batch, time))
+        x = self.embed_positions(embeddings * self.embed_scale, position_ids=positions)
+        return self.stack(self.dropout(self.layernorm_embedding(x)), memory, cache=cache,
+                          **stack_kwargs)
+
+
+def _reset_bart_parameters(model):
+    """N(0, init_std^2) weights and embeddings, zero biases, the padding row zero (fairseq,
+    HuggingFace)."""
+    for name, parameter in model.named_parameters():
+        if name.endswith("bias") and "norm" not in name:
+            init.zeros_(parameter)
+        elif parameter.ndim == 2:
+            init.normal_(parameter, std=model.config.init_std)
+    model.shared.weight.data[model.config.pad_token_id] = 0
+    model.shared.weight._bump_version()
+
+
+class BartModel(Module):
+    """The bare encoder-decoder (HuggingFace's ``BartModel``): the decoder's
+    ``last_hidden_state`` and the encoder's ``encoder_last_hidden_state``. Without
+    ``decoder_input_ids`` the decoder reads ``input_ids`` shifted right, as HuggingFace does."""
+
+    pre_ln = False
+
+    def __init__(self, config, pre_ln=None):
+        super().__init__()
+        pre_ln = self.pre_ln if pre_ln is None else pre_ln
+        self.config = config
+        self.shared = Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.encoder = BartStack(config, is_decoder=False, pre_ln=pre_ln)
+        self.decoder = BartStack(config, is_decoder=True, pre_ln=pre_ln)
+        _reset_bart_parameters(self)
+
+    def new_cache(self):
+        """Empty key/value caches for the decoder, one per layer."""
+        return self.decoder.stack.new_cache()
+
+    def encode(self, input_ids, attention_mask=None, output_hidden_states=False,
+               output_attentions=False):
+        """The encoder's output; ``attention_mask`` (batch, time) 1 on tokens, 0 on padding."""
+        name = type(self).__name__
+        ids = checks.token_ids(input_ids, self.config.vocab_size, name)
+        mask = checks.attention_mask(attention_mask, ids.shape, name)
+        return self.encoder(self.shared(ids), key_mask=mask,
+                            output_hidden_states=output_hidden_states,
+                            output_attentions=output_attentions)
+
+    def decode(self, decoder_input_ids, encoder_hidden_states, attention_mask=None,
+               decoder_attention_mask=None, cache=None, output_hidden_states=False,
+               output_attentions=False):
+        """The decoder's output for ``decoder_input_ids`` reading the encoder's states; with a
+        ``cache`` only the new positions are fed."""
+        name = type(self).__name__
+        ids = checks.token_ids(decoder_input_ids, self.config.vocab_size, name,
+                               name="decoder_input_ids")
+        start = 0 if cache is None else self.decoder.stack.cache_length(cache)
+        memory_mask = checks.attention_mask(attention_mask, encoder_hidden_states.shape[:2], name)
+        mask = checks.attention_mask(decoder_attention_mask, (ids.shape[0], start + ids.shape[1]),
+                                     name)
+        return self.decoder(self.shared(ids), encoder_hidden_states, key_mask=mask,
+                            memory_key_mask=memory_mask, cache=cache,
+                            output_hidden_states=output_hidden_states,
+                            output_attentions=output_attentions)
+
+    def shift_right(self, labels):
+        """The decoder's teacher-forcing inputs: ``decoder_start_token_id`` then ``labels``."""
+        return shift_right(labels, self.config.decoder_start_token_id, self.config.pad_token_id)
+
+    def run(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask,
+            encoder_outputs, cache, output_hidden_states, output_attentions):
+        """(encoder outputs, decoder outputs); without ``decoder_input_ids`` the decoder reads
+        ``input_ids`` shifted right."""
+        if decoder_input_ids is None:
+            decoder_input_ids = self.shift_right(checks.ids_array(input_ids, "input_ids",
+                                                                  type(self).__name__))
+        return encode_and_decode(self, input_ids, attention_mask, decoder_input_ids,
+                                 decoder_attention_mask, encoder_outputs, cache,
+                                 output_hidden_states, output_attentions)
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
+                decoder_attention_mask=None, encoder_outputs=None, cache=None,
+                output_hidden_states=False, output_attentions=False):
+        encoder, decoder = self.run(input_ids, attention_mask, decoder_input_ids,
+                                    decoder_attention_mask, encoder_outputs, cache,
+                                    output_hidden_states, output_attentions)
+        return seq2seq_output(encoder, decoder, last_hidden_state=decoder.last_hidden_state)
+
+
+class BartForConditionalGeneration(decoding.Seq2SeqGeneration, Module):
+    """BART with its output layer (HuggingFace's ``BartForConditionalGeneration``): logits =
+    h E^T + final_logits_bias, E the shared embedding. With ``labels`` (the original text) the
+    decoder reads them shifted right and ``loss`` is BART's reconstruction loss, their mean
+    cross-entropy (-100 ignored). ``generate``: ``decoding.generate_seq2seq``."""
+
+    model_class = BartModel
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.model = self.model_class(config)
+        self.register_buffer("final_logits_bias", zeros(1, config.vocab_size))
+
+    def logits(self, hidden):
+        """h E^T + final_logits_bias: the output layer is the shared embedding matrix."""
+        return F.linear(hidden, self.model.shared.weight) + self.final_logits_bias
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
+                decoder_attention_mask=None, labels=None, encoder_outputs=None, cache=None,
+                output_hidden_states=False, output_attentions=False):
+        if decoder_input_ids is None and labels is not None:
+            decoder_input_ids = self.model.shift_right(labels)
+        encoder, decoder = self.model.run(input_ids, attention_mask, decoder_input_ids,
+                                          decoder_attention_mask, encoder_outputs, cache,
+                                          output_hidden_states, output_attentions)
+        return conditional_generation_output(encoder, decoder,
+                                             self.logits(decoder.last_hidden_state), labels,
+                                             type(self).__name__)
+
+    @property
+    def encoder_decoder(self):
+        """What ``decoding.Seq2SeqGeneration`` encodes and decodes with: ``self.model``."""
+        return self.model
+
+
+class MBartModel(BartModel):
+    """mBART's encoder-decoder: pre-LN layers and a final LayerNorm after each stack. Its labels
+    end with the target language's id (``Y </s> <lang>``), and the decoder reads them rotated,
+    ``<lang> Y </s>``: the language id is the decoder's start token."""
+
+    pre_ln = True
+
+    def shift_right(self, labels):
+        """The labels with each row's last real token (its language id) moved to the front."""
+        name = type(self).__name__
+        labels = checks.ids_array(labels, "labels", name)
+        ids = np.where(labels == IGNORE_INDEX, self.config.pad_token_id, labels)
+        real = ids != self.config.pad_token_id
+        if not real.any(axis=1).all():
+            raise ValueError(f"{name}: a row of labels holds only padding; mBART's labels end "
+                             "with </s> and the target language's id, which starts the decoder")
+        last = real.shape[1] - 1 - np.argmax(real[:, ::-1], axis=1)
+        return np.concatenate([ids[np.arange(len(ids)), last][:, None], ids[:, :-1]], axis=1)
+
+
+class MBartForConditionalGeneration(BartForConditionalGeneration):
+    """mBART with its output layer (HuggingFace's ``MBartForConditionalGeneration``)."""
+
+    model_class = MBartModel
+
+
+# ---- HuggingFace checkpoints ---------------------------------------------------------------------
+def _weight_and_bias(hf, ours):
+    return [Rule(f"{hf}.{kind}", f"{ours}.{kind}") for kind in ("weight", "bias")]
+
+
+def _attention_rules(hf, ours):
+    return [rule for name in ("q", "k", "v") for rule in
+            _weight_and_bias(f"{hf}.{name}_proj", f"{ours}.{name}_proj")] + \
+        _weight_and_bias(f"{hf}.out_proj", f"{ours}.out_proj")
+
+
+def _stack_rules(prefix, side, pre_ln):
+    hf, ours = f"{prefix}{side}", f"{prefix}{side}"
+    layer_hf, layer = f"{hf}.layers.{{i}}", f"{ours}.stack.layers.{{i}}"
+    feed_forward_norm = "norm3" if side == "decoder" else "norm2"
+    rules = [Rule(f"{hf}.embed_positions.weight", f"{ours}.embed_positions.table"),
+             *_weight_and_bias(f"{hf}.layernorm_embedding", f"{ours}.layernorm_embedding"),
+             *_attention_rules(f"{layer_hf}.self_attn", f"{layer}.self_attn"),
+             *_weight_and_bias(f"{layer_hf}.self_attn_layer_norm", f"{layer}.norm1"),
+             *_weight_and_bias(f"{layer_hf}.fc1", f"{layer}.feed_forward.linear1"),
+             *_weight_and_bias(f"{layer_hf}.fc2", f"{layer}.feed_forward.linear2"),
+             *_weight_and_bias(f"{layer_hf}.final_layer_norm", f"{layer}.{feed_forward_norm}")]
+    if side == "decoder":
+        rules += [*_attention_rules(f"{layer_hf}.encoder_attn", f"{layer}.cross_attn"),
+                  *_weight_and_bias(f"{layer_hf}.encoder_attn_layer_norm", f"{layer}.norm2")]
+    if pre_ln:
+        rules += _weight_and_bias(f"{hf}.layer_norm", f"{ours}.stack.norm")
+    return rules
+
+
+def _model_rules(prefix, pre_ln):
+    return tuple([Rule(f"{prefix}shared.weight", f"{prefix}shared.weight")]
+                 + _stack_rules(prefix, "encoder", pre_ln)
+                 + _stack_rules(prefix, "decoder", pre_ln))
+
+
+# tied copies of the shared embedding
+_IGNORE = (r"(model\.)?(encoder|decoder)\.embed_tokens\.weight", r"lm_head\.weight")
+
+for _name, _model_type, _class, _config, _rules in (
+        ("BartModel", "bart", BartModel, BartConfig, _model_rules("", False)),
+        ("BartForConditionalGeneration", "bart", BartForConditionalGeneration, BartConfig,
+         _model_rules("model.", False) + (Rule("final_logits_bias", "final_logits_bias"),)),
+        ("MBartForConditionalGeneration", "mbart", MBartForConditionalGeneration, MBartConfig,
+         _model_rules("model.", True) + (Rule("final_logits_bias", "final_logits_bias"),))):
+    register_architecture(HFArchitecture(
+        name=_name, model_type=_model_type, model_class=_class,
+        from_config=lambda hf, cls=_class, config=_config: cls(config.from_hf(hf)),
+        to_config=lambda model: model.config.to_hf(), rules=_rules, ignore=_IGNORE,
+        default_for_type=_class is not BartModel))
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from ..data.bart_noising import Compose, SentencePermutation, TextInfilling  # noqa: E402
+from .registry import ModelFamily, Objective, register_family  # noqa: E402 (this block only)
+
+
+def _denoising_batcher(tokenizer, mask_prob):
+    """(noised inputs, originals, attention mask): each window wrapped in <s> .. </s>, its
+    sentences permuted and text infilled (``mask_prob`` of its tokens masked, the paper's best
+    setting); the inputs padded to the longest, the labels the original windows."""
+    ends = tuple(i for i in range(len(tokenizer))
+                 if tokenizer.decode([i]).rstrip().endswith((".", "!", "?")))
+    specials = (tokenizer.bos_token_id, tokenizer.eos_token_id)
+    infill = TextInfilling(tokenizer.mask_token_id, mask_ratio=mask_prob, protected=specials)
+    noise = Compose(SentencePermutation(ends), infill) if ends else infill
+
+    def make_batch(windows, rng):
+        column = np.ones((len(windows), 1), dtype=np.int64)
+        originals = np.concatenate([column * tokenizer.bos_token_id, windows,
+                                    column * tokenizer.eos_token_id], axis=1)
+        noised = [noise(row, rng) for row in originals]
+        time = max(len(row) for row in noised)
+        inputs = np.full((len(windows), time), tokenizer.pad_token_id, dtype=np.int64)
+        mask = np.zeros(inputs.shape, dtype=bool)
+        for i, row in enumerate(noised):
+            inputs[i, :len(row)], mask[i, :len(row)] = row, True
+        return inputs, originals, mask
+    return make_batch
+
+
+def _reconstruct(model, tokenizer, prompt, **options):
+    """The model's greedy reconstruction of ``prompt`` (write <mask> where text is missing)."""
+    ids = tokenizer.encode(prompt)
+    limit = model.config.max_position_embeddings
+    if len(ids) > limit:
+        raise ValueError(f"generate: the prompt is {len(ids)} tokens, more than this model's "
+                         f"max_position_embeddings={limit}")
+    out = model.generate(np.asarray([ids]), max_new_tokens=limit - 1)
+    return tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
+
+
+DENOISING = Objective("denoising", extra_tokens=2, batcher=_denoising_batcher,
+                      respond=_reconstruct, generates_text=False)
+
+
+def _build_for_training(settings, tokenizer):
+    """A BART for a run's ``settings``: n_layer layers in each stack, n_head heads, n_embd wide,
+    d_ff = 4 n_embd; room for twice ``block_size`` positions, since text infilling's zero-length
+    spans can make a noised window longer than the original."""
+    return BartForConditionalGeneration(BartConfig(
+        vocab_size=len(tokenizer), d_model=settings.n_embd, encoder_layers=settings.n_layer,
+        decoder_layers=settings.n_layer, encoder_attention_heads=settings.n_head,
+        decoder_attention_heads=settings.n_head, encoder_ffn_dim=4 * settings.n_embd,
+        decoder_ffn_dim=4 * settings.n_embd, dropout=settings.dropout,
+        max_position_embeddings=2 * settings.block_size, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.eos_token_id,
+        forced_eos_token_id=tokenizer.eos_token_id))
+
+
+_NEEDS_MASK = ("BART's text infilling needs a <mask> and <s> .. </s> tokens, which the "
+               "{} tokenizer lacks; use bpe")
+register_family(ModelFamily(
+    name="bart", summary="BART, an encoder-decoder pretrained to reconstruct noised text "
+                         "(text infilling + sentence permutation, section V-B)",
+    objective=DENOISING, build=_build_for_training, default_tokenizer="bpe", bpe_style="roberta",
+    refused_tokenizers={"char": _NEEDS_MASK.format("char"),
+                        "wordpiece": _NEEDS_MASK.format("WordPiece")},
+    hf_architectures=("BartForConditionalGeneration", "MBartForConditionalGeneration")))
