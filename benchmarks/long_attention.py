@@ -37,8 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
-import minitorch_nlp.functional as F  # noqa: E402
+import minitorch_nlp.functional as F  # noqa: E402 - after the path set-up above
 from backends import (interleaved, median_ms, mt_runner, numba_available, peak_bytes,  # noqa: E402
                       pin_threads, torch_runner)
 from minitorch_nlp.attention import (BlockSparseAttention, LinformerAttention,  # noqa: E402

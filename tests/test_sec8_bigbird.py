@@ -9,7 +9,6 @@ seed reproduces the random blocks and the generator draws new ones; learning; th
 """
 from __future__ import annotations
 
-import functools
 
 import autograd
 import autograd.numpy as anp
@@ -19,9 +18,9 @@ from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
-from minitorch_nlp import nn
 from minitorch_nlp.attention import BlockSparseAttention, block_sparse_mask
 from minitorch_nlp.testing import strategies as S
+from tests.attention_core_checks import stack_learns
 from minitorch_nlp.testing.reference import long_attention as R
 
 pytestmark = [pytest.mark.sec8,
@@ -106,26 +105,8 @@ def test_a_seed_reproduces_the_random_blocks_and_the_generator_draws_new_ones():
 
 
 def test_an_encoder_with_the_core_learns_a_tiny_batch():
-    mt.manual_seed(0)
-    d, vocab, time = 16, 10, 16
-    layers = [nn.TransformerLayer(
-        nn.MultiHeadAttention(d, 2, core=BlockSparseAttention(4, 1, (0,), 1, seed=i)),
-        nn.FeedForward(d, 32), functools.partial(nn.LayerNorm, d), norm_first=True)
-        for i in range(2)]
-    embed, stack, head = nn.Embedding(vocab, d), nn.TransformerStack(layers), nn.Linear(d, vocab)
-    positions = nn.LearnedPositionalEmbedding(time, d)
-    modules = nn.ModuleList([embed, stack, head, positions])
-    ids = np.random.default_rng(0).integers(0, vocab, (4, time))
-    optimizer = mt.optim.AdamW(modules.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(40):
-        hidden = stack(positions(embed(mt.tensor(ids)))).last_hidden_state
-        loss = F.cross_entropy(head(hidden).reshape(-1, vocab), mt.tensor(ids.ravel()))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0] / 3
+    stack_learns([BlockSparseAttention(4, 1, (0,), 1, seed=i) for i in range(2)], causal=False,
+                 steps=40)
 
 
 @pytest.mark.parametrize("kwargs, message", [

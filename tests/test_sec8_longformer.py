@@ -24,6 +24,7 @@ from minitorch_nlp import nn
 from minitorch_nlp.attention.longformer import LongformerSelfAttention
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import long_attention as R
+from tests.model_checks import overfit
 
 pytestmark = [pytest.mark.sec8,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]
@@ -132,15 +133,11 @@ def test_an_encoder_with_global_cls_learns_a_tiny_batch():
     target = np.array([np.bincount(row[1:], minlength=vocab).argmax() for row in ids])
     is_global = np.zeros((8, time), dtype=bool)
     is_global[:, 0] = True
-    optimizer = mt.optim.AdamW(modules.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(60):
+    def loss():
         hidden = layer(embed(mt.tensor(ids)), global_attention_mask=is_global)
-        loss = F.cross_entropy(head(hidden[:, 0]), mt.tensor(target))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+        return F.cross_entropy(head(hidden[:, 0]), mt.tensor(target))
+
+    losses = overfit(modules, loss, 60, lr=1e-2)
     assert losses[-1] < losses[0] / 3
 
 

@@ -22,6 +22,7 @@ import minitorch_nlp.functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.attention import SparseTransformerAttention, alternating_sparse_cores
 from minitorch_nlp.testing import strategies as S
+from tests.attention_core_checks import stack_learns
 from minitorch_nlp.testing.reference import sparse_transformer as R
 
 pytestmark = [pytest.mark.sec9,
@@ -190,26 +191,7 @@ def test_numba_backend_matches_numpy():
 
 
 def test_a_decoder_stack_with_the_alternating_cores_learns_a_tiny_batch():
-    mt.manual_seed(0)
-    d, vocab = 16, 11
-    layers = [nn.TransformerLayer(nn.MultiHeadAttention(d, 2, core=core),
-                                  nn.FeedForward(d, 32), functools.partial(nn.LayerNorm, d),
-                                  norm_first=True, causal=True)
-              for core in alternating_sparse_cores(2, 4)]
-    embed, stack, head = nn.Embedding(vocab, d), nn.TransformerStack(layers), nn.Linear(d, vocab)
-    positions = nn.LearnedPositionalEmbedding(16, d)
-    modules = nn.ModuleList([embed, stack, head, positions])
-    ids = np.random.default_rng(0).integers(0, vocab, (4, 16))
-    optimizer = mt.optim.AdamW(modules.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(60):
-        hidden = stack(positions(embed(mt.tensor(ids[:, :-1])))).last_hidden_state
-        loss = F.cross_entropy(head(hidden).reshape(-1, vocab), mt.tensor(ids[:, 1:].ravel()))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0] / 3
+    stack_learns(alternating_sparse_cores(2, 4), causal=True, steps=60)
 
 
 def test_dropout_acts_while_training_only():

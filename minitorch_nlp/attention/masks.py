@@ -27,9 +27,9 @@ from .. import checks, cookbook
 from ..autograd import dtypes
 from ..autograd import random as mt_random
 
-__all__ = ["PermutationMasks", "block_sparse_layout", "block_sparse_mask", "bucket_mask", "causal_mask", "combine",
-           "fixed_mask", "global_mask", "padding_mask", "permutation_mask", "prefix_lm_mask",
-           "sliding_window_mask", "strided_mask", "to_bias"]
+__all__ = ["PermutationMasks", "block_sparse_layout", "block_sparse_mask", "bucket_mask",
+           "causal_mask", "combine", "fixed_mask", "global_mask", "padding_mask",
+           "permutation_mask", "prefix_lm_mask", "sliding_window_mask", "strided_mask", "to_bias"]
 
 PermutationMasks = namedtuple("PermutationMasks", ["content", "query"])
 PermutationMasks.__doc__ = """XLNet's two-stream masks: ``content`` (h, position z_t sees
