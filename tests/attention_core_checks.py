@@ -1,5 +1,6 @@
-"""What every efficient attention core's tests share: a tiny Transformer stack built around the
-cores learns a tiny batch."""
+"""What every efficient attention core's tests share: float64 leaves, the tolerance of the
+comparisons with the references, and a tiny Transformer stack built around the cores that
+learns a tiny batch."""
 from __future__ import annotations
 
 import functools
@@ -10,6 +11,13 @@ import minitorch_nlp as mt
 import minitorch_nlp.functional as F
 from minitorch_nlp import nn
 from tests.model_checks import overfit
+
+TOL = dict(rtol=1e-7, atol=1e-10)
+
+
+def t64(array, requires_grad=True):
+    """``array`` as a float64 tensor (a leaf that records its gradient, by default)."""
+    return mt.tensor(array, dtype=mt.float64, requires_grad=requires_grad)
 
 
 def stack_learns(cores, *, causal, steps, factor=3.0, d=16, vocab=11, time=16, lr=1e-2):

@@ -24,12 +24,12 @@ from minitorch_nlp import nn
 from minitorch_nlp.attention.longformer import LongformerSelfAttention
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import long_attention as R
+from tests.attention_core_checks import TOL
 from tests.model_checks import overfit
 
 pytestmark = [pytest.mark.sec8,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]
 
-TOL = dict(rtol=1e-7, atol=1e-10)
 NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "qg": "query_global",
          "kg": "key_global", "vg": "value_global", "o": "out_proj"}
 

@@ -22,17 +22,11 @@ import minitorch_nlp.functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.attention import LinformerAttention, linformer_cores
 from minitorch_nlp.testing import strategies as S
-from tests.attention_core_checks import stack_learns
+from tests.attention_core_checks import TOL, stack_learns, t64
 from minitorch_nlp.testing.reference import linformer as R
 
 pytestmark = [pytest.mark.sec9,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]
-
-TOL = dict(rtol=1e-7, atol=1e-10)
-
-
-def t64(array):
-    return mt.tensor(array, dtype=mt.float64, requires_grad=True)
 
 
 @pytest.mark.eq(111)

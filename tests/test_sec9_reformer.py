@@ -26,16 +26,11 @@ from minitorch_nlp import nn
 from minitorch_nlp.attention import LSHAttention, bucket_mask
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import lsh as R
+from tests.attention_core_checks import TOL, t64
 from tests.model_checks import overfit
 
 pytestmark = [pytest.mark.sec9,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]
-
-TOL = dict(rtol=1e-7, atol=1e-10)
-
-
-def t64(array, requires_grad=True):
-    return mt.tensor(array, dtype=mt.float64, requires_grad=requires_grad)
 
 
 # ---- LSH attention, eq 96-103 --------------------------------------------------------------------
