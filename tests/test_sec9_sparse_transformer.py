@@ -4,7 +4,8 @@ The core ``SparseTransformerAttention`` (grouped dense products, never n x n) ag
 set-by-set references of ``minitorch_nlp/testing/reference/sparse_transformer.py`` (float64
 values and gradients); then what holds by construction: the merged pattern with l >= n is full
 causal attention, the dense fall-back (masks, weights, a cache) agrees with the grouped path,
-the memory stays far below n^2, and a stack with the core learns; then the errors.
+the memory stays far below n^2, every efficient core (this one, LSH, Linformer, Performer,
+BigBird) gives the same on the numba backend, and a stack with the core learns; then the errors.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
+from minitorch_nlp import attention as A
 from minitorch_nlp import nn
 from minitorch_nlp.attention import SparseTransformerAttention, alternating_sparse_cores
 from minitorch_nlp.testing import strategies as S
@@ -173,14 +175,20 @@ def test_memory_is_a_small_fraction_of_full_attention():
     assert sparse < full / 10
 
 
-def test_numba_backend_matches_numpy():
+@pytest.mark.parametrize("make_core, causal", [
+    (lambda: SparseTransformerAttention(3, "fixed", summary=2), True),
+    (lambda: A.LSHAttention(2, 4, 2, seed=0), True),
+    (lambda: A.LinformerAttention(12, 5), False),
+    (lambda: A.PerformerAttention(4, 8, generator=mt.Generator(0)), True),
+    (lambda: A.BlockSparseAttention(3, 1, (0,), 1, seed=0), False),
+], ids=["sparse_transformer", "lsh", "linformer", "performer", "bigbird"])
+def test_every_core_gives_the_same_on_the_numba_backend(make_core, causal):
     pytest.importorskip("numba")
-    rng = np.random.default_rng(0)
-    arrays = rng.standard_normal((3, 1, 2, 11, 4))
-    core = SparseTransformerAttention(3, "fixed", summary=2)
-    expected, _ = core(*(mt.tensor(a) for a in arrays), causal=True)
+    arrays = np.random.default_rng(0).standard_normal((3, 1, 2, 12, 4))
+    core = make_core()
+    expected, _ = core(*(mt.tensor(a) for a in arrays), causal=causal)
     with mt.backend("numba"):
-        out, _ = core(*(mt.tensor(a) for a in arrays), causal=True)
+        out, _ = core.to("numba")(*(mt.tensor(a) for a in arrays), causal=causal)
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
