@@ -13,6 +13,8 @@ Each runner does forward + backward of one attention call, batch 1, ``--heads`` 
 * strided l=sqrt(n): ``SparseTransformerAttention`` (merged strided pattern, eq 94), causal;
 * linformer k=K: ``LinformerAttention`` (headwise sharing), bidirectional (it cannot be causal);
 * performer m=M: ``PerformerAttention``, causal (prefix sums in chunks of 64);
+* bigbird b=64: ``BlockSparseAttention``, blocks of 64, window 3, global 2, random 3 blocks
+  (BigBird-ITC's shape), causal;
 * lsh m=C: ``LSHAttention``, one hashing round, chunks of C, n / C buckets (about one chunk
   per bucket, the Reformer's choice), causal;
 * pytorch sdpa: ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)`` on the CPU,
@@ -35,12 +37,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
-import minitorch_nlp.functional as F  # noqa: E402
+import minitorch_nlp.functional as F  # noqa: E402 - after the path set-up above
 from backends import (interleaved, median_ms, mt_runner, numba_available, peak_bytes,  # noqa: E402
                       pin_threads, torch_runner)
-from minitorch_nlp.attention import (LinformerAttention, LSHAttention,  # noqa: E402
-                                     PerformerAttention, SparseTransformerAttention)
+from minitorch_nlp.attention import (BlockSparseAttention, LinformerAttention,  # noqa: E402
+                                     LSHAttention, PerformerAttention,
+                                     SparseTransformerAttention)
 
 
 def runners_for(n, args, torch, have_numba):
@@ -51,6 +53,7 @@ def runners_for(n, args, torch, have_numba):
     strided = SparseTransformerAttention(stride)
     linformer = LinformerAttention(n, args.rank)
     performer = PerformerAttention(d, args.features)
+    bigbird = BlockSparseAttention(64, 3, (0, -1), 3, seed=0)
     lsh = LSHAttention(max(2, 2 * (n // args.chunk // 2)), args.chunk, seed=0)
     table = {
         "full (numpy)": (3 * h * n * n * 4, lambda *a: mt_runner(
@@ -61,6 +64,8 @@ def runners_for(n, args, torch, have_numba):
             "numpy", lambda q, k, v: linformer(q, k, v)[0], *a)),
         f"performer m={args.features}": (8 * h * n * args.features * 4, lambda *a: mt_runner(
             "numpy", lambda q, k, v: performer(q, k, v, causal=True)[0], *a)),
+        "bigbird b=64": (12 * h * n * 8 * 64 * 4, lambda *a: mt_runner(
+            "numpy", lambda q, k, v: bigbird(q, k, v, causal=True)[0], *a)),
         f"lsh m={args.chunk}": (12 * h * n * 2 * args.chunk * 4, lambda *a: mt_runner(
             "numpy", lambda q, k, v: lsh(q, k, v, causal=True)[0], *a)),
     }

@@ -39,6 +39,7 @@ EXAMPLES = {
     "char_transformer_xl": (8, "VIII-B"),
     "electra_vs_bert": (9, "IX-D"),
     "t5_text_to_text": (5, None),
+    "long_attention": (9, None),
 }
 
 _ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX"}

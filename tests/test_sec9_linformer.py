@@ -22,16 +22,11 @@ import minitorch_nlp.functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.attention import LinformerAttention, linformer_cores
 from minitorch_nlp.testing import strategies as S
+from tests.attention_core_checks import TOL, stack_learns, t64
 from minitorch_nlp.testing.reference import linformer as R
 
 pytestmark = [pytest.mark.sec9,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]
-
-TOL = dict(rtol=1e-7, atol=1e-10)
-
-
-def t64(array):
-    return mt.tensor(array, dtype=mt.float64, requires_grad=True)
 
 
 @pytest.mark.eq(111)
@@ -117,25 +112,7 @@ def test_a_layerwise_shared_stack_saves_and_reloads_its_one_projection(tmp_path)
 
 def test_an_encoder_with_the_core_learns_a_tiny_batch():
     """Copy each input token to the output through two Linformer layers (n = 16, k = 8)."""
-    mt.manual_seed(0)
-    d, vocab, time = 16, 10, 16
-    layers = [nn.TransformerLayer(nn.MultiHeadAttention(d, 2, core=core), nn.FeedForward(d, 32),
-                                  functools.partial(nn.LayerNorm, d), norm_first=True)
-              for core in linformer_cores(2, time, 8, sharing="headwise")]
-    embed, stack, head = nn.Embedding(vocab, d), nn.TransformerStack(layers), nn.Linear(d, vocab)
-    positions = nn.LearnedPositionalEmbedding(time, d)
-    modules = nn.ModuleList([embed, stack, head, positions])
-    ids = np.random.default_rng(0).integers(0, vocab, (4, time))
-    optimizer = mt.optim.AdamW(modules.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(40):
-        hidden = stack(positions(embed(mt.tensor(ids)))).last_hidden_state
-        loss = F.cross_entropy(head(hidden).reshape(-1, vocab), mt.tensor(ids.ravel()))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0] / 3
+    stack_learns(linformer_cores(2, 16, 8, sharing="headwise"), causal=False, steps=40)
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -10,7 +10,6 @@ schedule, saving, learning and the errors.
 """
 from __future__ import annotations
 
-import functools
 
 import autograd
 import autograd.numpy as anp
@@ -20,20 +19,14 @@ from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
-from minitorch_nlp import nn
 from minitorch_nlp.attention import PerformerAttention
 from minitorch_nlp.attention.performer import gaussian_features, positive_random_features
 from minitorch_nlp.testing import strategies as S
+from tests.attention_core_checks import TOL, stack_learns, t64
 from minitorch_nlp.testing.reference import performer as R
 
 pytestmark = [pytest.mark.sec9,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]
-
-TOL = dict(rtol=1e-7, atol=1e-10)
-
-
-def t64(array):
-    return mt.tensor(array, dtype=mt.float64, requires_grad=True)
 
 
 @given(st.data())
@@ -148,26 +141,7 @@ def test_orthogonal_features_are_orthogonal_within_blocks():
 
 
 def test_a_decoder_with_the_causal_core_learns_a_tiny_batch():
-    mt.manual_seed(0)
-    d, vocab = 16, 11
-    layers = [nn.TransformerLayer(
-        nn.MultiHeadAttention(d, 2, core=PerformerAttention(8, 16, chunk=4)),
-        nn.FeedForward(d, 32), functools.partial(nn.LayerNorm, d), norm_first=True, causal=True)
-        for _ in range(2)]
-    embed, stack, head = nn.Embedding(vocab, d), nn.TransformerStack(layers), nn.Linear(d, vocab)
-    positions = nn.LearnedPositionalEmbedding(16, d)
-    modules = nn.ModuleList([embed, stack, head, positions])
-    ids = np.random.default_rng(0).integers(0, vocab, (4, 16))
-    optimizer = mt.optim.AdamW(modules.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(60):
-        hidden = stack(positions(embed(mt.tensor(ids[:, :-1])))).last_hidden_state
-        loss = F.cross_entropy(head(hidden).reshape(-1, vocab), mt.tensor(ids[:, 1:].ravel()))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0] / 3
+    stack_learns([PerformerAttention(8, 16, chunk=4) for _ in range(2)], causal=True, steps=60)
 
 
 def test_bad_input_is_refused():

@@ -12,7 +12,6 @@ ones (dropout included), with activation memory flat in depth; then learning and
 """
 from __future__ import annotations
 
-import functools
 import tracemalloc
 
 import autograd
@@ -27,15 +26,11 @@ from minitorch_nlp import nn
 from minitorch_nlp.attention import LSHAttention, bucket_mask
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import lsh as R
+from tests.attention_core_checks import TOL, t64
+from tests.model_checks import overfit
 
 pytestmark = [pytest.mark.sec9,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]
-
-TOL = dict(rtol=1e-7, atol=1e-10)
-
-
-def t64(array, requires_grad=True):
-    return mt.tensor(array, dtype=mt.float64, requires_grad=requires_grad)
 
 
 # ---- LSH attention, eq 96-103 --------------------------------------------------------------------
@@ -255,17 +250,13 @@ def test_a_reversible_lsh_decoder_learns_a_tiny_batch():
     embed, head = nn.Embedding(vocab, d), nn.Linear(2 * d, vocab)
     modules = nn.ModuleList([embed, stack, head])
     ids = np.random.default_rng(0).integers(0, vocab, (4, 16))
-    optimizer = mt.optim.AdamW(modules.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(60):
+    def loss():
         x = embed(mt.tensor(ids[:, :-1]))
         y1, y2 = stack(x, x, causal=True)
         logits = head(mt.concatenate([y1, y2], axis=-1))
-        loss = F.cross_entropy(logits.reshape(-1, vocab), mt.tensor(ids[:, 1:].ravel()))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+        return F.cross_entropy(logits.reshape(-1, vocab), mt.tensor(ids[:, 1:].ravel()))
+
+    losses = overfit(modules, loss, 60, lr=1e-2)
     assert losses[-1] < losses[0] / 2
 
 

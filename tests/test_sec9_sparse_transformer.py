@@ -4,7 +4,8 @@ The core ``SparseTransformerAttention`` (grouped dense products, never n x n) ag
 set-by-set references of ``minitorch_nlp/testing/reference/sparse_transformer.py`` (float64
 values and gradients); then what holds by construction: the merged pattern with l >= n is full
 causal attention, the dense fall-back (masks, weights, a cache) agrees with the grouped path,
-the memory stays far below n^2, and a stack with the core learns; then the errors.
+the memory stays far below n^2, every efficient core (this one, LSH, Linformer, Performer,
+BigBird) gives the same on the numba backend, and a stack with the core learns; then the errors.
 """
 from __future__ import annotations
 
@@ -19,19 +20,15 @@ from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
+from minitorch_nlp import attention as A
 from minitorch_nlp import nn
 from minitorch_nlp.attention import SparseTransformerAttention, alternating_sparse_cores
 from minitorch_nlp.testing import strategies as S
+from tests.attention_core_checks import TOL, stack_learns, t64
 from minitorch_nlp.testing.reference import sparse_transformer as R
 
 pytestmark = [pytest.mark.sec9,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]
-
-TOL = dict(rtol=1e-7, atol=1e-10)
-
-
-def t64(array):
-    return mt.tensor(array, dtype=mt.float64, requires_grad=True)
 
 
 def factors(pattern, time, stride, summary):
@@ -178,38 +175,25 @@ def test_memory_is_a_small_fraction_of_full_attention():
     assert sparse < full / 10
 
 
-def test_numba_backend_matches_numpy():
+@pytest.mark.parametrize("make_core, causal", [
+    (lambda: SparseTransformerAttention(3, "fixed", summary=2), True),
+    (lambda: A.LSHAttention(2, 4, 2, seed=0), True),
+    (lambda: A.LinformerAttention(12, 5), False),
+    (lambda: A.PerformerAttention(4, 8, generator=mt.Generator(0)), True),
+    (lambda: A.BlockSparseAttention(3, 1, (0,), 1, seed=0), False),
+], ids=["sparse_transformer", "lsh", "linformer", "performer", "bigbird"])
+def test_every_core_gives_the_same_on_the_numba_backend(make_core, causal):
     pytest.importorskip("numba")
-    rng = np.random.default_rng(0)
-    arrays = rng.standard_normal((3, 1, 2, 11, 4))
-    core = SparseTransformerAttention(3, "fixed", summary=2)
-    expected, _ = core(*(mt.tensor(a) for a in arrays), causal=True)
+    arrays = np.random.default_rng(0).standard_normal((3, 1, 2, 12, 4))
+    core = make_core()
+    expected, _ = core(*(mt.tensor(a) for a in arrays), causal=causal)
     with mt.backend("numba"):
-        out, _ = core(*(mt.tensor(a) for a in arrays), causal=True)
+        out, _ = core.to("numba")(*(mt.tensor(a) for a in arrays), causal=causal)
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_a_decoder_stack_with_the_alternating_cores_learns_a_tiny_batch():
-    mt.manual_seed(0)
-    d, vocab = 16, 11
-    layers = [nn.TransformerLayer(nn.MultiHeadAttention(d, 2, core=core),
-                                  nn.FeedForward(d, 32), functools.partial(nn.LayerNorm, d),
-                                  norm_first=True, causal=True)
-              for core in alternating_sparse_cores(2, 4)]
-    embed, stack, head = nn.Embedding(vocab, d), nn.TransformerStack(layers), nn.Linear(d, vocab)
-    positions = nn.LearnedPositionalEmbedding(16, d)
-    modules = nn.ModuleList([embed, stack, head, positions])
-    ids = np.random.default_rng(0).integers(0, vocab, (4, 16))
-    optimizer = mt.optim.AdamW(modules.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(60):
-        hidden = stack(positions(embed(mt.tensor(ids[:, :-1])))).last_hidden_state
-        loss = F.cross_entropy(head(hidden).reshape(-1, vocab), mt.tensor(ids[:, 1:].ravel()))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0] / 3
+    stack_learns(alternating_sparse_cores(2, 4), causal=True, steps=60)
 
 
 def test_dropout_acts_while_training_only():

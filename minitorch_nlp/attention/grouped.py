@@ -105,13 +105,18 @@ def merge_attentions(parts):
     return out, total.masked_fill(~seen, -np.inf)
 
 
-def ungroup(out, query_index, time):
-    """Grouped outputs (batch, heads, groups, queries, d) back to (batch, heads, time, d), when the
-    groups' queries are a permutation of ``range(time)`` (each position in exactly one group)."""
+def ungroup(out, query_index, time, valid=None):
+    """Grouped outputs (batch, heads, groups, queries, d) back to (batch, heads, time, d): every
+    position of ``range(time)`` must sit in exactly one query slot whose ``valid`` entry (a bool
+    array broadcastable to ``query_index``'s group axes; all slots when None) is True. Invalid
+    slots (padding groups to one size) are dropped."""
     batch, heads = out.shape[:2]
     flat = np.broadcast_to(query_index, (batch, heads) + query_index.shape[2:]).reshape(
         batch, heads, -1)
-    if flat.shape[-1] != time:
+    if valid is not None:
+        valid = np.broadcast_to(valid, query_index.shape[2:]).reshape(-1)
+        flat = np.where(valid, flat, time + np.arange(valid.size))     # invalid slots sort last
+    elif flat.shape[-1] != time:
         raise ValueError(f"ungroup: the groups hold {flat.shape[-1]} queries, the sequence {time}")
-    inverse = np.argsort(flat, axis=-1, kind="stable")
-    return _flat_rows(out.reshape(batch, heads, time, out.shape[-1]), inverse)
+    inverse = np.argsort(flat, axis=-1, kind="stable")[..., :time]
+    return _flat_rows(out.reshape(batch, heads, -1, out.shape[-1]), inverse)

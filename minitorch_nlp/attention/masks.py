@@ -27,9 +27,9 @@ from .. import checks, cookbook
 from ..autograd import dtypes
 from ..autograd import random as mt_random
 
-__all__ = ["PermutationMasks", "block_sparse_mask", "bucket_mask", "causal_mask", "combine",
-           "fixed_mask", "global_mask", "padding_mask", "permutation_mask", "prefix_lm_mask",
-           "sliding_window_mask", "strided_mask", "to_bias"]
+__all__ = ["PermutationMasks", "block_sparse_layout", "block_sparse_mask", "bucket_mask",
+           "causal_mask", "combine", "fixed_mask", "global_mask", "padding_mask",
+           "permutation_mask", "prefix_lm_mask", "sliding_window_mask", "strided_mask", "to_bias"]
 
 PermutationMasks = namedtuple("PermutationMasks", ["content", "query"])
 PermutationMasks.__doc__ = """XLNet's two-stream masks: ``content`` (h, position z_t sees
@@ -207,19 +207,32 @@ def block_sparse_mask(time, block, *, num_window_blocks=3, global_blocks=(0,),
     query block, among those the window and global parts leave out (all of them if fewer are
     left), from ``generator`` (an ``mt.Generator``; the default generator when None).
     ``global_blocks`` are block indices (negative ones count from the end: ``(0, -1)`` makes the
-    first and last blocks global, as BigBird-ITC). Shape ``(time, time)``."""
+    first and last blocks global, as BigBird-ITC). Shape ``(time, time)``; ``block_sparse_layout``
+    gives the (blocks, blocks) pattern itself."""
     builder = "block_sparse_mask"
     time = checks.int_at_least(time, 1, "time", builder)
     block = checks.int_at_least(block, 1, "block", builder)
     if time % block:
         raise ValueError(f"{builder}: time {time} is not a multiple of block {block}; pad the "
                          "sequence to a multiple of the block size")
+    layout, _ = block_sparse_layout(time // block, num_window_blocks=num_window_blocks,
+                                    global_blocks=global_blocks,
+                                    num_random_blocks=num_random_blocks, generator=generator,
+                                    builder=builder)
+    return layout.repeat(block, axis=0).repeat(block, axis=1)
+
+
+def block_sparse_layout(blocks, *, num_window_blocks=3, global_blocks=(0,), num_random_blocks=0,
+                        generator=None, builder="block_sparse_layout"):
+    """BigBird's pattern over blocks (see ``block_sparse_mask``): a (blocks, blocks) bool array,
+    True where query block I attends key block J, and the (blocks,) bool array of global
+    blocks."""
+    blocks = checks.int_at_least(blocks, 1, "blocks", builder)
     window = checks.int_at_least(num_window_blocks, 1, "num_window_blocks", builder)
     if window % 2 == 0:
         raise ValueError(f"{builder}: num_window_blocks must be odd (a block and as many "
                          f"neighbours on each side), got {window}")
     num_random = checks.int_at_least(num_random_blocks, 0, "num_random_blocks", builder)
-    blocks = time // block
     chosen = _int_array(builder, "global_blocks", global_blocks, (1,))
     _check_range(builder, "global_blocks", chosen, -blocks, blocks - 1,
                  f"there are {blocks} blocks")
@@ -234,7 +247,7 @@ def block_sparse_mask(time, block, *, num_window_blocks=3, global_blocks=(0,),
             left_out = np.flatnonzero(~allowed[row])
             picked = rng.choice(left_out, size=min(num_random, left_out.size), replace=False)
             allowed[row, picked] = True
-    return allowed.repeat(block, axis=0).repeat(block, axis=1)
+    return allowed, is_global
 
 
 def _factorized(local, other, factorized):

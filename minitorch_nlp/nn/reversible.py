@@ -123,8 +123,9 @@ class ReversibleStack(Module):
     """Reversible blocks in turn (the Reformer's layers). ``forward(x1, x2, **kwargs)`` returns
     (Y1, Y2) of the last block; with ``recompute=True`` (the default, while gradients are
     recorded) no block's activations are kept: backward rebuilds them from the outputs (eq 105)
-    and recomputes F and G, the random draws (dropout, LSH rotations) replayed from the
-    generator's saved state. ``recompute=False`` records the graph as usual (for comparison).
+    and recomputes F and G, the random draws (dropout, LSH rotations) replayed from the default
+    generator's saved state (a part drawing from its own ``mt.Generator`` would draw anew: give
+    it a seed instead). ``recompute=False`` records the graph as usual (for comparison).
     Gradients through the stack are first order only."""
 
     def __init__(self, blocks, recompute=True):

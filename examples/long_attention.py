@@ -1,0 +1,202 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Long and efficient attention: what each core attends, and what it costs
+#
+# Full attention compares every query with every key, n^2 pairs. The cores of
+# `minitorch_nlp.attention` avoid that (the survey's section IX):
+#
+# * the **Sparse Transformer** (eq 92-95) attends index sets of about 2 sqrt(n) keys, strided or
+#   fixed, in groups of small dense products;
+# * the **Reformer** (eq 96-103) hashes shared query-keys into buckets, sorts by bucket and
+#   attends within chunks of the sorted order;
+# * **Linformer** (eq 111) projects the n keys and values to k along the sequence;
+# * the **Performer** replaces exp(q . k) by a product of positive random features, so that
+#   attention is phi(Q) (phi(K)^T V), never forming the n x n matrix.
+#
+# Each is a `core` of `nn.MultiHeadAttention`, so any model takes it. This script draws which
+# keys each query really attends (from the cores' own weights, not from a mask builder), then
+# times forward + backward and traces the peak memory of each core as n grows, and fits the
+# log-log slope (2 for full attention, about 1.5 for sqrt(n) patterns, 1 for linear ones).
+#
+# ```
+# python examples/long_attention.py            # about a minute
+# python examples/long_attention.py --smoke    # seconds
+# ```
+#
+# Outputs go to `--out` (default `runs/long_attention`): `attended.png`, `scaling.png` and
+# `metrics.json`.
+
+# %%
+from __future__ import annotations
+
+import gc
+import math
+import time
+import tracemalloc
+
+import numpy as np
+from matplotlib.figure import Figure
+
+import minitorch_nlp as mt
+import minitorch_nlp.functional as F
+from minitorch_nlp import attention as A
+from minitorch_nlp import plots, scripting
+
+SETTINGS = {
+    "full": dict(picture_time=32, lengths=[256, 512, 1024, 2048, 4096], head_dim=32),
+    "smoke": dict(picture_time=16, lengths=[128, 256, 512], head_dim=16),
+}
+
+
+def parse_args(argv=None):
+    return scripting.example_parser(
+        "long_attention", "Draw what each efficient attention core attends and measure its "
+        "time and memory against the sequence length", backend=False).parse_args(argv)
+
+
+# %% [markdown]
+# ## What each query attends
+#
+# The pictures are the nonzero weights of each core on random inputs (`need_weights=True`):
+# the Sparse Transformer's merged strided and fixed patterns (eq 94), its two factors given to
+# alternate heads (eq 95: head 0 the previous l positions, head 1 every l-th), and the
+# Reformer's LSH pairs for vectors drawn around three centres, two hashing rounds: queries see
+# the keys of their bucket within their chunk and the previous one, never themselves unless
+# alone (eq 96-99).
+
+# %%
+def attended(cfg, seed):
+    n = cfg["picture_time"]
+    stride = int(math.sqrt(n))
+    rng = np.random.default_rng(seed)
+    q, k, v = (mt.tensor(a) for a in rng.standard_normal((3, 1, 2, n, 8)))
+    pictures = {}
+    for title, core in [
+            (f"strided, merged (l = {stride})", A.SparseTransformerAttention(stride)),
+            (f"fixed, merged (l = {stride}, c = 1)", A.SparseTransformerAttention(stride, "fixed")),
+            (f"strided, per head (l = {stride})",
+             A.SparseTransformerAttention(stride, combine="heads"))]:
+        _, weights = core(q, k, v, causal=True, need_weights=True)
+        heads = range(2) if core.combine == "heads" else range(1)
+        for h in heads:
+            name = title if core.combine != "heads" else f"{title}: head {h}"
+            pictures[name] = weights.numpy()[0, h] != 0
+    centres = rng.standard_normal((3, 8))
+    clustered = centres[rng.integers(0, 3, n)] + 0.3 * rng.standard_normal((n, 8))
+    lsh = A.LSHAttention(4, 4, num_rounds=2, seed=seed)
+    pictures["LSH: 4 buckets, chunks of 4, 2 rounds"] = lsh.pairs(clustered[None, None])[0, 0]
+    return pictures
+
+
+# %% [markdown]
+# ## What it costs
+#
+# Forward + backward of one attention call (batch 1, 2 heads, float32, NumPy backend), the
+# wall-clock time and the peak of NumPy allocations (tracemalloc), for full causal attention
+# (the fused kernel, which keeps the n x n probabilities) and each core. The slope of
+# log(cost) against log(n) says how the cost grows: 2 is quadratic, 1 linear.
+# `benchmarks/long_attention.py` runs the same to 16k tokens beside PyTorch.
+
+# %%
+def cores(n, head_dim, seed):
+    stride = max(1, round(math.sqrt(n)))
+    sparse = A.SparseTransformerAttention(stride)
+    lsh = A.LSHAttention(max(2, 2 * (n // 64 // 2)), 64, seed=seed)
+    linformer = A.LinformerAttention(n, 64)
+    performer = A.PerformerAttention(head_dim, 64)
+    return {
+        "full (causal)": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True),
+        "strided l=sqrt(n)": lambda q, k, v: sparse(q, k, v, causal=True)[0],
+        "LSH chunks of 64": lambda q, k, v: lsh(q, k, v, causal=True)[0],
+        "Linformer k=64": lambda q, k, v: linformer(q, k, v)[0],
+        "Performer m=64 (causal)": lambda q, k, v: performer(q, k, v, causal=True)[0],
+    }
+
+
+def measure(attend, q, k, v):
+    """(seconds, peak bytes) of forward + backward."""
+    gc.collect()
+    tracemalloc.start()
+    start = time.perf_counter()
+    attend(q, k, v).sum().backward()
+    seconds = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    for t in (q, k, v):
+        t.grad = None
+    return seconds, peak
+
+
+def scaling(cfg, seed):
+    rng = np.random.default_rng(seed)
+    results = {}
+    for n in cfg["lengths"]:
+        q, k, v = (mt.tensor(a.astype(np.float32), requires_grad=True)
+                   for a in rng.standard_normal((3, 1, 2, n, cfg["head_dim"])))
+        for name, attend in cores(n, cfg["head_dim"], seed).items():
+            measure(attend, q, k, v)                              # warm up
+            seconds, peak = measure(attend, q, k, v)
+            results.setdefault(name, {})[n] = {"seconds": seconds, "peak_mb": peak / 2**20}
+    return results
+
+
+def slope(by_length, key):
+    lengths = sorted(by_length)
+    return float(np.polyfit(np.log(lengths), np.log([by_length[n][key] for n in lengths]), 1)[0])
+
+
+def plot_scaling(results, path):
+    figure = Figure(figsize=(11, 4.2), layout="constrained")
+    for ax, key, label in zip(figure.subplots(1, 2), ("seconds", "peak_mb"),
+                              ("forward + backward (s)", "peak NumPy memory (MB)")):
+        for name, by_length in results.items():
+            lengths = sorted(by_length)
+            ax.plot(lengths, [by_length[n][key] for n in lengths], marker="o",
+                    label=f"{name} (slope {slope(by_length, key):.2f})")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length n")
+        ax.set_ylabel(label)
+        ax.legend(fontsize="small")
+    figure.suptitle("cost of one attention call against n")
+    plots.save(figure, path)
+
+
+# %%
+def main(argv=None):
+    args = parse_args(argv)
+    cfg, out = scripting.start(args, SETTINGS)
+    pictures = attended(cfg, args.seed)
+    A.draw_masks(pictures, out / "attended.png", columns=3)
+    results = scaling(cfg, args.seed)
+    plot_scaling(results, out / "scaling.png")
+    print("core".ljust(26) + "".join(f"ms at n={n}".rjust(14) for n in cfg["lengths"])
+          + "  time slope  memory slope")
+    for name, by_length in results.items():
+        print(name.ljust(26) + "".join(f"{by_length[n]['seconds'] * 1e3:>14.1f}"
+                                       for n in cfg["lengths"])
+              + f"{slope(by_length, 'seconds'):>12.2f}{slope(by_length, 'peak_mb'):>14.2f}")
+    summary = {
+        "smoke": args.smoke, "seed": args.seed, "pictures": ["attended.png", "scaling.png"],
+        "attended_fraction": {name: float(mask.mean()) for name, mask in pictures.items()},
+        "scaling": {name: {str(n): v for n, v in by_length.items()}
+                    for name, by_length in results.items()},
+        "slopes": {name: {"time": slope(by_length, "seconds"),
+                          "memory": slope(by_length, "peak_mb")}
+                   for name, by_length in results.items()},
+    }
+    scripting.write_metrics(out, summary)
+    print(f"wrote attended.png, scaling.png and metrics.json to {out}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
