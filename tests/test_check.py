@@ -37,7 +37,11 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(36, marks=[pytest.mark.eq(36), pytest.mark.sec6]),
     pytest.param(37, marks=[pytest.mark.eq(37), pytest.mark.sec6]),
     pytest.param(38, marks=[pytest.mark.eq(38), pytest.mark.sec6]),
-    pytest.param(39, marks=[pytest.mark.eq(39), pytest.mark.sec6])])
+    pytest.param(39, marks=[pytest.mark.eq(39), pytest.mark.sec6]),
+    pytest.param(41, marks=[pytest.mark.eq(41), pytest.mark.sec6]),
+    pytest.param(42, marks=[pytest.mark.eq(42), pytest.mark.sec6]),
+    pytest.param(43, marks=[pytest.mark.eq(43), pytest.mark.sec6]),
+    pytest.param(44, marks=[pytest.mark.eq(44), pytest.mark.sec6])])
 def test_the_librarys_implementation_passes_its_check(number):
     result = check_equation(number, specs[number].library_function())
     assert result.number == number and result.examples > 0

@@ -1,3 +1,4 @@
 """Model size reduction, the survey's section VI: knowledge distillation (a small student trained
 to match a large teacher), pruning and quantisation."""
 from .distillation import *  # noqa: F401,F403
+from .tinybert import *  # noqa: F401,F403
