@@ -41,7 +41,11 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(41, marks=[pytest.mark.eq(41), pytest.mark.sec6]),
     pytest.param(42, marks=[pytest.mark.eq(42), pytest.mark.sec6]),
     pytest.param(43, marks=[pytest.mark.eq(43), pytest.mark.sec6]),
-    pytest.param(44, marks=[pytest.mark.eq(44), pytest.mark.sec6])])
+    pytest.param(44, marks=[pytest.mark.eq(44), pytest.mark.sec6]),
+    pytest.param(45, marks=[pytest.mark.eq(45), pytest.mark.sec6]),
+    pytest.param(46, marks=[pytest.mark.eq(46), pytest.mark.sec6]),
+    pytest.param(47, marks=[pytest.mark.eq(47), pytest.mark.sec6]),
+    pytest.param(48, marks=[pytest.mark.eq(48), pytest.mark.sec6])])
 def test_the_librarys_implementation_passes_its_check(number):
     result = check_equation(number, specs[number].library_function())
     assert result.number == number and result.examples > 0

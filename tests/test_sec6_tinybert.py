@@ -144,7 +144,7 @@ def test_recorded_scores_are_the_attention_before_its_softmax():
                                    rtol=1e-5, atol=1e-6)
     model(ids)                                    # the hooks are gone: nothing more recorded
     assert len(record["attention_scores"]) == 2
-    with pytest.raises(TypeError, match="has no TransformerStack"):
+    with pytest.raises(TypeError, match="Linear has no TransformerStack"):
         with recorded_attention_scores(mt.nn.Linear(2, 2)):
             pass
 

@@ -2,3 +2,4 @@
 to match a large teacher), pruning and quantisation."""
 from .distillation import *  # noqa: F401,F403
 from .tinybert import *  # noqa: F401,F403
+from .mobilebert_losses import *  # noqa: F401,F403

@@ -34,12 +34,12 @@ from .. import cookbook
 from .. import functional as F
 from ..autograd import Tensor, as_tensor, tensor
 from ..io import load, save
-from ..nn import Module
+from ..nn import Module, TransformerStack
 from ..nn.outputs import ModelOutput
 
 __all__ = ["Distiller", "KnowledgeDistillationLoss", "TripleLoss", "check_temperature",
            "cosine_hidden_loss", "distillation_loss", "hard_target_loss", "soft_target_loss",
-           "temperature_softmax"]
+           "temperature_softmax", "transformer_stack"]
 
 IGNORE_INDEX = -100
 
@@ -238,6 +238,16 @@ class TripleLoss:
 
 
 # ---- the teacher-student loop --------------------------------------------------------------------
+def transformer_stack(model):
+    """The first ``nn.TransformerStack`` inside ``model``: its layers are what layer-wise
+    distillation (TinyBERT, MobileBERT) reads and freezes."""
+    for module in model.modules():
+        if isinstance(module, TransformerStack):
+            return module
+    raise TypeError(f"{type(model).__name__} has no TransformerStack (a stack of Transformer "
+                    "layers), which layer-wise distillation needs")
+
+
 def _vocab_size(model):
     config = getattr(model, "config", None)
     return getattr(config, "vocab_size", None)

@@ -31,9 +31,9 @@ import numpy as np
 
 from .. import cookbook
 from ..autograd import Tensor, as_tensor, empty, tensor
-from ..nn import Module, Parameter, TransformerStack, init
+from ..nn import Module, Parameter, init
 from ..nn.outputs import ModelOutput
-from .distillation import check_temperature, soft_target_loss
+from .distillation import check_temperature, soft_target_loss, transformer_stack
 
 __all__ = ["OBJECTIVES", "TinyBertLoss", "attention_loss", "check_layer_mapping",
            "embedding_loss", "hidden_state_loss", "prediction_loss", "recorded_attention_scores",
@@ -162,14 +162,6 @@ def prediction_loss(student_logits, teacher_logits, *, temperature=1.0):
     return soft_target_loss(student_logits, teacher_logits, temperature=temperature)
 
 
-def _transformer_stack(model):
-    for module in model.modules():
-        if isinstance(module, TransformerStack):
-            return module
-    raise TypeError(f"recorded_attention_scores: {type(model).__name__} has no TransformerStack "
-                    "whose attention could be recorded")
-
-
 @contextlib.contextmanager
 def recorded_attention_scores(model):
     """``with recorded_attention_scores(model) as record: model(...)``: afterwards
@@ -182,7 +174,7 @@ def recorded_attention_scores(model):
         scores.append((q @ k.swapaxes(-1, -2)) * (1.0 / math.sqrt(q.shape[-1])))
 
     handles = [layer.self_attn.core.register_forward_pre_hook(keep_scores, with_kwargs=True)
-               for layer in _transformer_stack(model).layers]
+               for layer in transformer_stack(model).layers]
     try:
         yield record
     finally:

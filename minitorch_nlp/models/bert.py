@@ -84,6 +84,7 @@ class BertConfig:
     classifier_dropout: float | None = None
 
     model_type = "bert"
+    activations = HIDDEN_ACT     # the hidden_act values the model implements
 
     def __post_init__(self):
         name = type(self).__name__
@@ -94,9 +95,9 @@ class BertConfig:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"{name}: hidden_size={self.hidden_size} is not a multiple of "
                              f"num_attention_heads={self.num_attention_heads}")
-        if self.hidden_act not in HIDDEN_ACT:
-            raise ValueError(f"{name}: hidden_act must be one of {sorted(HIDDEN_ACT)}, got "
-                             f"{self.hidden_act!r}")
+        if self.hidden_act not in self.activations:
+            raise ValueError(f"{name}: hidden_act must be one of {sorted(self.activations)}, "
+                             f"got {self.hidden_act!r}")
         for field in ("hidden_dropout_prob", "attention_probs_dropout_prob",
                       "classifier_dropout"):
             value = getattr(self, field)
@@ -214,15 +215,21 @@ class BertModel(Module):
                             f"{self.config_class.__name__}, got {type(config).__name__}")
         self.config = config
         self.embeddings = self.embeddings_class(config)
-        self.encoder = TransformerEncoder(
+        self.encoder = self.build_encoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        init_bert_weights(self, config.initializer_range)
+
+    @staticmethod
+    def build_encoder(config):
+        """The stack of layers: BERT's post-LN Transformer encoder (a subclass with other
+        layers, MobileBERT's, overrides this)."""
+        return TransformerEncoder(
             config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
             config.intermediate_size, dropout=config.hidden_dropout_prob,
             activation=HIDDEN_ACT[config.hidden_act], norm_first=False,
             layer_norm_eps=config.layer_norm_eps,
             attention_dropout=config.attention_probs_dropout_prob,
             activation_dropout=0.0)   # BERT drops the feed-forward output, not its hidden units
-        self.pooler = BertPooler(config) if add_pooling_layer else None
-        init_bert_weights(self, config.initializer_range)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 head_mask=None, output_hidden_states=False, output_attentions=False):
