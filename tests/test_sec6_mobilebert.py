@@ -2,7 +2,7 @@
 feed-forward networks and the 3-gram embedding under the shared model checks
 (``tests/model_checks.py``); the knowledge-transfer objective (eq 46-48; the equations themselves
 are the spec checks of ``tests/test_check.py``) in the auxiliary and the progressive strategies;
-the errors. Equality with HuggingFace: ``test_hf_mobilebert.py``."""
+the errors. Equality with HuggingFace: ``test_hf_distillation_students.py``."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +13,9 @@ import minitorch_nlp as mt
 from minitorch_nlp import optim
 from minitorch_nlp.compress import Distiller, MobileBertTransferLoss, freeze_layers_below
 from minitorch_nlp.models.mobilebert import (MobileBertConfig, MobileBertForMaskedLM,
-                                             MobileBertForPreTraining, MobileBertModel, NoNorm)
+                                             MobileBertForPreTraining,
+                                             MobileBertForSequenceClassification,
+                                             MobileBertModel, NoNorm)
 from tests.model_checks import Learning, ModelChecks, encoder_spec
 
 pytestmark = pytest.mark.sec6
@@ -61,6 +63,17 @@ class TestMobileBertModelChecks(ModelChecks):
         output="last_hidden_state", pad_filler=PAD, padding_token_type=1,
         skips={"learns": "no objective of its own; MobileBertForMaskedLM learns",
                "padding_left": LEFT_PADDING})
+
+
+class TestMobileBertForSequenceClassificationChecks(ModelChecks):
+    spec = encoder_spec(
+        "MobileBertForSequenceClassification",
+        build_with_dropout(MobileBertForSequenceClassification), vocab=(3, 23),
+        pad_filler=PAD, outputs_follow_ids=False,
+        learning=Learning(lambda: dict(masked_lm_batch(), labels=np.array([0, 1, 0])),
+                          lambda model, inputs: model(**inputs).loss, steps=60, factor=20,
+                          lr=1e-2),
+        skips={"padding_left": LEFT_PADDING})
 
 
 @pytest.mark.eq(45)

@@ -34,13 +34,13 @@ from ..autograd import concatenate, empty, ones, zeros
 from ..io.huggingface import Rule
 from ..nn import (Dropout, Embedding, FeedForward, LayerNorm, LearnedPositionalEmbedding, Linear,
                   Module, ModuleList, MultiHeadAttention, Parameter, TransformerStack, init)
-from ..nn.outputs import ModelOutput
-from .bert import (BertConfig, BertModel, _BertWithHead, masked_lm_loss,
-                   register_bert_architecture, weight_and_bias)
+from .bert import (BertConfig, BertForMaskedLM, BertForPreTraining,
+                   BertForSequenceClassification, BertModel, register_bert_architecture,
+                   weight_and_bias)
 
 __all__ = ["MobileBertConfig", "MobileBertEmbeddings", "MobileBertForMaskedLM",
-           "MobileBertForPreTraining", "MobileBertLMHead", "MobileBertLayer", "MobileBertModel",
-           "NoNorm", "no_norm"]
+           "MobileBertForPreTraining", "MobileBertForSequenceClassification", "MobileBertLMHead",
+           "MobileBertLayer", "MobileBertModel", "NoNorm", "no_norm"]
 
 
 @dataclass
@@ -263,60 +263,28 @@ class MobileBertLMHead(Module):
         return F.linear(x, decoder, self.bias)
 
 
-class _MobileBertWithHead(_BertWithHead):
-    base_model_class = MobileBertModel
-
-    def _add_lm_head(self):
-        self.mlm = MobileBertLMHead(self.config)
-        self._init_head(self.mlm)
-
-
-class MobileBertForMaskedLM(_MobileBertWithHead):
+class MobileBertForMaskedLM(BertForMaskedLM):
     """MobileBERT with the masked-LM head (no pooler). ``labels``: the original ids at masked
     positions, -100 elsewhere."""
 
-    def __init__(self, config):
-        super().__init__(config)
-        self._add_lm_head()
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, head_mask=None, output_hidden_states=False, output_attentions=False):
-        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, head_mask,
-                           output_hidden_states, output_attentions)
-        logits = self.mlm(out.last_hidden_state, self.word_embeddings)
-        loss = None if labels is None else masked_lm_loss(logits, labels)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
-                           attentions=out.attentions)
+    base_model_class = MobileBertModel
+    lm_head_class = MobileBertLMHead
 
 
-class MobileBertForPreTraining(_MobileBertWithHead):
+class MobileBertForPreTraining(BertForPreTraining):
     """MobileBERT with both of BERT's pretraining heads: masked LM on every token
     (``prediction_logits``) and next-sentence prediction on the pooled [CLS]
-    (``seq_relationship_logits``); ``loss`` is the sum of the two mean losses, as
-    ``BertForPreTraining``'s."""
+    (``seq_relationship_logits``); ``loss`` is the sum of the two mean losses."""
 
-    add_pooling_layer = True
+    base_model_class = MobileBertModel
+    lm_head_class = MobileBertLMHead
 
-    def __init__(self, config):
-        super().__init__(config)
-        self._add_lm_head()
-        self.nsp = Linear(config.hidden_size, 2)
-        self._init_head(self.nsp)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, next_sentence_label=None, output_hidden_states=False,
-                output_attentions=False):
-        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, None,
-                           output_hidden_states, output_attentions)
-        prediction_logits = self.mlm(out.last_hidden_state, self.word_embeddings)
-        seq_relationship_logits = self.nsp(out.pooler_output)
-        loss = None
-        if labels is not None and next_sentence_label is not None:
-            loss = (masked_lm_loss(prediction_logits, labels)
-                    + F.cross_entropy(seq_relationship_logits, next_sentence_label))
-        return ModelOutput(loss=loss, prediction_logits=prediction_logits,
-                           seq_relationship_logits=seq_relationship_logits,
-                           hidden_states=out.hidden_states, attentions=out.attentions)
+class MobileBertForSequenceClassification(BertForSequenceClassification):
+    """A label per sequence: dropout and a linear layer on the pooled [CLS], as
+    ``BertForSequenceClassification`` (and HuggingFace's MobileBERT head)."""
+
+    base_model_class = MobileBertModel
 
 
 # ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
@@ -369,6 +337,9 @@ register_bert_architecture(MobileBertModel, mobilebert_rules("", "", pooler=True
                            default_for_type=True)
 register_bert_architecture(MobileBertForMaskedLM, mobilebert_rules("mobilebert.", "bert.", False)
                            + MOBILEBERT_LM_HEAD_RULES)
+register_bert_architecture(MobileBertForSequenceClassification,
+                           mobilebert_rules("mobilebert.", "bert.", True)
+                           + weight_and_bias("classifier", "classifier"))
 register_bert_architecture(MobileBertForPreTraining,
                            mobilebert_rules("mobilebert.", "bert.", True)
                            + MOBILEBERT_LM_HEAD_RULES
