@@ -40,6 +40,7 @@ EXAMPLES = {
     "electra_vs_bert": (9, "IX-D"),
     "t5_text_to_text": (5, None),
     "long_attention": (9, None),
+    "distillation": (6, "VI-A DISTILLATION"),
 }
 
 _ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX"}

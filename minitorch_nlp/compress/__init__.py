@@ -2,3 +2,5 @@
 to match a large teacher, :mod:`.distillation`), pruning (:mod:`.pruning`) and quantisation
 (:mod:`.quantization`)."""
 from .distillation import *  # noqa: F401,F403
+from .tinybert import *  # noqa: F401,F403
+from .mobilebert_losses import *  # noqa: F401,F403

@@ -22,6 +22,7 @@ true labels (the hard targets), transfers that knowledge to a smaller model:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
@@ -33,11 +34,12 @@ from .. import cookbook
 from .. import functional as F
 from ..autograd import Tensor, as_tensor, tensor
 from ..io import load, save
+from ..nn import Module, TransformerStack
 from ..nn.outputs import ModelOutput
 
 __all__ = ["Distiller", "KnowledgeDistillationLoss", "TripleLoss", "check_temperature",
            "cosine_hidden_loss", "distillation_loss", "hard_target_loss", "soft_target_loss",
-           "temperature_softmax"]
+           "temperature_softmax", "transformer_stack"]
 
 IGNORE_INDEX = -100
 
@@ -236,6 +238,16 @@ class TripleLoss:
 
 
 # ---- the teacher-student loop --------------------------------------------------------------------
+def transformer_stack(model):
+    """The first ``nn.TransformerStack`` inside ``model``: its layers are what layer-wise
+    distillation (TinyBERT, MobileBERT) reads and freezes."""
+    for module in model.modules():
+        if isinstance(module, TransformerStack):
+            return module
+    raise TypeError(f"{type(model).__name__} has no TransformerStack (a stack of Transformer "
+                    "layers), which layer-wise distillation needs")
+
+
 def _vocab_size(model):
     config = getattr(model, "config", None)
     return getattr(config, "vocab_size", None)
@@ -250,7 +262,9 @@ class Distiller:
     batch)``. The teacher runs in evaluation mode with no graph recorded, and its parameters are
     frozen (``requires_grad=False``), so a backward pass reaches the student only. An objective
     may ask for extra outputs of both models with a ``model_kwargs`` dict
-    (``{"output_hidden_states": True}``).
+    (``{"output_hidden_states": True}``), and record more during their forward passes with a
+    ``capture(model)`` context manager whose dict is added to the outputs (TinyBERT's attention
+    scores).
 
     ``cache_dir``: the teacher's outputs for the batch called ``key`` are written there on the
     first call and read back afterwards (``teacher-<key>.npz`` with the inputs they belong to:
@@ -285,8 +299,11 @@ class Distiller:
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
 
     def parameters(self):
-        """The student's parameters (the teacher is frozen)."""
-        return self.student.parameters()
+        """The student's parameters, and the objective's when it has some (TinyBERT's W_h);
+        the teacher is frozen."""
+        yield from self.student.parameters()
+        if isinstance(self.objective, Module):
+            yield from self.objective.parameters()
 
     def model_inputs(self, batch):
         """The entries of ``batch`` both models take."""
@@ -313,13 +330,18 @@ class Distiller:
         save({"input_ids": ids, "outputs": dict(outputs)}, path)
         return outputs
 
+    def _run(self, model, batch):
+        """``model``'s output on ``batch`` with what the objective's ``capture(model)`` (when it
+        has one) recorded during the pass added to it."""
+        capture = getattr(self.objective, "capture", None)
+        with capture(model) if capture else contextlib.nullcontext({}) as recorded:
+            out = model(**self.model_inputs(batch), **getattr(self.objective, "model_kwargs", {}))
+        return ModelOutput(**out, **recorded)
+
     def _run_teacher(self, batch):
         with self.teacher.inference():
-            return self.teacher(**self.model_inputs(batch),
-                                **getattr(self.objective, "model_kwargs", {}))
+            return self._run(self.teacher, batch)
 
     def __call__(self, batch, key=None):
         teacher = self.teacher_outputs(batch, key)
-        student = self.student(**self.model_inputs(batch),
-                               **getattr(self.objective, "model_kwargs", {}))
-        return self.objective(student, teacher, batch)
+        return self.objective(self._run(self.student, batch), teacher, batch)

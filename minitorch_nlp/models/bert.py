@@ -84,6 +84,7 @@ class BertConfig:
     classifier_dropout: float | None = None
 
     model_type = "bert"
+    activations = HIDDEN_ACT     # the hidden_act values the model implements
 
     def __post_init__(self):
         name = type(self).__name__
@@ -94,9 +95,9 @@ class BertConfig:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"{name}: hidden_size={self.hidden_size} is not a multiple of "
                              f"num_attention_heads={self.num_attention_heads}")
-        if self.hidden_act not in HIDDEN_ACT:
-            raise ValueError(f"{name}: hidden_act must be one of {sorted(HIDDEN_ACT)}, got "
-                             f"{self.hidden_act!r}")
+        if self.hidden_act not in self.activations:
+            raise ValueError(f"{name}: hidden_act must be one of {sorted(self.activations)}, "
+                             f"got {self.hidden_act!r}")
         for field in ("hidden_dropout_prob", "attention_probs_dropout_prob",
                       "classifier_dropout"):
             value = getattr(self, field)
@@ -223,7 +224,7 @@ class BertModel(Module):
     def build_encoder(self, config):
         """The stack of ``num_hidden_layers`` encoder layers: post-LN, or with ``norm_first``
         pre-LN followed by a final LayerNorm (ALBERT overrides it to share layers across
-        depth)."""
+        depth, MobileBERT to use its bottleneck layers)."""
         return TransformerEncoder(
             config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
             config.intermediate_size, dropout=config.hidden_dropout_prob,
@@ -306,6 +307,7 @@ class _BertWithHead(Module):
 
     base_model_class = BertModel
     add_pooling_layer = False
+    lm_head_class = BertLMHead      # the masked-LM head of the heads that have one
 
     def __init__(self, config):
         super().__init__()
@@ -342,7 +344,7 @@ class BertForMaskedLM(_BertWithHead):
 
     def __init__(self, config):
         super().__init__(config)
-        self.mlm = BertLMHead(config, self.word_embeddings.shape[1])
+        self.mlm = self.lm_head_class(config, self.word_embeddings.shape[1])
         self._init_head(self.mlm)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
@@ -367,13 +369,15 @@ class BertForPreTraining(_BertWithHead):
 
     def __init__(self, config):
         super().__init__(config)
-        self.mlm = BertLMHead(config, self.word_embeddings.shape[1])
+        self.mlm = self.lm_head_class(config, self.word_embeddings.shape[1])
         self.nsp = Linear(config.hidden_size, 2)
         self._init_head(self.mlm, self.nsp)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, next_sentence_label=None):
-        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids)
+                labels=None, next_sentence_label=None, head_mask=None,
+                output_hidden_states=False, output_attentions=False):
+        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, head_mask,
+                           output_hidden_states, output_attentions)
         prediction_logits = self.mlm(out.last_hidden_state, self.word_embeddings)
         seq_relationship_logits = self.nsp(out.pooler_output)
         loss = None
@@ -381,7 +385,8 @@ class BertForPreTraining(_BertWithHead):
             loss = (masked_lm_loss(prediction_logits, labels)
                     + F.cross_entropy(seq_relationship_logits, next_sentence_label))
         return ModelOutput(loss=loss, prediction_logits=prediction_logits,
-                           seq_relationship_logits=seq_relationship_logits)
+                           seq_relationship_logits=seq_relationship_logits,
+                           hidden_states=out.hidden_states, attentions=out.attentions)
 
 
 class BertForSequenceClassification(_BertWithHead):
@@ -401,16 +406,18 @@ class BertForSequenceClassification(_BertWithHead):
         return encoded.pooler_output
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None):
-        pooled = self.sequence_representation(self._encode(input_ids, attention_mask,
-                                                           token_type_ids, position_ids))
-        logits = self.classifier(self.dropout(pooled))
+                labels=None, head_mask=None, output_hidden_states=False,
+                output_attentions=False):
+        encoded = self._encode(input_ids, attention_mask, token_type_ids, position_ids,
+                               head_mask, output_hidden_states, output_attentions)
+        logits = self.classifier(self.dropout(self.sequence_representation(encoded)))
         loss = None
         if labels is not None:
             loss = (F.mse_loss(logits[:, 0], tensor(labels, dtype=logits.dtype,
                                                     backend=logits.backend))
                     if self.config.num_labels == 1 else F.cross_entropy(logits, labels))
-        return ModelOutput(loss=loss, logits=logits)
+        return ModelOutput(loss=loss, logits=logits, hidden_states=encoded.hidden_states,
+                           attentions=encoded.attentions)
 
 
 class BertForTokenClassification(_BertWithHead):
@@ -598,10 +605,12 @@ register_bert_architecture(BertForQuestionAnswering, bert_rules("bert.", "bert."
 from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
 
 
-def _build_for_training(settings, tokenizer):
-    """A BERT encoder with its masked-LM head for a run's ``settings`` (``training.TrainConfig``):
-    feed-forward width 4 d, ``block_size`` positions, [CLS] and [SEP] included."""
-    return BertForMaskedLM(BertConfig(
+def _build_for_training(settings, tokenizer, model_class=None):
+    """A BERT encoder with its masked-LM head (``model_class``, default ``BertForMaskedLM``) for
+    a run's ``settings`` (``training.TrainConfig``): feed-forward width 4 d, ``block_size``
+    positions, [CLS] and [SEP] included."""
+    model_class = BertForMaskedLM if model_class is None else model_class
+    return model_class(model_class.base_model_class.config_class(
         vocab_size=len(tokenizer), hidden_size=settings.n_embd,
         num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
         intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,

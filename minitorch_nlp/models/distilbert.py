@@ -21,6 +21,7 @@ through the key map at the end of this file.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from .. import functional as F
@@ -200,23 +201,11 @@ register_bert_architecture(DistilBertForSequenceClassification,
 
 
 # ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
+from .bert import _NO_SPECIAL_TOKENS, _build_for_training  # noqa: E402 (this block only)
 from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
-
-
-def _build_for_training(settings, tokenizer):
-    """A DistilBERT with its masked-LM head for a run's ``settings`` (trained from scratch on
-    the masked-LM loss; ``compress.Distiller`` distils one from a BERT teacher)."""
-    return DistilBertForMaskedLM(DistilBertConfig(
-        vocab_size=len(tokenizer), hidden_size=settings.n_embd,
-        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
-        intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,
-        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
-        pad_token_id=tokenizer.pad_token_id))
-
 
 register_family(ModelFamily(
     name="distilbert", summary="a DistilBERT encoder (BERT without segments or pooler), masked LM",
-    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
-    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
-    hf_architectures=("DistilBertForMaskedLM",)))
+    objective=MASKED_LM, default_tokenizer="wordpiece", bpe_style="roberta",
+    build=functools.partial(_build_for_training, model_class=DistilBertForMaskedLM),
+    refused_tokenizers={"char": _NO_SPECIAL_TOKENS}, hf_architectures=("DistilBertForMaskedLM",)))

@@ -1,0 +1,101 @@
+"""DistilBERT and MobileBERT HuggingFace checkpoints: the tiny random models of
+``tests/fixtures/hf/make_distilbert_fixtures.py`` and ``make_mobilebert_fixtures.py`` give
+HuggingFace's outputs through ``from_pretrained``, and ``save_pretrained`` writes HuggingFace's
+keys, shapes and config fields back.
+
+NoNorm does not bound MobileBERT's activations, so every output is compared with a tolerance
+relative to its scale: 1e-4 x max(1, max |output|). Measured (float32): DistilBERT at most
+3.6e-6 (outputs up to 5.5), MobileBERT at most 2.0e-6 (outputs up to 5.4)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitorch_nlp as mt
+from minitorch_nlp.models.distilbert import DistilBertConfig
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+pytestmark = pytest.mark.sec6
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
+INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels", "next_sentence_label")
+ARCHITECTURES = {
+    "DistilBertModel": "distilbert", "DistilBertForMaskedLM": "distilbert",
+    "DistilBertForSequenceClassification": "distilbert",
+    "MobileBertModel": "mobilebert", "MobileBertForMaskedLM": "mobilebert",
+    "MobileBertForPreTraining": "mobilebert",
+}
+FIELDS = {
+    "distilbert": ("vocab_size", "dim", "n_layers", "n_heads", "hidden_dim",
+                   "max_position_embeddings", "activation", "dropout", "attention_dropout",
+                   "seq_classif_dropout", "pad_token_id", "sinusoidal_pos_embds"),
+    "mobilebert": ("vocab_size", "hidden_size", "embedding_size", "intra_bottleneck_size",
+                   "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                   "num_feedforward_networks", "hidden_act", "normalization_type",
+                   "trigram_input", "key_query_shared_bottleneck", "max_position_embeddings"),
+}
+
+
+def check_outputs(model, name):
+    arrays = dict(np.load(FIXTURES / name / "expected.npz"))
+    inputs = {key: arrays.pop(key) for key in INPUTS if key in arrays}
+    out = model(**inputs)
+    assert set(out) == set(arrays)
+    for key, value in arrays.items():
+        scale = max(1.0, float(np.abs(value).max()))
+        np.testing.assert_allclose(out[key].numpy(), value, rtol=0, atol=1e-4 * scale,
+                                   err_msg=f"{name}.{key}")
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_huggingface_checkpoints_give_huggingfaces_outputs(name):
+    model = mt.from_pretrained(FIXTURES / name)
+    assert type(model).__name__ == name and not model.training
+    check_outputs(model, name)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_save_pretrained_writes_huggingfaces_keys_and_reloads(name, tmp_path):
+    model = mt.from_pretrained(FIXTURES / name)
+    mt.save_pretrained(model, tmp_path)
+    ours = safetensors_numpy.load_file(tmp_path / "model.safetensors")
+    theirs = safetensors_numpy.load_file(FIXTURES / name / "model.safetensors")
+    assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in theirs.items()}
+    for key, value in theirs.items():
+        np.testing.assert_array_equal(ours[key], value, err_msg=key)
+    config = json.loads((tmp_path / "config.json").read_text())
+    original = json.loads((FIXTURES / name / "config.json").read_text())
+    model_type = ARCHITECTURES[name]
+    assert config["architectures"] == [name] and config["model_type"] == model_type
+    for field in FIELDS[model_type]:
+        assert config[field] == original[field], field
+    check_outputs(mt.from_pretrained(tmp_path), name)
+
+
+def test_distilbert_config_reads_huggingfaces_names():
+    config = DistilBertConfig.from_hf(json.loads(
+        (FIXTURES / "DistilBertForMaskedLM" / "config.json").read_text()))
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
+            config.intermediate_size, config.classifier_dropout) == (32, 2, 4, 64, 0.2)
+    assert "type_vocab_size" not in config.to_hf()
+
+
+@pytest.mark.parametrize("name, setting, message", [
+    ("DistilBertModel", {"sinusoidal_pos_embds": True},
+     "sinusoidal_pos_embds=True is not implemented"),
+    ("MobileBertModel", {"normalization_type": "layer_norm"},
+     "normalization_type='layer_norm' is not implemented; MobileBERT's setting is "
+     "normalization_type='no_norm'"),
+])
+def test_configurations_we_do_not_implement_are_named(name, setting, message, tmp_path):
+    directory = tmp_path / name
+    shutil.copytree(FIXTURES / name, directory)
+    hf_config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**hf_config, **setting}))
+    with pytest.raises(ValueError, match=message):
+        mt.from_pretrained(directory)
