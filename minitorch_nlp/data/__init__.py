@@ -9,7 +9,7 @@ from .corpus import load_text, stdlib_corpus
 from .masking import MaskedLMCollator, MaskedLMDataset, next_sentence_pairs, pack_full_sentences
 from .numbers import (LANGUAGES, MAX_NUMBER, number_tokens, number_translation_pairs,
                       number_translation_task, number_words, train_test_split_numbers)
-from .synthetic import addition_task, copy_task, reverse_task, sort_task
+from .synthetic import addition_task, copy_task, reverse_task, sort_task, sorted_or_not_task
 from .tokenizers import load_tokenizer
 from .vocab import Vocab
 
@@ -17,4 +17,5 @@ __all__ = ["LANGUAGES", "MAX_NUMBER", "MaskedLMCollator", "MaskedLMDataset", "Se
            "Vocab", "addition_task", "copy_task", "load_text", "load_tokenizer", "make_batches",
            "next_sentence_pairs", "number_tokens", "number_translation_pairs",
            "number_translation_task", "number_words", "pack_full_sentences", "pad_sequences",
-           "reverse_task", "sort_task", "stdlib_corpus", "train_test_split_numbers"]
+           "reverse_task", "sort_task", "sorted_or_not_task", "stdlib_corpus",
+           "train_test_split_numbers"]

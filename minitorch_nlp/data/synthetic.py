@@ -1,4 +1,5 @@
-"""Synthetic sequence-to-sequence tasks: copy, reverse, sort and multi-digit addition.
+"""Synthetic sequence-to-sequence tasks: copy, reverse, sort and multi-digit addition; and one
+classification task, sorted or not.
 
 Each task returns a list of ``(source_tokens, target_tokens)`` pairs (lists of str) and is
 deterministic given ``seed``. The number-words translation task lives in
@@ -76,3 +77,14 @@ def addition_task(n: int, max_digits: int, seed: int = 0) -> list[Pair]:
     operands = rng.integers(low, 10 ** digits)
     return [(list(str(a)) + ["+"] + list(str(b)), list(str(a + b)))
             for a, b in operands.tolist()]
+
+
+def sorted_or_not_task(n: int, length: int, alphabet: Sequence[str] = "abcdefghij",
+                       seed: int = 0) -> list[tuple[list[str], int]]:
+    """``n`` sequences of ``length`` symbols, each labelled 1 when it is sorted (by the symbols'
+    positions in ``alphabet``) and 0 otherwise: the even-numbered ones are :func:`sort_task`'s
+    sorted targets, the odd-numbered ones its random sources (labelled by whether they happen to
+    be sorted). Deciding it takes comparing neighbours, which attention must learn."""
+    pairs = sort_task(n, length, length, alphabet, seed)
+    return [(target, 1) if i % 2 == 0 else (source, int(source == target))
+            for i, (source, target) in enumerate(pairs)]
