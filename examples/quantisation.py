@@ -49,7 +49,7 @@ from minitorch_nlp.models.bert import BertConfig, BertForSequenceClassification 
 from minitorch_nlp.nn import Linear  # noqa: E402
 
 SETTINGS = {
-    "full": dict(length=8, layers=4, hidden=64, heads=4, ffn=128, train=4000, valid=1000,
+    "full": dict(length=8, layers=4, hidden=32, heads=4, ffn=64, train=4000, valid=1000,
                  batch=64, steps=600, lr=3e-3, qat_steps=100, hessian_batch=256,
                  power_iterations=20, timing_batch=64),
     "smoke": dict(length=6, layers=2, hidden=16, heads=2, ffn=32, train=256, valid=128,
