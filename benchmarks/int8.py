@@ -130,12 +130,14 @@ def pruned_runners(batch):
         f"BERT-base encoder layer, {batch}x{TOKENS} tokens")
 
 
-def report(title, times):
-    base = times["float32 numba"]
-    print(f"  {title}")
-    for name, seconds in times.items():
-        print(f"    {name:26s} {median_ms(seconds):9.2f} ms   "
-              f"float32 numba / this = {median_ratio(base, seconds):5.2f}x")
+def measure_and_report(suites, repeats, budget):
+    """Each suite's runners interleaved, then their median times and ratios."""
+    for runners, title in suites:
+        times = interleaved(runners, repeats, budget)
+        print(f"  {title}")
+        for name, seconds in times.items():
+            print(f"    {name:26s} {median_ms(seconds):9.2f} ms   float32 numba / this = "
+                  f"{median_ratio(times['float32 numba'], seconds):5.2f}x")
 
 
 def main() -> None:
@@ -149,8 +151,7 @@ def main() -> None:
               pruned_runners(args.batch)]
     for threads in args.threads:
         print(pin_threads(threads))
-        for runners, title in suites:
-            report(title, interleaved(runners, args.repeats, args.budget))
+        measure_and_report(suites, args.repeats, args.budget)
 
 
 if __name__ == "__main__":

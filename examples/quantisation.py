@@ -49,10 +49,12 @@ from minitorch_nlp.models.bert import BertConfig, BertForSequenceClassification 
 from minitorch_nlp.nn import Linear  # noqa: E402
 
 SETTINGS = {
-    "full": dict(length=8, layers=4, hidden=32, heads=4, ffn=64, train=4000, valid=1000,
+    "full": dict(length=8, model=dict(num_hidden_layers=4, hidden_size=32, num_attention_heads=4,
+                                      intermediate_size=64), train=4000, valid=1000,
                  batch=64, steps=600, lr=3e-3, qat_steps=100, hessian_batch=256,
                  power_iterations=20, timing_batch=64),
-    "smoke": dict(length=6, layers=2, hidden=16, heads=2, ffn=32, train=256, valid=128,
+    "smoke": dict(length=6, model=dict(num_hidden_layers=2, hidden_size=16, num_attention_heads=2,
+                                       intermediate_size=32), train=256, valid=128,
                   batch=32, steps=10, lr=3e-3, qat_steps=3, hessian_batch=16,
                   power_iterations=3, timing_batch=8),
 }
@@ -73,18 +75,9 @@ def parse_args(argv=None):
 # [CLS] followed by `length` letters, label 1 when they are in alphabetical order.
 
 # %%
-def encoded(n, length, seed):
-    """(ids, labels) of ``sorted_or_not_task``; ids start at 2 after padding (0) and [CLS] (1)."""
-    examples = sorted_or_not_task(n, length, ALPHABET, seed)
-    ids = [[1] + [2 + ALPHABET.index(s) for s in sequence] for sequence, _ in examples]
-    return np.array(ids), np.array([label for _, label in examples])
-
-
 def classifier(cfg):
-    config = BertConfig(vocab_size=len(ALPHABET) + 2, hidden_size=cfg["hidden"],
-                        num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
-                        intermediate_size=cfg["ffn"], max_position_embeddings=cfg["length"] + 1,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = BertConfig(vocab_size=len(ALPHABET) + 2, max_position_embeddings=cfg["length"] + 1,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **cfg["model"])
     return BertForSequenceClassification(config)
 
 
@@ -253,11 +246,10 @@ def plot(bit_widths, qbert, out):
 def main(argv=None):
     args = parse_args(argv)
     cfg, out = scripting.start(args, SETTINGS)
+    train_data, valid = (sorted_or_not_task(cfg[part], cfg["length"], ALPHABET, args.seed + i)
+                         for i, part in enumerate(("train", "valid")))
+    model, rng = classifier(cfg), np.random.default_rng(args.seed)
     steps = args.steps or cfg["steps"]
-    rng = np.random.default_rng(args.seed)
-    train_data = encoded(cfg["train"], cfg["length"], args.seed)
-    valid = encoded(cfg["valid"], cfg["length"], args.seed + 1)
-    model = classifier(cfg)
     losses = scripting.fit_classifier(model, *train_data, steps, batch=cfg["batch"],
                                       lr=cfg["lr"], rng=rng)
     print(f"trained {steps} steps: validation accuracy {evaluate(model, valid):.3f}")

@@ -64,13 +64,16 @@ def write_metrics(out, metrics):
     return metrics
 
 
-def fit_classifier(model, inputs, labels, steps, *, batch, lr, rng, extra_loss=None):
+def fit_classifier(model, inputs, labels, steps, *, batch, lr, rng, extra_loss=None,
+                   param_groups=None):
     """``steps`` AdamW steps on ``model(inputs[rows], labels=labels[rows]).loss`` (plus
     ``extra_loss()`` when given: a penalty) over shuffled mini-batches of ``batch`` rows drawn by
-    ``rng`` (a NumPy generator), the model in training mode. Returns the loss of every step."""
+    ``rng`` (a NumPy generator), the model in training mode. ``param_groups`` (AdamW's groups,
+    e.g. a faster learning rate for some parameters) replaces all of the model's parameters at
+    ``lr``. Returns the loss of every step."""
     from . import optim
 
-    optimizer = optim.AdamW(model.parameters(), lr=lr)
+    optimizer = optim.AdamW(model.parameters() if param_groups is None else param_groups, lr=lr)
     model.train()
     losses = []
     while len(losses) < steps:

@@ -48,12 +48,13 @@ def test_quantisation_smoke(run_example, tmp_path):
 
 
 def test_sorted_or_not_labels_say_whether_the_sequence_is_sorted():
-    examples = sorted_or_not_task(200, 5, "abcd", seed=3)
-    assert len(examples) == 200 and all(len(sequence) == 5 for sequence, _ in examples)
-    for sequence, label in examples:
-        assert label == int(sequence == sorted(sequence))
-    assert all(label == 1 for _, label in examples[::2])
-    assert 0 < np.mean([label for _, label in examples[1::2]]) < 0.2   # random: rarely sorted
+    ids, labels = sorted_or_not_task(200, 5, "abcd", seed=3)
+    assert ids.shape == (200, 6) and labels.shape == (200,)
+    assert (ids[:, 0] == 1).all() and ids[:, 1:].min() >= 2 and ids[:, 1:].max() <= 5
+    for row, label in zip(ids, labels):
+        assert label == int((np.diff(row[1:]) >= 0).all())
+    assert (labels[::2] == 1).all()
+    assert 0 < labels[1::2].mean() < 0.2                      # random sequences: rarely sorted
 
 
 def test_fit_classifier_lowers_the_loss():

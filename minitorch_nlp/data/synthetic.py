@@ -80,11 +80,20 @@ def addition_task(n: int, max_digits: int, seed: int = 0) -> list[Pair]:
 
 
 def sorted_or_not_task(n: int, length: int, alphabet: Sequence[str] = "abcdefghij",
-                       seed: int = 0) -> list[tuple[list[str], int]]:
-    """``n`` sequences of ``length`` symbols, each labelled 1 when it is sorted (by the symbols'
-    positions in ``alphabet``) and 0 otherwise: the even-numbered ones are :func:`sort_task`'s
-    sorted targets, the odd-numbered ones its random sources (labelled by whether they happen to
-    be sorted). Deciding it takes comparing neighbours, which attention must learn."""
+                       seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A classification task: ``n`` sequences of ``length`` symbols, each labelled 1 when it is
+    sorted (by the symbols' positions in ``alphabet``) and 0 otherwise. The even-numbered ones
+    are :func:`sort_task`'s sorted targets, the odd-numbered ones its random sources (labelled
+    by whether they happen to be sorted). Deciding it takes comparing neighbours.
+
+    Returns ``(ids, labels)``: ids (n, 1 + length) int64 ready for a BERT classifier, id 1 (a
+    [CLS]) first, then each symbol as 2 + its index in ``alphabet`` (id 0 is left for padding:
+    the vocabulary has len(alphabet) + 2 ids); labels (n,) int64."""
+    rank = {symbol: index for index, symbol in enumerate(alphabet)}
     pairs = sort_task(n, length, length, alphabet, seed)
-    return [(target, 1) if i % 2 == 0 else (source, int(source == target))
-            for i, (source, target) in enumerate(pairs)]
+    sequences = [target if i % 2 == 0 else source for i, (source, target) in enumerate(pairs)]
+    ids = np.array([[1] + [2 + rank[s] for s in sequence] for sequence in sequences],
+                   dtype=np.int64).reshape(n, 1 + length)
+    labels = np.array([int(sequence == target) for sequence, (_, target) in zip(sequences, pairs)],
+                      dtype=np.int64)
+    return ids, labels
