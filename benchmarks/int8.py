@@ -14,6 +14,8 @@ to our float32 Linear on the numba backend:
   (``torch.ao.quantization.quantize_dynamic``) as peers;
 * the 1-bit product of the same shapes: signs packed, then the backend's ``binary_matmul``
   (a.b = K - 2 popcount(a xor b)) on numba, against the float32 product of the same +-1 matrices;
+  and LQ-Nets' 2-bit x 2-bit product (eq 58, ``compress.lq_nets.lq_matmul``: encoding and
+  packing included, four 1-bit GEMMs);
 * a BERT-base encoder layer (12 heads, 768, feed-forward 3072) on numba, whole and with 6 of its
   12 heads removed by ``compress.pruning.prune_heads``.
 
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
 from backends import interleaved, median_ms, median_ratio, pin_threads  # noqa: E402
 from minitorch_nlp.backends import get_backend  # noqa: E402
-from minitorch_nlp.compress import pruning, quantization  # noqa: E402
+from minitorch_nlp.compress import lq_nets, pruning, quantization  # noqa: E402
 from minitorch_nlp.nn import Linear, TransformerEncoder  # noqa: E402
 
 D_MODEL, D_FF, TOKENS = 768, 3072, 128
@@ -98,9 +100,12 @@ def binary_runners(batch):
     if not np.array_equal(backend.binary_matmul(backend.pack_signs(a), b_bits, D_MODEL),
                           (a @ b.T).astype(np.int32)):
         raise SystemExit("binary_matmul differs from the float product of the signs")
+    v = np.array([0.5, 1.0])
     return {"float32 numba": lambda: a @ b.T,
             "xnor-popcount numba": lambda: backend.binary_matmul(backend.pack_signs(a), b_bits,
-                                                                 D_MODEL)}, (
+                                                                 D_MODEL),
+            "LQ 2x2-bit (eq 58) numba": lambda: lq_nets.lq_matmul(a, v, b, v,
+                                                                  backend="numba")}, (
         f"1-bit GEMM {batch * TOKENS}x{D_MODEL} @ {D_MODEL}x{D_FF} (packing included, equal to "
         "the float product)")
 
@@ -125,12 +130,14 @@ def pruned_runners(batch):
         f"BERT-base encoder layer, {batch}x{TOKENS} tokens")
 
 
-def report(title, times):
-    base = times["float32 numba"]
-    print(f"  {title}")
-    for name, seconds in times.items():
-        print(f"    {name:26s} {median_ms(seconds):9.2f} ms   "
-              f"float32 numba / this = {median_ratio(base, seconds):5.2f}x")
+def measure_and_report(suites, repeats, budget):
+    """Each suite's runners interleaved, then their median times and ratios."""
+    for runners, title in suites:
+        times = interleaved(runners, repeats, budget)
+        print(f"  {title}")
+        for name, seconds in times.items():
+            print(f"    {name:26s} {median_ms(seconds):9.2f} ms   float32 numba / this = "
+                  f"{median_ratio(times['float32 numba'], seconds):5.2f}x")
 
 
 def main() -> None:
@@ -144,8 +151,7 @@ def main() -> None:
               pruned_runners(args.batch)]
     for threads in args.threads:
         print(pin_threads(threads))
-        for runners, title in suites:
-            report(title, interleaved(runners, args.repeats, args.budget))
+        measure_and_report(suites, args.repeats, args.budget)
 
 
 if __name__ == "__main__":

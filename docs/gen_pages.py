@@ -41,6 +41,8 @@ EXAMPLES = {
     "t5_text_to_text": (5, None),
     "long_attention": (9, None),
     "distillation": (6, "VI-A DISTILLATION"),
+    "pruning": (6, "VI-B.3-B"),
+    "quantisation": (6, "VI-C.2"),
 }
 
 _ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX"}

@@ -2,7 +2,8 @@
 nothing else: the options every example takes (``--smoke``, ``--out``, ``--seed`` and, where the
 example has them, ``--steps``, ``--backend``, ``--text``), starting a run (its settings, backend,
 seed and output folder) and writing its ``metrics.json``. The figure styles are in
-``minitorch_nlp.plots``."""
+``minitorch_nlp.plots``. ``fit_classifier`` is the short training loop of the examples that
+fine-tune a classifier on arrays."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,7 @@ from pathlib import Path
 from .autograd.random import manual_seed
 from .backends import set_backend
 
-__all__ = ["example_parser", "start", "write_metrics"]
+__all__ = ["example_parser", "fit_classifier", "start", "write_metrics"]
 
 
 def example_parser(name, description, *, steps=None, backend=True, text=None):
@@ -61,3 +62,31 @@ def write_metrics(out, metrics):
     """``metrics`` as ``out/metrics.json`` (indented, for reading); returns ``metrics``."""
     (Path(out) / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     return metrics
+
+
+def fit_classifier(model, inputs, labels, steps, *, batch, lr, rng, extra_loss=None,
+                   param_groups=None):
+    """``steps`` AdamW steps on ``model(inputs[rows], labels=labels[rows]).loss`` (plus
+    ``extra_loss()`` when given: a penalty) over shuffled mini-batches of ``batch`` rows drawn by
+    ``rng`` (a NumPy generator), the model in training mode. ``param_groups`` (AdamW's groups,
+    e.g. a faster learning rate for some parameters) replaces all of the model's parameters at
+    ``lr``. Returns the loss of every step."""
+    from . import optim
+
+    optimizer = optim.AdamW(model.parameters() if param_groups is None else param_groups, lr=lr)
+    model.train()
+    losses = []
+    while len(losses) < steps:
+        order = rng.permutation(len(inputs))
+        for start in range(0, len(inputs) - batch + 1, batch):
+            rows = order[start:start + batch]
+            loss = model(inputs[rows], labels=labels[rows]).loss
+            if extra_loss is not None:
+                loss = loss + extra_loss()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if len(losses) == steps:
+                break
+    return losses

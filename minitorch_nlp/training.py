@@ -509,5 +509,8 @@ def load_for_inference(path, backend=None):
     family = registry.family(config.model)
     with use_backend(get_backend(config.backend)):
         model = family.build(config, tokenizer)
+        if state.get("compression"):          # written by `minitorch-nlp compress`
+            from .compress.checkpoints import rebuild
+            rebuild(model, state["compression"])
     model.load_state_dict(state["model"])
     return model.eval(), tokenizer, family

@@ -65,6 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(46, marks=[pytest.mark.eq(46), pytest.mark.sec6]),
     pytest.param(47, marks=[pytest.mark.eq(47), pytest.mark.sec6]),
     pytest.param(48, marks=[pytest.mark.eq(48), pytest.mark.sec6]),
+    pytest.param(52, marks=[pytest.mark.eq(52), pytest.mark.sec6]),
     pytest.param(61, marks=[pytest.mark.eq(61), pytest.mark.sec6]),
     pytest.param(83, marks=[pytest.mark.eq(83), pytest.mark.sec7]),
     pytest.param(84, marks=[pytest.mark.eq(84), pytest.mark.sec7]),

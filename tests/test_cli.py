@@ -15,6 +15,7 @@ from minitorch_nlp import cli, cookbook
 @pytest.fixture
 def fake_checkout(monkeypatch, tmp_path):
     """A registry holding one known implementation and a tests folder holding one known test."""
+    cookbook.import_all()   # modules imported later would register into the fake registry
     registry = {n: [] for n in cookbook.EQUATIONS}
     registry[12] = ["minitorch_nlp.functional.scaled_dot_product_attention"]
     monkeypatch.setattr(cookbook, "_implementations", registry)

@@ -35,7 +35,7 @@ from .. import checks, cookbook
 from ..autograd import grad, tensor
 from ..nn import Linear, MultiHeadAttention, Parameter, TransformerStack
 
-__all__ = ["LayerDrop", "POOR_MANS_STRATEGIES", "drop_layers", "head_importance",
+__all__ = ["LayerDrop", "POOR_MANS_STRATEGIES", "attention_layers", "drop_layers", "head_importance",
            "head_importance_from_outputs", "layer_contributions", "layerdrop_layers_to_drop",
            "least_important_heads", "poor_mans_layers_to_drop", "prune_heads",
            "transformer_stack"]
@@ -53,8 +53,9 @@ def transformer_stack(model):
     return stacks[0]
 
 
-def _attentions(stack):
-    attentions = [layer.self_attn for layer in stack.layers]
+def attention_layers(model):
+    """The self-attention (``MultiHeadAttention``) of every layer of ``model``'s stack."""
+    attentions = [layer.self_attn for layer in transformer_stack(model).layers]
     for i, attention in enumerate(attentions):
         if not isinstance(attention, MultiHeadAttention):
             raise TypeError(f"pruning: layer {i}'s self_attn is a {type(attention).__name__}, "
@@ -111,7 +112,7 @@ def head_importance(model, batches, loss_fn, head_mask=None):
     (layers, heads) (ones when None: the gradient at the unpruned model; a head already masked
     with 0 scores 0). Returns a list with one array (heads,) per layer.
     """
-    attentions = _attentions(transformer_stack(model))
+    attentions = attention_layers(model)
     rows = _mask_rows(head_mask, attentions, "head_importance")
     total = [np.zeros(a.num_heads) for a in attentions]
     count = 0
@@ -140,7 +141,7 @@ def head_importance_from_outputs(model, batches, loss_fn, head_mask=None):
     MH(x) = sum_h xi_h Att_h(x) W^O_h, dL/dxi_h = Att_h^T dL/d(xi_h Att_h): at xi = 1 this equals
     ``head_importance`` (eq 54). Arguments and result as there.
     """
-    attentions = _attentions(transformer_stack(model))
+    attentions = attention_layers(model)
     rows = _mask_rows(head_mask, attentions, "head_importance_from_outputs")
     total = [np.zeros(a.num_heads) for a in attentions]
     count = 0
@@ -246,7 +247,7 @@ def prune_heads(model, heads):
     model computes exactly what the head mask with zeros at those heads computes, with fewer
     weights and less work. Indices refer to the model as it is now (after earlier pruning, a
     layer's heads are renumbered 0 .. remaining - 1). Returns ``model`` (pruned in place)."""
-    attentions = _attentions(transformer_stack(model))
+    attentions = attention_layers(model)
     for layer in heads:
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
                 or not 0 <= layer < len(attentions):

@@ -9,7 +9,8 @@ run with true int8 products.
   consecutive output neurons, each with its own range (Q-BERT's group-wise quantisation);
 * ``QuantizedLinear`` is a ``Linear`` trained with fake-quantised weights and inputs, the input
   range tracked as an exponential moving average of max|x| while training (Q8BERT's EMA);
-  ``prepare_qat(model)`` swaps every ``Linear`` of a model for one (same parameters);
+  ``prepare_qat(model)`` swaps every ``Linear`` of a model for one (same parameters), and
+  ``calibrate`` sets the input ranges from data without training (post-training quantisation);
 * ``Int8Linear`` is the inference path: int8 weights and int8 activations multiplied by the
   backend's int8 GEMM kernel (NumPy, Numba or CuPy) with int32 accumulation, then one rescale
   by 1 / (S_x S_w) and the float bias. ``convert_to_int8(model)`` turns a trained
@@ -29,7 +30,7 @@ from ..autograd import Tensor, is_grad_enabled, tensor
 from ..autograd import round as round_half_even
 from ..nn import Linear, Module
 
-__all__ = ["Int8Linear", "QuantizedLinear", "convert_to_int8", "fake_quantize", "int8_skeleton",
+__all__ = ["Int8Linear", "QuantizedLinear", "calibrate", "convert_to_int8", "fake_quantize", "int8_skeleton",
            "max_level", "prepare_qat", "symmetric_quantize", "weight_scales"]
 
 INT8_MAX = 127
@@ -234,6 +235,23 @@ def prepare_qat(model, *, bits=8, groups=1, decay=0.9999):
     return _replace_modules(model, lambda m: type(m) is Linear,
                             lambda m: QuantizedLinear.from_linear(m, bits=bits, groups=groups,
                                                                   decay=decay))
+
+
+def calibrate(model, inputs):
+    """Post-training calibration: run ``model`` (in eval mode, so no dropout) on each of
+    ``inputs`` while forward pre-hooks make every ``QuantizedLinear`` observe its input range
+    (the EMA of max|x|), as quantisation-aware training would. Returns ``model``."""
+    layers = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
+    handles = [layer.register_forward_pre_hook(lambda module, args: module.observe(args[0]))
+               for layer in layers]
+    model.eval()
+    try:
+        for x in inputs:
+            model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return model
 
 
 def convert_to_int8(model):

@@ -10,7 +10,7 @@ from .knowledge_base import KnowledgeBase, knowledge_base, split_passages
 from .masking import MaskedLMCollator, MaskedLMDataset, next_sentence_pairs, pack_full_sentences
 from .numbers import (LANGUAGES, MAX_NUMBER, number_tokens, number_translation_pairs,
                       number_translation_task, number_words, train_test_split_numbers)
-from .synthetic import addition_task, copy_task, reverse_task, sort_task
+from .synthetic import addition_task, copy_task, reverse_task, sort_task, sorted_or_not_task
 from .tokenizers import load_tokenizer
 from .vocab import Vocab
 
@@ -18,5 +18,5 @@ __all__ = ["KnowledgeBase", "LANGUAGES", "MAX_NUMBER", "MaskedLMCollator", "Mask
            "Seq2SeqBatch", "Vocab", "addition_task", "copy_task", "knowledge_base", "load_text",
            "load_tokenizer", "make_batches", "next_sentence_pairs", "number_tokens",
            "number_translation_pairs", "number_translation_task", "number_words",
-           "pack_full_sentences", "pad_sequences", "reverse_task", "sort_task", "split_passages",
-           "stdlib_corpus", "train_test_split_numbers"]
+           "pack_full_sentences", "pad_sequences", "reverse_task", "sort_task",
+           "sorted_or_not_task", "split_passages", "stdlib_corpus", "train_test_split_numbers"]

@@ -1,4 +1,5 @@
-"""Synthetic sequence-to-sequence tasks: copy, reverse, sort and multi-digit addition.
+"""Synthetic sequence-to-sequence tasks: copy, reverse, sort and multi-digit addition; and one
+classification task, sorted or not.
 
 Each task returns a list of ``(source_tokens, target_tokens)`` pairs (lists of str) and is
 deterministic given ``seed``. The number-words translation task lives in
@@ -76,3 +77,23 @@ def addition_task(n: int, max_digits: int, seed: int = 0) -> list[Pair]:
     operands = rng.integers(low, 10 ** digits)
     return [(list(str(a)) + ["+"] + list(str(b)), list(str(a + b)))
             for a, b in operands.tolist()]
+
+
+def sorted_or_not_task(n: int, length: int, alphabet: Sequence[str] = "abcdefghij",
+                       seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A classification task: ``n`` sequences of ``length`` symbols, each labelled 1 when it is
+    sorted (by the symbols' positions in ``alphabet``) and 0 otherwise. The even-numbered ones
+    are :func:`sort_task`'s sorted targets, the odd-numbered ones its random sources (labelled
+    by whether they happen to be sorted). Deciding it takes comparing neighbours.
+
+    Returns ``(ids, labels)``: ids (n, 1 + length) int64 ready for a BERT classifier, id 1 (a
+    [CLS]) first, then each symbol as 2 + its index in ``alphabet`` (id 0 is left for padding:
+    the vocabulary has len(alphabet) + 2 ids); labels (n,) int64."""
+    rank = {symbol: index for index, symbol in enumerate(alphabet)}
+    pairs = sort_task(n, length, length, alphabet, seed)
+    sequences = [target if i % 2 == 0 else source for i, (source, target) in enumerate(pairs)]
+    ids = np.array([[1] + [2 + rank[s] for s in sequence] for sequence in sequences],
+                   dtype=np.int64).reshape(n, 1 + length)
+    labels = np.array([int(sequence == target) for sequence, (_, target) in zip(sequences, pairs)],
+                      dtype=np.int64)
+    return ids, labels

@@ -28,3 +28,29 @@ def eq53_masked_multi_head_attention(x, xi, params, num_heads):
             total = total + xi[h] * anp.dot(head, params["out_w"][:, rows].T)
         outputs.append(total)
     return anp.stack(outputs)
+
+
+def eq52_hard_concrete_sample(log_alpha, u, beta, gamma, zeta):
+    """Louizos et al. (2018) eq. 10-11, entry by entry: the concrete (binary Gumbel-softmax)
+    sample s = 1 / (1 + (u / (1 - u))^(-1 / beta) alpha^(-1 / beta)), stretched to (gamma, zeta)
+    and clamped to [0, 1]."""
+    values = []
+    for a, noise in zip(log_alpha, u):
+        odds = anp.exp((anp.log(noise) - anp.log(1 - noise) + a) / beta)
+        stretched = odds / (1 + odds) * (zeta - gamma) + gamma
+        values.append(anp.minimum(1.0, anp.maximum(0.0, stretched)))
+    return anp.stack(values)
+
+
+def eq52_expected_l0(log_alpha, beta, gamma, zeta):
+    """L_C = sum_i (1 - P(z_i = 0)) (Voita et al. 2019, eq. 5; the survey's eq 52). z_i = 0 when
+    the stretched concrete variable is <= 0, i.e. s_i <= t = -gamma / (zeta - gamma); the
+    logistic noise L = log u - log(1 - u) makes P(s_i <= t) = CDF_logistic(beta logit(t) -
+    log_alpha_i)."""
+    threshold = -gamma / (zeta - gamma)
+    logit = anp.log(threshold) - anp.log(1 - threshold)
+    total = 0.0
+    for a in log_alpha:
+        closed = 1 / (1 + anp.exp(-(beta * logit - a)))
+        total = total + (1 - closed)
+    return total

@@ -1,0 +1,47 @@
+"""The ``compress`` command of ``minitorch-nlp`` (registered by ``cli.py``): parsing and the
+report; the work is :func:`minitorch_nlp.compress.checkpoints.compress_checkpoint`."""
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_compress_commands(commands) -> None:
+    """Add ``compress`` to the ``minitorch-nlp`` sub-command parser ``commands``."""
+    compress = commands.add_parser(
+        "compress",
+        help="write a smaller model of a trained run: layers dropped, heads pruned, int8",
+        description="Load a run written by `train`/`demo` (its directory or checkpoint.npz), "
+        "then drop layers by a Poor Man's BERT strategy, remove the least important heads "
+        "(Michel et al.'s importance on the run's validation batches) and/or convert every "
+        "Linear to int8 (Q8BERT, ranges calibrated on the validation batches); write the "
+        "result to --out, a checkpoint that `generate` loads.")
+    compress.add_argument("run_dir", metavar="RUN_DIR", help="run directory or checkpoint.npz")
+    compress.add_argument("--out", required=True, metavar="DIR",
+                          help="directory for the compressed checkpoint.npz")
+    compress.add_argument("--drop-layers", metavar="STRATEGY:K",
+                          help="drop K layers: top, bottom, odd (odd-alternate), even "
+                          "(even-alternate) or symmetric, e.g. odd:2")
+    compress.add_argument("--prune-heads", type=float, metavar="FRACTION",
+                          help="remove this fraction of all heads, least important first")
+    compress.add_argument("--quantize", choices=("int8",),
+                          help="int8 weights and activations for every Linear")
+    compress.set_defaults(run=_compress)
+
+
+def _compress(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ..cli import UsageError
+    from .checkpoints import compress_checkpoint
+
+    if os.path.abspath(args.out) == os.path.abspath(args.run_dir):
+        raise UsageError("--out must differ from RUN_DIR: the compressed model cannot resume "
+                         "training, so it does not replace the run")
+    report = compress_checkpoint(args.run_dir, args.out, drop_layers=args.drop_layers,
+                                 prune_heads=args.prune_heads, quantize=args.quantize)
+    if "dropped_layers" in report:
+        print(f"dropped layers {report['dropped_layers']}")
+    if "pruned_heads" in report:
+        print(f"removed heads {report['pruned_heads']} (layer: heads)")
+    print(f"stored values {report['values_before']} -> {report['values_after']}, file "
+          f"{report['bytes_before']} -> {report['bytes_after']} bytes: {report['checkpoint']}")
+    return 0
