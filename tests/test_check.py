@@ -33,6 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(11, marks=[pytest.mark.eq(11), pytest.mark.sec4]),
     pytest.param(12, marks=[pytest.mark.eq(12), pytest.mark.sec4]),
     pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4]),
+    pytest.param(73, marks=[pytest.mark.eq(73), pytest.mark.sec7]),
+    pytest.param(81, marks=[pytest.mark.eq(81), pytest.mark.sec7]),
+    pytest.param(82, marks=[pytest.mark.eq(82), pytest.mark.sec7]),
     pytest.param(83, marks=[pytest.mark.eq(83), pytest.mark.sec7]),
     pytest.param(84, marks=[pytest.mark.eq(84), pytest.mark.sec7])])
 def test_the_librarys_implementation_passes_its_check(number):
