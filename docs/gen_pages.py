@@ -34,6 +34,7 @@ EXAMPLES = {
     "bert_mlm": (4, "IV-D GENERALIZED"),
     "roberta_masking": (4, "IV-D GENERALIZED"),
     "gpt2_generate": (5, None),
+    "retrieval": (7, "VII-D RETRIEVAL"),
 }
 
 _ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX"}
