@@ -24,5 +24,6 @@ def test_retrieval_smoke(run_example, tmp_path):
     assert metrics["recall_held_out"]["BM25"]["1"] > 0.5      # names are rare words
     assert set(metrics["exact_match"]["train"]) == {"RAG-Token", "RAG-Sequence (thorough)",
                                                     "RAG-Sequence (fast)"}
+    assert set(metrics["two_hop_both_found"]) == {"GoldEn (2 hops)", "BM25 top 2", "DPR top 2"}
     assert metrics["dpr_loss"]["last"] < metrics["dpr_loss"]["first"]
     assert (tmp_path / "run" / "recall.png").read_bytes()[:8] == PNG
