@@ -43,6 +43,7 @@ EXAMPLES = {
     "distillation": (6, "VI-A DISTILLATION"),
     "pruning": (6, "VI-B.3-B"),
     "quantisation": (6, "VI-C.2"),
+    "retrieval": (7, "VII-D RETRIEVAL"),
 }
 
 _ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX"}

@@ -1,4 +1,5 @@
-"""Specs of section VII's function-level equations: DPR's retriever (eq 83) and loss (eq 84)."""
+"""Specs of section VII's function-level equations: REALM's marginal (eq 73), RAG-Sequence and
+RAG-Token (eq 81-82), DPR's retriever (eq 83) and loss (eq 84)."""
 from __future__ import annotations
 
 from hypothesis import strategies as st
@@ -20,7 +21,48 @@ def _renamed(case):
     return {"question_vectors": case["query_vectors"], "passage_vectors": case["passage_vectors"]}
 
 
+@st.composite
+def _marginal_cases(draw, with_tokens):
+    batch, k = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    case = {"doc_log_probs": draw(S.arrays((batch, k), low=-4.0, high=0.0))}
+    if not with_tokens:
+        case["answer_log_probs"] = draw(S.arrays((batch, k), low=-6.0, high=0.0))
+        return case
+    time = draw(st.integers(1, 4))
+    case["token_log_probs"] = draw(S.arrays((batch, k, time), low=-3.0, high=0.0))
+    mask = draw(S.bool_masks((batch, time)))
+    mask[:, 0] = True
+    case["target_mask"] = mask
+    return case
+
+
+_RAG_ARGS = (("doc_log_probs", "float64 (batch, k): log p_eta(z | x) of the top-k passages"),
+             ("token_log_probs", "float64 (batch, k, T): log p_theta(y_i | x, z, y_<i)"),
+             ("target_mask", "bool (batch, T): False on padded target positions"))
+
 SPECS = (
+    Spec(73, "marginal_log_likelihood",
+         (("doc_log_probs", "float64 (batch, k): log p(z | x)"),
+          ("answer_log_probs", "float64 (batch, k): log p(y | z, x)")),
+         "float64 (batch,): log p(y | x) = log sum_z p(y | z, x) p(z | x)",
+         ("doc_log_probs", "answer_log_probs"),
+         lambda: _marginal_cases(False),
+         reference.eq73_realm_marginal,
+         "minitorch_nlp.retrieval.rag:marginal_log_likelihood"),
+    Spec(81, "rag_sequence_log_likelihood", _RAG_ARGS,
+         "float64 (batch,): log sum_z p_eta(z | x) prod_i p_theta(y_i | x, z, y_<i), the "
+         "product over the real positions",
+         ("doc_log_probs", "token_log_probs"),
+         lambda: _marginal_cases(True),
+         reference.eq81_rag_sequence,
+         "minitorch_nlp.retrieval.rag:rag_sequence_log_likelihood"),
+    Spec(82, "rag_token_log_likelihood", _RAG_ARGS,
+         "float64 (batch,): log prod_i sum_z p_eta(z | x) p_theta(y_i | x, z, y_<i), the "
+         "product over the real positions",
+         ("doc_log_probs", "token_log_probs"),
+         lambda: _marginal_cases(True),
+         reference.eq82_rag_token,
+         "minitorch_nlp.retrieval.rag:rag_token_log_likelihood"),
     Spec(83, "retrieval_log_probs",
          (("query_vectors", "float64 (queries, d): q(x), one row per query"),
           ("passage_vectors", "float64 (passages, d): d(z), one row per passage")),

@@ -1,5 +1,6 @@
 """Reference maths for section VII, retrieval (Karpukhin et al. 2020, Guu et al. 2020, Lewis et
-al. 2020), in ``autograd.numpy``: the references of ``tests/test_sec7_dpr.py``.
+al. 2020), in ``autograd.numpy``: the references of the specs in
+``minitorch_nlp/testing/equation_specs/retrieval.py``.
 
 Written from the papers one query at a time: inner products are sums over coordinates, and
 each probability is an exponential divided by its normaliser (shifted by the row's maximum for
@@ -38,3 +39,44 @@ def eq84_dpr_nll(question_vectors, passage_vectors):
         denominator = anp.exp(positive - shift) + sum(anp.exp(n - shift) for n in negatives)
         total = total - (positive - shift - anp.log(denominator))
     return total / len(question_vectors)
+
+
+def _log_of_sum_of_exps(terms):
+    top = anp.max(anp.stack(terms))
+    return top + anp.log(sum(anp.exp(t - top) for t in terms))
+
+
+def eq73_realm_marginal(doc_log_probs, answer_log_probs):
+    """log p(y | x) = log sum_z p(y | z, x) p(z | x), one question at a time: (batch,)."""
+    return anp.stack([_log_of_sum_of_exps([doc_log_probs[b, z] + answer_log_probs[b, z]
+                                           for z in range(doc_log_probs.shape[1])])
+                      for b in range(doc_log_probs.shape[0])])
+
+
+def eq81_rag_sequence(doc_log_probs, token_log_probs, target_mask):
+    """log sum_z p(z | x) prod_i p(y_i | x, z, y_<i): the product over the real positions as
+    a product of probabilities, then the sum over documents, per question."""
+    out = []
+    for b in range(doc_log_probs.shape[0]):
+        total = 0.0
+        for z in range(doc_log_probs.shape[1]):
+            product = anp.exp(doc_log_probs[b, z])
+            for i in range(token_log_probs.shape[2]):
+                if target_mask[b, i]:
+                    product = product * anp.exp(token_log_probs[b, z, i])
+            total = total + product
+        out.append(anp.log(total))
+    return anp.stack(out)
+
+
+def eq82_rag_token(doc_log_probs, token_log_probs, target_mask):
+    """log prod_i sum_z p(z | x) p(y_i | x, z, y_<i) over the real positions, per question."""
+    out = []
+    for b in range(doc_log_probs.shape[0]):
+        total = 0.0
+        for i in range(token_log_probs.shape[2]):
+            if target_mask[b, i]:
+                total = total + anp.log(sum(anp.exp(doc_log_probs[b, z] + token_log_probs[b, z, i])
+                                            for z in range(doc_log_probs.shape[1])))
+        out.append(total)
+    return anp.stack(out)

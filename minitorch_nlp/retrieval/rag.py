@@ -1,0 +1,281 @@
+"""Retrieval-Augmented Generation (Lewis et al., 2020), the survey's section VII-D, eq 81-82, with
+the marginal over retrieved documents that it shares with REALM (Guu et al., 2020, eq 73).
+
+A DPR retriever p_eta(z | x) (eq 83) picks the top k passages z for the input x; a seq2seq
+generator p_theta(y_i | x, z, y_<i) reads "x // z" and writes the answer. The passage is a latent
+variable, marginalised either once per answer or once per token:
+
+    RAG-Sequence (eq 81): p(y | x) = sum_z p_eta(z | x) prod_i p_theta(y_i | x, z, y_<i)
+    RAG-Token    (eq 82): p(y | x) = prod_i sum_z p_eta(z | x) p_theta(y_i | x, z, y_<i)
+
+p_eta is renormalised over the k retrieved passages (Lewis section 2.1: "top-K truncated").
+Training (section 2.4) minimises -log p(y | x) and updates the query encoder and the generator;
+the passage encoder and its index stay fixed. Decoding (section 2.5): RAG-Token is an ordinary
+beam search over the per-token marginal; RAG-Sequence searches each passage's beam, then scores
+every hypothesis either under all k passages ("thorough") or only under the passages whose beam
+produced it, with the beam's own score ("fast").
+
+The generator is any seq2seq model with the section III Transformer's interface
+(:class:`~minitorch_nlp.models.transformer.Transformer`): ``generator(src, tgt_in,
+src_key_mask, tgt_key_mask)`` -> logits, ``start_decoding(src, src_key_mask)`` and ``step(tokens,
+state)`` for :mod:`minitorch_nlp.decoding`, ``beam_decode``, and ``pad_id``, ``bos_id``,
+``eos_id``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import checks, cookbook, decoding
+from .. import functional as F
+from ..autograd import Tensor, no_grad, tensor
+from ..nn import Module
+from .index import DenseIndex
+
+__all__ = ["RAG", "marginal_log_likelihood", "rag_sequence_log_likelihood",
+           "rag_token_log_likelihood"]
+
+KINDS = ("sequence", "token")
+
+
+def _check_log_probs(doc_log_probs, token_log_probs, target_mask, where):
+    if not isinstance(doc_log_probs, Tensor) or doc_log_probs.ndim != 2:
+        raise ValueError(f"{where}: doc_log_probs must be a Tensor (batch, k)")
+    if not isinstance(token_log_probs, Tensor) or token_log_probs.ndim != 3 \
+            or token_log_probs.shape[:2] != doc_log_probs.shape:
+        shape = getattr(token_log_probs, "shape", type(token_log_probs).__name__)
+        raise ValueError(f"{where}: token_log_probs must be a Tensor (batch, k, T) = "
+                         f"{doc_log_probs.shape} + (T,), got {shape}")
+    batch, _, time = token_log_probs.shape
+    if target_mask is None:
+        return np.ones((batch, time), dtype=bool)
+    mask = np.asarray(target_mask, dtype=bool)
+    if mask.shape != (batch, time):
+        raise ValueError(f"{where}: target_mask {mask.shape} must be (batch, T) = "
+                         f"{(batch, time)}")
+    return mask
+
+
+@cookbook.equation(73)
+def marginal_log_likelihood(doc_log_probs, answer_log_probs):
+    """log p(y | x) = log sum_z p(z | x) p(y | z, x) over the given documents (eq 73, REALM).
+    ``doc_log_probs`` log p(z | x) and ``answer_log_probs`` log p(y | z, x), Tensors (batch,
+    k); returns (batch,). With k = |Z| this is the exact marginal; over the top k it is REALM's
+    approximation."""
+    if not isinstance(doc_log_probs, Tensor) or doc_log_probs.ndim != 2 \
+            or not isinstance(answer_log_probs, Tensor) \
+            or answer_log_probs.shape != doc_log_probs.shape:
+        raise ValueError("marginal_log_likelihood: doc_log_probs and answer_log_probs must be "
+                         "Tensors of one shape (batch, k), got "
+                         f"{getattr(doc_log_probs, 'shape', None)} and "
+                         f"{getattr(answer_log_probs, 'shape', None)}")
+    return (doc_log_probs + answer_log_probs).logsumexp(axis=-1)
+
+
+@cookbook.equation(81)
+def rag_sequence_log_likelihood(doc_log_probs, token_log_probs, *, target_mask=None):
+    """log p_RAG-Sequence(y | x) (eq 81): one passage for the whole answer.
+
+    ``doc_log_probs`` (batch, k): log p_eta(z | x); ``token_log_probs`` (batch, k, T):
+    log p_theta(y_i | x, z, y_<i); ``target_mask`` (batch, T) bool, False on padding (None:
+    every position counts). Returns (batch,)."""
+    mask = _check_log_probs(doc_log_probs, token_log_probs, target_mask,
+                            "rag_sequence_log_likelihood")
+    weights = tensor(mask[:, None, :], dtype=token_log_probs.dtype,
+                     backend=token_log_probs.backend)
+    return marginal_log_likelihood(doc_log_probs, (token_log_probs * weights).sum(axis=-1))
+
+
+@cookbook.equation(82)
+def rag_token_log_likelihood(doc_log_probs, token_log_probs, *, target_mask=None):
+    """log p_RAG-Token(y | x) (eq 82): a passage per token, marginalised at every position.
+    Arguments as for :func:`rag_sequence_log_likelihood`; returns (batch,)."""
+    mask = _check_log_probs(doc_log_probs, token_log_probs, target_mask,
+                            "rag_token_log_likelihood")
+    batch, k = doc_log_probs.shape
+    per_token = (doc_log_probs.reshape(batch, k, 1) + token_log_probs).logsumexp(axis=1)
+    weights = tensor(mask, dtype=per_token.dtype, backend=per_token.backend)
+    return (per_token * weights).sum(axis=-1)
+
+
+_LIKELIHOODS = {"sequence": rag_sequence_log_likelihood, "token": rag_token_log_likelihood}
+
+
+class RAG(Module):
+    """A DPR retriever over a fixed index and a seq2seq generator, trained jointly::
+
+        index = retriever.index_passages(passages)          # E_P, once; then fixed
+        rag = RAG(retriever, index, passages, generator, tokenizer, n_docs=5)
+        loss = rag.loss(questions, answers, kind="token")   # or "sequence"
+        rag.generate(questions, kind="sequence", method="thorough")   # answers as text
+
+    ``retriever``: a :class:`~minitorch_nlp.retrieval.DenseRetriever` (its question encoder is
+    trained, its passage encoder is not used again); ``index``: a :class:`DenseIndex` of the
+    ``passages``' vectors; ``tokenizer``: one vocabulary for the generator's input and output,
+    with [PAD], [CLS] and [SEP], which the generator must use as ``pad_id``, ``bos_id`` and
+    ``eos_id``; ``n_docs``: the k passages retrieved (clamped to the corpus's size);
+    ``max_source_length``: tokens of "question // passage" kept."""
+
+    def __init__(self, retriever, index, passages, generator, tokenizer, n_docs=5,
+                 max_source_length=96):
+        super().__init__()
+        if not isinstance(index, DenseIndex):
+            raise TypeError(f"RAG: index must be a DenseIndex (its vectors give p_eta), got "
+                            f"{type(index).__name__}")
+        if len(index) != len(passages):
+            raise ValueError(f"RAG: the index holds {len(index)} vectors but {len(passages)} "
+                             "passages were given; index exactly these passages")
+        specials = (tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id)
+        generators = (generator.pad_id, generator.bos_id, generator.eos_id)
+        if specials != generators:
+            raise ValueError(f"RAG: the generator's pad/bos/eos ids {generators} must be the "
+                             f"tokenizer's [PAD]/[CLS]/[SEP] ids {specials}")
+        self.question_encoder = retriever.question_encoder
+        self.generator = generator
+        self.retriever, self.index, self.passages = retriever, index, list(passages)
+        self.tokenizer, self.max_source_length = tokenizer, max_source_length
+        self.n_docs = min(checks.positive_int(n_docs, "n_docs", "RAG"), len(index))
+
+    # ---- the two models -------------------------------------------------------------------------
+    def retrieve(self, questions):
+        """The top ``n_docs`` passages of each question and log p_eta(z | x) over them: ``(ids
+        (batch, k) int64, doc_log_probs (batch, k) Tensor)``, differentiable in the question
+        encoder (eq 83 renormalised over the k)."""
+        q = self.retriever.encode_questions(questions)
+        _, ids = self.index.search(np.asarray(q.numpy()), self.n_docs)
+        docs = tensor(self.index.vectors[ids], dtype=q.dtype, backend=q.backend)
+        batch, k = ids.shape
+        scores = (q.reshape(batch, 1, q.shape[1]) * docs).sum(axis=-1)
+        return ids, scores.log_softmax(axis=-1)
+
+    def _sources(self, questions, doc_ids):
+        """The generator's input for every (question, passage) pair, question-major: "x // z"
+        (Lewis section 2.4: "we simply concatenate x and z"), rows batch * k."""
+        texts = [f"{question} // {self.passages[i]}"
+                 for question, row in zip(questions, doc_ids) for i in row]
+        batch = self.tokenizer(texts, padding=True, truncation=True,
+                               max_length=self.max_source_length, return_tensors="np")
+        return batch["input_ids"], batch["attention_mask"].astype(bool)
+
+    def _targets(self, answers):
+        """``tgt_in`` ([CLS] y), ``tgt_out`` (y [SEP]) and the mask of real target positions;
+        each answer is a string or a list of token ids."""
+        rows = [self.tokenizer.encode(answer, add_special_tokens=False)
+                if isinstance(answer, str) else list(answer) for answer in answers]
+        time = max(len(row) for row in rows) + 1
+        pad, bos, eos = self.generator.pad_id, self.generator.bos_id, self.generator.eos_id
+        tgt_in = np.full((len(rows), time), pad, dtype=np.int64)
+        tgt_out = np.full((len(rows), time), pad, dtype=np.int64)
+        for r, row in enumerate(rows):
+            tgt_in[r, :len(row) + 1] = [bos, *row]
+            tgt_out[r, :len(row) + 1] = [*row, eos]
+        return tgt_in, tgt_out, tgt_out != pad
+
+    def token_log_probs(self, questions, doc_ids, answers):
+        """log p_theta(y_i | x, z, y_<i) of each answer (a string or token ids) under each of its
+        question's passages: ``(Tensor (batch, k, T), target_mask (batch, T))``, 0 at padded
+        positions."""
+        src, src_mask = self._sources(questions, doc_ids)
+        tgt_in, tgt_out, target_mask = self._targets(answers)
+        k = doc_ids.shape[1]
+        tgt_in, tgt_out_k = np.repeat(tgt_in, k, axis=0), np.repeat(tgt_out, k, axis=0)
+        logits = self.generator(src, tgt_in, src_mask, np.repeat(target_mask, k, axis=0))
+        log_probs = -F.cross_entropy(logits, tgt_out_k, ignore_index=self.generator.pad_id,
+                                     reduction="none")
+        return log_probs.reshape(len(questions), k, tgt_out.shape[1]), target_mask
+
+    def log_likelihood(self, questions, answers, kind="token"):
+        """log p(y | x) of each answer (eq 81 for ``kind="sequence"``, eq 82 for ``"token"``):
+        a Tensor (batch,), differentiable in the question encoder and the generator."""
+        if kind not in KINDS:
+            raise ValueError(f"RAG: kind must be one of {KINDS}, got {kind!r}")
+        if isinstance(questions, str) or len(questions) != len(answers) or not len(questions):
+            raise ValueError(f"RAG: give lists of as many answers as questions (at least one), "
+                             f"got {len(questions)} questions and {len(answers)} answers")
+        doc_ids, doc_log_probs = self.retrieve(questions)
+        token_log_probs, target_mask = self.token_log_probs(questions, doc_ids, answers)
+        return _LIKELIHOODS[kind](doc_log_probs, token_log_probs, target_mask=target_mask)
+
+    def loss(self, questions, answers, kind="token"):
+        """The mean of -log p(y | x) over the batch (Lewis section 2.4)."""
+        return -self.log_likelihood(questions, answers, kind).mean()
+
+    # ---- decoding -------------------------------------------------------------------------------
+    def _answer_ids(self, ids):
+        """A generated row up to its <eos>, as a tuple of ids."""
+        ids = [int(i) for i in ids]
+        return tuple(ids[:ids.index(self.generator.eos_id)] if self.generator.eos_id in ids
+                     else ids)
+
+    def _text(self, ids):
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def generate(self, questions, kind="token", beam_size=4, max_len=16, method="thorough"):
+        """The answers (strings) of RAG-Token (beam search over the per-token marginal, eq 82)
+        or RAG-Sequence (``method="thorough"`` or ``"fast"``, see the module docstring)."""
+        if kind not in KINDS:
+            raise ValueError(f"RAG.generate: kind must be one of {KINDS}, got {kind!r}")
+        if method not in ("thorough", "fast"):
+            raise ValueError(f"RAG.generate: method must be 'thorough' or 'fast', got {method!r}")
+        with self.inference(), no_grad():
+            doc_ids, doc_log_probs = self.retrieve(questions)
+            doc_log_probs = np.asarray(doc_log_probs.numpy(), dtype=np.float64)
+            if kind == "token":
+                return self._generate_token(questions, doc_ids, doc_log_probs, beam_size,
+                                            max_len)
+            return self._generate_sequence(questions, doc_ids, doc_log_probs, beam_size,
+                                           max_len, method)
+
+    def _per_doc_sources(self, questions, doc_ids):
+        """The sources of passage j of every question, for each j: k arrays of (batch, S)."""
+        src, mask = self._sources(questions, doc_ids)
+        batch, k = doc_ids.shape
+        return [(src[j::k], mask[j::k]) for j in range(k)]
+
+    def _generate_token(self, questions, doc_ids, doc_log_probs, beam_size, max_len):
+        states = [self.generator.start_decoding(src, mask)
+                  for src, mask in self._per_doc_sources(questions, doc_ids)]
+
+        def step(tokens, state):
+            outputs = [self.generator.step(tokens, s) for s in state["docs"]]
+            per_doc = np.stack([np.asarray(lp.numpy(), dtype=np.float64) for lp, _ in outputs],
+                               axis=1)                                      # (rows, k, V)
+            joint = state["doc_log_probs"][:, :, None] + per_doc
+            top = joint.max(axis=1, keepdims=True)
+            marginal = (top + np.log(np.exp(joint - top).sum(axis=1, keepdims=True)))[:, 0]
+            return marginal, {"docs": [s for _, s in outputs],
+                              "doc_log_probs": state["doc_log_probs"]}
+
+        ids, _ = decoding.beam_search(step, {"docs": states, "doc_log_probs": doc_log_probs},
+                                      batch_size=len(questions), bos_id=self.generator.bos_id,
+                                      eos_id=self.generator.eos_id, max_len=max_len,
+                                      beam_size=beam_size, length_penalty=0.0,
+                                      pad_id=self.generator.pad_id)
+        return [self._text(self._answer_ids(row)) for row in ids]
+
+    def _generate_sequence(self, questions, doc_ids, doc_log_probs, beam_size, max_len, method):
+        batch, k = doc_ids.shape
+        # each passage's beam: its best hypothesis and log p_theta(y | x, z) (no length penalty)
+        beams = [self.generator.beam_decode(src, mask, beam_size=beam_size, max_len=max_len,
+                                            length_penalty=0.0)
+                 for src, mask in self._per_doc_sources(questions, doc_ids)]
+        answers = []
+        for b in range(batch):
+            hypotheses = {}
+            for j, (ids, scores) in enumerate(beams):
+                hypotheses.setdefault(self._answer_ids(ids[b]), {})[j] = scores[b]
+            candidates = list(hypotheses)
+            if method == "fast":
+                # p(y | x, z) taken as 0 for the passages whose beam did not produce y
+                marginals = [np.logaddexp.reduce([doc_log_probs[b, j] + s
+                                                  for j, s in hypotheses[t].items()])
+                             for t in candidates]
+            else:
+                token_log_probs, mask = self.token_log_probs(
+                    [questions[b]] * len(candidates),
+                    np.repeat(doc_ids[b:b + 1], len(candidates), axis=0), candidates)
+                marginals = rag_sequence_log_likelihood(
+                    tensor(np.repeat(doc_log_probs[b:b + 1], len(candidates), axis=0),
+                           dtype=token_log_probs.dtype, backend=token_log_probs.backend),
+                    token_log_probs, target_mask=mask).numpy()
+            answers.append(self._text(candidates[int(np.argmax(marginals))]))
+        return answers

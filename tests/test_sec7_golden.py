@@ -1,0 +1,96 @@
+"""Section VII-A: GoldEn Retriever (Qi et al., 2019), eq 62-63, over BM25 on the knowledge base's
+two-hop questions: oracle queries, the context concatenation, and a query generator that learns
+the oracle queries and then finds both gold passages where one BM25 search with the question
+does not."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch_nlp as mt
+from minitorch_nlp.data import knowledge_base
+from minitorch_nlp.data.tokenizers import WordPieceTokenizer
+from minitorch_nlp.models.bert import BertConfig, BertForQuestionAnswering
+from minitorch_nlp.retrieval import BM25
+from minitorch_nlp.retrieval.golden import QueryGenerator, golden_retrieve, oracle_query
+from minitorch_nlp.retrieval.bm25 import tokenize
+from tests.model_checks import overfit
+
+pytestmark = pytest.mark.sec7
+
+
+@pytest.fixture(scope="module")
+def kb():
+    return knowledge_base(n_people=4, n_cities=2, seed=2)
+
+
+def oracle_examples(kb, bm25):
+    """(question, context, oracle span) for both hops of every two-hop question."""
+    examples = []
+    for question in kb.questions_with(2):
+        first, second = question.passage_ids
+        examples.append((question.text, "", oracle_query(bm25, question.text, "", first)[0]))
+        context = kb.texts[first]
+        examples.append((question.text, context,
+                         oracle_query(bm25, question.text, context, second)[0]))
+    return examples
+
+
+def test_oracle_queries_rank_the_next_gold_passage_first(kb):
+    bm25 = BM25().fit(kb.texts)
+    for question in kb.questions_with(2):
+        first, second = question.passage_ids
+        (start, end), rank = oracle_query(bm25, question.text, "", first)
+        assert rank == 0 and end - start < 4
+        context = kb.texts[first]
+        (start, end), rank = oracle_query(bm25, question.text, context, second)
+        words = tokenize(question.text) + tokenize(context)
+        assert rank == 0 and question.bridge.lower() in words[start:end + 1]
+    with pytest.raises(ValueError, match="hold no words"):
+        oracle_query(bm25, "?", "", 0)
+
+
+@pytest.mark.eq(63)
+def test_each_hop_appends_the_top_n_passages_of_its_query_to_the_context(kb):
+    bm25 = BM25().fit(kb.texts)
+    seen = []
+
+    def generator(questions, contexts):
+        seen.append(list(contexts))
+        return [f"hop {len(seen)} {q}" for q in questions]
+
+    questions = [q.text for q in kb.questions_with(2)[:3]]
+    ids, queries = golden_retrieve(questions, generator, bm25, kb.texts, hops=3, n=2)
+    assert seen[0] == ["", "", ""]
+    for r, question in enumerate(questions):
+        assert len(ids[r]) == 6 and queries[r][2] == f"hop 3 {question}"
+        for hop in range(3):
+            expected = bm25.search([queries[r][hop]], 2)[1][0].tolist()
+            assert ids[r][2 * hop:2 * hop + 2] == expected
+        assert seen[2][r] == " ".join(kb.texts[i] for i in ids[r][:4])
+    with pytest.raises(ValueError, match="hops must be a positive int"):
+        golden_retrieve(questions, generator, bm25, kb.texts, hops=0)
+    with pytest.raises(ValueError, match="3 passages but the BM25 index holds"):
+        golden_retrieve(questions, generator, bm25, kb.texts[:3])
+
+
+@pytest.mark.eq(62, 63)
+def test_a_query_generator_learns_the_oracle_queries_and_golden_finds_both_passages(kb):
+    bm25 = BM25().fit(kb.texts)
+    examples = oracle_examples(kb, bm25)
+    tokenizer = WordPieceTokenizer.train(kb.texts + [q.text for q in kb.questions], 200)
+    mt.manual_seed(0)
+    reader = BertForQuestionAnswering(BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, initializer_range=0.2))
+    generator = QueryGenerator(reader, tokenizer)
+    questions, contexts, spans = zip(*examples)
+    losses = overfit(reader, lambda: generator.loss(questions, contexts, spans), 20, lr=3e-3)
+    assert losses[-1] < losses[0] / 10, (losses[0], losses[-1])
+    two_hop = kb.questions_with(2)
+    ids, queries = golden_retrieve([q.text for q in two_hop], generator, bm25, kb.texts)
+    golden = np.mean([set(q.passage_ids) <= set(row) for q, row in zip(two_hop, ids)])
+    _, single = bm25.search([q.text for q in two_hop], 2)
+    once = np.mean([set(q.passage_ids) <= set(row) for q, row in zip(two_hop, single)])
+    assert golden == 1.0 and once < 0.5, (golden, once, queries[:2])

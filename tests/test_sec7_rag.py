@@ -1,0 +1,168 @@
+"""Section VII-C/D: REALM's marginal (eq 73) and RAG-Sequence / RAG-Token (Lewis et al., 2020,
+eq 81-82) with a DPR retriever and the section III Transformer as the generator.
+
+The equations against their references are in ``tests/test_check.py``; here: the marginal over
+k = |Z| retrieved passages equals the brute-force sum over the whole corpus, RAG-Token with one
+passage equals RAG-Sequence with one passage, the gradient of the marginal likelihood raises the
+score of the passage that helps, RAG-Token's beam search with one passage is the generator's own,
+and a tiny RAG learns to answer (both decodings of RAG-Sequence included).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import minitorch_nlp as mt
+from minitorch_nlp import optim
+from minitorch_nlp.data import knowledge_base
+from minitorch_nlp.data.tokenizers import WordPieceTokenizer
+from minitorch_nlp.models.dpr import DPRConfig, DPRContextEncoder, DPRQuestionEncoder
+from minitorch_nlp.models.transformer import Transformer
+from minitorch_nlp.retrieval import (RAG, DenseRetriever, marginal_log_likelihood,
+                                     rag_sequence_log_likelihood, rag_token_log_likelihood)
+from minitorch_nlp.testing import strategies as S
+
+pytestmark = pytest.mark.sec7
+
+
+@pytest.mark.eq(81, 82)
+@given(st.integers(1, 3), st.integers(1, 5), st.data())
+def test_rag_token_with_one_document_equals_rag_sequence(batch, time, data):
+    token_log_probs = mt.tensor(data.draw(S.arrays((batch, 1, time), low=-3.0, high=0.0)))
+    doc_log_probs = mt.tensor(np.zeros((batch, 1)))
+    mask = data.draw(S.bool_masks((batch, time)))
+    np.testing.assert_allclose(
+        rag_token_log_likelihood(doc_log_probs, token_log_probs, target_mask=mask).numpy(),
+        rag_sequence_log_likelihood(doc_log_probs, token_log_probs, target_mask=mask).numpy(),
+        rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.eq(73)
+def test_the_gradient_of_the_marginal_raises_the_score_of_the_helpful_document():
+    scores = mt.tensor(np.zeros((1, 3)), requires_grad=True)
+    answer = mt.tensor(np.log([[0.9, 0.1, 0.1]]))        # document 0 explains the answer
+    marginal_log_likelihood(scores.log_softmax(axis=-1), answer).sum().backward()
+    grad = scores.grad.numpy()[0]
+    assert grad[0] > 0 > grad[1] and grad[1] == pytest.approx(grad[2])
+    # d log p(y|x) / d s_z = p(z | x, y) - p(z | x)
+    posterior = np.array([0.9, 0.1, 0.1]) / 1.1
+    np.testing.assert_allclose(grad, posterior - 1 / 3, rtol=1e-12)
+
+
+def test_marginal_bad_input():
+    with pytest.raises(ValueError, match="Tensors of one shape"):
+        marginal_log_likelihood(mt.tensor(np.zeros((2, 3))), mt.tensor(np.zeros((2, 2))))
+    with pytest.raises(ValueError, match=r"token_log_probs must be a Tensor \(batch, k, T\)"):
+        rag_token_log_likelihood(mt.tensor(np.zeros((2, 3))), mt.tensor(np.zeros((2, 2, 4))))
+    with pytest.raises(ValueError, match=r"target_mask \(2, 3\) must be \(batch, T\)"):
+        rag_sequence_log_likelihood(mt.tensor(np.zeros((2, 3))), mt.tensor(np.zeros((2, 3, 4))),
+                                    target_mask=np.ones((2, 3)))
+
+
+# ---- a tiny RAG on the knowledge base -------------------------------------------------------
+
+def tiny_rag(n_docs, seed=0, dtype=None):
+    kb = knowledge_base(n_people=4, n_cities=2, seed=1)
+    tokenizer = WordPieceTokenizer.train(kb.texts + [q.text for q in kb.questions], 200)
+    mt.manual_seed(seed)
+    config = DPRConfig.tiny(len(tokenizer), projection_dim=16, initializer_range=0.2)
+    retriever = DenseRetriever(DPRQuestionEncoder(config), DPRContextEncoder(config), tokenizer)
+    generator = Transformer(len(tokenizer), d_model=32, num_heads=4, num_encoder_layers=1,
+                            num_decoder_layers=1, d_ff=64, dropout=0.0, label_smoothing=0.0,
+                            max_len=128, pad_id=tokenizer.pad_token_id,
+                            bos_id=tokenizer.cls_token_id, eos_id=tokenizer.sep_token_id)
+    if dtype is not None:
+        retriever.question_encoder.to(dtype)
+        retriever.context_encoder.to(dtype)
+        generator.to(dtype)
+    index = retriever.index_passages(kb.texts)
+    return RAG(retriever, index, kb.texts, generator, tokenizer, n_docs=n_docs), kb
+
+
+@pytest.mark.eq(73, 81, 82)
+@pytest.mark.parametrize("kind", ["sequence", "token"])
+def test_top_k_with_k_equal_to_the_corpus_is_the_brute_force_marginal(kind):
+    rag, kb = tiny_rag(n_docs=100, dtype="float64")
+    questions = [q.text for q in kb.questions[:3]]
+    answers = [q.answer for q in kb.questions[:3]]
+    ours = rag.log_likelihood(questions, answers, kind).numpy()
+    everything = np.tile(np.arange(len(kb.texts)), (3, 1))
+    token_log_probs, mask = rag.token_log_probs(questions, everything, answers)
+    token_log_probs = token_log_probs.numpy()
+    q = rag.retriever.encode_questions(questions).numpy()
+    scores = q @ rag.index.vectors.astype(np.float64).T
+    p_z = np.exp(scores - scores.max(1, keepdims=True))
+    p_z /= p_z.sum(1, keepdims=True)
+    for b in range(3):
+        per_token = np.exp(token_log_probs[b][:, mask[b]])          # (|Z|, real positions)
+        if kind == "sequence":
+            expected = np.log(sum(p_z[b, z] * per_token[z].prod() for z in range(len(p_z[b]))))
+        else:
+            expected = np.log((p_z[b][:, None] * per_token).sum(0)).sum()
+        assert ours[b] == pytest.approx(expected, rel=1e-6)
+
+
+def test_rag_token_with_one_document_equals_rag_sequence_on_the_model():
+    rag, kb = tiny_rag(n_docs=1)
+    questions, answers = [q.text for q in kb.questions[:4]], [q.answer for q in kb.questions[:4]]
+    np.testing.assert_allclose(rag.log_likelihood(questions, answers, "token").numpy(),
+                               rag.log_likelihood(questions, answers, "sequence").numpy(),
+                               rtol=1e-6)
+
+
+def test_rag_token_beam_search_with_one_document_is_the_generators():
+    rag, kb = tiny_rag(n_docs=1)
+    questions = [q.text for q in kb.questions[:3]]
+    doc_ids, _ = rag.retrieve(questions)
+    src, mask = rag._sources(questions, doc_ids)
+    ids, _ = rag.generator.beam_decode(src, mask, beam_size=3, max_len=6, length_penalty=0.0)
+    assert rag.generate(questions, "token", beam_size=3, max_len=6) == \
+        [rag._text(rag._answer_ids(row)) for row in ids]
+
+
+def test_a_tiny_rag_learns_to_answer_and_the_question_encoder_is_trained():
+    rag, kb = tiny_rag(n_docs=3)
+    questions = kb.questions_with(1)[:4]
+    texts, answers = [q.text for q in questions], [q.answer for q in questions]
+    optimizer = optim.AdamW(rag.parameters(), lr=1e-2, weight_decay=0.0)
+    encoder_before = [p.numpy().copy() for p in rag.question_encoder.parameters()]
+    context_before = [p.numpy().copy() for p in rag.retriever.context_encoder.parameters()]
+    losses = []
+    for step in range(30):
+        loss = rag.loss(texts, answers, "token" if step % 2 else "sequence")
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] / 5, losses
+    assert any(not np.array_equal(a, p.numpy()) for a, p in
+               zip(encoder_before, rag.question_encoder.parameters()))
+    assert all(np.array_equal(a, p.numpy()) for a, p in
+               zip(context_before, rag.retriever.context_encoder.parameters()))
+    wanted = [answer.lower() for answer in answers]
+    assert rag.generate(texts, "token") == wanted
+    assert rag.generate(texts, "sequence", method="thorough") == wanted
+    assert rag.generate(texts, "sequence", method="fast") == wanted
+
+
+def test_rag_bad_input():
+    rag, kb = tiny_rag(n_docs=2)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        rag.loss(["a"], ["b"], kind="both")
+    with pytest.raises(ValueError, match="1 questions and 2 answers"):
+        rag.loss(["a"], ["b", "c"])
+    with pytest.raises(ValueError, match="method must be 'thorough' or 'fast'"):
+        rag.generate(["a"], "sequence", method="slow")
+    with pytest.raises(ValueError, match="the index holds 6 vectors but 5 passages"):
+        RAG(rag.retriever, rag.index, kb.texts[:5], rag.generator, rag.tokenizer)
+    with pytest.raises(TypeError, match="index must be a DenseIndex"):
+        RAG(rag.retriever, object(), kb.texts, rag.generator, rag.tokenizer)
+    generator = Transformer(len(rag.tokenizer), d_model=8, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=1, d_ff=8)
+    with pytest.raises(ValueError, match="pad/bos/eos ids .0, 1, 2. must be the tokenizer's"):
+        RAG(rag.retriever, rag.index, kb.texts, generator, rag.tokenizer)
+    with pytest.raises(ValueError, match="n_docs must be a positive int, got 0"):
+        RAG(rag.retriever, rag.index, kb.texts, rag.generator, rag.tokenizer, n_docs=0)
+    assert RAG(rag.retriever, rag.index, kb.texts, rag.generator, rag.tokenizer,
+               n_docs=50).n_docs == len(kb.texts)
