@@ -1,0 +1,141 @@
+"""``minitorch_nlp.distributed``: the communicators, the differentiable collectives and data
+parallelism.
+
+In one process: ``SingleProcess`` (the communicator the same model code runs on without MPI),
+its errors and counters, and the collectives' gradients. With real ranks: the checks of
+``tests/distributed_checks.py`` under ``mpirun -n 2`` and ``mpirun -n 4 --oversubscribe``
+(marked ``mpi``; skipped, with the reason, where mpirun or mpi4py is missing): every collective
+against NumPy, every collective's gradient, sub-communicators, data parallelism equal to one
+process on the global batch after three AdamW steps, and a failing rank that stops every rank
+with its message instead of a hang.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitorch_nlp as mt
+from minitorch_nlp import distributed as D
+from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
+from minitorch_nlp.optim import AdamW
+
+ROOT = Path(__file__).resolve().parent.parent
+MPI_TIMEOUT = 240          # seconds for one mpirun; a hang fails the test instead of CI
+
+
+# ---- one process ---------------------------------------------------------------------------------
+def test_world_without_mpirun_is_a_single_process(monkeypatch):
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    comm = D.world()
+    assert isinstance(comm, D.SingleProcess) and (comm.rank, comm.size) == (0, 1)
+
+
+def test_single_process_collectives_return_their_input_and_are_counted():
+    comm = D.SingleProcess()
+    x = np.arange(12.0).reshape(4, 3)
+    for result in (comm.all_reduce(x), comm.all_reduce(x, op="max"), comm.all_gather(x, axis=1),
+                   comm.reduce_scatter(x, axis=0), comm.all_to_all(x, axis=1),
+                   comm.broadcast(x)):
+        np.testing.assert_array_equal(result, x)
+        assert result is not x
+    assert comm.calls == {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "all_to_all": 1,
+                          "broadcast": 1}
+    assert comm.bytes["all_reduce"] == 2 * x.nbytes
+    assert isinstance(comm.split(0), D.SingleProcess)
+
+
+def test_single_process_collectives_are_differentiable():
+    comm = D.SingleProcess()
+    x = mt.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    y = D.reduce_from_parallel(D.copy_to_parallel(x, comm), comm)
+    y = D.all_to_all(D.reduce_scatter(D.all_gather(y, comm, axis=1), comm, axis=1), comm)
+    (y * y).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.numpy())
+
+
+def test_data_parallel_on_one_process_is_plain_training():
+    def trained(wrap):
+        mt.manual_seed(0)
+        model = GPT2LMHeadModel(GPTConfig.tiny())
+        parallel = D.DataParallel(model, D.SingleProcess(), bucket_bytes=4096) if wrap else model
+        optimizer = AdamW(model.parameters(), lr=1e-2)
+        ids = np.random.default_rng(0).integers(0, 100, (2, 8))
+        for _ in range(2):
+            optimizer.zero_grad()
+            parallel(ids, labels=ids).loss.backward()
+            if wrap:
+                parallel.sync_gradients()
+            optimizer.step()
+        return [p.numpy() for p in model.parameters()]
+    for got, want in zip(trained(True), trained(False)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_buckets_hold_at_most_bucket_bytes_unless_one_tensor_is_larger():
+    model = GPT2LMHeadModel(GPTConfig.tiny())
+    parallel = D.DataParallel(model, D.SingleProcess(), bucket_bytes=8192)
+    for bucket in parallel.buckets:
+        size = sum(p.size * 4 for p in bucket)
+        assert size <= 8192 or len(bucket) == 1
+    assert sum(len(b) for b in parallel.buckets) == len(list(model.parameters()))
+    assert parallel.buckets[0][0] is list(model.parameters())[-1]        # last layers first
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda c: c.all_reduce([1.0, 2.0]), TypeError, "collectives take NumPy arrays, got list"),
+    (lambda c: c.all_reduce(np.ones(2), op="mean"), ValueError, "op must be one of"),
+    (lambda c: c.all_gather(np.array(1.0)), ValueError, "needs an array with an axis"),
+    (lambda c: c.broadcast(np.ones(2), root=1), ValueError, "root 1 is not a rank of 1"),
+    (lambda c: c.reduce_scatter(np.array(1.0)), ValueError, "must split into 1 equal parts"),
+    (lambda c: D.copy_to_parallel(np.ones(2), c), TypeError, "copy_to_parallel: x must be a "
+                                                              "Tensor"),
+    (lambda c: D.DataParallel(GPT2LMHeadModel(GPTConfig.tiny()), c, bucket_bytes=0), ValueError,
+     "bucket_bytes must be a positive int"),
+])
+def test_bad_input_is_refused_with_a_clear_message(call, error, message):
+    with pytest.raises(error, match=message):
+        call(D.SingleProcess())
+
+
+def test_fail_together_lets_the_error_through_on_one_process():
+    with pytest.raises(RuntimeError, match="boom"):
+        with D.fail_together(D.SingleProcess()):
+            raise RuntimeError("boom")
+
+
+# ---- real ranks under mpirun ---------------------------------------------------------------------
+def _mpirun(ranks, *checks):
+    if shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("needs mpirun and mpi4py: pip install 'minitorch_nlp[distributed]'")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    command = ["mpirun", "-n", str(ranks), "--oversubscribe", sys.executable, "-m",
+               "tests.distributed_checks", *checks]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=MPI_TIMEOUT)
+
+
+CHECKS = ("collectives", "differentiable_collectives", "data_parallel")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_collectives_and_data_parallel_under_mpirun(ranks):
+    result = _mpirun(ranks, *CHECKS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.split("\n")[:len(CHECKS)] == [f"ok {c} on {ranks} ranks" for c in CHECKS]
+
+
+@pytest.mark.mpi
+def test_a_rank_that_raises_stops_every_rank_with_its_message():
+    result = _mpirun(4, "a_failing_rank_stops_everyone")
+    assert result.returncode != 0
+    assert "minitorch-nlp: rank 3 of 4: RuntimeError: boom on purpose" in result.stderr
