@@ -14,6 +14,9 @@ import numpy as np
 
 import minitorch_nlp as mt
 from minitorch_nlp import distributed as D
+from minitorch_nlp import nn
+from minitorch_nlp.distributed.tensor_parallel import (ColumnParallelLinear, RowParallelLinear,
+                                                       TensorParallelGPT2)
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
 from minitorch_nlp.optim import AdamW
 
@@ -70,12 +73,15 @@ def check_differentiable_collectives(comm):
         np.testing.assert_allclose(tx.grad.numpy(), expected, rtol=1e-12, err_msg=op.__name__)
 
 
-def _tiny_gpt():
-    mt.manual_seed(0)
-    model = GPT2LMHeadModel(GPTConfig.tiny())
+def _float64(model):
     for parameter in model.parameters():
         parameter.data = parameter.data.astype(np.float64)
     return model
+
+
+def _tiny_gpt():
+    mt.manual_seed(0)
+    return _float64(GPT2LMHeadModel(GPTConfig.tiny()))
 
 
 def check_data_parallel(comm):
@@ -113,8 +119,68 @@ def check_a_failing_rank_stops_everyone(comm):
     comm.all_reduce(np.zeros(1))                         # the others would wait here forever
 
 
-CHECKS = {name[len("check_"):]: check for name, check in globals().items()
-          if name.startswith("check_")}
+
+
+def _shard_of(dense, shard, comm):
+    """This rank's part of a dense parameter: split along the one axis where the shapes differ
+    (replicated when they agree)."""
+    axes = [a for a, (d, s) in enumerate(zip(dense.shape, shard.shape)) if d != s]
+    return dense if not axes else np.split(dense, comm.size, axis=axes[0])[comm.rank]
+
+
+def check_parallel_linears(comm):
+    x = mt.tensor(rank_array(0, (3, 4, 6)), requires_grad=True)        # the same on every rank
+    mt.manual_seed(1)
+    first, second = _float64(nn.Linear(6, 4 * comm.size)), _float64(nn.Linear(4 * comm.size, 5))
+    column = ColumnParallelLinear.from_dense(first, comm)
+    gathered = ColumnParallelLinear.from_dense(first, comm, gather_output=True)
+    row = RowParallelLinear.from_dense(second, comm)
+    np.testing.assert_allclose(gathered(x).numpy(), first(x).numpy(), rtol=1e-12)
+    out = row(column(x))
+    expected = second(first(x))
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-10, atol=1e-12)
+    out.sum().backward()
+    grad = x.grad.numpy().copy()
+    x.grad = None
+    expected.sum().backward()
+    np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-10)    # f summed the shards' parts
+
+
+def check_tensor_parallel(comm):
+    config, steps = GPTConfig.tiny(), 3
+    mt.manual_seed(0)
+    dense = _float64(GPT2LMHeadModel(config))
+    mt.manual_seed(0)
+    parallel = _float64(TensorParallelGPT2(config, comm))
+    dense_optimizer = AdamW(dense.parameters(), lr=1e-2)
+    parallel_optimizer = AdamW(parallel.parameters(), lr=1e-2)
+    dense_parameters = dict(dense.named_parameters())
+    for step in range(steps):
+        ids = np.random.default_rng(step).integers(0, 100, (2, 8))
+        dense_out, before = dense(ids, labels=ids), comm.calls["all_reduce"]
+        out = parallel(ids, labels=ids)
+        forward = comm.calls["all_reduce"] - before
+        np.testing.assert_allclose(out.loss.numpy(), dense_out.loss.numpy(), rtol=1e-10)
+        np.testing.assert_allclose(out.logits.numpy(), _shard_of(
+            dense_out.logits.numpy(), out.logits, comm), rtol=1e-9, atol=1e-12)
+        dense_optimizer.zero_grad()
+        parallel_optimizer.zero_grad()
+        dense_out.loss.backward()
+        before = comm.calls["all_reduce"]
+        out.loss.backward()
+        backward = comm.calls["all_reduce"] - before
+        # one all-reduce per sub-block each way (2 per layer), plus the vocabulary-parallel
+        # embedding (1 forward), loss (3 forward) and output layer's f (1 backward)
+        assert (forward, backward) == (2 * config.n_layer + 4, 2 * config.n_layer + 1)
+        for name, p in parallel.named_parameters():
+            np.testing.assert_allclose(p.grad.numpy(), _shard_of(
+                dense_parameters[name].grad.numpy(), p, comm), rtol=1e-8, atol=1e-12,
+                err_msg=name)
+        dense_optimizer.step()
+        parallel_optimizer.step()
+    for name, p in parallel.named_parameters():
+        np.testing.assert_allclose(p.numpy(), _shard_of(dense_parameters[name].numpy(), p, comm),
+                                   rtol=1e-9, atol=1e-12, err_msg=name)
 
 
 def main(names):
@@ -125,6 +191,10 @@ def main(names):
             comm.barrier()
             if comm.rank == 0:
                 print(f"ok {name} on {comm.size} ranks", flush=True)
+
+
+CHECKS = {name[len("check_"):]: check for name, check in globals().items()
+          if name.startswith("check_")}
 
 
 if __name__ == "__main__":

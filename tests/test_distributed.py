@@ -11,6 +11,7 @@ with its message instead of a hang.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -23,6 +24,8 @@ import pytest
 
 import minitorch_nlp as mt
 from minitorch_nlp import distributed as D
+from minitorch_nlp import functional as F
+from minitorch_nlp import nn
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
 from minitorch_nlp.optim import AdamW
 
@@ -89,6 +92,44 @@ def test_buckets_hold_at_most_bucket_bytes_unless_one_tensor_is_larger():
     assert parallel.buckets[0][0] is list(model.parameters())[-1]        # last layers first
 
 
+def test_a_tensor_parallel_layer_all_reduces_once_per_sub_block_each_way():
+    comm = D.SingleProcess()
+    d = 16
+    layer = nn.TransformerLayer(D.TensorParallelAttention(d, 4, comm),
+                                D.TensorParallelMLP(d, 4 * d, comm),
+                                functools.partial(nn.LayerNorm, d), norm_first=True, causal=True)
+    x = mt.randn(2, 5, d, requires_grad=True)
+    y = layer(x)
+    assert comm.calls["all_reduce"] == 2                   # g after attention, g after the MLP
+    y.sum().backward()
+    assert comm.calls["all_reduce"] == 4                   # f before each, backward
+
+
+def test_tensor_parallel_gpt2_on_one_rank_is_the_dense_model():
+    mt.manual_seed(0)
+    dense = GPT2LMHeadModel(GPTConfig.tiny())
+    mt.manual_seed(0)
+    parallel = D.TensorParallelGPT2(GPTConfig.tiny(), D.SingleProcess())
+    ids = np.random.default_rng(0).integers(0, 100, (2, 9))
+    np.testing.assert_allclose(parallel(ids, labels=ids).loss.numpy(),
+                               dense(ids, labels=ids).loss.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(parallel(ids).logits.numpy(), dense(ids).logits.numpy(),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_vocab_parallel_cross_entropy_on_one_rank_is_cross_entropy():
+    logits = mt.tensor(np.random.default_rng(0).standard_normal((3, 4, 7)), requires_grad=True)
+    target = np.array([[1, 2, -100, 6], [0, 0, 3, 5], [6, -100, 2, 1]])
+    loss = D.vocab_parallel_cross_entropy(logits, target, D.SingleProcess(), 0)
+    loss.backward()
+    expected = mt.tensor(logits.numpy(), requires_grad=True)
+    reference = F.cross_entropy(expected.reshape(-1, 7), target.ravel())
+    reference.backward()
+    np.testing.assert_allclose(loss.numpy(), reference.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(logits.grad.numpy(), expected.grad.numpy(), rtol=1e-10,
+                               atol=1e-14)
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda c: c.all_reduce([1.0, 2.0]), TypeError, "collectives take NumPy arrays, got list"),
     (lambda c: c.all_reduce(np.ones(2), op="mean"), ValueError, "op must be one of"),
@@ -99,6 +140,13 @@ def test_buckets_hold_at_most_bucket_bytes_unless_one_tensor_is_larger():
                                                               "Tensor"),
     (lambda c: D.DataParallel(GPT2LMHeadModel(GPTConfig.tiny()), c, bucket_bytes=0), ValueError,
      "bucket_bytes must be a positive int"),
+    (lambda c: D.TensorParallelAttention(16, 4, c)(mt.zeros(1, 2, 16), mt.zeros(1, 2, 16)),
+     ValueError, "self-attention only"),
+    (lambda c: D.TensorParallelAttention(16, 5, c), ValueError, "num_heads=5 does not divide"),
+    (lambda c: D.TensorParallelMLP(16, 32, c, activation="tanh"), ValueError,
+     "TensorParallelMLP: activation must be one of"),
+    (lambda c: D.vocab_parallel_cross_entropy(mt.zeros(2, 3, 5), np.zeros((2, 2), int), c, 0),
+     ValueError, r"target \(2, 2\) must match the logits' leading axes \(2, 3\)"),
 ])
 def test_bad_input_is_refused_with_a_clear_message(call, error, message):
     with pytest.raises(error, match=message):
@@ -123,12 +171,13 @@ def _mpirun(ranks, *checks):
                           timeout=MPI_TIMEOUT)
 
 
-CHECKS = ("collectives", "differentiable_collectives", "data_parallel")
+CHECKS = ("collectives", "differentiable_collectives", "data_parallel", "parallel_linears",
+          "tensor_parallel")
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_collectives_and_data_parallel_under_mpirun(ranks):
+def test_collectives_data_and_tensor_parallelism_under_mpirun(ranks):
     result = _mpirun(ranks, *CHECKS)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split("\n")[:len(CHECKS)] == [f"ok {c} on {ranks} ranks" for c in CHECKS]

@@ -8,13 +8,20 @@ and data parallelism.
   ``world()`` and ``fail_together``;
 * :mod:`.collectives`: the differentiable collectives (Megatron's f and g, all-gather /
   reduce-scatter, all-to-all);
-* :mod:`.data_parallel`: ``DataParallel``, gradients all-reduced in buckets after backward.
+* :mod:`.data_parallel`: ``DataParallel``, gradients all-reduced in buckets after backward;
+* :mod:`.tensor_parallel`: Megatron-LM's column- and row-parallel ``Linear``, MLP, attention
+  heads, vocabulary-parallel embedding and cross-entropy, and ``TensorParallelGPT2``.
 """
 from .collectives import all_gather, all_to_all, copy_to_parallel, reduce_from_parallel, \
     reduce_scatter
 from .communicator import Communicator, MPICommunicator, SingleProcess, fail_together, world
 from .data_parallel import DataParallel
+from .tensor_parallel import (ColumnParallelLinear, RowParallelLinear, TensorParallelAttention,
+                              TensorParallelGPT2, TensorParallelMLP, VocabParallelEmbedding,
+                              vocab_parallel_cross_entropy)
 
-__all__ = ["Communicator", "DataParallel", "MPICommunicator", "SingleProcess", "all_gather",
-           "all_to_all", "copy_to_parallel", "fail_together", "reduce_from_parallel",
-           "reduce_scatter", "world"]
+__all__ = ["ColumnParallelLinear", "Communicator", "DataParallel", "MPICommunicator",
+           "RowParallelLinear", "SingleProcess", "TensorParallelAttention", "TensorParallelGPT2",
+           "TensorParallelMLP", "VocabParallelEmbedding", "all_gather", "all_to_all",
+           "copy_to_parallel", "fail_together", "reduce_from_parallel", "reduce_scatter",
+           "vocab_parallel_cross_entropy", "world"]
