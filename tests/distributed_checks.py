@@ -183,6 +183,40 @@ def check_tensor_parallel(comm):
                                    rtol=1e-9, atol=1e-12, err_msg=name)
 
 
+def check_zero(comm):
+    n, r, steps = comm.size, comm.rank, 3
+    batches = [np.random.default_rng(s).integers(0, 100, (2 * n, 8)) for s in range(steps)]
+    single = _tiny_gpt()
+    optimizer = AdamW(single.parameters(), lr=1e-2, weight_decay=0.1)
+    for ids in batches:
+        optimizer.zero_grad()
+        single(ids, labels=ids).loss.backward()
+        optimizer.step()
+    for stage in (1, 2, 3):
+        replica = _tiny_gpt()
+        if r:                                            # the broadcast must fix other starts
+            for parameter in replica.parameters():
+                parameter.data = parameter.data - 1.0
+        zero = D.ZeroAdamW(replica, comm, stage, lr=1e-2, weight_decay=0.1)
+        calls = dict(comm.calls)
+        for ids in batches:
+            local = ids[2 * r:2 * r + 2]
+            zero.zero_grad()
+            with zero.gathered():
+                replica(local, labels=local).loss.backward()
+            zero.step()
+        assert comm.calls["reduce_scatter"] - calls.get("reduce_scatter", 0) == steps
+        assert comm.calls["all_gather"] - calls.get("all_gather", 0) == steps
+        padded = zero.partition * n
+        expected = D.zero_state_bytes(padded, n, stage, parameter_bytes=8, gradient_bytes=8,
+                                      optimizer_bytes=16)                      # float64
+        assert zero.state_bytes() == expected, (stage, zero.state_bytes(), expected)
+        with zero.gathered():
+            for (name, got), want in zip(replica.named_parameters(), single.parameters()):
+                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-9, atol=1e-12,
+                                           err_msg=f"stage {stage}: {name}")
+
+
 def main(names):
     comm = D.world()
     with D.fail_together(comm):

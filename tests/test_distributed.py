@@ -130,6 +130,41 @@ def test_vocab_parallel_cross_entropy_on_one_rank_is_cross_entropy():
                                atol=1e-14)
 
 
+def test_zero_memory_formula_gives_the_papers_figure_1():
+    # Rajbhandari et al. (2020), figure 1: Psi = 7.5B, N = 64, mixed-precision Adam (K = 12)
+    gigabytes = [sum(D.zero_state_bytes(7_500_000_000, 64, stage, parameter_bytes=2,
+                                        gradient_bytes=2, optimizer_bytes=12).values()) / 1e9
+                 for stage in (0, 1, 2, 3)]
+    assert gigabytes == pytest.approx([120, 31.4, 16.6, 1.9], abs=0.05)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_on_one_process_is_adamw(stage):
+    def model():
+        mt.manual_seed(0)
+        return GPT2LMHeadModel(GPTConfig.tiny())
+    ids = np.random.default_rng(0).integers(0, 100, (2, 8))
+    plain, sharded = model(), model()
+    adamw, zero = AdamW(plain.parameters(), lr=1e-2), D.ZeroAdamW(sharded, D.SingleProcess(),
+                                                                  stage, lr=1e-2)
+    for _ in range(2):
+        adamw.zero_grad()
+        plain(ids, labels=ids).loss.backward()
+        adamw.step()
+        zero.zero_grad()
+        with zero.gathered():
+            sharded(ids, labels=ids).loss.backward()
+        zero.step()
+    psi = sharded.num_parameters()
+    assert zero.state_bytes() == D.zero_state_bytes(psi, 1, stage)       # float32: 4 + 4 + 8
+    with zero.gathered():
+        for got, want in zip(sharded.parameters(), plain.parameters()):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
+    if stage == 3:
+        assert all(not p.numpy().any() for p in sharded.parameters())   # released placeholders
+        assert zero.state_bytes()["parameters"] == 4 * psi                # the partition only
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda c: c.all_reduce([1.0, 2.0]), TypeError, "collectives take NumPy arrays, got list"),
     (lambda c: c.all_reduce(np.ones(2), op="mean"), ValueError, "op must be one of"),
@@ -145,6 +180,11 @@ def test_vocab_parallel_cross_entropy_on_one_rank_is_cross_entropy():
     (lambda c: D.TensorParallelAttention(16, 5, c), ValueError, "num_heads=5 does not divide"),
     (lambda c: D.TensorParallelMLP(16, 32, c, activation="tanh"), ValueError,
      "TensorParallelMLP: activation must be one of"),
+    (lambda c: D.ZeroAdamW(GPT2LMHeadModel(GPTConfig.tiny()), c, 4), ValueError,
+     "stage must be 1, 2 or 3, got 4"),
+    (lambda c: D.ZeroAdamW(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, dtype=mt.float64)), c,
+                           1), ValueError, "all of one dtype"),
+    (lambda c: D.zero_state_bytes(10, 2, 5), ValueError, "stage must be 0"),
     (lambda c: D.vocab_parallel_cross_entropy(mt.zeros(2, 3, 5), np.zeros((2, 2), int), c, 0),
      ValueError, r"target \(2, 2\) must match the logits' leading axes \(2, 3\)"),
 ])
@@ -172,12 +212,12 @@ def _mpirun(ranks, *checks):
 
 
 CHECKS = ("collectives", "differentiable_collectives", "data_parallel", "parallel_linears",
-          "tensor_parallel")
+          "tensor_parallel", "zero")
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_collectives_data_and_tensor_parallelism_under_mpirun(ranks):
+def test_collectives_data_tensor_parallelism_and_zero_under_mpirun(ranks):
     result = _mpirun(ranks, *CHECKS)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split("\n")[:len(CHECKS)] == [f"ok {c} on {ranks} ranks" for c in CHECKS]

@@ -10,7 +10,9 @@ and data parallelism.
   reduce-scatter, all-to-all);
 * :mod:`.data_parallel`: ``DataParallel``, gradients all-reduced in buckets after backward;
 * :mod:`.tensor_parallel`: Megatron-LM's column- and row-parallel ``Linear``, MLP, attention
-  heads, vocabulary-parallel embedding and cross-entropy, and ``TensorParallelGPT2``.
+  heads, vocabulary-parallel embedding and cross-entropy, and ``TensorParallelGPT2``;
+* :mod:`.zero`: ZeRO stages 1-3 for AdamW (``ZeroAdamW``) and the paper's memory formula
+  (``zero_state_bytes``).
 """
 from .collectives import all_gather, all_to_all, copy_to_parallel, reduce_from_parallel, \
     reduce_scatter
@@ -19,9 +21,10 @@ from .data_parallel import DataParallel
 from .tensor_parallel import (ColumnParallelLinear, RowParallelLinear, TensorParallelAttention,
                               TensorParallelGPT2, TensorParallelMLP, VocabParallelEmbedding,
                               vocab_parallel_cross_entropy)
+from .zero import ZeroAdamW, zero_state_bytes
 
 __all__ = ["ColumnParallelLinear", "Communicator", "DataParallel", "MPICommunicator",
            "RowParallelLinear", "SingleProcess", "TensorParallelAttention", "TensorParallelGPT2",
            "TensorParallelMLP", "VocabParallelEmbedding", "all_gather", "all_to_all",
            "copy_to_parallel", "fail_together", "reduce_from_parallel", "reduce_scatter",
-           "vocab_parallel_cross_entropy", "world"]
+           "vocab_parallel_cross_entropy", "world", "ZeroAdamW", "zero_state_bytes"]
