@@ -15,6 +15,7 @@ import numpy as np
 import minitorch_nlp as mt
 from minitorch_nlp import distributed as D
 from minitorch_nlp import nn
+from minitorch_nlp.nn import moe
 from minitorch_nlp.distributed.tensor_parallel import (ColumnParallelLinear, RowParallelLinear,
                                                        TensorParallelGPT2)
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
@@ -215,6 +216,41 @@ def check_zero(comm):
             for (name, got), want in zip(replica.named_parameters(), single.parameters()):
                 np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-9, atol=1e-12,
                                            err_msg=f"stage {stage}: {name}")
+
+
+def check_expert_parallel(comm):
+    n, r = comm.size, comm.rank
+    d_model, d_ff, experts = 6, 8, 2 * n
+    for k in (1, 2):
+        mt.manual_seed(0)
+        dense = _float64(moe.MixtureOfExperts(d_model, d_ff, experts, k=k)).eval()
+        parallel = D.ExpertParallelMoE.from_dense(dense, comm).eval()
+        xs = [rank_array(q, (2, 5, d_model), salt=4) for q in range(n)]   # each rank's tokens
+        cotangents = [rank_array(q, (2, 5, d_model), salt=5) for q in range(n)]
+        x = mt.tensor(xs[r], requires_grad=True)
+        out = parallel(x)
+        (out * mt.tensor(cotangents[r])).sum().backward()
+        dense_x = [mt.tensor(a, requires_grad=True) for a in xs]
+        expected = [dense(a) for a in dense_x]            # one group of tokens per rank
+        sum((e * mt.tensor(c)).sum() for e, c in zip(expected, cotangents)).backward()
+        np.testing.assert_allclose(out.numpy(), expected[r].numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(x.grad.numpy(), dense_x[r].grad.numpy(), rtol=1e-10,
+                                   atol=1e-12)
+        local = slice(r * experts // n, (r + 1) * experts // n)
+        for name in ("wi", "wo"):                        # every rank's tokens reached them
+            np.testing.assert_allclose(getattr(parallel.experts, name).grad.numpy(),
+                                       getattr(dense.experts, name).grad.numpy()[local],
+                                       rtol=1e-9, atol=1e-12, err_msg=f"k={k} {name}")
+        gate = comm.all_reduce(parallel.gate.weight.grad.numpy())        # data-parallel part
+        np.testing.assert_allclose(gate, dense.gate.weight.grad.numpy(), rtol=1e-9, atol=1e-12)
+        assert parallel.experts.num_experts == 2 and comm.calls["all_to_all"] >= 4
+    if n > 1:
+        try:
+            D.ExpertParallelMoE(4, 8, n + 1, comm)
+        except ValueError as error:
+            assert f"num_experts={n + 1} must be divisible by the {n} ranks" in str(error)
+        else:
+            raise AssertionError("ExpertParallelMoE accepted experts the ranks cannot share")
 
 
 def main(names):

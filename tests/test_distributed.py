@@ -6,8 +6,9 @@ its errors and counters, and the collectives' gradients. With real ranks: the ch
 ``tests/distributed_checks.py`` under ``mpirun -n 2`` and ``mpirun -n 4 --oversubscribe``
 (marked ``mpi``; skipped, with the reason, where mpirun or mpi4py is missing): every collective
 against NumPy, every collective's gradient, sub-communicators, data parallelism equal to one
-process on the global batch after three AdamW steps, and a failing rank that stops every rank
-with its message instead of a hang.
+process on the global batch after three AdamW steps, Megatron's tensor-parallel GPT-2 and ZeRO
+stages 1-3 equal to the one-process model, GShard's expert parallelism equal to the dense
+layer, and a failing rank that stops every rank with its message instead of a hang.
 """
 from __future__ import annotations
 
@@ -130,6 +131,15 @@ def test_vocab_parallel_cross_entropy_on_one_rank_is_cross_entropy():
                                atol=1e-14)
 
 
+def test_expert_parallel_moe_on_one_rank_is_the_dense_layer():
+    mt.manual_seed(0)
+    dense = nn.MixtureOfExperts(8, 16, 4).eval()
+    parallel = D.ExpertParallelMoE.from_dense(dense, D.SingleProcess()).eval()
+    x = mt.randn(2, 6, 8)
+    np.testing.assert_allclose(parallel(x).numpy(), dense(x).numpy(), rtol=1e-6, atol=1e-7)
+    assert parallel.routing.tokens_per_expert.tolist() == dense.routing.tokens_per_expert.tolist()
+
+
 def test_zero_memory_formula_gives_the_papers_figure_1():
     # Rajbhandari et al. (2020), figure 1: Psi = 7.5B, N = 64, mixed-precision Adam (K = 12)
     gigabytes = [sum(D.zero_state_bytes(7_500_000_000, 64, stage, parameter_bytes=2,
@@ -212,7 +222,7 @@ def _mpirun(ranks, *checks):
 
 
 CHECKS = ("collectives", "differentiable_collectives", "data_parallel", "parallel_linears",
-          "tensor_parallel", "zero")
+          "tensor_parallel", "zero", "expert_parallel")
 
 
 @pytest.mark.mpi

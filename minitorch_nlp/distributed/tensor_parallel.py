@@ -54,7 +54,8 @@ def _rows(array, comm, axis=0):
 
 
 def _set(parameter, array):
-    parameter.data = parameter.backend.asarray(np.ascontiguousarray(array, dtype=parameter.dtype))
+    """``parameter`` holds ``array`` (a copy of the dense weights' part, in their dtype)."""
+    parameter.data = parameter.backend.asarray(np.ascontiguousarray(array))
 
 
 class ColumnParallelLinear(Linear):
