@@ -47,12 +47,13 @@ from ..autograd import Tensor, einsum, empty, tensor
 from ..autograd.random import rng
 from . import init
 from .layers import Linear
+from .transformer import FeedForward
 from .module import Module
 from .parameter import Parameter
 
 __all__ = ["Experts", "MixtureOfExperts", "Routing", "aux_losses", "expert_capacity",
            "dispatch_and_combine", "expert_ffn", "gshard_gating", "load_balancing_loss",
-           "mixture_of_experts", "route"]
+           "mixture_every_other_layer", "mixture_of_experts", "route"]
 
 SECOND_EXPERT_POLICIES = ("random", "all")
 
@@ -323,6 +324,25 @@ class MixtureOfExperts(Module):
     def extra_repr(self):
         return (f"k={self.k}, capacity_factor={self.capacity_factor}, "
                 f"second_expert={self.second_expert!r}")
+
+
+def mixture_every_other_layer(layers, num_experts, **options):
+    """GShard's Transformer (section 2.1): the feed-forward network of every other layer (1, 3,
+    5 ...) of ``layers`` (``TransformerLayer``s, e.g. ``model.transformer.blocks.layers``)
+    replaced, in place, by a ``MixtureOfExperts`` of ``num_experts`` experts as wide as it;
+    ``options`` go to ``MixtureOfExperts`` (``k``, ``capacity_factor`` ...). Returns the new
+    layers. Routing shares each expert's capacity among all the tokens of a batch, so a token's
+    output can depend on later tokens: an MoE decoder is not strictly causal."""
+    replaced = []
+    for layer in list(layers)[1::2]:
+        dense = layer.feed_forward
+        if not isinstance(dense, FeedForward):
+            raise TypeError(f"mixture_every_other_layer: a layer's feed_forward is a "
+                            f"{type(dense).__name__}, not an nn.FeedForward")
+        layer.feed_forward = MixtureOfExperts(dense.linear1.in_features,
+                                              dense.linear1.out_features, num_experts, **options)
+        replaced.append(layer.feed_forward)
+    return replaced
 
 
 def aux_losses(model):
