@@ -25,6 +25,7 @@ from minitorch_nlp import cookbook, nn, optim, training
 from minitorch_nlp import functional as F
 from minitorch_nlp.backends import backend, get_backend
 from minitorch_nlp.compress.commands import add_compress_commands
+from minitorch_nlp.distributed.commands import add_plan_commands
 from minitorch_nlp.models import registry
 from minitorch_nlp.retrieval.commands import add_retrieval_commands
 from minitorch_nlp.testing.commands import add_testing_commands
@@ -98,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     add_testing_commands(commands)
     add_compress_commands(commands)
     add_retrieval_commands(commands)
+    add_plan_commands(commands)
     return parser
 
 

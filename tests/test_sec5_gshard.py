@@ -21,6 +21,7 @@ from hypothesis import given, strategies as st
 import minitorch_nlp as mt
 from minitorch_nlp import nn
 from minitorch_nlp.nn import moe
+from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
 from minitorch_nlp.optim import AdamW
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import moe as reference
@@ -208,6 +209,28 @@ def test_moe_transformer_layer_learns_with_the_aux_loss():
         losses.append(float(task))
     assert losses[-1] < losses[0] / 2
     assert block.feed_forward.gate.weight.grad is not None
+
+
+def test_a_gpt_with_experts_in_every_other_layer_learns():
+    mt.manual_seed(0)
+    model = GPT2LMHeadModel(GPTConfig.tiny(n_layer=4, vocab_size=20))
+    layers = model.transformer.blocks.layers
+    moes = moe.mixture_every_other_layer(layers, 4, k=2)
+    assert [type(layer.feed_forward) for layer in layers] == \
+        [nn.FeedForward, moe.MixtureOfExperts] * 2 and moes == [layers[1].feed_forward,
+                                                               layers[3].feed_forward]
+    ids = np.random.default_rng(0).integers(0, 20, (4, 16))
+    optimizer = AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(40):
+        lm_loss = model(ids, labels=ids).loss
+        optimizer.zero_grad()
+        (lm_loss + 0.01 * moe.aux_losses(model)).backward()
+        optimizer.step()
+        losses.append(float(lm_loss))
+    assert losses[-1] < losses[0] / 2
+    with pytest.raises(TypeError, match="feed_forward is a MixtureOfExperts, not an"):
+        moe.mixture_every_other_layer([layers[0], layers[1]], 2)
 
 
 def test_expert_capacity_is_gshards_2s_over_e_and_switchs_s_over_e():

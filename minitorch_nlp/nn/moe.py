@@ -47,11 +47,13 @@ from ..autograd import Tensor, einsum, empty, tensor
 from ..autograd.random import rng
 from . import init
 from .layers import Linear
+from .transformer import FeedForward
 from .module import Module
 from .parameter import Parameter
 
 __all__ = ["Experts", "MixtureOfExperts", "Routing", "aux_losses", "expert_capacity",
-           "expert_ffn", "gshard_gating", "load_balancing_loss", "mixture_of_experts", "route"]
+           "dispatch_and_combine", "expert_ffn", "gshard_gating", "load_balancing_loss",
+           "mixture_every_other_layer", "mixture_of_experts", "route"]
 
 SECOND_EXPERT_POLICIES = ("random", "all")
 
@@ -218,9 +220,16 @@ def mixture_of_experts(x, wi, wo, *, combine, dispatch=None):
     if tuple(dispatch.shape) != combine.shape:
         raise ValueError(f"mixture_of_experts: dispatch {tuple(dispatch.shape)} must have "
                          f"combine's shape {combine.shape}")
+    return dispatch_and_combine(x, combine, dispatch, lambda inputs: expert_ffn(inputs, wi, wo))
+
+
+def dispatch_and_combine(x, combine, dispatch, run_experts):
+    """GShard's einsums around the experts: tokens ``x`` (S, d_model) gathered into the
+    experts' buffers by ``dispatch`` (S, E, C), ``run_experts`` (E, C, d_model) -> (E, C,
+    d_model) applied, and the outputs mixed back with ``combine`` (S, E, C)."""
     dispatch = tensor(x.backend.xp.asarray(dispatch), dtype=x.dtype, backend=x.backend)
     expert_inputs = einsum("sec,sm->ecm", dispatch, x)
-    return einsum("sec,ecm->sm", combine.astype(x.dtype), expert_ffn(expert_inputs, wi, wo))
+    return einsum("sec,ecm->sm", combine.astype(x.dtype), run_experts(expert_inputs))
 
 
 class Experts(Module):
@@ -286,6 +295,7 @@ class MixtureOfExperts(Module):
             raise ValueError(f"{where}: second_expert must be one of {SECOND_EXPERT_POLICIES}, "
                              f"got {second_expert!r}")
         expert_capacity(1, num_experts, k, capacity_factor)
+        self.num_experts = num_experts
         self.k, self.capacity_factor, self.second_expert = k, capacity_factor, second_expert
         self.generator = generator
         self.gate = Linear(d_model, num_experts, bias=False, generator=generator)   # W_g
@@ -296,19 +306,43 @@ class MixtureOfExperts(Module):
     def forward(self, x):
         checks.features(x, self.d_model, "x", "MixtureOfExperts")
         tokens = x.reshape(-1, self.d_model)                                    # (S, M)
-        capacity = expert_capacity(tokens.shape[0], self.experts.num_experts, self.k,
+        capacity = expert_capacity(tokens.shape[0], self.num_experts, self.k,
                                    self.capacity_factor)
         random_routing = self.k == 2 and self.second_expert == "random" and self.training
         draws = rng(self.generator).random(tokens.shape[0]) if random_routing else None
         routing = route(self.gate(tokens), k=self.k, capacity=capacity, draws=draws)   # eq 32
-        y = mixture_of_experts(tokens, self.experts.wi, self.experts.wo,               # eq 33-34
-                               combine=routing.combine, dispatch=routing.dispatch)
+        y = dispatch_and_combine(tokens, routing.combine, routing.dispatch,            # eq 33-34
+                                 self.run_experts)
         self.aux_loss, self.routing = routing.aux_loss, routing
         return y.reshape(x.shape)
+
+    def run_experts(self, expert_inputs):
+        """FFN_e of every expert's buffer (E, C, d_model) (eq 33); an expert-parallel layer
+        overrides this to send the buffers to the ranks that hold the experts."""
+        return self.experts(expert_inputs)
 
     def extra_repr(self):
         return (f"k={self.k}, capacity_factor={self.capacity_factor}, "
                 f"second_expert={self.second_expert!r}")
+
+
+def mixture_every_other_layer(layers, num_experts, **options):
+    """GShard's Transformer (section 2.1): the feed-forward network of every other layer (1, 3,
+    5 ...) of ``layers`` (``TransformerLayer``s, e.g. ``model.transformer.blocks.layers``)
+    replaced, in place, by a ``MixtureOfExperts`` of ``num_experts`` experts as wide as it;
+    ``options`` go to ``MixtureOfExperts`` (``k``, ``capacity_factor`` ...). Returns the new
+    layers. Routing shares each expert's capacity among all the tokens of a batch, so a token's
+    output can depend on later tokens: an MoE decoder is not strictly causal."""
+    replaced = []
+    for layer in list(layers)[1::2]:
+        dense = layer.feed_forward
+        if not isinstance(dense, FeedForward):
+            raise TypeError(f"mixture_every_other_layer: a layer's feed_forward is a "
+                            f"{type(dense).__name__}, not an nn.FeedForward")
+        layer.feed_forward = MixtureOfExperts(dense.linear1.in_features,
+                                              dense.linear1.out_features, num_experts, **options)
+        replaced.append(layer.feed_forward)
+    return replaced
 
 
 def aux_losses(model):

@@ -1,0 +1,271 @@
+"""The checks that need real ranks, run by ``tests/test_distributed.py`` as
+``mpirun -n N python -m tests.distributed_checks CHECK ...``: each rank runs the named checks in
+order (inside ``fail_together``, so that a failing assertion on one rank ends them all with its
+message), and rank 0 prints ``ok CHECK`` after each.
+
+Every expected value is computed on each rank without communication, from arrays every rank can
+draw (seeded by rank), so that a check compares MPI's answer with plain NumPy.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import minitorch_nlp as mt
+from minitorch_nlp import distributed as D
+from minitorch_nlp import nn
+from minitorch_nlp.nn import moe
+from minitorch_nlp.distributed.tensor_parallel import (ColumnParallelLinear, RowParallelLinear,
+                                                       TensorParallelGPT2)
+from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
+from minitorch_nlp.optim import AdamW
+
+
+def rank_array(rank, shape, salt=0):
+    return np.random.default_rng(1000 * salt + rank).standard_normal(shape)
+
+
+def check_collectives(comm):
+    n, r = comm.size, comm.rank
+    everyone = [rank_array(q, (2 * n, 3)) for q in range(n)]
+    mine = everyone[r]
+    np.testing.assert_allclose(comm.all_reduce(mine), sum(everyone), rtol=1e-12)
+    np.testing.assert_array_equal(comm.all_reduce(mine, op="max"), np.max(everyone, axis=0))
+    np.testing.assert_array_equal(comm.all_gather(mine, axis=1), np.concatenate(everyone, 1))
+    np.testing.assert_allclose(comm.reduce_scatter(mine, axis=0),
+                               np.split(sum(everyone), n, axis=0)[r], rtol=1e-12)
+    exchanged = comm.all_to_all(mine, axis=0)
+    np.testing.assert_array_equal(exchanged, np.concatenate(
+        [np.split(everyone[q], n, axis=0)[r] for q in range(n)], axis=0))
+    np.testing.assert_array_equal(comm.all_to_all(exchanged, axis=0), mine)
+    np.testing.assert_array_equal(comm.broadcast(mine, root=n - 1), everyone[n - 1])
+    assert comm.calls["all_reduce"] == 2 and comm.bytes["all_gather"] == mine.nbytes
+    parity = comm.split(r % 2)                                    # even ranks, odd ranks
+    group = [q for q in range(n) if q % 2 == r % 2]
+    assert parity.size == len(group) and parity.rank == group.index(r)
+    np.testing.assert_allclose(parity.all_reduce(mine), sum(everyone[q] for q in group))
+    comm.barrier()
+
+
+def check_differentiable_collectives(comm):
+    n, r = comm.size, comm.rank
+    x = rank_array(0, (2 * n, 2))                                # the same on every rank
+    a = [rank_array(q, x.shape, salt=1) for q in range(n)]
+    tx = mt.tensor(x, dtype=mt.float64, requires_grad=True)
+    (D.copy_to_parallel(tx, comm) * mt.tensor(a[r])).sum().backward()     # f
+    np.testing.assert_allclose(tx.grad.numpy(), sum(a), rtol=1e-12)
+    xs = [rank_array(q, x.shape, salt=2) for q in range(n)]
+    tx = mt.tensor(xs[r], dtype=mt.float64, requires_grad=True)
+    z = D.reduce_from_parallel(tx, comm)                                   # g
+    np.testing.assert_allclose(z.numpy(), sum(xs), rtol=1e-12)
+    (z * mt.tensor(a[0])).sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), a[0], rtol=1e-12)
+    # the gradient of the sum of every rank's <output, cotangent>, rank r's share of x
+    small = [rank_array(q, (2, 2), salt=3) for q in range(n)]
+    part = lambda array, q: np.split(array, n, axis=0)[q]                  # noqa: E731
+    cases = (
+        (D.all_gather, small, a, sum(part(a[q], r) for q in range(n))),
+        (D.reduce_scatter, xs, small, np.concatenate(small)),
+        (D.all_to_all, xs, a, np.concatenate([part(a[q], r) for q in range(n)])))
+    for op, inputs, cotangents, expected in cases:
+        tx = mt.tensor(inputs[r], dtype=mt.float64, requires_grad=True)
+        (op(tx, comm, axis=0) * mt.tensor(cotangents[r])).sum().backward()
+        np.testing.assert_allclose(tx.grad.numpy(), expected, rtol=1e-12, err_msg=op.__name__)
+
+
+def _float64(model):
+    for parameter in model.parameters():
+        parameter.data = parameter.data.astype(np.float64)
+    return model
+
+
+def _tiny_gpt():
+    mt.manual_seed(0)
+    return _float64(GPT2LMHeadModel(GPTConfig.tiny()))
+
+
+def check_data_parallel(comm):
+    n, r, steps = comm.size, comm.rank, 3
+    batches = [np.random.default_rng(s).integers(0, 100, (2 * n, 8)) for s in range(steps)]
+    single = _tiny_gpt()
+    optimizer = AdamW(single.parameters(), lr=1e-2)
+    for ids in batches:                                  # one process, the global batch
+        optimizer.zero_grad()
+        single(ids, labels=ids).loss.backward()
+        optimizer.step()
+    replica = _tiny_gpt()
+    if r:                                                # other ranks start elsewhere:
+        for parameter in replica.parameters():           # the broadcast must fix it
+            parameter.data = parameter.data + 1.0
+    parallel = D.DataParallel(replica, comm, bucket_bytes=16_000)
+    optimizer = AdamW(replica.parameters(), lr=1e-2)
+    before = comm.calls["all_reduce"]
+    for ids in batches:
+        local = ids[2 * r:2 * r + 2]                     # this rank's share
+        optimizer.zero_grad()
+        parallel(local, labels=local).loss.backward()
+        parallel.sync_gradients()
+        optimizer.step()
+    assert len(parallel.buckets) > 1
+    assert comm.calls["all_reduce"] - before == steps * len(parallel.buckets)
+    for (name, got), want in zip(replica.named_parameters(), single.parameters()):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-9, atol=1e-12,
+                                   err_msg=name)
+
+
+def check_a_failing_rank_stops_everyone(comm):
+    if comm.rank == comm.size - 1:
+        raise RuntimeError("boom on purpose")
+    comm.all_reduce(np.zeros(1))                         # the others would wait here forever
+
+
+
+
+def _shard_of(dense, shard, comm):
+    """This rank's part of a dense parameter: split along the one axis where the shapes differ
+    (replicated when they agree)."""
+    axes = [a for a, (d, s) in enumerate(zip(dense.shape, shard.shape)) if d != s]
+    return dense if not axes else np.split(dense, comm.size, axis=axes[0])[comm.rank]
+
+
+def check_parallel_linears(comm):
+    x = mt.tensor(rank_array(0, (3, 4, 6)), requires_grad=True)        # the same on every rank
+    mt.manual_seed(1)
+    first, second = _float64(nn.Linear(6, 4 * comm.size)), _float64(nn.Linear(4 * comm.size, 5))
+    column = ColumnParallelLinear.from_dense(first, comm)
+    gathered = ColumnParallelLinear.from_dense(first, comm, gather_output=True)
+    row = RowParallelLinear.from_dense(second, comm)
+    np.testing.assert_allclose(gathered(x).numpy(), first(x).numpy(), rtol=1e-12)
+    out = row(column(x))
+    expected = second(first(x))
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-10, atol=1e-12)
+    out.sum().backward()
+    grad = x.grad.numpy().copy()
+    x.grad = None
+    expected.sum().backward()
+    np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-10)    # f summed the shards' parts
+
+
+def check_tensor_parallel(comm):
+    config, steps = GPTConfig.tiny(), 3
+    mt.manual_seed(0)
+    dense = _float64(GPT2LMHeadModel(config))
+    mt.manual_seed(0)
+    parallel = _float64(TensorParallelGPT2(config, comm))
+    dense_optimizer = AdamW(dense.parameters(), lr=1e-2)
+    parallel_optimizer = AdamW(parallel.parameters(), lr=1e-2)
+    dense_parameters = dict(dense.named_parameters())
+    for step in range(steps):
+        ids = np.random.default_rng(step).integers(0, 100, (2, 8))
+        dense_out, before = dense(ids, labels=ids), comm.calls["all_reduce"]
+        out = parallel(ids, labels=ids)
+        forward = comm.calls["all_reduce"] - before
+        np.testing.assert_allclose(out.loss.numpy(), dense_out.loss.numpy(), rtol=1e-10)
+        np.testing.assert_allclose(out.logits.numpy(), _shard_of(
+            dense_out.logits.numpy(), out.logits, comm), rtol=1e-9, atol=1e-12)
+        dense_optimizer.zero_grad()
+        parallel_optimizer.zero_grad()
+        dense_out.loss.backward()
+        before = comm.calls["all_reduce"]
+        out.loss.backward()
+        backward = comm.calls["all_reduce"] - before
+        # one all-reduce per sub-block each way (2 per layer), plus the vocabulary-parallel
+        # embedding (1 forward), loss (3 forward) and output layer's f (1 backward)
+        assert (forward, backward) == (2 * config.n_layer + 4, 2 * config.n_layer + 1)
+        for name, p in parallel.named_parameters():
+            np.testing.assert_allclose(p.grad.numpy(), _shard_of(
+                dense_parameters[name].grad.numpy(), p, comm), rtol=1e-8, atol=1e-12,
+                err_msg=name)
+        dense_optimizer.step()
+        parallel_optimizer.step()
+    for name, p in parallel.named_parameters():
+        np.testing.assert_allclose(p.numpy(), _shard_of(dense_parameters[name].numpy(), p, comm),
+                                   rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def check_zero(comm):
+    n, r, steps = comm.size, comm.rank, 3
+    batches = [np.random.default_rng(s).integers(0, 100, (2 * n, 8)) for s in range(steps)]
+    single = _tiny_gpt()
+    optimizer = AdamW(single.parameters(), lr=1e-2, weight_decay=0.1)
+    for ids in batches:
+        optimizer.zero_grad()
+        single(ids, labels=ids).loss.backward()
+        optimizer.step()
+    for stage in (1, 2, 3):
+        replica = _tiny_gpt()
+        if r:                                            # the broadcast must fix other starts
+            for parameter in replica.parameters():
+                parameter.data = parameter.data - 1.0
+        zero = D.ZeroAdamW(replica, comm, stage, lr=1e-2, weight_decay=0.1)
+        calls = dict(comm.calls)
+        for ids in batches:
+            local = ids[2 * r:2 * r + 2]
+            zero.zero_grad()
+            with zero.gathered():
+                replica(local, labels=local).loss.backward()
+            zero.step()
+        assert comm.calls["reduce_scatter"] - calls.get("reduce_scatter", 0) == steps
+        assert comm.calls["all_gather"] - calls.get("all_gather", 0) == steps
+        padded = zero.partition * n
+        expected = D.zero_state_bytes(padded, n, stage, parameter_bytes=8, gradient_bytes=8,
+                                      optimizer_bytes=16)                      # float64
+        assert zero.state_bytes() == expected, (stage, zero.state_bytes(), expected)
+        with zero.gathered():
+            for (name, got), want in zip(replica.named_parameters(), single.parameters()):
+                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-9, atol=1e-12,
+                                           err_msg=f"stage {stage}: {name}")
+
+
+def check_expert_parallel(comm):
+    n, r = comm.size, comm.rank
+    d_model, d_ff, experts = 6, 8, 2 * n
+    for k in (1, 2):
+        mt.manual_seed(0)
+        dense = _float64(moe.MixtureOfExperts(d_model, d_ff, experts, k=k)).eval()
+        parallel = D.ExpertParallelMoE.from_dense(dense, comm).eval()
+        xs = [rank_array(q, (2, 5, d_model), salt=4) for q in range(n)]   # each rank's tokens
+        cotangents = [rank_array(q, (2, 5, d_model), salt=5) for q in range(n)]
+        x = mt.tensor(xs[r], requires_grad=True)
+        out = parallel(x)
+        (out * mt.tensor(cotangents[r])).sum().backward()
+        dense_x = [mt.tensor(a, requires_grad=True) for a in xs]
+        expected = [dense(a) for a in dense_x]            # one group of tokens per rank
+        sum((e * mt.tensor(c)).sum() for e, c in zip(expected, cotangents)).backward()
+        np.testing.assert_allclose(out.numpy(), expected[r].numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(x.grad.numpy(), dense_x[r].grad.numpy(), rtol=1e-10,
+                                   atol=1e-12)
+        local = slice(r * experts // n, (r + 1) * experts // n)
+        for name in ("wi", "wo"):                        # every rank's tokens reached them
+            np.testing.assert_allclose(getattr(parallel.experts, name).grad.numpy(),
+                                       getattr(dense.experts, name).grad.numpy()[local],
+                                       rtol=1e-9, atol=1e-12, err_msg=f"k={k} {name}")
+        gate = comm.all_reduce(parallel.gate.weight.grad.numpy())        # data-parallel part
+        np.testing.assert_allclose(gate, dense.gate.weight.grad.numpy(), rtol=1e-9, atol=1e-12)
+        assert parallel.experts.num_experts == 2 and comm.calls["all_to_all"] >= 4
+    if n > 1:
+        try:
+            D.ExpertParallelMoE(4, 8, n + 1, comm)
+        except ValueError as error:
+            assert f"num_experts={n + 1} must be divisible by the {n} ranks" in str(error)
+        else:
+            raise AssertionError("ExpertParallelMoE accepted experts the ranks cannot share")
+
+
+def main(names):
+    comm = D.world()
+    with D.fail_together(comm):
+        for name in names:
+            CHECKS[name](comm)
+            comm.barrier()
+            if comm.rank == 0:
+                print(f"ok {name} on {comm.size} ranks", flush=True)
+
+
+CHECKS = {name[len("check_"):]: check for name, check in globals().items()
+          if name.startswith("check_")}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
