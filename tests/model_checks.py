@@ -619,3 +619,31 @@ def seq2seq_spec(name, build, *, source, decoder_start, vocab, **fields):
         decode=lambda model, ids, use_cache: model.generate(ids, max_new_tokens=6,
                                                             use_cache=use_cache),
         hf=True, **fields)
+
+
+def assert_saves_fixture_tensors(model, directory, out):
+    """``save_pretrained(model, out)`` writes exactly the tensors of the HuggingFace fixture
+    ``directory`` (the same keys and values); returns the ``config.json`` written, as a dict."""
+    import json
+
+    from safetensors.numpy import load_file
+    mt.save_pretrained(model, out)
+    ours, theirs = load_file(out / "model.safetensors"), load_file(directory / "model.safetensors")
+    assert sorted(ours) == sorted(theirs)
+    for key, value in theirs.items():
+        np.testing.assert_array_equal(ours[key], value, err_msg=key)
+    return json.loads((out / "config.json").read_text())
+
+
+def masked_lm_batch(seed=10):
+    """Three rows of ids in [4, 23) after [CLS] = 2, padded to 8, 6 and 3 real tokens, every
+    third real token masked ([MASK] = 3) with its label, two segments (the second from
+    position 4): the tiny masked-LM batch of the BERT-family tests."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(4, 23, (3, 8))
+    ids[:, 0] = 2
+    mask = np.arange(8)[None, :] < np.array([8, 6, 3])[:, None]
+    labels = np.where((np.arange(8) % 3 == 1) & mask, ids, -100)
+    return dict(input_ids=np.where(labels != -100, 3, ids), attention_mask=mask,
+                token_type_ids=(np.arange(8) >= 4)[None].repeat(3, 0).astype(np.int64),
+                labels=labels)

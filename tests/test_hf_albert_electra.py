@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from tests.model_checks import hf_fixture_difference
+from tests.model_checks import assert_saves_fixture_tensors, hf_fixture_difference
 
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
+pytest.importorskip("safetensors.numpy")
 
 pytestmark = pytest.mark.sec9
 
@@ -39,13 +38,8 @@ def test_checkpoints_give_huggingfaces_outputs(name):
 
 @pytest.mark.parametrize("name", ALBERT + ELECTRA)
 def test_save_pretrained_writes_huggingfaces_tensors_and_reloads(name, tmp_path):
-    mt.save_pretrained(mt.from_pretrained(FIXTURES / name), tmp_path)
-    ours = safetensors_numpy.load_file(tmp_path / "model.safetensors")
-    theirs = safetensors_numpy.load_file(FIXTURES / name / "model.safetensors")
-    assert sorted(ours) == sorted(theirs)
-    for key, value in theirs.items():
-        np.testing.assert_array_equal(ours[key], value, err_msg=key)
-    config = json.loads((tmp_path / "config.json").read_text())
+    config = assert_saves_fixture_tensors(mt.from_pretrained(FIXTURES / name), FIXTURES / name,
+                                          tmp_path)
     original = json.loads((FIXTURES / name / "config.json").read_text())
     for field in ("embedding_size", "hidden_size", "num_hidden_layers", "intermediate_size",
                   "hidden_act"):

@@ -5,7 +5,6 @@ times their scale and save back to the same tensors; the shared model checks; le
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +15,10 @@ from minitorch_nlp.models.bert import BertConfig, BertModel
 from minitorch_nlp.models.megatron_bert import (MegatronBertConfig, MegatronBertForPreTraining,
                                                 MegatronBertModel)
 from minitorch_nlp.nn import Identity
-from tests.model_checks import (Learning, ModelChecks, encoder_spec, hf_fixture_difference,
-                                randomize)
+from tests.model_checks import (Learning, ModelChecks, assert_saves_fixture_tensors,
+                                encoder_spec, hf_fixture_difference, masked_lm_batch, randomize)
 
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
+pytest.importorskip("safetensors.numpy")
 
 pytestmark = pytest.mark.sec4
 
@@ -40,13 +39,8 @@ def test_checkpoints_give_huggingfaces_outputs(name):
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_save_pretrained_writes_huggingfaces_tensors_and_reloads(name, tmp_path):
-    mt.save_pretrained(mt.from_pretrained(FIXTURES / name), tmp_path)
-    ours = safetensors_numpy.load_file(tmp_path / "model.safetensors")
-    theirs = safetensors_numpy.load_file(FIXTURES / name / "model.safetensors")
-    assert sorted(ours) == sorted(theirs)
-    for key, value in theirs.items():
-        np.testing.assert_array_equal(ours[key], value, err_msg=key)
-    config = json.loads((tmp_path / "config.json").read_text())
+    config = assert_saves_fixture_tensors(mt.from_pretrained(FIXTURES / name), FIXTURES / name,
+                                          tmp_path)
     assert config["model_type"] == "megatron-bert" and config["architectures"] == [name]
     assert hf_fixture_difference(mt.from_pretrained(tmp_path), FIXTURES / name, INPUT_NAMES) < 1e-4
 
@@ -82,14 +76,7 @@ def build_with_dropout(model_class):
 
 
 def pretraining_batch(seed=10):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(4, 23, (3, 8))
-    ids[:, 0] = 2
-    mask = np.arange(8)[None, :] < np.array([8, 6, 3])[:, None]
-    labels = np.where((np.arange(8) % 3 == 1) & mask, ids, -100)
-    return dict(input_ids=np.where(labels != -100, 3, ids), attention_mask=mask,
-                token_type_ids=(np.arange(8) >= 4)[None].repeat(3, 0).astype(np.int64),
-                labels=labels, next_sentence_label=np.array([0, 1, 0]))
+    return dict(masked_lm_batch(seed), next_sentence_label=np.array([0, 1, 0]))
 
 
 SKIPS = {"padding_left": "Megatron-BERT's absolute positions count from the first column"}

@@ -28,7 +28,8 @@ from minitorch_nlp.models.albert import (PAPER_CONFIGS, SHARING_MODES, AlbertCon
                                          parameter_count)
 from minitorch_nlp.models.bert import BertConfig, BertModel
 from minitorch_nlp.testing.reference import albert as R
-from tests.model_checks import Learning, ModelChecks, encoder_spec, overfit, randomize
+from tests.model_checks import (Learning, ModelChecks, encoder_spec, masked_lm_batch, overfit,
+                                randomize)
 
 pytestmark = pytest.mark.sec9
 
@@ -242,17 +243,6 @@ def test_errors_name_albert_limits():
 
 
 # ---- the shared checks and learning --------------------------------------------------------------
-def mlm_batch(seed=10):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(4, 23, (3, 8))
-    ids[:, 0] = 2
-    mask = np.arange(8)[None, :] < np.array([8, 6, 3])[:, None]
-    labels = np.where((np.arange(8) % 3 == 1) & mask, ids, -100)
-    return dict(input_ids=np.where(labels != -100, 3, ids), attention_mask=mask,
-                token_type_ids=(np.arange(8) >= 4)[None].repeat(3, 0).astype(np.int64),
-                labels=labels)
-
-
 def build_with_dropout(model_class, **overrides):
     def build_model(dropout=0.0):
         return model_class(AlbertConfig(**TINY, hidden_dropout_prob=dropout,
@@ -267,7 +257,7 @@ class TestAlbertForMaskedLMChecks(ModelChecks):
     spec = encoder_spec(
         "AlbertForMaskedLM", build_with_dropout(AlbertForMaskedLM), vocab=(4, 23),
         padding_token_type=1,
-        learning=Learning(mlm_batch, lambda model, inputs: model(**inputs).loss, steps=100,
+        learning=Learning(masked_lm_batch, lambda model, inputs: model(**inputs).loss, steps=100,
                           factor=20, lr=1e-2),
         skips={"padding_left": "ALBERT's absolute positions count from the first column"})
 
@@ -292,7 +282,7 @@ class TestAlbertModelSharedAttentionChecks(ModelChecks):
 
 
 def test_pretraining_learns_masked_lm_and_sentence_order_together():
-    inputs = dict(mlm_batch(11), sentence_order_label=np.array([0, 1, 0]))
+    inputs = dict(masked_lm_batch(11), sentence_order_label=np.array([0, 1, 0]))
     model = build(AlbertForPreTraining, classifier_dropout_prob=0.0)
     losses = overfit(model, lambda: model(**inputs).loss, 100, lr=1e-2)
     assert losses[-1] < losses[0] / 20, (losses[0], losses[-1])
