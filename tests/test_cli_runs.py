@@ -56,7 +56,7 @@ def train(tmp_path, text_file, *extra, out="run"):
     (["train", "roberta", "--tokenizer", "wordpiece"], "RoBERTa's vocabulary is byte-level BPE"),
     (["train", "gpt", "--stop-at", "0"], "--stop-at must be at least 1, got 0"),
     (["train", "gpt", "--steps", "abc"], "argument --steps: invalid int value: 'abc'"),
-    (["train"], "give the model to train (bert, gpt, roberta), or --resume PATH"),
+    (["train"], f"give the model to train ({', '.join(registry.families())}), or --resume PATH"),
     (["train", "gpt", "--backend", "nope"], "--backend nope:"),
     (["demo", "--steps", "0"], "--steps must be at least 1, got 0"),
     (["demo", "--checkpoint-minutes", "-1"], "--checkpoint-minutes must be >= 0"),
