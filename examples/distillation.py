@@ -46,7 +46,6 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-import minitorch_nlp as mt  # noqa: E402
 from minitorch_nlp import optim, plots, scripting  # noqa: E402
 from minitorch_nlp.compress import (Distiller, KnowledgeDistillationLoss,  # noqa: E402
                                     MobileBertTransferLoss, TinyBertLoss)

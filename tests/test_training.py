@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from minitorch_nlp import cli, decoding, training
+from minitorch_nlp.models import registry
 
 TEXT = ("the quick brown fox jumps over the lazy dog. " * 40
         + "a stitch in time saves nine. " * 40)
@@ -67,7 +68,8 @@ def test_resume_refuses_another_text(tmp_path):
 def test_bad_settings_are_named():
     with pytest.raises(ValueError, match="n_head=3 must divide n_embd=16"):
         tiny(n_head=3)
-    with pytest.raises(ValueError, match="model 'xlnet'; choose one of bert, gpt, roberta"):
+    with pytest.raises(ValueError, match=f"model 'xlnet'; choose one of "
+                                         f"{', '.join(registry.families())}$"):
         tiny(model="xlnet")
     with pytest.raises(ValueError, match="part has 296 tokens, and a window needs more than 500"):
         training.LanguageModelRun(tiny(block_size=500), text=TEXT)
