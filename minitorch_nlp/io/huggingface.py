@@ -142,9 +142,9 @@ class HFArchitecture:
     HuggingFace keys that hold nothing of ours (buffers, tied copies of a weight we share);
     ``base_prefix``: the prefix of the base model's keys (``"transformer."``), so that a checkpoint
     of the bare base model (keys without it) loads into a model with a head that adds no weights;
-    ``default_for_type``: the architecture to build for a config that names ``model_type`` only;
-    ``optional_rules``: rules for tensors that only some configurations have (DPR's projection
-    when ``projection_dim > 0``), used when our model has the tensors they name.
+    ``default_for_type``: the architecture to build for a config that names ``model_type`` only.
+    A rule marked ``optional`` applies only to models that hold its tensors (DPR's projection,
+    ELECTRA's ``embeddings_project``, T5's two feed-forward forms and its untied head).
     """
 
     name: str
@@ -156,19 +156,15 @@ class HFArchitecture:
     ignore: tuple[str, ...] = ()
     base_prefix: str = ""
     default_for_type: bool = False
-    optional_rules: tuple[Rule, ...] = ()
 
     def expanded_rules(self, our_keys):
-        """The rules (and the optional rules whose tensors ``our_keys`` holds) with ``{i}``
-        replaced by every layer index present in ``our_keys``."""
+        """The rules with ``{i}`` replaced by every layer index present in ``our_keys``, less the
+        optional ones whose tensors ``our_keys`` does not hold."""
         rules = []
-        present = [rule for rule in self.optional_rules
-                   if all(name in our_keys for name in rule.ours)]
-        for rule in (*self.rules, *present):
-            if rule.optional and rule.ours[0] not in our_keys:
-                continue
+        for rule in self.rules:
             indices = _layer_indices(rule.ours[0], our_keys) if "{i}" in rule.ours[0] else ()
-            rules.extend(rule.expand(indices))
+            rules.extend(expanded for expanded in rule.expand(indices)
+                         if not rule.optional or all(name in our_keys for name in expanded.ours))
         return rules
 
     def is_ignored(self, key):

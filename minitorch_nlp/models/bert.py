@@ -532,9 +532,11 @@ BERT_IGNORE = (r"(bert\.|roberta\.)?embeddings\.(position_ids|token_type_ids)",
                r"(cls\.predictions|lm_head)\.decoder\.(weight|bias)")
 
 
-def weight_and_bias(hf, ours):
-    """The rules of a Linear or LayerNorm: ``{hf}.weight`` -> ``{ours}.weight``, and the bias."""
-    return [Rule(f"{hf}.{kind}", f"{ours}.{kind}") for kind in ("weight", "bias")]
+def weight_and_bias(hf, ours, optional=False):
+    """The rules of a Linear or LayerNorm: ``{hf}.weight`` -> ``{ours}.weight``, and the bias
+    (``optional``: for a layer only some configurations have)."""
+    return [Rule(f"{hf}.{kind}", f"{ours}.{kind}", optional=optional)
+            for kind in ("weight", "bias")]
 
 
 def embedding_rules(hf_prefix, prefix, norm=True):

@@ -107,6 +107,7 @@ for _model_class in (DPRQuestionEncoder, DPRContextEncoder):
         from_config=lambda hf_config, model_class=_model_class: model_class(
             DPRConfig.from_hf(hf_config)),
         to_config=lambda model: model.config.to_hf(),
-        rules=tuple(bert_rules(f"{_prefix}bert_model.", f"{_prefix}bert_model.", pooler=False)),
-        optional_rules=tuple(weight_and_bias(f"{_prefix}encode_proj", f"{_prefix}encode_proj")),
+        rules=tuple(bert_rules(f"{_prefix}bert_model.", f"{_prefix}bert_model.", pooler=False)
+                    + weight_and_bias(f"{_prefix}encode_proj", f"{_prefix}encode_proj",
+                                      optional=True)),
         ignore=tuple(f"{_prefix}bert_model\\.{pattern}" for pattern in BERT_IGNORE)))

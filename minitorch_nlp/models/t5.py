@@ -453,23 +453,13 @@ def _stack_rules(stack, is_decoder):
               Rule(f"{stack}.final_layer_norm.weight", f"{stack}.norm.weight"),
               Rule(f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
                    f"{stack}.position_bias.relative_attention_bias.weight")]
-    for name in ("wi", "wi_0", "wi_1", "wo"):
+    for name in ("wi", "wi_0", "wi_1", "wo"):   # wi, or v1.1's gated wi_0 and wi_1
         rules.append(Rule(f"{hf}.{feed_forward}.DenseReluDense.{name}.weight",
-                          f"{ours}.feed_forward.{name}.weight"))
+                          f"{ours}.feed_forward.{name}.weight", optional=name != "wo"))
     if is_decoder:
         rules += _attention_rules(f"{hf}.1.EncDecAttention", f"{ours}.cross_attn")
         rules.append(Rule(f"{hf}.1.layer_norm.weight", f"{ours}.norm2.weight"))
     return rules
-
-
-@dataclass(frozen=True)
-class _T5Architecture(HFArchitecture):
-    """T5's key map covers both feed-forward networks (wi, or wi_0 and wi_1) and an optional
-    output layer: the rules for tensors a model does not have are left out."""
-
-    def expanded_rules(self, our_keys):
-        return [rule for rule in super().expanded_rules(our_keys)
-                if all(name in our_keys for name in rule.ours)]
 
 
 # the embedding's tied copies; HuggingFace's decoder may keep an unused cross-attention bias
@@ -482,9 +472,10 @@ _ENCODER_DECODER = _ENCODER + _stack_rules("decoder", is_decoder=True)
 for _model_class, _rules, _ignore in (
         (T5EncoderModel, _ENCODER, _T5_IGNORE),
         (T5Model, _ENCODER_DECODER, _T5_IGNORE),
-        (T5ForConditionalGeneration, _ENCODER_DECODER + [Rule("lm_head.weight", "lm_head.weight")],
+        (T5ForConditionalGeneration,
+         _ENCODER_DECODER + [Rule("lm_head.weight", "lm_head.weight", optional=True)],
          _T5_IGNORE + (r"lm_head\.weight",))):
-    register_architecture(_T5Architecture(
+    register_architecture(HFArchitecture(
         name=_model_class.__name__, model_type="t5", model_class=_model_class,
         from_config=lambda hf, cls=_model_class: cls(T5Config.from_hf(hf)),
         to_config=lambda model: model.config.to_hf(), rules=tuple(_rules), ignore=_ignore,
