@@ -12,13 +12,13 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import minitorch_nlp as mt
 from minitorch_nlp.models.distilbert import DistilBertConfig
+from tests.model_checks import assert_saves_fixture_tensors, hf_fixture_difference
 
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
+pytest.importorskip("safetensors.numpy")
 
 pytestmark = pytest.mark.sec6
 
@@ -42,14 +42,7 @@ FIELDS = {
 
 
 def check_outputs(model, name):
-    arrays = dict(np.load(FIXTURES / name / "expected.npz"))
-    inputs = {key: arrays.pop(key) for key in INPUTS if key in arrays}
-    out = model(**inputs)
-    assert set(out) == set(arrays)
-    for key, value in arrays.items():
-        scale = max(1.0, float(np.abs(value).max()))
-        np.testing.assert_allclose(out[key].numpy(), value, rtol=0, atol=1e-4 * scale,
-                                   err_msg=f"{name}.{key}")
+    assert hf_fixture_difference(model, FIXTURES / name, INPUTS) < 1e-4, name
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
@@ -61,14 +54,8 @@ def test_huggingface_checkpoints_give_huggingfaces_outputs(name):
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_save_pretrained_writes_huggingfaces_keys_and_reloads(name, tmp_path):
-    model = mt.from_pretrained(FIXTURES / name)
-    mt.save_pretrained(model, tmp_path)
-    ours = safetensors_numpy.load_file(tmp_path / "model.safetensors")
-    theirs = safetensors_numpy.load_file(FIXTURES / name / "model.safetensors")
-    assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in theirs.items()}
-    for key, value in theirs.items():
-        np.testing.assert_array_equal(ours[key], value, err_msg=key)
-    config = json.loads((tmp_path / "config.json").read_text())
+    config = assert_saves_fixture_tensors(mt.from_pretrained(FIXTURES / name), FIXTURES / name,
+                                          tmp_path)
     original = json.loads((FIXTURES / name / "config.json").read_text())
     model_type = ARCHITECTURES[name]
     assert config["architectures"] == [name] and config["model_type"] == model_type
