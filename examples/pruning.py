@@ -21,7 +21,7 @@
 # penalty prunes their rank-one components towards a target sparsity.
 #
 # ```
-# python examples/pruning.py            # about 2 minutes on 2 CPU cores
+# python examples/pruning.py            # 15 minutes on 2 busy CPU cores (shared machine)
 # python examples/pruning.py --smoke    # seconds
 # ```
 #
