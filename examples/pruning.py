@@ -15,13 +15,13 @@
 # eq 49-50), all from `minitorch_nlp.compress`.
 #
 # A small BERT learns a synthetic task, *is this sequence of letters sorted?*
-# (`minitorch_nlp.data.sorted_or_not_task`). Then, without retraining, we drop layers by each strategy of the survey's figure
-# 16 and prune heads by importance (eq 54) or at random, and measure the accuracy each time;
-# last, FLOP factorises the feed-forward matrices and an L0 penalty prunes their rank-one
-# components down to a target sparsity.
+# (`minitorch_nlp.data.sorted_or_not_task`). Then, without retraining, we drop layers by each
+# strategy of the survey's figure 16 and prune heads by importance (eq 54) or at random, and
+# measure the accuracy each time; last, FLOP factorises the feed-forward matrices and an L0
+# penalty prunes their rank-one components towards a target sparsity.
 #
 # ```
-# python examples/pruning.py            # about 2 minutes on 2 CPU cores
+# python examples/pruning.py            # 15 minutes on 2 busy CPU cores (shared machine)
 # python examples/pruning.py --smoke    # seconds
 # ```
 #

@@ -20,7 +20,7 @@
 # with fake quantisation and runs it with true int8 weights and activations.
 #
 # ```
-# python examples/quantisation.py            # about 2 minutes on 2 CPU cores
+# python examples/quantisation.py            # 7 minutes on 2 busy CPU cores (shared machine)
 # python examples/quantisation.py --smoke    # seconds
 # ```
 #

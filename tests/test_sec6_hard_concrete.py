@@ -13,7 +13,7 @@ import math
 import autograd
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
 
 import minitorch_nlp as mt
 from minitorch_nlp.compress import hard_concrete as H

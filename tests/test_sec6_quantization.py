@@ -180,3 +180,17 @@ def test_layer_errors():
         int8(mt.tensor(np.ones((1, 15))))
     with pytest.raises(ValueError, match="decay must be in"):
         Q.QuantizedLinear(3, 2, decay=1.0)
+
+
+def test_calibration_sets_the_ranges_without_training():
+    mt.manual_seed(0)
+    block = Q.prepare_qat(FeedForward(8, 16, activation="gelu"))
+    x = mt.tensor(np.random.default_rng(0).standard_normal((2, 3, 8)), dtype=mt.float32)
+    Q.calibrate(block, [x])
+    assert not block.training
+    assert block.linear1.input_range.item() == pytest.approx(np.abs(x.numpy()).max())
+    assert block.linear2.input_range.item() > 0
+    with mt.no_grad():
+        fake = block(x).numpy()
+        Q.convert_to_int8(block)
+        np.testing.assert_allclose(block(x).numpy(), fake, rtol=1e-4, atol=1e-5)

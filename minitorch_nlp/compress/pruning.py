@@ -35,10 +35,10 @@ from .. import checks, cookbook
 from ..autograd import grad, tensor
 from ..nn import Linear, MultiHeadAttention, Parameter, TransformerStack
 
-__all__ = ["LayerDrop", "POOR_MANS_STRATEGIES", "attention_layers", "drop_layers", "head_importance",
-           "head_importance_from_outputs", "layer_contributions", "layerdrop_layers_to_drop",
-           "least_important_heads", "poor_mans_layers_to_drop", "prune_heads",
-           "transformer_stack"]
+__all__ = ["LayerDrop", "POOR_MANS_STRATEGIES", "attention_layers", "drop_layers",
+           "head_importance", "head_importance_from_outputs", "layer_contributions",
+           "layerdrop_layers_to_drop", "least_important_heads", "poor_mans_layers_to_drop",
+           "prune_heads", "transformer_stack"]
 
 
 def transformer_stack(model):

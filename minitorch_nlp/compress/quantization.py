@@ -30,8 +30,8 @@ from ..autograd import Tensor, is_grad_enabled, tensor
 from ..autograd import round as round_half_even
 from ..nn import Linear, Module
 
-__all__ = ["Int8Linear", "QuantizedLinear", "calibrate", "convert_to_int8", "fake_quantize", "int8_skeleton",
-           "max_level", "prepare_qat", "symmetric_quantize", "weight_scales"]
+__all__ = ["Int8Linear", "QuantizedLinear", "calibrate", "convert_to_int8", "fake_quantize",
+           "int8_skeleton", "max_level", "prepare_qat", "symmetric_quantize", "weight_scales"]
 
 INT8_MAX = 127
 
