@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(10, marks=[pytest.mark.eq(10), pytest.mark.sec3]),
     pytest.param(11, marks=[pytest.mark.eq(11), pytest.mark.sec4]),
     pytest.param(12, marks=[pytest.mark.eq(12), pytest.mark.sec4]),
-    pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4])])
+    pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4]),
+    pytest.param(25, marks=[pytest.mark.eq(25), pytest.mark.sec4])])
 def test_the_librarys_implementation_passes_its_check(number):
     result = check_equation(number, specs[number].library_function())
     assert result.number == number and result.examples > 0
