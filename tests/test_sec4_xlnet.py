@@ -24,7 +24,7 @@ from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
 from minitorch_nlp.attention import permutation_mask
-from minitorch_nlp.models.xlnet import (XLNetConfig, XLNetForPermutationLM, XLNetLMHeadModel,
+from minitorch_nlp.models.xlnet import (XLNetConfig, XLNetLMHeadModel,
                                         permutation_inputs, permutation_lm_loss, sample_orders)
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import xlnet as reference
@@ -337,7 +337,7 @@ def test_train_xlnet_resumes_exactly_and_generates(tmp_path, capsys):
 
 def test_permutation_lm_trainer_draws_orders_from_the_library_generator():
     mt.manual_seed(0)
-    model = XLNetForPermutationLM(XLNetConfig.tiny(), K=3)
+    model = XLNetLMHeadModel(XLNetConfig.tiny(permutation_k=3))
     ids = np.random.default_rng(0).integers(0, 32, (2, 6))
     mt.manual_seed(5)
     first = model(ids, labels=ids).loss.item()
