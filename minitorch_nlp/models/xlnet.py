@@ -64,7 +64,11 @@ class XLNetConfig:
     ``"relu"`` or ``"gelu_new"`` (the tanh approximation). ``mem_len``: how many positions
     ``mems`` keep (None or 0: all of them, as HuggingFace); memories are returned in eval mode
     (``use_mems_eval``) and not in training (``use_mems_train``) unless asked. ``clamp_len`` > 0
-    clamps relative distances to +-clamp_len. ``XLNetConfig.tiny()`` is test-sized."""
+    clamps relative distances to +-clamp_len. ``permutation_k`` (ours, not HuggingFace's): when
+    set, ``model(ids, labels=ids)`` without ``perm_mask`` and ``target_mapping`` is the
+    permutation objective (``permutation_lm_loss``, one order per sequence from the library's
+    generator, num_predict = T // K, at least 1), as ``minitorch-nlp train xlnet`` uses it (K =
+    6 in the paper). ``XLNetConfig.tiny()`` is test-sized."""
 
     vocab_size: int = 32000
     d_model: int = 1024
@@ -83,6 +87,7 @@ class XLNetConfig:
     pad_token_id: int | None = 5
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2
+    permutation_k: int | None = None
 
     def __post_init__(self):
         name = "XLNetConfig"
@@ -101,6 +106,8 @@ class XLNetConfig:
             checks.int_at_least(self.mem_len, 0, "mem_len", name)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"{name}: dropout must be in [0, 1), got {self.dropout}")
+        if self.permutation_k is not None:
+            checks.positive_int(self.permutation_k, "permutation_k", name)
 
     @property
     def n_positions(self):
@@ -385,7 +392,8 @@ class XLNetLMHeadModel(Module):
 
     ``forward`` takes ``XLNetModel``'s arguments and ``labels`` (batch, num_predict) with
     ``target_mapping`` (the predicted tokens), or (batch, T) without; -100 is ignored. Returns
-    ``logits``, ``mems`` and, with labels, ``loss`` (the mean cross-entropy, as HuggingFace)."""
+    ``logits``, ``mems`` and, with labels, ``loss`` (the mean cross-entropy, as HuggingFace; with
+    ``config.permutation_k`` and neither mask, the permutation objective)."""
 
     def __init__(self, config):
         super().__init__()
@@ -400,6 +408,11 @@ class XLNetLMHeadModel(Module):
 
     def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
                 target_mapping=None, token_type_ids=None, labels=None, use_mems=None):
+        if labels is not None and perm_mask is None and target_mapping is None \
+                and self.config.permutation_k is not None:
+            num_predict = max(1, np.shape(input_ids)[-1] // self.config.permutation_k)
+            return permutation_lm_loss(self, input_ids, num_predict, token_type_ids=token_type_ids,
+                                       mems=mems)
         out = self.transformer(input_ids, attention_mask, mems, perm_mask, target_mapping,
                                token_type_ids, use_mems)
         logits = self.lm_logits(out.last_hidden_state)
@@ -459,26 +472,6 @@ def permutation_lm_loss(model, input_ids, num_predict, orders=None, generator=No
     labels = np.take_along_axis(ids, targets, axis=1)
     return model(ids, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
                  labels=labels, token_type_ids=token_type_ids, use_mems=False)
-
-
-class XLNetForPermutationLM(XLNetLMHeadModel):
-    """``XLNetLMHeadModel`` trained on the permutation objective by ``minitorch-nlp train xlnet``:
-    ``model(input_ids, labels=input_ids)`` returns ``permutation_lm_loss`` with one order per
-    sequence drawn from the library's generator (saved in training checkpoints, so a resumed run
-    draws the same orders) and ``num_predict`` = T / ``K`` targets (K = 6 in the paper; at least
-    one)."""
-
-    def __init__(self, config, K=6):
-        super().__init__(config)
-        self.K = checks.positive_int(K, "K", type(self).__name__)
-
-    def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
-                target_mapping=None, token_type_ids=None, labels=None, use_mems=None):
-        if labels is None or perm_mask is not None or target_mapping is not None:
-            return super().forward(input_ids, attention_mask, mems, perm_mask, target_mapping,
-                                   token_type_ids, labels, use_mems)
-        time = np.shape(input_ids)[-1]
-        return permutation_lm_loss(self, input_ids, max(1, time // self.K))
 
 
 # ---- HuggingFace checkpoints ---------------------------------------------------------------------
@@ -551,12 +544,13 @@ from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (thi
 
 
 def _build_for_training(settings, tokenizer):
-    """An XLNet trained on the permutation objective (K = 6) for a run's ``settings``; every
-    position kept as memory, no end-of-text id (samples are as long as asked)."""
-    return XLNetForPermutationLM(XLNetConfig(
+    """An XLNet trained on the permutation objective (``permutation_k=6``) for a run's
+    ``settings``; no end-of-text id (samples are as long as asked)."""
+    return XLNetLMHeadModel(XLNetConfig(
         vocab_size=len(tokenizer), d_model=settings.n_embd, n_layer=settings.n_layer,
         n_head=settings.n_head, d_inner=4 * settings.n_embd, dropout=settings.dropout,
-        mem_len=settings.block_size, pad_token_id=None, bos_token_id=None, eos_token_id=None))
+        mem_len=settings.block_size, pad_token_id=None, bos_token_id=None, eos_token_id=None,
+        permutation_k=6))
 
 
 register_family(ModelFamily(
