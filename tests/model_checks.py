@@ -537,10 +537,10 @@ def encoder_spec(name, build, *, vocab, output="logits", padding_token_type=None
 
 
 # ---- the command line: a registered family trains, resumes exactly and generates ----------------
-def check_train_resume_generate(family, tmp_path, capsys, weight):
+def check_train_resume_generate(family, tmp_path, capsys, weight, prompt="the "):
     """``minitorch-nlp train FAMILY`` stopped at step 3 and resumed gives the weights of an
     uninterrupted 6-step run (``weight``, one of the model's state-dict keys, must be there), and
-    ``generate`` continues a prompt from the run's folder."""
+    ``generate`` answers ``prompt`` from the run's folder (continues it, or fills its masks)."""
     from minitorch_nlp import cli
     from minitorch_nlp.io import load
 
@@ -559,7 +559,7 @@ def check_train_resume_generate(family, tmp_path, capsys, weight):
     for key in whole:
         np.testing.assert_array_equal(resumed[key], whole[key], err_msg=key)
     capsys.readouterr()
-    assert cli.main(["generate", str(tmp_path / "run"), "--prompt", "the ",
+    assert cli.main(["generate", str(tmp_path / "run"), "--prompt", prompt,
                      "--max-new-tokens", "5"]) == 0
     assert capsys.readouterr().out.startswith("the ")
 

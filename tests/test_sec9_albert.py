@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -289,3 +290,20 @@ def test_pretraining_learns_masked_lm_and_sentence_order_together():
     out = model.eval()(**inputs)
     np.testing.assert_array_equal(out.sop_logits.numpy().argmax(-1), [0, 1, 0])
     assert out.prediction_logits.shape == (3, 8, 23)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/systems/sec9_albert.md"])
+def test_the_printed_table1_rows_are_parameter_count(page):
+    """The README's and the ALBERT page's Table 1 rows give what ``parameter_count`` computes."""
+    text = (Path(__file__).resolve().parent.parent / page).read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip().strip("*") for cell in line.strip("|").split("|")]
+        if cells[0] in PAPER_CONFIGS:
+            rows[cells[0]] = cells
+    assert set(rows) == set(PAPER_CONFIGS)
+    for name, cells in rows.items():
+        config, printed = PAPER_CONFIGS[name]
+        assert cells[5] == printed
+        assert cells[6] == f"{parameter_count(config, add_pooling_layer=False) / 1e6:.2f}M", name
+        assert cells[7] == f"{parameter_count(config) / 1e6:.2f}M", name

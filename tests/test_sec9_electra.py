@@ -20,7 +20,8 @@ from minitorch_nlp.models.electra import (ElectraConfig, ElectraForMaskedLM,
                                           ElectraPretraining, discriminator_loss, electra_loss,
                                           sample_replacements)
 from minitorch_nlp.testing.reference import electra as R
-from tests.model_checks import Learning, ModelChecks, encoder_spec, overfit, randomize
+from tests.model_checks import (Learning, ModelChecks, check_train_resume_generate, encoder_spec,
+                                overfit, randomize)
 
 pytestmark = pytest.mark.sec9
 
@@ -217,3 +218,13 @@ def test_pretraining_pair_learns_replaced_token_detection():
     after = pair.eval()(**batch)
     assert after.generator_loss.item() < before.generator_loss.item() / 3
     assert after.discriminator_loss.item() < before.discriminator_loss.item() / 2
+
+
+def test_train_electra_resumes_exactly_and_fills_masks(tmp_path, capsys):
+    """``minitorch-nlp train electra`` trains the generator-discriminator pair (eq 110) with the
+    run machinery of ``train bert``: a run stopped and resumed gives the weights of an
+    uninterrupted one (the generator's samples come from the run's saved streams), and
+    ``generate`` answers from the run's folder."""
+    check_train_resume_generate("electra", tmp_path, capsys,
+                                "discriminator.discriminator.dense_prediction.weight",
+                                prompt="the [MASK] fox")

@@ -287,7 +287,8 @@ def _build_for_training(settings, tokenizer):
     ``block_size`` positions, [CLS] and [SEP] included."""
     return AlbertForMaskedLM(AlbertConfig(
         vocab_size=len(tokenizer),
-        embedding_size=min(settings.n_embd, max(8, settings.n_embd // 4)), hidden_size=settings.n_embd, num_hidden_layers=settings.n_layer,
+        embedding_size=min(settings.n_embd, max(8, settings.n_embd // 4)),
+        hidden_size=settings.n_embd, num_hidden_layers=settings.n_layer,
         num_attention_heads=settings.n_head, intermediate_size=4 * settings.n_embd,
         max_position_embeddings=settings.block_size, hidden_dropout_prob=settings.dropout,
         attention_probs_dropout_prob=settings.dropout, pad_token_id=tokenizer.pad_token_id))

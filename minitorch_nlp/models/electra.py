@@ -312,3 +312,29 @@ register_bert_architecture(ElectraForMaskedLM, electra_rules("electra.", "bert."
                            + weight_and_bias("generator_predictions.dense", "mlm.dense")
                            + weight_and_bias("generator_predictions.LayerNorm", "mlm.norm")
                            + [Rule("generator_lm_head.bias", "mlm.bias")], ignore=ELECTRA_IGNORE)
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
+from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
+
+
+def _build_for_training(settings, tokenizer):
+    """ELECTRA's generator and discriminator for a run's ``settings``: the discriminator of the
+    run's size (embeddings as wide as it, feed-forward 4 H, ``block_size`` positions), the
+    generator a quarter of its width (``ElectraConfig.generator``), trained together with eq
+    110. ``generate`` fills masks with the generator."""
+    return ElectraPretraining(ElectraConfig(
+        vocab_size=len(tokenizer), embedding_size=settings.n_embd, hidden_size=settings.n_embd,
+        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
+        intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,
+        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
+        pad_token_id=tokenizer.pad_token_id))
+
+
+register_family(ModelFamily(
+    name="electra", summary="ELECTRA: a small masked-LM generator and a discriminator that "
+                            "detects its replacements, trained together (eq 107-110)",
+    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
+    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
+    hf_architectures=("ElectraForMaskedLM",)))
