@@ -66,6 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(47, marks=[pytest.mark.eq(47), pytest.mark.sec6]),
     pytest.param(48, marks=[pytest.mark.eq(48), pytest.mark.sec6]),
     pytest.param(52, marks=[pytest.mark.eq(52), pytest.mark.sec6]),
+    pytest.param(53, marks=[pytest.mark.eq(53), pytest.mark.sec6]),
     pytest.param(61, marks=[pytest.mark.eq(61), pytest.mark.sec6]),
     pytest.param(73, marks=[pytest.mark.eq(73), pytest.mark.sec7]),
     pytest.param(81, marks=[pytest.mark.eq(81), pytest.mark.sec7]),
@@ -74,7 +75,8 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(84, marks=[pytest.mark.eq(84), pytest.mark.sec7]),
     pytest.param(107, marks=[pytest.mark.eq(107), pytest.mark.sec9]),
     pytest.param(108, marks=[pytest.mark.eq(108), pytest.mark.sec9]),
-    pytest.param(110, marks=[pytest.mark.eq(110), pytest.mark.sec9])])
+    pytest.param(110, marks=[pytest.mark.eq(110), pytest.mark.sec9]),
+    pytest.param(111, marks=[pytest.mark.eq(111), pytest.mark.sec9])])
 def test_the_librarys_implementation_passes_its_check(number):
     """Equations are listed literally (not read from ``specs``) so that ``minitorch-nlp
     equations`` sees the marks; the next test keeps the list equal to ``specs``."""
