@@ -5,7 +5,7 @@ GEMM, and a Transformer layer with half its heads removed, at BERT-base shapes.
 
 At every thread count given (OpenBLAS, Numba and PyTorch get the same count), in one process with
 the runners interleaved (``backends.interleaved``), median times and the median per-round ratio
-to our float32 Linear on the numba backend:
+to each suite's first runner (our float32 on the numba backend, or the step without LayerDrop):
 
 * Linear forward, (batch x 128 tokens, 768) -> 3072: float32 on the numpy and numba backends;
   ``compress.quantization.Int8Linear`` on numba (activations quantised, int8 x int8 -> int32
@@ -17,7 +17,8 @@ to our float32 Linear on the numba backend:
   and LQ-Nets' 2-bit x 2-bit product (eq 58, ``compress.lq_nets.lq_matmul``: encoding and
   packing included, four 1-bit GEMMs);
 * a BERT-base encoder layer (12 heads, 768, feed-forward 3072) on numba, whole and with 6 of its
-  12 heads removed by ``compress.pruning.prune_heads``.
+  12 heads removed by ``compress.pruning.prune_heads``;
+* a training step of a 6-layer encoder without and with ``compress.pruning.LayerDrop`` (p = 0.5).
 
 PyTorch is optional (install it in a throw-away virtual environment, never as a dependency).
 Issue #18's target: the int8 Linear at least 1.5x faster than the float32 numba path.
@@ -25,6 +26,7 @@ Issue #18's target: the int8 Linear at least 1.5x faster than the float32 numba 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
@@ -130,14 +132,40 @@ def pruned_runners(batch):
         f"BERT-base encoder layer, {batch}x{TOKENS} tokens")
 
 
+def layerdrop_runners(batch):
+    """A training step (forward and backward) of a 6-layer encoder, without and with LayerDrop
+    p = 0.5: a skipped layer is not evaluated, so the step should cost about half."""
+    with mt.backend("numba"):
+        mt.manual_seed(0)
+        stack = TransformerEncoder(6, 256, 4, 1024, dropout=0.0, activation="gelu").train()
+        x = mt.tensor(np.random.default_rng(3).standard_normal((batch, TOKENS, 256)),
+                      dtype=mt.float32)
+
+    def step():
+        stack.zero_grad()
+        stack(x).last_hidden_state.sum().backward()
+
+    seeds = itertools.count()
+
+    def step_with_layerdrop():
+        drop = pruning.LayerDrop(stack, p=0.5, seed=next(seeds))
+        step()
+        drop.remove()
+
+    return {"no LayerDrop": step, "LayerDrop p=0.5": step_with_layerdrop}, (
+        f"training step of a 6-layer encoder (d 256, {batch}x{TOKENS} tokens)")
+
+
 def measure_and_report(suites, repeats, budget):
-    """Each suite's runners interleaved, then their median times and ratios."""
+    """Each suite's runners interleaved, then their median times and their median ratio to the
+    suite's first runner."""
     for runners, title in suites:
         times = interleaved(runners, repeats, budget)
+        first = next(iter(times))
         print(f"  {title}")
         for name, seconds in times.items():
-            print(f"    {name:26s} {median_ms(seconds):9.2f} ms   float32 numba / this = "
-                  f"{median_ratio(times['float32 numba'], seconds):5.2f}x")
+            print(f"    {name:26s} {median_ms(seconds):9.2f} ms   {first} / this = "
+                  f"{median_ratio(times[first], seconds):5.2f}x")
 
 
 def main() -> None:
@@ -148,7 +176,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=20.0, help="seconds per measurement")
     args = parser.parse_args()
     suites = [linear_runners(args.batch), binary_runners(args.batch),
-              pruned_runners(args.batch)]
+              pruned_runners(args.batch), layerdrop_runners(args.batch)]
     for threads in args.threads:
         print(pin_threads(threads))
         measure_and_report(suites, args.repeats, args.budget)

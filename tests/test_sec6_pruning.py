@@ -225,6 +225,34 @@ def test_layerdrop_drops_whole_layers_while_training_only():
         P.LayerDrop(model, p=1.0)
 
 
+def test_layerdrop_does_not_evaluate_a_skipped_layer():
+    model, tokens = tiny_bert(BertForMaskedLM), mlm_batches(1)[0]
+    layers = model.bert.encoder.layers
+    calls = []
+    for i, layer in enumerate(layers):
+        layer.register_forward_pre_hook(lambda module, args, i=i: calls.append(i))
+    drop = P.LayerDrop(model, p=0.6, seed=3)
+    model.train()
+    trained = hidden(model.bert, tokens[0])
+    assert drop.dropped and sorted(calls + drop.dropped) == list(range(len(layers)))
+    kept = [i for i in range(len(layers)) if i not in drop.dropped]
+    drop.remove()
+    assert model.bert.encoder.skip_layer is None
+    model.eval()
+    P.drop_layers(model, drop.dropped)
+    assert len(model.bert.encoder.layers) == len(kept)
+    np.testing.assert_allclose(hidden(model.bert, tokens[0]), trained, rtol=1e-12, atol=1e-12)
+
+
+def test_layerdrop_refuses_a_second_layerdrop_on_the_same_stack():
+    model = tiny_bert(BertForMaskedLM)
+    first = P.LayerDrop(model, p=0.5)
+    with pytest.raises(ValueError, match="another LayerDrop is attached"):
+        P.LayerDrop(model, p=0.5)
+    first.remove()
+    P.LayerDrop(model, p=0.5).remove()
+
+
 def test_layerdrop_every_other_layer_rule():
     assert P.layerdrop_layers_to_drop(12, p=0.5) == [1, 3, 5, 7, 9, 11]    # depths 2, 4 .. 12
     assert P.layerdrop_layers_to_drop(12, p=0.25) == [3, 7, 11]            # depths 4, 8, 12

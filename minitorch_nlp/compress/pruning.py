@@ -271,31 +271,31 @@ class LayerDrop:
     (its output replaced by its input) with probability ``p``, independently per layer and per
     forward pass, so that the trained model tolerates having layers removed at inference.
 
-    ``LayerDrop(model, p=0.2, seed=0)`` attaches forward hooks to the layers of the model's
-    stack; ``remove()`` detaches them. In eval mode nothing is dropped. A skipped layer is still
-    evaluated (a hook can only replace its output) but gives no gradient to its weights, so the
-    training maths is the paper's, not its speed-up.
+    ``LayerDrop(model, p=0.2, seed=0)`` sets the stack's ``skip_layer``; ``remove()`` unsets it.
+    A skipped layer is not evaluated at all, so its weights get no gradient and the step is
+    cheaper by the skipped layers' share: the paper's speed-up, not only its maths. In eval mode
+    nothing is dropped. ``dropped`` lists the index of every layer skipped so far.
     """
 
     def __init__(self, model, p, seed=None):
         self.p = _check_rate(p, "LayerDrop")
         self.rng = np.random.default_rng(seed)
         self.dropped = []
-        self._handles = [layer.register_forward_hook(self._hook(i))
-                         for i, layer in enumerate(transformer_stack(model).layers)]
+        self.stack = transformer_stack(model)
+        if self.stack.skip_layer is not None:
+            raise ValueError("LayerDrop: the model's stack already skips layers (another "
+                             "LayerDrop is attached); call its remove() first")
+        self.stack.skip_layer = self._skip
 
-    def _hook(self, index):
-        def hook(layer, args, output):
-            if layer.training and self.rng.random() < self.p:
-                self.dropped.append(index)
-                return args[0]
-            return None
-        return hook
+    def _skip(self, index):
+        if self.stack.training and self.rng.random() < self.p:
+            self.dropped.append(index)
+            return True
+        return False
 
     def remove(self):
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        if self.stack.skip_layer == self._skip:
+            del self.stack.skip_layer
 
 
 def layerdrop_layers_to_drop(num_layers, p=None, keep=None):

@@ -494,7 +494,12 @@ class TransformerDecoderLayer(TransformerLayer):
 class TransformerStack(Module):
     """Layers applied in turn, then ``norm`` (needed in pre-LN, where the last layer's output is
     an un-normalised residual sum). ``layers`` is any list of layers; the same layer object
-    listed n times shares its parameters across the n depths (ALBERT, Lan et al., 2020)."""
+    listed n times shares its parameters across the n depths (ALBERT, Lan et al., 2020).
+
+    ``skip_layer``, when set, is asked ``skip_layer(index)`` before each layer: a layer it skips
+    is not evaluated and passes its input on unchanged (LayerDrop sets it while training)."""
+
+    skip_layer = None
 
     def __init__(self, layers, norm=None):
         super().__init__()
@@ -527,6 +532,10 @@ class TransformerStack(Module):
         hidden, attentions = [x], []
         for i, layer in enumerate(self.layers):
             record = {} if output_attentions else None
+            if self.skip_layer is not None and self.skip_layer(i):
+                hidden.append(x)
+                attentions.append(record)
+                continue
             if head_mask is not None:
                 layer_kwargs["head_mask"] = head_mask[i]
             x = layer(x, memory, cache=None if cache is None else cache[i], attentions=record,
