@@ -51,11 +51,11 @@ from minitorch_nlp.nn import Linear  # noqa: E402
 SETTINGS = {
     "full": dict(length=8, model=dict(num_hidden_layers=4, hidden_size=32, num_attention_heads=4,
                                       intermediate_size=64), train=4000, valid=1000,
-                 batch=64, steps=600, lr=3e-3, qat_steps=100, hessian_batch=256,
+                 batch=64, steps=600, lr=3e-3, qat_steps=100, hessian_batch=64, hessian_batches=4,
                  power_iterations=20, timing_batch=64),
     "smoke": dict(length=6, model=dict(num_hidden_layers=2, hidden_size=16, num_attention_heads=2,
                                        intermediate_size=32), train=256, valid=128,
-                  batch=32, steps=10, lr=3e-3, qat_steps=3, hessian_batch=16,
+                  batch=32, steps=10, lr=3e-3, qat_steps=3, hessian_batch=8, hessian_batches=2,
                   power_iterations=3, timing_batch=8),
 }
 ALPHABET = "abcdef"
@@ -127,24 +127,31 @@ def bit_width_study(model, valid):
 # ## Q-BERT: bits by Hessian sensitivity (eq 59-60)
 #
 # The top eigenvalue of the Hessian of the loss (eq 59) in each encoder layer's weights, by power
-# iteration on Hessian-vector products (eq 60, second-order autograd); the more sensitive half
+# iteration on Hessian-vector products (eq 60, second-order autograd), on each of a few
+# mini-batches; a layer's sensitivity is Q-BERT's |mean| + std of its eigenvalues over the
+# batches (a layer whose curvature varies from batch to batch counts as sensitive too); the more
+# sensitive half
 # of the layers keeps 4 bits, the rest get 2 (4 groups per matrix; embeddings, pooler and
 # classifier stay float). Compared with the reverse assignment, which uses as many bits.
 
 # %%
 def qbert_study(model, train_data, valid, cfg):
-    batch = [(train_data[0][:cfg["hessian_batch"]], train_data[1][:cfg["hessian_batch"]])]
-    eigenvalues = hessian.layer_sensitivities(
-        model, lambda m: hessian.classification_loss(m, batch),
-        iterations=cfg["power_iterations"], tol=1e-3)
-    bits = hessian.allocate_bits(eigenvalues, (2, 4))
-    results = dict(eigenvalues=eigenvalues.tolist(), bits=bits)
+    size = cfg["hessian_batch"]
+    batches = [(train_data[0][i:i + size], train_data[1][i:i + size])
+               for i in range(0, cfg["hessian_batches"] * size, size)]
+    eigenvalues = hessian.layer_eigenvalues(model, batches, iterations=cfg["power_iterations"],
+                                            tol=1e-3)
+    sensitivities = hessian.sensitivities_from_eigenvalues(eigenvalues)
+    bits = hessian.allocate_bits(sensitivities, (2, 4))
+    results = dict(eigenvalues=eigenvalues.tolist(), sensitivities=sensitivities.tolist(),
+                   bits=bits)
     for name, assignment in (("hessian", bits), ("reversed", [6 - b for b in bits])):
         quantised = copy.deepcopy(model)
         for layer, b in zip(quantised.bert.encoder.layers, assignment):
             hessian.quantize_weights_(layer, b, groups=4)
         results[f"accuracy_{name}"] = evaluate(quantised, valid)
-    print(f"  eigenvalues {np.round(eigenvalues, 4).tolist()} -> bits {bits}: accuracy "
+    print(f"  sensitivities |mean| + std {np.round(sensitivities, 4).tolist()} -> bits {bits}: "
+          "accuracy "
           f"{results['accuracy_hessian']:.3f} (reversed: {results['accuracy_reversed']:.3f})")
     return results
 
@@ -230,12 +237,15 @@ def plot(bit_widths, qbert, out):
     ax.legend()
     plots.save(fig, out / "bits.png")
     fig, ax = plt.subplots(figsize=(6, 4))
-    layers = range(len(qbert["eigenvalues"]))
-    ax.bar(layers, qbert["eigenvalues"])
-    for layer, (value, bits) in enumerate(zip(qbert["eigenvalues"], qbert["bits"])):
+    layers = np.arange(len(qbert["sensitivities"]))
+    ax.bar(layers, qbert["sensitivities"], color="lightsteelblue", label="|mean| + std")
+    for layer, row in enumerate(qbert["eigenvalues"]):
+        ax.plot([layer] * len(row), row, "k.", label="one batch" if layer == 0 else None)
+    for layer, (value, bits) in enumerate(zip(qbert["sensitivities"], qbert["bits"])):
         ax.annotate(f"{bits} bits", (layer, value), ha="center", va="bottom")
     ax.set(xlabel="encoder layer", ylabel="top Hessian eigenvalue",
            title="Q-BERT: sensitivity per layer (eq 60) and the bits it gets")
+    ax.legend()
     plots.save(fig, out / "qbert.png")
 
 

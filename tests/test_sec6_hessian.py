@@ -126,14 +126,20 @@ def test_each_bert_layer_gets_a_sensitivity_and_the_sensitive_layers_more_bits()
         intermediate_size=12, max_position_embeddings=6, hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0)).to(mt.float64)
     rng = np.random.default_rng(0)
-    batches = [(rng.integers(1, 20, (4, 6)), rng.integers(0, 2, 4))]
-    sensitivities = Hs.layer_sensitivities(
-        model, lambda m: Hs.classification_loss(m, batches), iterations=30, tol=1e-6)
-    assert sensitivities.shape == (3,) and np.all(np.isfinite(sensitivities))
+    batches = [(rng.integers(1, 20, (4, 6)), rng.integers(0, 2, 4)) for _ in range(3)]
+    eigenvalues = Hs.layer_eigenvalues(model, batches, iterations=30, tol=1e-6)
+    assert eigenvalues.shape == (3, 3) and np.all(np.isfinite(eigenvalues))
     layer = model.bert.encoder.layers[1]
-    alone, _ = Hs.top_eigenvalue(lambda: Hs.classification_loss(model, batches),
+    alone, _ = Hs.top_eigenvalue(lambda: Hs.classification_loss(model, batches[2:]),
                                  list(layer.parameters()), iterations=30, tol=1e-6)
-    assert sensitivities[1] == pytest.approx(alone)
+    assert eigenvalues[1, 2] == pytest.approx(alone)
+    sensitivities = Hs.layer_sensitivities(model, batches, iterations=30, tol=1e-6)
+    for row, omega in zip(eigenvalues, sensitivities):     # Q-BERT: |mean| + std over batches
+        assert omega == pytest.approx(abs(np.mean(row)) + np.std(row))
+    assert Hs.layer_sensitivities(model, batches[2:], iterations=30, tol=1e-6)[1] == \
+        pytest.approx(abs(alone))
+    with pytest.raises(ValueError, match="layer_eigenvalues: batches is empty"):
+        Hs.layer_sensitivities(model, [])
     bits = Hs.allocate_bits(sensitivities, (4, 8, 2))
     assert sorted(bits) == [2, 4, 8]
     assert bits[int(np.argmax(sensitivities))] == 8 and bits[int(np.argmin(sensitivities))] == 2

@@ -8,7 +8,8 @@ eq 59-60).
   forming H;
 * ``top_eigenvalue`` finds the largest Hessian eigenvalue of a group of parameters by power
   iteration on H v, and ``hutchinson_trace`` estimates tr(H) = E[v^T H v] with Rademacher v;
-  ``layer_sensitivities`` gives each encoder layer its top eigenvalue;
+  ``layer_eigenvalues`` gives each encoder layer its top eigenvalue on each mini-batch and
+  ``layer_sensitivities`` the paper's Omega = |mean| + std of those eigenvalues;
 * ``allocate_bits`` gives more bits to the layers with larger eigenvalues, and
   ``quantize_weights_`` quantises a module's Linear weights group-wise (each group of
   consecutive output neurons its own range) to simulate the quantised model, as Q-BERT
@@ -26,7 +27,8 @@ from . import pruning
 from .quantization import check_bits, fake_quantize, weight_scales
 
 __all__ = ["allocate_bits", "classification_loss", "hessian_vector_product",
-           "hutchinson_trace", "layer_sensitivities", "quantize_weights_", "top_eigenvalue"]
+           "hutchinson_trace", "layer_eigenvalues", "layer_sensitivities",
+           "sensitivities_from_eigenvalues", "quantize_weights_", "top_eigenvalue"]
 
 
 @cookbook.equation(59)
@@ -121,13 +123,40 @@ def hutchinson_trace(loss_fn, params, samples=50, seed=0):
     return total / samples
 
 
-def layer_sensitivities(model, loss_fn, iterations=50, tol=1e-4, seed=0):
-    """Q-BERT's per-layer sensitivity: the top Hessian eigenvalue of ``loss_fn(model)`` in the
-    weights of each layer of the model's stack (eq 60 applied to W_1 .. W_n in turn). Returns
-    (layers,) float64."""
+def layer_eigenvalues(model, batches, iterations=50, tol=1e-4, seed=0,
+                      loss_fn=classification_loss):
+    """The top Hessian eigenvalue of ``loss_fn(model, [batch])`` in the weights of each layer of
+    the model's stack (eq 60 applied to W_1 .. W_n in turn), for each batch of ``batches`` on its
+    own: (layers, batches) float64. Q-BERT computes these on mini-batches of 10% of the training
+    data; their spread over batches is part of a layer's sensitivity (``layer_sensitivities``)."""
+    batches = list(batches)
+    if not batches:
+        raise ValueError("layer_eigenvalues: batches is empty; give at least one batch")
     layers = pruning.transformer_stack(model).layers
-    return np.array([top_eigenvalue(lambda: loss_fn(model), list(layer.parameters()),
-                                    iterations, tol, seed)[0] for layer in layers])
+    return np.array([[top_eigenvalue(lambda: loss_fn(model, [batch]), list(layer.parameters()),
+                                     iterations, tol, seed)[0] for batch in batches]
+                     for layer in layers])
+
+
+def layer_sensitivities(model, batches, iterations=50, tol=1e-4, seed=0,
+                        loss_fn=classification_loss):
+    """Q-BERT's per-layer sensitivity (Shen et al., 2020, section 3.1):
+    Omega_i = |mean(lambda_i)| + std(lambda_i), lambda_i the top Hessian eigenvalues of layer i
+    over the given mini-batches (``layer_eigenvalues``). A layer whose eigenvalue is large on
+    average, or varies much from batch to batch, is sensitive. With one batch, Omega_i is
+    |lambda_i|. Returns (layers,) float64."""
+    return sensitivities_from_eigenvalues(
+        layer_eigenvalues(model, batches, iterations, tol, seed, loss_fn))
+
+
+def sensitivities_from_eigenvalues(eigenvalues):
+    """Omega_i = |mean(lambda_i)| + std(lambda_i) for each row of ``eigenvalues`` (layers,
+    batches), as ``layer_eigenvalues`` returns them."""
+    eigenvalues = np.asarray(eigenvalues, dtype=np.float64)
+    if eigenvalues.ndim != 2 or not eigenvalues.size:
+        raise ValueError("sensitivities_from_eigenvalues: eigenvalues must be a non-empty "
+                         f"(layers, batches) array, got shape {eigenvalues.shape}")
+    return np.abs(eigenvalues.mean(axis=1)) + eigenvalues.std(axis=1)
 
 
 def allocate_bits(sensitivities, bit_choices=(2, 4, 8)):
