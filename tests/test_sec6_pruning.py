@@ -271,6 +271,14 @@ def test_poor_mans_strategies_on_the_papers_twelve_layers(strategy, expected):
     assert P.poor_mans_layers_to_drop(strategy, 12, 4) == [d - 1 for d in expected]
 
 
+@pytest.mark.parametrize("strategy, expected", [
+    ("top", [11, 12]), ("even-alternate", [10, 12]), ("odd-alternate", [9, 11])])
+def test_poor_mans_strategies_number_layers_as_the_survey_does(strategy, expected):
+    # Section VI-B.1-B, K = 2 in a 12-layer network: "top - {11, 12}; even-alternate - {10, 12};
+    # odd-alternate - {9, 11}" (layers counted from 1 at the bottom).
+    assert P.poor_mans_layers_to_drop(strategy, 12, 2) == [d - 1 for d in expected]
+
+
 def test_contribution_strategy_drops_the_layers_that_change_their_input_least():
     model, tokens = tiny_bert(), ids()
     contributions = P.layer_contributions(
