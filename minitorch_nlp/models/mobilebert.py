@@ -345,3 +345,38 @@ register_bert_architecture(MobileBertForPreTraining,
                            mobilebert_rules("mobilebert.", "bert.", True)
                            + MOBILEBERT_LM_HEAD_RULES
                            + weight_and_bias("cls.seq_relationship", "nsp"))
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
+from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
+
+
+def _build_for_training(settings, tokenizer):
+    """A ``MobileBertForMaskedLM`` for a run's ``settings`` (``training.TrainConfig``) in
+    MobileBERT's proportions (Sun et al. Table 1, H = 512, B = E = 128, feed-forward width 512,
+    4 stacked feed-forward networks): inter-block width H = ``n_embd``, intra-block width and
+    embedding size B = E = H / 4, feed-forward width H; ``block_size`` positions, [CLS] and [SEP]
+    included. Attention works at width B, so ``n_head`` must divide H / 4."""
+    from ..training import SettingError
+    bottleneck = settings.n_embd // 4
+    if bottleneck < 1 or bottleneck % settings.n_head:
+        raise SettingError("n_head", f"={settings.n_head} must divide a mobilebert's bottleneck "
+                           f"width n_embd / 4 = {settings.n_embd} // 4 = {bottleneck} (its "
+                           "attention works at that width); give a multiple of "
+                           f"{4 * settings.n_head} as --n-embd")
+    return MobileBertForMaskedLM(MobileBertConfig(
+        vocab_size=len(tokenizer), hidden_size=settings.n_embd,
+        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
+        intermediate_size=settings.n_embd, embedding_size=bottleneck,
+        intra_bottleneck_size=bottleneck, max_position_embeddings=settings.block_size,
+        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
+        pad_token_id=tokenizer.pad_token_id))
+
+
+register_family(ModelFamily(
+    name="mobilebert", summary="a MobileBERT encoder (bottlenecks, NoNorm, stacked feed-forward "
+    "networks, 3-gram embedding), masked LM",
+    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
+    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
+    hf_architectures=("MobileBertForMaskedLM",)))
