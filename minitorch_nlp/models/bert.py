@@ -208,6 +208,7 @@ class BertModel(Module):
 
     config_class = BertConfig
     embeddings_class = BertEmbeddings
+    pooler_class = BertPooler
     norm_first = False      # True: pre-LN layers and a final LayerNorm (Megatron-BERT)
 
     def __init__(self, config, add_pooling_layer=True):
@@ -218,7 +219,7 @@ class BertModel(Module):
         self.config = config
         self.embeddings = self.embeddings_class(config)
         self.encoder = self.build_encoder(config)
-        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.pooler = self.pooler_class(config) if add_pooling_layer else None
         init_bert_weights(self, config.initializer_range)
 
     def build_encoder(self, config):
