@@ -23,10 +23,12 @@ pytest.importorskip("safetensors.numpy")
 pytestmark = pytest.mark.sec6
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
-INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels", "next_sentence_label")
+INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels", "next_sentence_label",
+          "start_positions", "end_positions")
 ARCHITECTURES = {
     "DistilBertModel": "distilbert", "DistilBertForMaskedLM": "distilbert",
     "DistilBertForSequenceClassification": "distilbert",
+    "DistilBertForTokenClassification": "distilbert", "DistilBertForQuestionAnswering": "distilbert",
     "MobileBertModel": "mobilebert", "MobileBertForMaskedLM": "mobilebert",
     "MobileBertForPreTraining": "mobilebert", "MobileBertForSequenceClassification": "mobilebert",
     # HuggingFace's configuration switches (make_mobilebert_fixtures.VARIANTS)
@@ -36,7 +38,7 @@ ARCHITECTURES = {
 FIELDS = {
     "distilbert": ("vocab_size", "dim", "n_layers", "n_heads", "hidden_dim",
                    "max_position_embeddings", "activation", "dropout", "attention_dropout",
-                   "seq_classif_dropout", "pad_token_id", "sinusoidal_pos_embds"),
+                   "seq_classif_dropout", "qa_dropout", "pad_token_id", "sinusoidal_pos_embds"),
     "mobilebert": ("vocab_size", "hidden_size", "embedding_size", "intra_bottleneck_size",
                    "num_hidden_layers", "num_attention_heads", "intermediate_size",
                    "num_feedforward_networks", "hidden_act", "normalization_type",

@@ -16,7 +16,8 @@ from minitorch_nlp.models.mobilebert import (MobileBertConfig, MobileBertForMask
                                              MobileBertForPreTraining,
                                              MobileBertForSequenceClassification,
                                              MobileBertModel, NoNorm)
-from tests.model_checks import Learning, ModelChecks, encoder_spec
+from tests.model_checks import (Learning, ModelChecks, check_train_resume_generate,
+                                encoder_spec)
 
 pytestmark = pytest.mark.sec6
 
@@ -230,3 +231,9 @@ def test_configurations_are_checked():
         MobileBertConfig(**{**TINY, "embedding_size": 32})
     with pytest.raises(ValueError, match="hidden_act must be one of"):
         MobileBertConfig(**TINY, hidden_act="gelu_new")
+
+
+def test_train_mobilebert_resumes_exactly_and_generate_fills_masks(tmp_path, capsys):
+    check_train_resume_generate("mobilebert", tmp_path, capsys,
+                                "bert.encoder.layers.0.input_bottleneck.dense.weight",
+                                prompt="the [MASK] fox")

@@ -455,11 +455,15 @@ class BertForQuestionAnswering(_BertWithHead):
         self.qa_outputs = Linear(config.hidden_size, 2)
         self._init_head(self.qa_outputs)
 
+    def token_representation(self, hidden):
+        """What S and E score: the final hidden states as they are (DistilBERT drops them)."""
+        return hidden
+
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 start_positions=None, end_positions=None):
         hidden = self._encode(input_ids, attention_mask, token_type_ids,
                               position_ids).last_hidden_state
-        logits = self.qa_outputs(hidden)
+        logits = self.qa_outputs(self.token_representation(hidden))
         start_logits, end_logits = logits[..., 0], logits[..., 1]
         loss = None
         if start_positions is not None and end_positions is not None:
