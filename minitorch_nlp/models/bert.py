@@ -612,17 +612,18 @@ register_bert_architecture(BertForQuestionAnswering, bert_rules("bert.", "bert."
 from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
 
 
-def _build_for_training(settings, tokenizer, model_class=None):
+def _build_for_training(settings, tokenizer, model_class=None, **fields):
     """A BERT encoder with its masked-LM head (``model_class``, default ``BertForMaskedLM``) for
     a run's ``settings`` (``training.TrainConfig``): feed-forward width 4 d, ``block_size``
-    positions, [CLS] and [SEP] included."""
+    positions, [CLS] and [SEP] included; ``fields`` set other config fields, or replace these."""
     model_class = BertForMaskedLM if model_class is None else model_class
-    return model_class(model_class.base_model_class.config_class(
-        vocab_size=len(tokenizer), hidden_size=settings.n_embd,
-        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
-        intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,
-        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
-        pad_token_id=tokenizer.pad_token_id))
+    return model_class(model_class.base_model_class.config_class(**{
+        **dict(vocab_size=len(tokenizer), hidden_size=settings.n_embd,
+               num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
+               intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,
+               hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
+               pad_token_id=tokenizer.pad_token_id),
+        **fields}))
 
 
 _NO_SPECIAL_TOKENS = ("it has no [CLS], [SEP] or [MASK] token, which masked-LM training needs; "

@@ -454,6 +454,7 @@ register_bert_architecture(MobileBertForPreTraining,
 
 # ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
 from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
+from .bert import _build_for_training as _bert_build_for_training  # noqa: E402
 from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
 
 
@@ -470,13 +471,9 @@ def _build_for_training(settings, tokenizer):
                            f"width n_embd / 4 = {settings.n_embd} // 4 = {bottleneck} (its "
                            "attention works at that width); give a multiple of "
                            f"{4 * settings.n_head} as --n-embd")
-    return MobileBertForMaskedLM(MobileBertConfig(
-        vocab_size=len(tokenizer), hidden_size=settings.n_embd,
-        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
-        intermediate_size=settings.n_embd, embedding_size=bottleneck,
-        intra_bottleneck_size=bottleneck, max_position_embeddings=settings.block_size,
-        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
-        pad_token_id=tokenizer.pad_token_id))
+    return _bert_build_for_training(settings, tokenizer, MobileBertForMaskedLM,
+                                    intermediate_size=settings.n_embd, embedding_size=bottleneck,
+                                    intra_bottleneck_size=bottleneck)
 
 
 register_family(ModelFamily(
