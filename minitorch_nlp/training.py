@@ -334,7 +334,7 @@ class LanguageModelRun:
         loss = self.training_loss(*self._batch(self.train_ids, self.rng))
         self.optimizer.zero_grad()
         loss.backward()
-        optim.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        optim.clip_grad_norm_(self.trained_parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1

@@ -193,6 +193,16 @@ def test_the_teacher_is_a_bert_run(tmp_path, capsys):
     assert "--teacher" in err and "a gpt run" in err and "`minitorch-nlp train bert`" in err
 
 
+def test_a_teacher_too_narrow_for_a_mobilebert_student_is_named(tmp_path, capsys):
+    (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
+    narrow = [*TEACHER[:4], "--n-embd", "12", *TEACHER[6:]]    # 12 // 4 = 3 and 2 heads
+    assert cli.main(["train", "bert", "--text", str(tmp_path / "text.txt"), *narrow,
+                     "--out", str(tmp_path / "narrow")]) == 0
+    err = fails(capsys, ["distill", "--teacher", tmp_path / "narrow", "--student", "mobilebert",
+                         "--out", tmp_path / "out"])
+    assert "2 heads, which must divide its bottleneck width 12 // 4 = 3" in err
+
+
 def test_resume_problems_are_named(teachers, tmp_path, capsys):
     assert "give --teacher RUN_DIR and --student" in fails(capsys, ["distill"])
     assert distill(teachers, tmp_path / "run", "tinybert", "--stop-at", "2") == 0

@@ -67,37 +67,50 @@ def _teacher_state(teacher_dir):
     return state
 
 
+def _check_student(student):
+    if student not in STUDENTS:
+        raise training.SettingError("student", f"{student!r}: choose one of "
+                                    f"{', '.join(STUDENTS)}")
+
+
 def student_config(teacher_dir, student, *, n_layer=None, n_embd=None, **settings):
     """The ``TrainConfig`` of a ``student`` (one of ``STUDENTS``) of the teacher run
     ``teacher_dir``: the teacher's text, tokenizer, context and heads; its depth and width
     (``n_layer``, ``n_embd``, None: the student's default, see the module docstring); the other
     ``settings`` (``steps``, ``lr`` ... None: the teacher's, ``warmup_steps`` None: the
     default for the run's length). A ``SettingError`` names the setting that cannot work."""
-    if student not in STUDENTS:
-        raise training.SettingError("student", f"{student!r}: choose one of "
-                                    f"{', '.join(STUDENTS)}")
+    _check_student(student)
     teacher = _teacher_state(teacher_dir)["config"]
     depth, width, heads = teacher["n_layer"], teacher["n_embd"], teacher["n_head"]
+    # each setting: (the default, whether a given value fits, what fits)
     if student == "distilbert":
-        rules = {"n_layer": ((depth + 1) // 2, range(1, depth + 1), "1 to the teacher's "
-                             f"{depth} layers"),
-                 "n_embd": (width, (width,), f"the teacher's width {width} (DistilBERT keeps "
-                            "it: its layers are copied from the teacher)")}
+        rules = {"n_layer": ((depth + 1) // 2, lambda n: 1 <= n <= depth,
+                             f"1 to the teacher's {depth} layers"),
+                 "n_embd": (width, lambda n: n == width, f"the teacher's width {width} "
+                            "(DistilBERT keeps it: its layers are copied from the teacher)")}
     elif student == "tinybert":
-        half = max(heads, width // 2 // heads * heads)
-        rules = {"n_layer": ((depth + 1) // 2, range(1, depth + 1), "1 to the teacher's "
-                             f"{depth} layers (eq 40 maps each student layer to one of them)"),
-                 "n_embd": (half, range(heads, 10**9, heads), f"a multiple of the teacher's "
-                            f"{heads} heads (eq 41 compares the attention head by head)")}
+        rules = {"n_layer": ((depth + 1) // 2, lambda n: 1 <= n <= depth,
+                             f"1 to the teacher's {depth} layers (eq 40 maps each student "
+                             "layer to one of them)"),
+                 "n_embd": (max(heads, width // 2 // heads * heads),
+                            lambda n: n >= heads and n % heads == 0,
+                            f"a multiple of the teacher's {heads} heads (eq 41 compares the "
+                            "attention head by head)")}
     else:
-        rules = {"n_layer": (depth, (depth,), f"the teacher's {depth} layers (eq 46-47 "
-                             "transfer layer l to layer l)"),
-                 "n_embd": (width, (width,), f"the teacher's width {width} (eq 46 compares "
-                            "the feature maps at the inter-block width)")}
+        if width // 4 < 1 or (width // 4) % heads:
+            raise training.SettingError(
+                "teacher", f"{teacher_dir}: a mobilebert student has the teacher's width "
+                f"{width} and {heads} heads, which must divide its bottleneck width {width} // "
+                f"4 = {width // 4}; distil another student, or train a teacher of a width that "
+                f"is a multiple of {4 * heads}")
+        rules = {"n_layer": (depth, lambda n: n == depth, f"the teacher's {depth} layers "
+                             "(eq 46-47 transfer layer l to layer l)"),
+                 "n_embd": (width, lambda n: n == width, f"the teacher's width {width} (eq 46 "
+                            "compares the feature maps at the inter-block width)")}
     shape = {}
     for name, given in (("n_layer", n_layer), ("n_embd", n_embd)):
-        default, allowed, told = rules[name]
-        if given is not None and given not in allowed:
+        default, fits, told = rules[name]
+        if given is not None and not fits(given):
             raise training.SettingError(name, f"{given}: a {student} student has {told}")
         shape[name] = default if given is None else given
     values = {**teacher, **{name: teacher[name] for name in TEACHER_FIXED}, **shape,
@@ -130,9 +143,7 @@ class DistillationRun(training.LanguageModelRun):
             saved = state["distillation"]
             student, temperature = saved["student"], saved["temperature"]
             teacher = saved["teacher"] if teacher is None else teacher
-        if student not in STUDENTS:
-            raise training.SettingError("student", f"{student!r}: choose one of "
-                                        f"{', '.join(STUDENTS)}")
+        _check_student(student)
         if student == "mobilebert" and temperature is not None:
             raise training.SettingError("temperature", f"{temperature}: MobileBERT's transfer "
                                         "distils the masked-LM distribution at T = 1 (eq 48)")
