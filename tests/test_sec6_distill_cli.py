@@ -4,6 +4,7 @@ used by `generate`, and the one-line errors naming the option."""
 from __future__ import annotations
 
 import json
+import signal
 
 import numpy as np
 import pytest
@@ -128,6 +129,27 @@ def test_a_distilbert_student_starts_from_every_other_teacher_layer(teachers):
     for name in copied:
         np.testing.assert_array_equal(run.model.state_dict()[name], teacher[name], err_msg=name)
     assert not any(p.requires_grad for p in run.teacher.parameters())
+
+
+def test_ctrl_c_saves_and_prints_the_distill_resume_command(teachers, tmp_path, capsys,
+                                                            monkeypatch):
+    """SIGINT during step 2 (sent from inside the step): the run saves step 2 and says how to
+    continue it; `distill --resume` then finishes it."""
+    loss_of = DistillationRun.training_loss
+
+    def interrupted_at_step_2(run, *batch):
+        if run.step == 1:
+            signal.raise_signal(signal.SIGINT)
+        return loss_of(run, *batch)
+
+    monkeypatch.setattr(DistillationRun, "training_loss", interrupted_at_step_2)
+    assert distill(teachers, tmp_path / "run", "tinybert") == 130
+    assert (f"resume with: minitorch-nlp distill --resume {tmp_path / 'run'}"
+            in capsys.readouterr().err)
+    assert training.read_checkpoint(tmp_path / "run")["step"] == 2
+    monkeypatch.undo()
+    assert cli.main(["distill", "--resume", str(tmp_path / "run"), "--no-progress"]) == 0
+    assert training.read_checkpoint(tmp_path / "run")["step"] == 4
 
 
 def test_train_resume_refuses_a_distillation_run(teachers, tmp_path, capsys):
