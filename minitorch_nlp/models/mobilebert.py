@@ -82,8 +82,9 @@ class MobileBertConfig(BertConfig):
         if self.use_bottleneck and not self.use_bottleneck_attention \
                 and not self.key_query_shared_bottleneck \
                 and self.intra_bottleneck_size != self.hidden_size:
-            raise ValueError(f"{name}: with use_bottleneck and neither use_bottleneck_attention nor "
-                             "key_query_shared_bottleneck, the queries and keys are the "
+            raise ValueError(f"{name}: with use_bottleneck and neither "
+                             "use_bottleneck_attention nor key_query_shared_bottleneck, the "
+                             "queries and keys are the "
                              f"hidden_size={self.hidden_size} wide layer input, but the attention "
                              f"works at intra_bottleneck_size={self.intra_bottleneck_size} "
                              "(HuggingFace's model fails there too); make the two equal or set "
@@ -100,9 +101,9 @@ class MobileBertConfig(BertConfig):
                              f"({self.hidden_size}) is not implemented: HuggingFace keeps an "
                              "embedding_transformation it never applies")
         if self.true_hidden_size % self.num_attention_heads:
-            raise ValueError(f"{name}: the attention's width {self.true_hidden_size} "
-                             f"({'intra_bottleneck_size' if self.use_bottleneck else 'hidden_size'}"
-                             f") is not a multiple of num_attention_heads="
+            field = "intra_bottleneck_size" if self.use_bottleneck else "hidden_size"
+            raise ValueError(f"{name}: the attention's width {self.true_hidden_size} ({field}) "
+                             f"is not a multiple of num_attention_heads="
                              f"{self.num_attention_heads}")
         if self.embedding_size > self.hidden_size:
             raise ValueError(f"{name}: embedding_size={self.embedding_size} must not exceed "
