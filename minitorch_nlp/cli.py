@@ -25,6 +25,7 @@ from minitorch_nlp import cookbook, nn, optim, training
 from minitorch_nlp import functional as F
 from minitorch_nlp.backends import backend, get_backend
 from minitorch_nlp.compress.commands import add_compress_commands
+from minitorch_nlp.compress.distill_commands import add_distill_commands
 from minitorch_nlp.distributed.commands import add_plan_commands
 from minitorch_nlp.models import registry
 from minitorch_nlp.retrieval.commands import add_retrieval_commands
@@ -98,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_generate_command(commands)
     add_testing_commands(commands)
     add_compress_commands(commands)
+    add_distill_commands(commands)
     add_retrieval_commands(commands)
     add_plan_commands(commands)
     return parser
@@ -584,7 +586,7 @@ def _run_training(run, out, stop_at, args) -> int:
     seconds = time.perf_counter() - start
     if run.interrupted:
         print(f"\ninterrupted: saved step {run.step} in {checkpoint}\n"
-              f"resume with: {PROG} train --resume {out}", file=sys.stderr)
+              f"resume with: {PROG} {run.COMMAND} --resume {out}", file=sys.stderr)
         return 130
     report = training.write_report(run, out, seconds)
     print(f"step {run.step}: validation loss {val_loss:.4f} ({seconds:.1f} s); wrote {out}/: "

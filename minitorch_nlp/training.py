@@ -187,18 +187,25 @@ def _train_tokenizer(config, text):
     return tokenizers.WordPieceTokenizer.train(text, vocab_size=config.vocab_size)
 
 
-def _decay_groups(model, weight_decay):
+def _decay_groups(parameters, weight_decay):
     """Weight decay on every parameter of two or more dimensions (weights, embeddings, the
     position table), none on biases and LayerNorm gains, as nanoGPT does."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in parameters if p.requires_grad]
     return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 
 class LanguageModelRun:
-    """A language model being trained on one text; see the module docstring."""
+    """A language model being trained on one text; see the module docstring.
 
-    def __init__(self, config, *, state=None, text=None):
+    A subclass changes what is trained by overriding ``build_model`` (the model, and what else
+    it needs beside it), ``trained_parameters`` and ``training_loss``, and adds to the
+    checkpoint through ``state_dict`` / ``_restore``; ``COMMAND`` is the ``minitorch-nlp``
+    command that writes and resumes its runs (``compress.distillation_run.DistillationRun``)."""
+
+    COMMAND = "train"
+
+    def __init__(self, config, *, state=None, text=None, tokenizer=None):
         self.config = config
         self.family = registry.family(config.model)
         text = _read_text(config) if text is None else text
@@ -207,8 +214,10 @@ class LanguageModelRun:
             raise ValueError("LanguageModelRun: the text differs from the one this checkpoint was "
                              "trained on (its SHA-256 changed); resume with the same --text and "
                              "--max-chars")
-        self.tokenizer = (tokenizer_from_state(state["tokenizer"]) if state is not None
-                          else _train_tokenizer(config, text))
+        if state is not None:
+            self.tokenizer = tokenizer_from_state(state["tokenizer"])
+        else:   # a given tokenizer: a student distilled from a teacher reads the teacher's
+            self.tokenizer = _train_tokenizer(config, text) if tokenizer is None else tokenizer
         ids = np.asarray(self.tokenizer.encode(text, add_special_tokens=False), dtype=np.int64)
         window = self.family.objective.window_length(config.block_size)
         split = int(len(ids) * (1 - config.validation_fraction))
@@ -222,9 +231,10 @@ class LanguageModelRun:
         self.backend = get_backend(config.backend)
         with use_backend(self.backend):
             mt_random.manual_seed(config.seed)
-            self.model = self.family.build(config, self.tokenizer)
-        self.optimizer = optim.AdamW(_decay_groups(self.model, config.weight_decay), lr=config.lr,
-                                     betas=(0.9, 0.95))
+            self.model = self.build_model(fresh=state is None)
+        self.optimizer = optim.AdamW(_decay_groups(self.trained_parameters(),
+                                                   config.weight_decay),
+                                     lr=config.lr, betas=(0.9, 0.95))
         self.scheduler = optim.CosineWarmupDecayLR(self.optimizer, config.warmup_steps,
                                                    config.steps, min_lr_ratio=config.min_lr_ratio)
         self.rng = np.random.default_rng(config.seed)
@@ -236,6 +246,15 @@ class LanguageModelRun:
         self.interrupted = False
         if state is not None:
             self._restore(state)
+
+    def build_model(self, fresh):
+        """The model the run trains, made under the run's seed and backend; ``fresh``: False
+        when a checkpoint's weights are about to replace its initial ones."""
+        return self.family.build(self.config, self.tokenizer)
+
+    def trained_parameters(self):
+        """What the optimiser updates."""
+        return self.model.parameters()
 
     # ---- data ------------------------------------------------------------------------------------
     def _batch(self, ids, rng):
@@ -307,20 +326,29 @@ class LanguageModelRun:
             val_loss = self.evaluate()   # stopped between evaluations: report, do not record
         return val_loss
 
+    def training_loss(self, *batch):
+        """The loss a training step minimises on ``batch``: the model's own (``loss``)."""
+        return self.loss(*batch)
+
     def _train_step(self):
-        loss = self.loss(*self._batch(self.train_ids, self.rng))
+        loss = self.training_loss(*self._batch(self.train_ids, self.rng))
         self.optimizer.zero_grad()
         loss.backward()
-        optim.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        optim.clip_grad_norm_(self.trained_parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
         self.history["step"].append(self.step)
         self.history["loss"].append(loss.item())
 
+    def report_metrics(self):
+        """What ``write_report`` adds to ``metrics.json`` beside the losses."""
+        return {}
+
     # ---- checkpoints -----------------------------------------------------------------------------
     def state_dict(self):
-        return {"format": FORMAT, "config": dataclasses.asdict(self.config),
+        return {"format": FORMAT, "command": self.COMMAND,
+                "config": dataclasses.asdict(self.config),
                 "text_sha256": self.text_digest, "tokenizer": self.tokenizer.state_dict(),
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "step": self.step,
@@ -355,8 +383,20 @@ class LanguageModelRun:
         current step on follows the longer schedule) to a step at or after the current one.
         A text file given by a relative path (older checkpoints) is looked for next to the
         checkpoint when it is not found from the current directory."""
+        config, state = cls.saved(path, **overrides)
+        return cls(config, state=state, text=text)
+
+    @classmethod
+    def saved(cls, path, **overrides):
+        """(``TrainConfig``, state) of the run saved at ``path`` with ``overrides``, as ``load``
+        takes them; a run written by another command (``distill``) is refused here, since only
+        that command continues it the way it was trained."""
         path = checkpoint_file(path)
         state = read_checkpoint(path)
+        command = state.get("command", LanguageModelRun.COMMAND)
+        if command != cls.COMMAND:
+            raise ValueError(f"{path} was written by `minitorch-nlp {command}`; continue it "
+                             f"with `minitorch-nlp {command} --resume`")
         refused = sorted(set(overrides) - set(cls.RESUMABLE))
         if refused:
             raise ValueError(f"LanguageModelRun.load: only {list(cls.RESUMABLE)} can change on "
@@ -368,7 +408,7 @@ class LanguageModelRun:
         beside = values["text"] and os.path.join(os.path.dirname(path), values["text"])
         if values["text"] and not os.path.exists(values["text"]) and os.path.exists(beside):
             values["text"] = beside
-        return cls(TrainConfig(**values), state=state, text=text)
+        return TrainConfig(**values), state
 
 
 def checkpoint_file(path):
@@ -462,7 +502,7 @@ def write_report(run, out, seconds):
                "val_loss": history["val_loss"][-1] if history["val_loss"] else None,
                "parameters": run.model.num_parameters(), "vocab_size": len(run.tokenizer),
                "config": dataclasses.asdict(run.config),
-               "files": [CHECKPOINT_NAME, "metrics.json"]}
+               "files": [CHECKPOINT_NAME, "metrics.json"], **run.report_metrics()}
     if _plot_losses(history, os.path.join(out, "loss.png"), run.config):
         metrics["files"].append("loss.png")
     if run.family.objective.generates_text:

@@ -13,7 +13,9 @@ from minitorch_nlp import optim
 from minitorch_nlp.compress import Distiller, TripleLoss
 from minitorch_nlp.models.bert import BertConfig, BertForMaskedLM, BertModel
 from minitorch_nlp.models.distilbert import (DistilBertConfig, DistilBertForMaskedLM,
+                                             DistilBertForQuestionAnswering,
                                              DistilBertForSequenceClassification,
+                                             DistilBertForTokenClassification,
                                              DistilBertModel, distilbert_from_teacher)
 from tests.model_checks import Learning, ModelChecks, encoder_spec
 
@@ -66,6 +68,47 @@ class TestDistilBertForSequenceClassificationChecks(ModelChecks):
                           lambda model, inputs: model(**inputs).loss, steps=60, factor=20,
                           lr=1e-2),
         skips={"padding_left": "absolute positions count from the first column, as BERT's"})
+
+
+class TestDistilBertForTokenClassificationChecks(ModelChecks):
+    spec = encoder_spec(
+        "DistilBertForTokenClassification", build_with_dropout(DistilBertForTokenClassification),
+        vocab=(3, 23),
+        learning=Learning(lambda: dict(masked_lm_batch(),
+                                       labels=np.where(masked_lm_batch()["attention_mask"],
+                                                       masked_lm_batch()["input_ids"] % 2, -100)),
+                          lambda model, inputs: model(**inputs).loss, steps=60, factor=10,
+                          lr=1e-2),
+        skips={"padding_left": "absolute positions count from the first column, as BERT's"})
+
+
+class TestDistilBertForQuestionAnsweringChecks(ModelChecks):
+    spec = encoder_spec(
+        "DistilBertForQuestionAnswering",
+        build_with_dropout(DistilBertForQuestionAnswering, qa_dropout=0.0), vocab=(3, 23),
+        output="start_logits",
+        learning=Learning(lambda: dict(input_ids=masked_lm_batch()["input_ids"],
+                                       attention_mask=masked_lm_batch()["attention_mask"],
+                                       start_positions=np.array([1, 3, 0]),
+                                       end_positions=np.array([4, 3, 2])),
+                          lambda model, inputs: model(**inputs).loss, steps=60, factor=10,
+                          lr=1e-2),
+        skips={"padding_left": "absolute positions count from the first column, as BERT's"})
+
+
+def test_the_question_answering_head_drops_the_hidden_states_with_qa_dropout():
+    model = DistilBertForQuestionAnswering(DistilBertConfig(**TINY, qa_dropout=0.5))
+    ids = masked_lm_batch()["input_ids"]
+    assert model.dropout.p == 0.5
+    mt.manual_seed(0)
+    first = model(ids).start_logits.numpy()
+    assert not np.array_equal(first, model(ids).start_logits.numpy())   # training: dropped
+    model.eval()
+    evaluated = model(ids).start_logits.numpy()
+    np.testing.assert_array_equal(evaluated, model(ids).start_logits.numpy())
+    token = DistilBertForTokenClassification(DistilBertConfig(**{**TINY,
+                                                                 "hidden_dropout_prob": 0.3}))
+    assert token.dropout.p == 0.3     # the encoder's dropout, not seq_classif_dropout (0.2)
 
 
 def teacher(layers, head=True, seed=0):

@@ -16,7 +16,8 @@ from minitorch_nlp.models.mobilebert import (MobileBertConfig, MobileBertForMask
                                              MobileBertForPreTraining,
                                              MobileBertForSequenceClassification,
                                              MobileBertModel, NoNorm)
-from tests.model_checks import Learning, ModelChecks, encoder_spec
+from tests.model_checks import (Learning, ModelChecks, check_train_resume_generate,
+                                encoder_spec)
 
 pytestmark = pytest.mark.sec6
 
@@ -98,12 +99,55 @@ def test_the_3_gram_embedding_sees_each_token_and_its_two_neighbours(position, n
     assert moved.tolist() == [abs(t - position) <= 1 for t in range(8)]
 
 
+# IB-BERT, MobileBERT's teacher, in TINY's proportions: inter-block width 16 as the student's,
+# intra-block width 32 (inverted bottlenecks), one feed-forward network, LayerNorm, GELU
+IB_BERT_TINY = dict(TINY, intra_bottleneck_size=32, intermediate_size=64,
+                    num_feedforward_networks=1)
+
+
+class TestIBBertForMaskedLMChecks(ModelChecks):
+    spec = encoder_spec(
+        "IB-BERT (MobileBertForMaskedLM)",
+        lambda dropout=0.0: MobileBertForMaskedLM(MobileBertConfig.ib_bert(**{
+            **IB_BERT_TINY, "hidden_dropout_prob": dropout,
+            "attention_probs_dropout_prob": dropout})),
+        vocab=(3, 23), pad_filler=PAD,
+        learning=Learning(masked_lm_batch, lambda model, inputs: model(**inputs).loss,
+                          steps=60, factor=20, lr=1e-2),
+        skips={"padding_left": LEFT_PADDING})
+
+
+def test_ib_bert_is_bert_large_inside_inverted_bottlenecks():
+    config = MobileBertConfig.ib_bert()
+    assert (config.hidden_size, config.intra_bottleneck_size, config.intermediate_size,
+            config.num_feedforward_networks, config.num_attention_heads,
+            config.num_hidden_layers) == (512, 1024, 4096, 1, 4, 24)
+    assert (config.normalization_type, config.hidden_act) == ("layer_norm", "gelu")
+    layer = MobileBertModel(MobileBertConfig.ib_bert(**IB_BERT_TINY)).encoder.layers[0]
+    assert layer.input_bottleneck.dense.weight.shape == (32, 16)    # 16 -> 32: inverted
+    assert layer.output_bottleneck.weight.shape == (16, 32)
+    assert not hasattr(layer, "attention_bottleneck") and layer.self_attn.value_width == 32
+
+
+@pytest.mark.eq(46, 47)
+def test_ib_bert_feature_and_attention_maps_line_up_with_mobilebert():
+    teacher, student = transfer_pair()
+    batch = pretraining_batch()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    ours = student(**inputs, output_hidden_states=True, output_attentions=True)
+    theirs = teacher(**inputs, output_hidden_states=True, output_attentions=True)
+    assert len(ours.hidden_states) == len(theirs.hidden_states) == 3
+    for mine, its in zip(ours.hidden_states + ours.attentions,
+                         theirs.hidden_states + theirs.attentions):
+        assert mine.shape == its.shape
+    assert ours.hidden_states[1].shape == (3, 8, 16) and ours.attentions[0].shape == (3, 2, 8, 8)
+
+
 def transfer_pair():
-    """A teacher with a wider bottleneck, every parameter redrawn from N(0, 0.2^2) (NoNorm gains
-    around 1) so that its layers differ from a fresh student's, and a fresh student."""
+    """An IB-BERT teacher, every parameter redrawn from N(0, 0.2^2) (norm gains around 1) so
+    that its layers differ from a fresh student's, and a fresh MobileBERT student."""
     mt.manual_seed(0)
-    teacher = MobileBertForPreTraining(MobileBertConfig(**{**TINY, "intra_bottleneck_size": 16,
-                                                           "intermediate_size": 32}))
+    teacher = MobileBertForPreTraining(MobileBertConfig.ib_bert(**IB_BERT_TINY))
     rng = np.random.default_rng(0)
     for name, p in teacher.named_parameters():
         p.data[...] = rng.normal(1.0 if name.endswith("norm.weight") else 0.0, 0.2, p.shape)
@@ -180,12 +224,16 @@ def test_transfer_errors_are_named():
 
 
 def test_configurations_are_checked():
-    with pytest.raises(ValueError, match="use_bottleneck=False is not implemented"):
-        MobileBertConfig(**TINY, use_bottleneck=False)
-    with pytest.raises(ValueError, match="intra_bottleneck_size=7 is not a multiple of "
-                                         "num_attention_heads=2"):
+    with pytest.raises(ValueError, match=r"the attention's width 7 \(intra_bottleneck_size\) is "
+                                         "not a multiple of num_attention_heads=2"):
         MobileBertConfig(**{**TINY, "intra_bottleneck_size": 7})
     with pytest.raises(ValueError, match="embedding_size=32 must not exceed hidden_size=16"):
         MobileBertConfig(**{**TINY, "embedding_size": 32})
     with pytest.raises(ValueError, match="hidden_act must be one of"):
         MobileBertConfig(**TINY, hidden_act="gelu_new")
+
+
+def test_train_mobilebert_resumes_exactly_and_generate_fills_masks(tmp_path, capsys):
+    check_train_resume_generate("mobilebert", tmp_path, capsys,
+                                "bert.encoder.layers.0.input_bottleneck.dense.weight",
+                                prompt="the [MASK] fox")

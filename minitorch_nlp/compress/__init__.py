@@ -3,4 +3,5 @@ to match a large teacher, :mod:`.distillation`), pruning (:mod:`.pruning`) and q
 (:mod:`.quantization`)."""
 from .distillation import *  # noqa: F401,F403
 from .tinybert import *  # noqa: F401,F403
+from .tinybert_augmentation import *  # noqa: F401,F403
 from .mobilebert_losses import *  # noqa: F401,F403

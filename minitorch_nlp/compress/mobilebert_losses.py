@@ -126,7 +126,8 @@ class MobileBertTransferLoss:
     """The objective of MobileBERT's knowledge transfer for ``Distiller``: the sum of eq 46 and
     eq 47 over ``layers`` (1-based, default every layer) and eq 48 on the masked-LM and NSP
     logits of two ``MobileBertForPreTraining``-like models (``prediction_logits``,
-    ``seq_relationship_logits``) with the batch's ``labels`` and ``next_sentence_label``.
+    ``seq_relationship_logits``) with the batch's ``labels`` and ``next_sentence_label``, or of
+    two masked-LM models (``logits``; no NSP head, so eq 48 without L_NSP).
     ``objectives``: which of ``TRANSFER_OBJECTIVES`` to use. Returns ``ModelOutput(loss,
     feature_map_loss, attention_loss, pretraining_loss)`` (the parts used)."""
 
@@ -168,10 +169,12 @@ class MobileBertTransferLoss:
         if "pretraining" in self.objectives:
             labels = np.asarray(batch["labels"])
             masked = labels != -100
-            kd = soft_target_loss(student.prediction_logits, teacher.prediction_logits,
-                                  temperature=1.0, mask=masked)
-            nsp = hard_target_loss(student.seq_relationship_logits,
-                                   batch["next_sentence_label"])
+            logits = "prediction_logits" if "prediction_logits" in student else "logits"
+            kd = soft_target_loss(student[logits], teacher[logits], temperature=1.0,
+                                  mask=masked)
+            nsp = (hard_target_loss(student.seq_relationship_logits,
+                                    batch["next_sentence_label"])
+                   if "seq_relationship_logits" in student else 0.0)
             parts["pretraining_loss"] = pretraining_distillation_loss(
-                hard_target_loss(student.prediction_logits, labels), kd, nsp, alpha=self.alpha)
+                hard_target_loss(student[logits], labels), kd, nsp, alpha=self.alpha)
         return ModelOutput(loss=sum(parts.values()), **parts)

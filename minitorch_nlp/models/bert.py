@@ -208,6 +208,7 @@ class BertModel(Module):
 
     config_class = BertConfig
     embeddings_class = BertEmbeddings
+    pooler_class = BertPooler
     norm_first = False      # True: pre-LN layers and a final LayerNorm (Megatron-BERT)
 
     def __init__(self, config, add_pooling_layer=True):
@@ -218,7 +219,7 @@ class BertModel(Module):
         self.config = config
         self.embeddings = self.embeddings_class(config)
         self.encoder = self.build_encoder(config)
-        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.pooler = self.pooler_class(config) if add_pooling_layer else None
         init_bert_weights(self, config.initializer_range)
 
     def build_encoder(self, config):
@@ -454,11 +455,15 @@ class BertForQuestionAnswering(_BertWithHead):
         self.qa_outputs = Linear(config.hidden_size, 2)
         self._init_head(self.qa_outputs)
 
+    def token_representation(self, hidden):
+        """What S and E score: the final hidden states as they are (DistilBERT drops them)."""
+        return hidden
+
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 start_positions=None, end_positions=None):
         hidden = self._encode(input_ids, attention_mask, token_type_ids,
                               position_ids).last_hidden_state
-        logits = self.qa_outputs(hidden)
+        logits = self.qa_outputs(self.token_representation(hidden))
         start_logits, end_logits = logits[..., 0], logits[..., 1]
         loss = None
         if start_positions is not None and end_positions is not None:
@@ -607,17 +612,18 @@ register_bert_architecture(BertForQuestionAnswering, bert_rules("bert.", "bert."
 from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
 
 
-def _build_for_training(settings, tokenizer, model_class=None):
+def _build_for_training(settings, tokenizer, model_class=None, **fields):
     """A BERT encoder with its masked-LM head (``model_class``, default ``BertForMaskedLM``) for
     a run's ``settings`` (``training.TrainConfig``): feed-forward width 4 d, ``block_size``
-    positions, [CLS] and [SEP] included."""
+    positions, [CLS] and [SEP] included; ``fields`` set other config fields, or replace these."""
     model_class = BertForMaskedLM if model_class is None else model_class
-    return model_class(model_class.base_model_class.config_class(
-        vocab_size=len(tokenizer), hidden_size=settings.n_embd,
-        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
-        intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,
-        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
-        pad_token_id=tokenizer.pad_token_id))
+    return model_class(model_class.base_model_class.config_class(**{
+        **dict(vocab_size=len(tokenizer), hidden_size=settings.n_embd,
+               num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
+               intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,
+               hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
+               pad_token_id=tokenizer.pad_token_id),
+        **fields}))
 
 
 _NO_SPECIAL_TOKENS = ("it has no [CLS], [SEP] or [MASK] token, which masked-LM training needs; "

@@ -15,8 +15,9 @@ teacher (section 2-3 of the paper):
 
 ``DistilBertConfig`` keeps BERT's field names inside and reads / writes HuggingFace's DistilBERT
 names (``dim``, ``n_layers``, ``n_heads``, ``hidden_dim`` ...); the HuggingFace checkpoints of
-``DistilBertModel``, ``DistilBertForMaskedLM`` and ``DistilBertForSequenceClassification`` load
-through the key map at the end of this file.
+``DistilBertModel``, ``DistilBertForMaskedLM``, ``DistilBertForSequenceClassification``,
+``DistilBertForTokenClassification`` and ``DistilBertForQuestionAnswering`` load through the key
+map at the end of this file.
 """
 from __future__ import annotations
 
@@ -26,12 +27,14 @@ from dataclasses import dataclass
 
 from .. import functional as F
 from ..io.huggingface import Rule
-from ..nn import Linear
-from .bert import (BertConfig, BertEmbeddings, BertForMaskedLM, BertForSequenceClassification,
-                   BertModel, register_bert_architecture, weight_and_bias)
+from ..nn import Dropout, Linear
+from .bert import (BertConfig, BertEmbeddings, BertForMaskedLM, BertForQuestionAnswering,
+                   BertForSequenceClassification, BertForTokenClassification, BertModel,
+                   register_bert_architecture, weight_and_bias)
 
 __all__ = ["DistilBertConfig", "DistilBertEmbeddings", "DistilBertForMaskedLM",
-           "DistilBertForSequenceClassification", "DistilBertModel", "distilbert_from_teacher"]
+           "DistilBertForQuestionAnswering", "DistilBertForSequenceClassification",
+           "DistilBertForTokenClassification", "DistilBertModel", "distilbert_from_teacher"]
 
 # HuggingFace's DistilBERT names -> BertConfig's
 HF_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers",
@@ -43,11 +46,13 @@ HF_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers",
 @dataclass
 class DistilBertConfig(BertConfig):
     """``BertConfig`` with DistilBERT-base's defaults: 6 layers (BERT-base's 12 halved), the
-    classification head's dropout 0.2; LayerNorm eps 1e-12. ``type_vocab_size`` is unused (no
-    segment embeddings)."""
+    sequence classifier's dropout 0.2 (HuggingFace's ``seq_classif_dropout``), the
+    question-answering head's 0.1 (``qa_dropout``); LayerNorm eps 1e-12. ``type_vocab_size`` is
+    unused (no segment embeddings)."""
 
     num_hidden_layers: int = 6
     classifier_dropout: float | None = 0.2
+    qa_dropout: float = 0.1
 
     model_type = "distilbert"
 
@@ -126,6 +131,33 @@ class DistilBertForSequenceClassification(BertForSequenceClassification):
         return F.relu(self.pre_classifier(encoded.last_hidden_state[:, 0]))
 
 
+class DistilBertForTokenClassification(BertForTokenClassification):
+    """A label per token: dropout and a linear layer on every final hidden state, as
+    ``BertForTokenClassification``; the dropout is the encoder's (``hidden_dropout_prob``,
+    HuggingFace's ``dropout``), not the sequence classifier's, as in HuggingFace's DistilBERT."""
+
+    base_model_class = DistilBertModel
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+
+
+class DistilBertForQuestionAnswering(BertForQuestionAnswering):
+    """Extractive question answering as ``BertForQuestionAnswering`` (start and end logits per
+    token), with HuggingFace DistilBERT's dropout (``qa_dropout``) on the hidden states before
+    the span scores; the question and the passage are told apart by [SEP] alone (no segments)."""
+
+    base_model_class = DistilBertModel
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.dropout = Dropout(config.qa_dropout)
+
+    def token_representation(self, hidden):
+        return self.dropout(hidden)
+
+
 def distilbert_from_teacher(teacher, layers=None):
     """A DistilBERT student initialised from a BERT ``teacher`` (Sanh et al. section 3, "Student
     initialization": the student takes one layer out of two from the teacher).
@@ -198,6 +230,12 @@ register_bert_architecture(DistilBertForSequenceClassification,
                            distilbert_rules("distilbert.", "bert.")
                            + weight_and_bias("pre_classifier", "pre_classifier")
                            + weight_and_bias("classifier", "classifier"))
+register_bert_architecture(DistilBertForTokenClassification,
+                           distilbert_rules("distilbert.", "bert.")
+                           + weight_and_bias("classifier", "classifier"))
+register_bert_architecture(DistilBertForQuestionAnswering,
+                           distilbert_rules("distilbert.", "bert.")
+                           + weight_and_bias("qa_outputs", "qa_outputs"))
 
 
 # ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------

@@ -20,9 +20,10 @@ Figure 1c):
   H - E rows of its own, so that the H-wide states can be decoded.
 
 The models mirror HuggingFace's (``MobileBertModel``, ``MobileBertForMaskedLM``,
-``MobileBertForPreTraining``); the key map at the end of this file loads their checkpoints. The
-configurations implemented are MobileBERT's own (bottlenecks with a shared query/key bottleneck,
-NoNorm, the 3-gram embedding); the inverted-bottleneck IB-BERT teacher is not.
+``MobileBertForPreTraining``, ``MobileBertForSequenceClassification``) with its configuration
+switches (``trigram_input``, ``use_bottleneck``, ``use_bottleneck_attention``,
+``key_query_shared_bottleneck``, ``num_feedforward_networks``, ``normalization_type``,
+``classifier_activation``); the key map at the end of this file loads their checkpoints.
 """
 from __future__ import annotations
 
@@ -68,34 +69,88 @@ class MobileBertConfig(BertConfig):
 
     model_type = "mobilebert"
     activations = {"relu": "relu", "gelu": "gelu"}
-    # MobileBERT's own settings; HuggingFace's other switches (LayerNorm, no bottleneck ...) are
-    # not implemented
-    IMPLEMENTED = dict(trigram_input=True, use_bottleneck=True, use_bottleneck_attention=False,
-                       key_query_shared_bottleneck=True, normalization_type="no_norm",
-                       classifier_activation=True)
+    NORMALIZATIONS = ("no_norm", "layer_norm")
 
     def __post_init__(self):
         super().__post_init__()
         name = type(self).__name__
         for field in ("embedding_size", "intra_bottleneck_size", "num_feedforward_networks"):
             checks.positive_int(getattr(self, field), field, name)
-        for field, value in self.IMPLEMENTED.items():
-            if getattr(self, field) != value:
-                raise ValueError(f"{name}: {field}={getattr(self, field)!r} is not implemented; "
-                                 f"MobileBERT's setting is {field}={value!r}")
-        if self.intra_bottleneck_size % self.num_attention_heads:
-            raise ValueError(f"{name}: intra_bottleneck_size={self.intra_bottleneck_size} is not "
-                             f"a multiple of num_attention_heads={self.num_attention_heads} "
-                             "(attention works at the bottleneck's width)")
+        if self.normalization_type not in self.NORMALIZATIONS:
+            raise ValueError(f"{name}: normalization_type={self.normalization_type!r} must be one "
+                             f"of {self.NORMALIZATIONS}")
+        if self.use_bottleneck and not self.use_bottleneck_attention \
+                and not self.key_query_shared_bottleneck \
+                and self.intra_bottleneck_size != self.hidden_size:
+            raise ValueError(f"{name}: with use_bottleneck and neither "
+                             "use_bottleneck_attention nor key_query_shared_bottleneck, the "
+                             "queries and keys are the "
+                             f"hidden_size={self.hidden_size} wide layer input, but the attention "
+                             f"works at intra_bottleneck_size={self.intra_bottleneck_size} "
+                             "(HuggingFace's model fails there too); make the two equal or set "
+                             "one of the two switches")
+        if self.use_bottleneck and self.use_bottleneck_attention \
+                and self.key_query_shared_bottleneck:
+            raise ValueError(f"{name}: use_bottleneck_attention=True and "
+                             "key_query_shared_bottleneck=True is not implemented: the attention "
+                             "then reads the input bottleneck, and HuggingFace keeps a shared "
+                             "query/key bottleneck it never applies; set "
+                             "key_query_shared_bottleneck=False")
+        if not self.trigram_input and self.embedding_size == self.hidden_size:
+            raise ValueError(f"{name}: trigram_input=False with embedding_size == hidden_size "
+                             f"({self.hidden_size}) is not implemented: HuggingFace keeps an "
+                             "embedding_transformation it never applies")
+        if self.true_hidden_size % self.num_attention_heads:
+            field = "intra_bottleneck_size" if self.use_bottleneck else "hidden_size"
+            raise ValueError(f"{name}: the attention's width {self.true_hidden_size} ({field}) "
+                             f"is not a multiple of num_attention_heads="
+                             f"{self.num_attention_heads}")
         if self.embedding_size > self.hidden_size:
             raise ValueError(f"{name}: embedding_size={self.embedding_size} must not exceed "
                              f"hidden_size={self.hidden_size} (the decoder extends the "
                              "embeddings to hidden_size)")
 
+    @classmethod
+    def ib_bert(cls, **overrides):
+        """The configuration of IB-BERT_LARGE, MobileBERT's teacher (Sun et al. section 3.1 and
+        Table 1): BERT_LARGE inside each block (intra-block width 1024, one feed-forward network
+        1024 -> 4096 -> 1024, LayerNorm, GELU), with *inverted* bottlenecks (512 -> 1024 into the
+        block, 1024 -> 512 out of it), so that its feature maps between the blocks are 512 wide
+        as MobileBERT's, and 4 heads as MobileBERT: eq 46 and eq 47 compare the two layer by
+        layer. Queries, keys and values all come from the inverted bottleneck
+        (``use_bottleneck_attention``). ``overrides`` change any field (a tiny teacher for
+        tests: the same proportions at smaller widths)."""
+        return cls(**{**dict(hidden_size=512, intra_bottleneck_size=1024, embedding_size=128,
+                             num_hidden_layers=24, num_attention_heads=4,
+                             intermediate_size=4096, num_feedforward_networks=1,
+                             hidden_act="gelu", normalization_type="layer_norm",
+                             use_bottleneck_attention=True, key_query_shared_bottleneck=False),
+                      **overrides})
+
+    @property
+    def true_hidden_size(self):
+        """The width the attention and the feed-forward networks work at (HuggingFace's name):
+        the intra-block width with bottlenecks, the hidden size without."""
+        return self.intra_bottleneck_size if self.use_bottleneck else self.hidden_size
+
     def to_hf(self):
         hf_config = super().to_hf()
         hf_config.pop("position_embedding_type")
         return hf_config
+
+
+# HuggingFace builds the LayerNorms of the embeddings and of the last feed-forward network with
+# torch's default eps, not layer_norm_eps
+TORCH_LAYER_NORM_EPS = 1e-5
+
+
+def normalization(config, features, eps=None):
+    """The normalisation ``config.normalization_type`` names over ``features``: ``NoNorm``
+    (eq 45, MobileBERT) or ``LayerNorm`` with ``eps`` (default ``config.layer_norm_eps``; the
+    IB-BERT teacher)."""
+    if config.normalization_type == "no_norm":
+        return NoNorm(features)
+    return LayerNorm(features, eps=config.layer_norm_eps if eps is None else eps)
 
 
 @cookbook.equation(45)
@@ -124,50 +179,55 @@ class NoNorm(Module):
 
 class MobileBertEmbeddings(Module):
     """Word embeddings of size E; each token's with its right and left neighbours' concatenated
-    (zeros past the ends: a kernel-3 convolution over the sequence) and mapped to H by
-    ``embedding_transformation``; plus position and segment embeddings; NoNorm and dropout
-    (Sun et al. section 3.3, "embedding factorization")."""
+    (zeros past the ends: a kernel-3 convolution over the sequence, ``trigram_input``) and
+    mapped to H by ``embedding_transformation`` (without the 3-gram, only when E differs from
+    H); plus position and segment embeddings; NoNorm (or LayerNorm) and dropout (Sun et al.
+    section 3.3, "embedding factorization")."""
 
     segments = True
 
     def __init__(self, config):
         super().__init__()
+        self.trigram_input = config.trigram_input
         self.word_embeddings = Embedding(config.vocab_size, config.embedding_size,
                                          padding_idx=config.pad_token_id)
-        self.embedding_transformation = Linear(3 * config.embedding_size, config.hidden_size)
+        self.embedding_transformation = Linear(
+            (3 if config.trigram_input else 1) * config.embedding_size, config.hidden_size)
         self.position_embeddings = LearnedPositionalEmbedding(config.max_position_embeddings,
                                                               config.hidden_size)
         self.token_type_embeddings = Embedding(config.type_vocab_size, config.hidden_size)
-        self.norm = NoNorm(config.hidden_size)
+        self.norm = normalization(config, config.hidden_size, eps=TORCH_LAYER_NORM_EPS)
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.max_length = config.max_position_embeddings
 
     def forward(self, input_ids, token_type_ids, position_ids=None):
         x = self.word_embeddings(input_ids)                                 # (batch, time, E)
-        edge = x[:, :1] * 0.0
-        following = concatenate([x[:, 1:], edge], axis=1)
-        preceding = concatenate([edge, x[:, :-1]], axis=1)
-        x = self.embedding_transformation(concatenate([following, x, preceding], axis=-1))
+        if self.trigram_input:
+            edge = x[:, :1] * 0.0
+            following = concatenate([x[:, 1:], edge], axis=1)
+            preceding = concatenate([edge, x[:, :-1]], axis=1)
+            x = concatenate([following, x, preceding], axis=-1)
+        x = self.embedding_transformation(x)
         x = x + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.norm(self.position_embeddings(x, position_ids=position_ids)))
 
 
 class Bottleneck(Module):
-    """A linear map between the inter-block and the intra-block widths, then NoNorm."""
+    """A linear map from the inter-block to the intra-block width, then NoNorm (or LayerNorm)."""
 
-    def __init__(self, in_features, out_features):
+    def __init__(self, config):
         super().__init__()
-        self.dense = Linear(in_features, out_features)
-        self.norm = NoNorm(out_features)
+        self.dense = Linear(config.hidden_size, config.intra_bottleneck_size)
+        self.norm = normalization(config, config.intra_bottleneck_size)
 
     def forward(self, x):
         return self.norm(self.dense(x))
 
 
 class BottleneckAttention(MultiHeadAttention):
-    """Multi-head attention at the bottleneck width B whose values come from the H-wide layer
-    input (queries and keys from the shared bottleneck): ``MultiHeadAttention`` with a wider
-    value projection."""
+    """Multi-head attention at the bottleneck width B whose values may come from an input of
+    another width (MobileBERT: the H-wide layer input, the queries and keys from the shared
+    bottleneck): ``MultiHeadAttention`` with its own value projection."""
 
     def __init__(self, width, num_heads, value_width, dropout=0.0):
         super().__init__(width, num_heads, dropout=dropout)
@@ -183,58 +243,100 @@ class BottleneckAttention(MultiHeadAttention):
 
 
 class MobileBertLayer(Module):
-    """One MobileBERT block (Sun et al. Figure 1c, HuggingFace's layout), on x (batch, time, H)::
+    """One MobileBERT block (Sun et al. Figure 1c, HuggingFace's layout), on x (batch, time, H);
+    Norm is NoNorm (eq 45) or LayerNorm (``normalization_type``)::
 
-        s = NoNorm(W_a x)                  the shared bottleneck: queries and keys   (B)
-        r = NoNorm(W_i x)                  the input bottleneck: the residual stream (B)
-        r = NoNorm(MultiHead(s, s, x) + r)
-        r = NoNorm(FFN_k(r) + r)           k = 1 .. F, the stacked feed-forward networks
-        out = NoNorm(Dropout(W_o r) + x)   the output bottleneck                     (H)
+        r = Norm(W_i x)                    the input bottleneck: the residual stream (B)
+        s = Norm(W_a x)                    the shared bottleneck: queries and keys   (B)
+        r = Norm(MultiHead(s, s, x) + r)
+        r = Norm(FFN_k(r) + r)             k = 1 .. F, the stacked feed-forward networks
+        out = Norm(Dropout(W_o r) + x)     the output bottleneck                     (H)
+
+    HuggingFace's switches change the first lines: ``use_bottleneck_attention`` takes queries,
+    keys and values from r; neither it nor ``key_query_shared_bottleneck`` takes queries and
+    keys from x; ``use_bottleneck=False`` has no bottlenecks at all (B = H, r = x, no W_o: a
+    BERT layer with stacked feed-forward networks, dropout on the attention's and the last
+    feed-forward network's outputs).
 
     Takes the keyword arguments of a ``TransformerLayer`` (``key_mask``, ``head_mask``,
     ``attentions``), so ``TransformerStack`` runs a list of them."""
 
     def __init__(self, config):
         super().__init__()
-        wide, narrow = config.hidden_size, config.intra_bottleneck_size
-        self.attention_bottleneck = Bottleneck(wide, narrow)
-        self.input_bottleneck = Bottleneck(wide, narrow)
-        self.self_attn = BottleneckAttention(narrow, config.num_attention_heads, wide,
+        wide, narrow = config.hidden_size, config.true_hidden_size
+        self.use_bottleneck = config.use_bottleneck
+        self.use_bottleneck_attention = config.use_bottleneck and config.use_bottleneck_attention
+        self.shared_query_key = config.use_bottleneck and config.key_query_shared_bottleneck
+        if config.use_bottleneck:
+            self.input_bottleneck = Bottleneck(config)
+        if self.shared_query_key:
+            self.attention_bottleneck = Bottleneck(config)
+        values_wide = config.use_bottleneck and not config.use_bottleneck_attention
+        self.self_attn = BottleneckAttention(narrow, config.num_attention_heads,
+                                             wide if values_wide else narrow,
                                              dropout=config.attention_probs_dropout_prob)
-        self.attention_norm = NoNorm(narrow)
+        self.attention_norm = normalization(config, narrow)
         activation = self.activation = config.activations[config.hidden_act]
         self.stacked_ffns = ModuleList(
             [FeedForward(narrow, config.intermediate_size, activation=activation)
              for _ in range(config.num_feedforward_networks - 1)])
-        self.stacked_norms = ModuleList([NoNorm(narrow)
+        self.stacked_norms = ModuleList([normalization(config, narrow)
                                          for _ in range(config.num_feedforward_networks - 1)])
         self.feed_forward = FeedForward(narrow, config.intermediate_size, activation=activation)
-        self.ffn_norm = NoNorm(narrow)
-        self.output_bottleneck = Linear(narrow, wide)
-        self.output_norm = NoNorm(wide)
+        self.ffn_norm = normalization(config, narrow, eps=TORCH_LAYER_NORM_EPS)
         self.dropout = Dropout(config.hidden_dropout_prob)
+        # HuggingFace drops the attention's and the last feed-forward network's outputs only in
+        # a layer without bottlenecks (with them, the output bottleneck's output is dropped)
+        self.sublayer_dropout = Dropout(0.0 if config.use_bottleneck
+                                        else config.hidden_dropout_prob)
+        if config.use_bottleneck:
+            self.output_bottleneck = Linear(narrow, wide)
+            self.output_norm = normalization(config, wide)
 
     def forward(self, x, memory=None, *, key_mask=None, cache=None, attentions=None,
                 head_mask=None):
-        shared = self.attention_bottleneck(x)
-        residual = self.input_bottleneck(x)
-        attended = self.self_attn(shared, shared, x, key_mask=key_mask, head_mask=head_mask,
-                                  need_weights=attentions is not None)
+        residual = self.input_bottleneck(x) if self.use_bottleneck else x
+        if self.use_bottleneck_attention:
+            queries = values = residual
+        elif self.shared_query_key:
+            queries, values = self.attention_bottleneck(x), x
+        else:
+            queries = values = x
+        attended = self.self_attn(queries, queries, values, key_mask=key_mask,
+                                  head_mask=head_mask, need_weights=attentions is not None)
         if attentions is not None:
             attended, attentions["self"] = attended
-        residual = self.attention_norm(attended + residual)
+        residual = self.attention_norm(self.sublayer_dropout(attended) + residual)
         for feed_forward, norm in zip(self.stacked_ffns, self.stacked_norms):
             residual = norm(feed_forward(residual) + residual)
-        residual = self.ffn_norm(self.feed_forward(residual) + residual)
+        residual = self.ffn_norm(self.sublayer_dropout(self.feed_forward(residual)) + residual)
+        if not self.use_bottleneck:
+            return residual
         return self.output_norm(self.dropout(self.output_bottleneck(residual)) + x)
 
 
+class MobileBertPooler(Module):
+    """BERT's pooler, tanh of a dense layer on the first token's hidden state, or with
+    ``classifier_activation=False`` (HuggingFace's switch) that hidden state as it is."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.activate = config.classifier_activation
+        if self.activate:
+            self.dense = Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden):
+        first = hidden[:, 0]
+        return F.tanh(self.dense(first)) if self.activate else first
+
+
 class MobileBertModel(BertModel):
-    """The MobileBERT encoder: ``BertModel`` with ``MobileBertEmbeddings`` and a stack of
-    ``MobileBertLayer``s; the pooler is BERT's (tanh of a dense layer on [CLS])."""
+    """The MobileBERT encoder: ``BertModel`` with ``MobileBertEmbeddings``, a stack of
+    ``MobileBertLayer``s and ``MobileBertPooler``."""
 
     config_class = MobileBertConfig
     embeddings_class = MobileBertEmbeddings
+    pooler_class = MobileBertPooler
 
     @staticmethod
     def build_encoder(config):
@@ -312,21 +414,25 @@ def mobilebert_rules(hf_prefix, prefix, pooler):
              ("attention.output.LayerNorm", "attention_norm"),
              ("intermediate.dense", "feed_forward.linear1"),
              ("output.dense", "feed_forward.linear2"),
-             ("output.LayerNorm", "ffn_norm"),
-             ("output.bottleneck.dense", "output_bottleneck"),
-             ("output.bottleneck.LayerNorm", "output_norm"),
-             ("bottleneck.input.dense", "input_bottleneck.dense"),
-             ("bottleneck.input.LayerNorm", "input_bottleneck.norm"),
-             ("bottleneck.attention.dense", "attention_bottleneck.dense"),
-             ("bottleneck.attention.LayerNorm", "attention_bottleneck.norm")]
+             ("output.LayerNorm", "ffn_norm")]
+    # present in some configurations only (use_bottleneck, key_query_shared_bottleneck)
+    optional = [("output.bottleneck.dense", "output_bottleneck"),
+                ("output.bottleneck.LayerNorm", "output_norm"),
+                ("bottleneck.input.dense", "input_bottleneck.dense"),
+                ("bottleneck.input.LayerNorm", "input_bottleneck.norm"),
+                ("bottleneck.attention.dense", "attention_bottleneck.dense"),
+                ("bottleneck.attention.LayerNorm", "attention_bottleneck.norm")]
     for j in range(MAX_STACKED_FFNS):
         pairs += [(f"ffn.{j}.intermediate.dense", f"stacked_ffns.{j}.linear1"),
                   (f"ffn.{j}.output.dense", f"stacked_ffns.{j}.linear2"),
                   (f"ffn.{j}.output.LayerNorm", f"stacked_norms.{j}")]
     for hf, ours in pairs:
         rules += weight_and_bias(hf_layer + hf, layer + ours)
-    if pooler:
-        rules += weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense")
+    for hf, ours in optional:
+        rules += weight_and_bias(hf_layer + hf, layer + ours, optional=True)
+    if pooler:   # classifier_activation=False has no dense layer
+        rules += weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense",
+                                 optional=True)
     return rules
 
 
@@ -345,3 +451,35 @@ register_bert_architecture(MobileBertForPreTraining,
                            mobilebert_rules("mobilebert.", "bert.", True)
                            + MOBILEBERT_LM_HEAD_RULES
                            + weight_and_bias("cls.seq_relationship", "nsp"))
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
+from .bert import _build_for_training as _bert_build_for_training  # noqa: E402
+from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
+
+
+def _build_for_training(settings, tokenizer):
+    """A ``MobileBertForMaskedLM`` for a run's ``settings`` (``training.TrainConfig``) in
+    MobileBERT's proportions (Sun et al. Table 1, H = 512, B = E = 128, feed-forward width 512,
+    4 stacked feed-forward networks): inter-block width H = ``n_embd``, intra-block width and
+    embedding size B = E = H / 4, feed-forward width H; ``block_size`` positions, [CLS] and [SEP]
+    included. Attention works at width B, so ``n_head`` must divide H / 4."""
+    from ..training import SettingError
+    bottleneck = settings.n_embd // 4
+    if bottleneck < 1 or bottleneck % settings.n_head:
+        raise SettingError("n_head", f"={settings.n_head} must divide a mobilebert's bottleneck "
+                           f"width n_embd / 4 = {settings.n_embd} // 4 = {bottleneck} (its "
+                           "attention works at that width); give a multiple of "
+                           f"{4 * settings.n_head} as --n-embd")
+    return _bert_build_for_training(settings, tokenizer, MobileBertForMaskedLM,
+                                    intermediate_size=settings.n_embd, embedding_size=bottleneck,
+                                    intra_bottleneck_size=bottleneck)
+
+
+register_family(ModelFamily(
+    name="mobilebert", summary="a MobileBERT encoder (bottlenecks, NoNorm, stacked feed-forward "
+    "networks, 3-gram embedding), masked LM",
+    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
+    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
+    hf_architectures=("MobileBertForMaskedLM",)))

@@ -1,0 +1,137 @@
+"""The ``distill`` command of ``minitorch-nlp`` (registered by ``cli.py``): parsing and usage
+errors; the run is :class:`minitorch_nlp.compress.distillation_run.DistillationRun`, trained and
+reported by the same code as ``minitorch-nlp train``."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+
+from .. import training
+
+# the TrainConfig fields `distill` takes as options (the teacher's, unless given)
+_INTS = ("n_layer", "n_embd", "batch_size", "steps", "warmup_steps", "eval_every", "seed")
+_FLOATS = ("lr", "weight_decay")
+
+
+def add_distill_commands(commands) -> None:
+    """Add ``distill`` to the ``minitorch-nlp`` sub-command parser ``commands``."""
+    from ..cli import _add_run_options, _option
+    from .distillation_run import STUDENTS
+
+    distill = commands.add_parser(
+        "distill",
+        help="train a DistilBERT, TinyBERT or MobileBERT student from a trained BERT run",
+        description="Distil the model of a `minitorch-nlp train bert` run (--teacher) into a "
+        "smaller student on the teacher's text and tokenizer: distilbert (half the layers, "
+        "initialised from every other teacher layer, DistilBERT's triple loss), tinybert (half "
+        "the layers and width, TinyBERT's layer-wise loss, eq 40-44) or mobilebert (a "
+        "bottlenecked MobileBERT as deep and wide as the teacher, feature-map and attention "
+        "transfer with the pre-training distillation loss, eq 46-48). Writes a run of the "
+        "student's family to --out (checkpoint.npz, loss.png, metrics.json with the teacher's "
+        "validation loss beside the student's) that `generate` loads; saves every few minutes "
+        "and on Ctrl-C; --resume DIR continues it exactly.")
+    distill.add_argument("--teacher", metavar="RUN_DIR",
+                         help="the teacher: a run directory of `train bert` (on --resume: the "
+                         "checkpoint's; give it if the teacher moved)")
+    distill.add_argument("--student", choices=list(STUDENTS),
+                         help="the student's architecture (on --resume: the checkpoint's)")
+    for name in _INTS:
+        distill.add_argument(_option(name), type=int,
+                             help="(the student's default)" if name in ("n_layer", "n_embd")
+                             else "(the teacher run's)")
+    for name in _FLOATS:
+        distill.add_argument(_option(name), type=float, help="(the teacher run's)")
+    distill.add_argument("--temperature", type=float,
+                         help="of the soft targets (distilbert 2, tinybert 1; mobilebert: 1, "
+                         "fixed)")
+    distill.add_argument("--resume", metavar="PATH",
+                         help="continue the distillation saved in PATH (its folder or "
+                         "checkpoint.npz); --steps N moves its end to step N")
+    distill.add_argument("--overwrite", action="store_true",
+                         help="start afresh in an --out folder that holds a run, replacing it")
+    distill.add_argument("--stop-at", type=int, metavar="STEP",
+                         help="stop (and save) after this step; --resume continues")
+    _add_run_options(distill, None)
+    distill.set_defaults(run=_distill)
+
+
+@contextlib.contextmanager
+def _usage_errors():
+    """A setting or text problem of the run, as a usage error naming the option."""
+    from ..cli import UsageError, _option
+    try:
+        yield
+    except training.SettingError as error:
+        raise UsageError(error.about(_option(error.setting))) from error
+    except training.TextFileError as error:
+        raise UsageError(f"--teacher: the teacher's text: {error}") from error
+
+
+def _distill(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .. import set_num_threads
+    from ..cli import UsageError, _backend, _check_run_options, _refuse_overwrite, _run_training
+    from .distillation_run import DistillationRun, student_config
+
+    _check_run_options(args)
+    set_num_threads(args.threads)
+    if args.backend is not None:
+        _backend(args.backend)
+    if args.temperature is not None and not args.temperature > 0:
+        raise UsageError(f"--temperature must be a number > 0, got {args.temperature}")
+    settings = {name: getattr(args, name) for name in (*_INTS, *_FLOATS)}
+    with _usage_errors():
+        if args.resume:
+            run, out = _resume(args, settings, DistillationRun)
+        else:
+            if args.teacher is None or args.student is None:
+                raise UsageError("give --teacher RUN_DIR and --student (distilbert, tinybert "
+                                 "or mobilebert), or --resume PATH to continue a distillation")
+            out = args.out or f"runs/{args.student}"
+            _refuse_overwrite(out, args.overwrite)
+            config = student_config(args.teacher, args.student, backend=args.backend,
+                                    **settings)
+            run = DistillationRun(config, teacher=args.teacher, student=args.student,
+                                  temperature=args.temperature)
+    if args.stop_at is not None and not run.step < args.stop_at <= run.config.steps:
+        raise UsageError(f"--stop-at {args.stop_at} must lie after the run's current step "
+                         f"{run.step} and at most at its end, step {run.config.steps} (--steps)")
+    print(f"distilling {run.teacher_dir} ({run.teacher.num_parameters():,} parameters) into a "
+          f"{run.student} student")
+    status = _run_training(run, out, args.stop_at, args)
+    if status == 0:
+        with open(os.path.join(out, "metrics.json"), encoding="utf-8") as file:
+            teacher_loss = json.load(file)["distillation"]["teacher_val_loss"]
+        print(f"the teacher's validation loss on the same batches: {teacher_loss:.4f}")
+    return status
+
+
+def _resume(args, settings, run_class):
+    """The distillation that ``--resume`` names and the folder to write to; the options that
+    would change what it was trained with are refused, naming each."""
+    from ..cli import UsageError, _option
+
+    if args.overwrite:
+        raise UsageError("--overwrite starts afresh and --resume continues: give one of them")
+    fixed = [_option(name) for name, value in settings.items()
+             if value is not None and name not in run_class.RESUMABLE]
+    fixed += [option for option, value in (("--student", args.student),
+                                           ("--temperature", args.temperature)) if value]
+    if fixed:
+        raise UsageError(f"--resume {args.resume}: {', '.join(fixed)} cannot change on resume; "
+                         "leave them out, or start a new distillation in another --out")
+    overrides = {name: value for name, value in (("steps", args.steps),
+                                                ("eval_every", args.eval_every),
+                                                ("backend", args.backend)) if value is not None}
+    path = training.checkpoint_file(args.resume)
+    try:
+        run = run_class.load(path, teacher=args.teacher, **overrides)
+    except training.SettingError:
+        raise                  # names its option: _usage_errors tells it
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(f"--resume {args.resume}: {error}") from error
+    if run.step >= run.config.steps:
+        raise UsageError(f"--resume {args.resume}: the run finished at step {run.step}; give "
+                         f"--steps N (more than {run.step}) to train it further")
+    return run, args.out or os.path.dirname(os.path.abspath(path))
