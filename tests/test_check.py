@@ -20,6 +20,7 @@ import pytest
 import minitorch_nlp as mt
 from minitorch_nlp import cli, cookbook, nn
 from minitorch_nlp.models.xlnet import permutation_inputs
+from minitorch_nlp.testing.equation_specs.elmo import bilstm_states
 from minitorch_nlp.testing import EquationMismatch, TaskNotDone, check_equation, specs
 from minitorch_nlp.testing.check import load_candidate
 from minitorch_nlp.testing.course import format_grades, grade, new_workspace, parse_sections
@@ -39,6 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(10, marks=[pytest.mark.eq(10), pytest.mark.sec3]),
     pytest.param(11, marks=[pytest.mark.eq(11), pytest.mark.sec4]),
     pytest.param(12, marks=[pytest.mark.eq(12), pytest.mark.sec4]),
+    pytest.param(13, marks=[pytest.mark.eq(13), pytest.mark.sec4]),
+    pytest.param(14, marks=[pytest.mark.eq(14), pytest.mark.sec4]),
+    pytest.param(15, marks=[pytest.mark.eq(15), pytest.mark.sec4]),
+    pytest.param(16, marks=[pytest.mark.eq(16), pytest.mark.sec4]),
     pytest.param(17, marks=[pytest.mark.eq(17), pytest.mark.sec4]),
     pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4]),
     pytest.param(19, marks=[pytest.mark.eq(19), pytest.mark.sec4]),
@@ -176,6 +181,19 @@ def test_a_memory_without_the_stop_gradient_fails_on_its_gradient():
 
     with pytest.raises(EquationMismatch, match="gradient with respect to memory"):
         check_equation(87, concatenated_without_detach)
+
+
+@pytest.mark.eq(16)
+@pytest.mark.sec4
+def test_states_concatenated_backward_first_fail_on_the_values():
+    def backward_first(forward_weight_ih, backward_weight_ih, *, char_ids, lengths, params):
+        states = bilstm_states(forward_weight_ih, backward_weight_ih, char_ids=char_ids,
+                               lengths=lengths, params=params)
+        dim = states.shape[-1] // 2
+        return mt.concatenate([states[..., dim:], states[..., :dim]], axis=-1)
+
+    with pytest.raises(EquationMismatch, match="value: "):
+        check_equation(16, backward_first, max_examples=20)
 
 
 @pytest.mark.eq(27)
