@@ -19,6 +19,7 @@ import pytest
 
 import minitorch_nlp as mt
 from minitorch_nlp import cli, cookbook, nn
+from minitorch_nlp.compress.lq_nets import lq_quantize
 from minitorch_nlp.models.xlnet import permutation_inputs
 from minitorch_nlp.testing.equation_specs.elmo import bilstm_states
 from minitorch_nlp.testing import EquationMismatch, TaskNotDone, check_equation, specs
@@ -75,8 +76,18 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(46, marks=[pytest.mark.eq(46), pytest.mark.sec6]),
     pytest.param(47, marks=[pytest.mark.eq(47), pytest.mark.sec6]),
     pytest.param(48, marks=[pytest.mark.eq(48), pytest.mark.sec6]),
+    pytest.param(49, marks=[pytest.mark.eq(49), pytest.mark.sec6]),
+    pytest.param(50, marks=[pytest.mark.eq(50), pytest.mark.sec6]),
+    pytest.param(51, marks=[pytest.mark.eq(51), pytest.mark.sec6]),
     pytest.param(52, marks=[pytest.mark.eq(52), pytest.mark.sec6]),
     pytest.param(53, marks=[pytest.mark.eq(53), pytest.mark.sec6]),
+    pytest.param(54, marks=[pytest.mark.eq(54), pytest.mark.sec6]),
+    pytest.param(55, marks=[pytest.mark.eq(55), pytest.mark.sec6]),
+    pytest.param(56, marks=[pytest.mark.eq(56), pytest.mark.sec6]),
+    pytest.param(57, marks=[pytest.mark.eq(57), pytest.mark.sec6]),
+    pytest.param(58, marks=[pytest.mark.eq(58), pytest.mark.sec6]),
+    pytest.param(59, marks=[pytest.mark.eq(59), pytest.mark.sec6]),
+    pytest.param(60, marks=[pytest.mark.eq(60), pytest.mark.sec6]),
     pytest.param(61, marks=[pytest.mark.eq(61), pytest.mark.sec6]),
     pytest.param(73, marks=[pytest.mark.eq(73), pytest.mark.sec7]),
     pytest.param(81, marks=[pytest.mark.eq(81), pytest.mark.sec7]),
@@ -207,6 +218,29 @@ def test_a_query_stream_that_sees_its_own_target_fails_on_the_values():
         check_equation(27, query_sees_itself)
     assert "value[0]: " in str(failure.value)
     assert failure.value.inputs["orders"].shape == (1, 1)     # one position, predicted
+
+
+@pytest.mark.eq(56)
+@pytest.mark.sec6
+def test_a_quantiser_that_sends_ties_to_the_upper_level_fails():
+    def ties_up(*, x, levels):
+        index = np.searchsorted((levels[:-1] + levels[1:]) / 2, x, side="right")
+        return levels[index], index
+
+    with pytest.raises(EquationMismatch) as failure:
+        check_equation(56, ties_up)
+    levels, x = failure.value.inputs["levels"], failure.value.inputs["x"]
+    assert np.isin(x, (levels[:-1] + levels[1:]) / 2).any()   # the shrunk x sits on a threshold
+
+
+@pytest.mark.eq(57)
+@pytest.mark.sec6
+def test_an_lq_quantiser_without_the_straight_through_gradient_fails():
+    def detached(x, *, basis):
+        return lq_quantize(x, basis).detach()
+
+    with pytest.raises(EquationMismatch, match="gradient with respect to x"):
+        check_equation(57, detached)
 
 
 def test_a_values_only_candidate_must_return_as_many_parts_as_the_reference():
