@@ -68,6 +68,7 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(37, marks=[pytest.mark.eq(37), pytest.mark.sec6]),
     pytest.param(38, marks=[pytest.mark.eq(38), pytest.mark.sec6]),
     pytest.param(39, marks=[pytest.mark.eq(39), pytest.mark.sec6]),
+    pytest.param(40, marks=[pytest.mark.eq(40), pytest.mark.sec6]),
     pytest.param(41, marks=[pytest.mark.eq(41), pytest.mark.sec6]),
     pytest.param(42, marks=[pytest.mark.eq(42), pytest.mark.sec6]),
     pytest.param(43, marks=[pytest.mark.eq(43), pytest.mark.sec6]),
