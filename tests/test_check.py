@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp import cli, cookbook, nn
+from minitorch_nlp import cli, cookbook, decoding, nn
 from minitorch_nlp.compress.lq_nets import lq_quantize
 from minitorch_nlp.models.xlnet import permutation_inputs
+from minitorch_nlp.testing.equation_specs.decoding import markov_step
 from minitorch_nlp.testing.equation_specs.elmo import bilstm_states
 from minitorch_nlp.testing import EquationMismatch, TaskNotDone, check_equation, specs
 from minitorch_nlp.testing.check import load_candidate
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("number", [
+    pytest.param(1, marks=[pytest.mark.eq(1), pytest.mark.sec3]),
     pytest.param(2, marks=[pytest.mark.eq(2), pytest.mark.sec3]),
     pytest.param(3, marks=[pytest.mark.eq(3), pytest.mark.sec3]),
     pytest.param(4, marks=[pytest.mark.eq(4), pytest.mark.sec3]),
@@ -100,8 +102,10 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(88, marks=[pytest.mark.eq(88), pytest.mark.sec8]),
     pytest.param(89, marks=[pytest.mark.eq(89), pytest.mark.sec8]),
     pytest.param(91, marks=[pytest.mark.eq(91), pytest.mark.sec8]),
+    pytest.param(106, marks=[pytest.mark.eq(106), pytest.mark.sec9]),
     pytest.param(107, marks=[pytest.mark.eq(107), pytest.mark.sec9]),
     pytest.param(108, marks=[pytest.mark.eq(108), pytest.mark.sec9]),
+    pytest.param(109, marks=[pytest.mark.eq(109), pytest.mark.sec9]),
     pytest.param(110, marks=[pytest.mark.eq(110), pytest.mark.sec9]),
     pytest.param(111, marks=[pytest.mark.eq(111), pytest.mark.sec9])])
 def test_the_librarys_implementation_passes_its_check(number):
@@ -183,6 +187,19 @@ def test_an_autograd_numpy_candidate_is_checked_with_autograd():
     assert check_equation(10, context, inputs="numpy", max_examples=10).examples == 10
     with pytest.raises(EquationMismatch, match="value: shape"):
         check_equation(10, summed_over_the_wrong_axis, inputs="numpy", max_examples=10)
+
+
+@pytest.mark.eq(1)
+@pytest.mark.sec3
+def test_a_beam_of_one_is_not_the_argmax_and_fails():
+    def greedy(*, tables, length_penalty):
+        step_fn, state = markov_step(tables)
+        ids, scores = decoding.beam_search(step_fn, state, len(tables), 1, 2, tables.shape[1],
+                                           beam_size=1, length_penalty=length_penalty)
+        return np.pad(ids, ((0, 0), (0, tables.shape[1] - ids.shape[1]))), scores
+
+    with pytest.raises(EquationMismatch, match=r"value\[0\]: "):
+        check_equation(1, greedy)
 
 
 @pytest.mark.eq(87)
