@@ -5,7 +5,7 @@ layer (eq 89) and the relative-position attention (eq 91).
 Eq 86, 88, 89 and 91 are computed by modules (``TransfoXLLMHeadModel``, ``TransformerXLLayer``,
 ``RelativePositionAttention``); their specs take the weights as arguments, and the library's
 side is the module run with them (``nn.replaced_tensors``). A layer's weights are a dict in the
-reference's names (``_LAYER``), in ``Linear``'s (out, in) layout."""
+reference's names (``LAYER_WEIGHTS``), in ``Linear``'s (out, in) layout."""
 from __future__ import annotations
 
 import autograd.numpy as anp
@@ -23,8 +23,9 @@ from .. import strategies as S
 from ..reference import transformer_xl as reference
 from ..spec import Spec
 
-# The reference's names of one layer's weights -> TransformerXLLayer's (LayerNorms: (gain, bias)).
-_LAYER = {"q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",
+# The reference's names of one layer's weights -> TransformerXLLayer's and XLNetLayer's
+# (LayerNorms: (gain, bias)).
+LAYER_WEIGHTS = {"q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",
           "v": "self_attn.v_proj.weight", "o": "self_attn.out_proj.weight",
           "r": "self_attn.core.position_proj.weight", "u": "self_attn.core.content_bias",
           "v_bias": "self_attn.core.position_bias", "ln1": ("norm1.weight", "norm1.bias"),
@@ -38,13 +39,21 @@ _LAYER_PARAMS = (_ATTENTION_PARAMS + "; ln1, ln2: (gain, bias) pairs of (d_model
                  "(d_inner, d_model), b1: (d_inner,), w2: (d_model, d_inner), b2: (d_model,)")
 
 
-def _tensors(params, dtype, prefix=""):
+def layer_tensors(params, dtype, prefix=""):
     """The library's names -> tensors of a layer's ``params`` (the reference's names)."""
     weights = {}
     for name, array in params.items():
-        target = _LAYER[name]
+        target = LAYER_WEIGHTS[name]
         pairs = zip(target, array) if isinstance(target, tuple) else [(target, array)]
         weights.update({prefix + key: mt.tensor(value, dtype=dtype) for key, value in pairs})
+    return weights
+
+
+def stack_tensors(layers, dtype, prefix=""):
+    """``layer_tensors`` of every layer of a stack, named ``{prefix}layers.{i}.``."""
+    weights = {}
+    for i, layer in enumerate(layers):
+        weights.update(layer_tensors(layer, dtype, f"{prefix}layers.{i}."))
     return weights
 
 
@@ -69,7 +78,7 @@ def extended_attention(h, memory, *, params, n_head):
     The library's ``TransformerXLLayer.self_attn`` computes it with these weights."""
     attention = _layer(params, n_head).self_attn
     weights = {key.removeprefix("self_attn."): value
-               for key, value in _tensors(params, h.dtype).items()}
+               for key, value in layer_tensors(params, h.dtype).items()}
     context = extended_context(memory, h)
     with nn.replaced_tensors(attention, weights):
         return attention(h, key=context, causal=True,
@@ -87,7 +96,7 @@ def transformer_xl_layer(h, memory, *, params, n_head, pre_ln):
     The library's ``TransformerXLLayer`` computes it with these weights."""
     layer = _layer(params, n_head, pre_ln)
     positions = _positions(memory.shape[1] + h.shape[1], h.shape[-1], h.dtype)
-    with nn.replaced_tensors(layer, _tensors(params, h.dtype)):
+    with nn.replaced_tensors(layer, layer_tensors(params, h.dtype)):
         return layer(h, memory, relative_positions=positions)
 
 
@@ -129,9 +138,8 @@ def segment_log_likelihood(embedding, bias, *, ids, mems, layers, n_head, pre_ln
     these weights."""
     vocab_size, d_model = embedding.shape
     model = TransfoXLLMHeadModel(_config(vocab_size, d_model, layers, n_head, pre_ln))
-    weights = {"transformer.word_emb.embeddings.0.weight": embedding, "crit.bias": bias}
-    for i, layer in enumerate(layers):
-        weights.update(_tensors(layer, embedding.dtype, prefix=f"transformer.layers.{i}."))
+    weights = {"transformer.word_emb.embeddings.0.weight": embedding, "crit.bias": bias,
+               **stack_tensors(layers, embedding.dtype, "transformer.")}
     memory = None if mems is None else [mt.tensor(m, dtype=embedding.dtype) for m in mems]
     with nn.replaced_tensors(model, weights):
         log_probs = model(ids, mems=memory).logits
@@ -182,7 +190,7 @@ def _layer_cases(draw):
     d_model, heads, d_k, d_inner, batch, time, memory = _sizes(draw)
     return {"h": draw(S.arrays((batch, time, d_model))),
             "memory": draw(S.arrays((batch, memory, d_model))),
-            "params": _draw_params(draw, d_model, heads, d_k, d_inner, tuple(_LAYER)),
+            "params": _draw_params(draw, d_model, heads, d_k, d_inner, tuple(LAYER_WEIGHTS)),
             "n_head": heads, "pre_ln": draw(st.booleans())}
 
 
@@ -207,7 +215,7 @@ def _model_cases(draw):
             "bias": draw(S.arrays((vocab,))), "ids": ids,
             "mems": None if not memory else [draw(S.arrays((batch, memory, d_model)))
                                              for _ in range(depth)],
-            "layers": [_draw_params(draw, d_model, heads, d_k, d_inner, tuple(_LAYER))
+            "layers": [_draw_params(draw, d_model, heads, d_k, d_inner, tuple(LAYER_WEIGHTS))
                        for _ in range(depth)],
             "n_head": heads, "pre_ln": draw(st.booleans())}
 

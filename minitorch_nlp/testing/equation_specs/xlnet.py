@@ -4,15 +4,15 @@ next-token softmax (eq 28) and the target-aware query stream g(x_{z_<t}, z_t) (e
 
 Eq 26, 28 and 29 are computed by modules (``XLNetLMHeadModel``, ``XLNetModel``); their specs
 take the weights as arguments, and the library's side is the module run with them
-(``nn.replaced_tensors``). A layer's weights are a dict in the reference's names (``_LAYER``),
-in ``Linear``'s (out, in) layout."""
+(``nn.replaced_tensors``). A layer's weights are a dict in the reference's names
+(``transformer_xl.LAYER_WEIGHTS``: XLNet's layers name them as Transformer-XL's do), in
+``Linear``'s (out, in) layout."""
 from __future__ import annotations
 
 import autograd.numpy as anp
 import numpy as np
 from hypothesis import strategies as st
 
-import minitorch_nlp as mt
 from minitorch_nlp import functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.models.xlnet import (XLNetConfig, XLNetLMHeadModel, XLNetModel,
@@ -21,15 +21,8 @@ from minitorch_nlp.models.xlnet import (XLNetConfig, XLNetLMHeadModel, XLNetMode
 from .. import strategies as S
 from ..reference import xlnet as reference
 from ..spec import Spec
+from .transformer_xl import stack_tensors
 
-# The reference's names of one layer's weights -> XLNetLayer's (LayerNorms: (gain, bias)).
-_LAYER = {"q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",
-          "v": "self_attn.v_proj.weight", "o": "self_attn.out_proj.weight",
-          "r": "self_attn.core.position_proj.weight", "u": "self_attn.core.content_bias",
-          "v_bias": "self_attn.core.position_bias", "ln1": ("norm1.weight", "norm1.bias"),
-          "ln2": ("norm2.weight", "norm2.bias"), "w1": "feed_forward.linear1.weight",
-          "b1": "feed_forward.linear1.bias", "w2": "feed_forward.linear2.weight",
-          "b2": "feed_forward.linear2.bias"}
 _LAYERS = ("a list with one dict of float64 arrays per layer: q, k, v: (heads d_k, d_model), "
            "W_q, W_k, W_v; o: (d_model, heads d_k), W_o; r: (heads d_k, d_model), W_R; u, "
            "v_bias: (heads, d_k); ln1, ln2: (gain, bias) pairs of (d_model,) arrays; w1: "
@@ -47,18 +40,6 @@ def _config(vocab_size, d_model, layers, n_head):
                             d_inner=layers[0]["w1"].shape[0])
 
 
-def _weights(layers, dtype, prefix):
-    """The library's names -> tensors of every layer's weights."""
-    weights = {}
-    for i, layer in enumerate(layers):
-        for name, array in layer.items():
-            target = _LAYER[name]
-            pairs = zip(target, array) if isinstance(target, tuple) else [(target, array)]
-            weights.update({f"{prefix}layers.{i}.{key}": mt.tensor(value, dtype=dtype)
-                            for key, value in pairs})
-    return weights
-
-
 def permutation_objective(embedding, mask_emb, lm_bias, *, ids, orders, num_predict, layers,
                           n_head):
     """-1/(batch num_predict) sum_b sum_{t > T - num_predict} log p(x_{z_t} | x_{z_<t}) (eq 26
@@ -71,7 +52,7 @@ def permutation_objective(embedding, mask_emb, lm_bias, *, ids, orders, num_pred
     weights."""
     model = XLNetLMHeadModel(_config(*embedding.shape, layers, n_head))
     weights = {"transformer.word_embedding.weight": embedding, "transformer.mask_emb": mask_emb,
-               "lm_bias": lm_bias, **_weights(layers, embedding.dtype, "transformer.")}
+               "lm_bias": lm_bias, **stack_tensors(layers, embedding.dtype, "transformer.")}
     with nn.replaced_tensors(model, weights):
         return permutation_lm_loss(model, ids, num_predict, orders=orders).loss
 
@@ -87,7 +68,7 @@ def query_stream(embedding, mask_emb, *, ids, orders, num_predict, layers, n_hea
     ``permutation_inputs``) computes it with these weights."""
     model = XLNetModel(_config(*embedding.shape, layers, n_head))
     weights = {"word_embedding.weight": embedding, "mask_emb": mask_emb,
-               **_weights(layers, embedding.dtype, "")}
+               **stack_tensors(layers, embedding.dtype)}
     perm_mask, target_mapping, _ = permutation_inputs(orders, num_predict)
     with nn.replaced_tensors(model, weights):
         return model(ids, perm_mask=perm_mask, target_mapping=target_mapping).last_hidden_state
@@ -241,8 +222,8 @@ SPECS = (
          + _ORDER_ARGS,
          "float64 (batch, num_predict, d_model): the last layer's query stream g at each target",
          ("embedding", "mask_emb"),
-         lambda: _model_cases(max_depth=2).map(lambda case: {key: value for key, value in case.items()
-                                                  if key != "lm_bias"}),
+         lambda: _model_cases(max_depth=2).map(
+             lambda case: {key: value for key, value in case.items() if key != "lm_bias"}),
          _query_stream_reference,
          "minitorch_nlp.testing.equation_specs.xlnet:query_stream",
          "Two-stream self-attention (Yang et al. section 2.3): g_{z_t} attends to the content "
