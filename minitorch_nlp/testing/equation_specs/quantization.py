@@ -40,7 +40,11 @@ def _grid(shape, low, high, step):
 @st.composite
 def _level_cases(draw):
     levels = np.sort(draw(_grid((draw(st.integers(1, 4)),), -2.0, 2.0, 0.25)))
-    return {"x": draw(_grid(draw(S.shapes(1, 2)), -3.0, 3.0, 0.125)), "levels": levels}
+    x = draw(_grid(draw(S.shapes(1, 2)), -3.0, 3.0, 0.125))
+    if len(levels) > 1 and draw(st.booleans()):          # often a tie: x on a threshold
+        low = draw(st.integers(0, len(levels) - 2))
+        x.flat[0] = (levels[low] + levels[low + 1]) / 2
+    return {"x": x, "levels": levels}
 
 
 @st.composite
