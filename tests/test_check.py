@@ -18,7 +18,11 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp import cli, cookbook, nn
+from minitorch_nlp import cli, cookbook, decoding, nn
+from minitorch_nlp.compress.lq_nets import lq_quantize
+from minitorch_nlp.models.xlnet import permutation_inputs
+from minitorch_nlp.testing.equation_specs.decoding import markov_step
+from minitorch_nlp.testing.equation_specs.elmo import bilstm_states
 from minitorch_nlp.testing import EquationMismatch, TaskNotDone, check_equation, specs
 from minitorch_nlp.testing.check import load_candidate
 from minitorch_nlp.testing.course import format_grades, grade, new_workspace, parse_sections
@@ -27,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("number", [
+    pytest.param(1, marks=[pytest.mark.eq(1), pytest.mark.sec3]),
     pytest.param(2, marks=[pytest.mark.eq(2), pytest.mark.sec3]),
     pytest.param(3, marks=[pytest.mark.eq(3), pytest.mark.sec3]),
     pytest.param(4, marks=[pytest.mark.eq(4), pytest.mark.sec3]),
@@ -38,6 +43,10 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(10, marks=[pytest.mark.eq(10), pytest.mark.sec3]),
     pytest.param(11, marks=[pytest.mark.eq(11), pytest.mark.sec4]),
     pytest.param(12, marks=[pytest.mark.eq(12), pytest.mark.sec4]),
+    pytest.param(13, marks=[pytest.mark.eq(13), pytest.mark.sec4]),
+    pytest.param(14, marks=[pytest.mark.eq(14), pytest.mark.sec4]),
+    pytest.param(15, marks=[pytest.mark.eq(15), pytest.mark.sec4]),
+    pytest.param(16, marks=[pytest.mark.eq(16), pytest.mark.sec4]),
     pytest.param(17, marks=[pytest.mark.eq(17), pytest.mark.sec4]),
     pytest.param(18, marks=[pytest.mark.eq(18), pytest.mark.sec4]),
     pytest.param(19, marks=[pytest.mark.eq(19), pytest.mark.sec4]),
@@ -47,6 +56,10 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(23, marks=[pytest.mark.eq(23), pytest.mark.sec4]),
     pytest.param(24, marks=[pytest.mark.eq(24), pytest.mark.sec4]),
     pytest.param(25, marks=[pytest.mark.eq(25), pytest.mark.sec4]),
+    pytest.param(26, marks=[pytest.mark.eq(26), pytest.mark.sec4]),
+    pytest.param(27, marks=[pytest.mark.eq(27), pytest.mark.sec4]),
+    pytest.param(28, marks=[pytest.mark.eq(28), pytest.mark.sec4]),
+    pytest.param(29, marks=[pytest.mark.eq(29), pytest.mark.sec4]),
     pytest.param(30, marks=[pytest.mark.eq(30), pytest.mark.sec5]),
     pytest.param(31, marks=[pytest.mark.eq(31), pytest.mark.sec5]),
     pytest.param(32, marks=[pytest.mark.eq(32), pytest.mark.sec5]),
@@ -57,6 +70,7 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(37, marks=[pytest.mark.eq(37), pytest.mark.sec6]),
     pytest.param(38, marks=[pytest.mark.eq(38), pytest.mark.sec6]),
     pytest.param(39, marks=[pytest.mark.eq(39), pytest.mark.sec6]),
+    pytest.param(40, marks=[pytest.mark.eq(40), pytest.mark.sec6]),
     pytest.param(41, marks=[pytest.mark.eq(41), pytest.mark.sec6]),
     pytest.param(42, marks=[pytest.mark.eq(42), pytest.mark.sec6]),
     pytest.param(43, marks=[pytest.mark.eq(43), pytest.mark.sec6]),
@@ -65,16 +79,33 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(46, marks=[pytest.mark.eq(46), pytest.mark.sec6]),
     pytest.param(47, marks=[pytest.mark.eq(47), pytest.mark.sec6]),
     pytest.param(48, marks=[pytest.mark.eq(48), pytest.mark.sec6]),
+    pytest.param(49, marks=[pytest.mark.eq(49), pytest.mark.sec6]),
+    pytest.param(50, marks=[pytest.mark.eq(50), pytest.mark.sec6]),
+    pytest.param(51, marks=[pytest.mark.eq(51), pytest.mark.sec6]),
     pytest.param(52, marks=[pytest.mark.eq(52), pytest.mark.sec6]),
     pytest.param(53, marks=[pytest.mark.eq(53), pytest.mark.sec6]),
+    pytest.param(54, marks=[pytest.mark.eq(54), pytest.mark.sec6]),
+    pytest.param(55, marks=[pytest.mark.eq(55), pytest.mark.sec6]),
+    pytest.param(56, marks=[pytest.mark.eq(56), pytest.mark.sec6]),
+    pytest.param(57, marks=[pytest.mark.eq(57), pytest.mark.sec6]),
+    pytest.param(58, marks=[pytest.mark.eq(58), pytest.mark.sec6]),
+    pytest.param(59, marks=[pytest.mark.eq(59), pytest.mark.sec6]),
+    pytest.param(60, marks=[pytest.mark.eq(60), pytest.mark.sec6]),
     pytest.param(61, marks=[pytest.mark.eq(61), pytest.mark.sec6]),
     pytest.param(73, marks=[pytest.mark.eq(73), pytest.mark.sec7]),
     pytest.param(81, marks=[pytest.mark.eq(81), pytest.mark.sec7]),
     pytest.param(82, marks=[pytest.mark.eq(82), pytest.mark.sec7]),
     pytest.param(83, marks=[pytest.mark.eq(83), pytest.mark.sec7]),
     pytest.param(84, marks=[pytest.mark.eq(84), pytest.mark.sec7]),
+    pytest.param(86, marks=[pytest.mark.eq(86), pytest.mark.sec8]),
+    pytest.param(87, marks=[pytest.mark.eq(87), pytest.mark.sec8]),
+    pytest.param(88, marks=[pytest.mark.eq(88), pytest.mark.sec8]),
+    pytest.param(89, marks=[pytest.mark.eq(89), pytest.mark.sec8]),
+    pytest.param(91, marks=[pytest.mark.eq(91), pytest.mark.sec8]),
+    pytest.param(106, marks=[pytest.mark.eq(106), pytest.mark.sec9]),
     pytest.param(107, marks=[pytest.mark.eq(107), pytest.mark.sec9]),
     pytest.param(108, marks=[pytest.mark.eq(108), pytest.mark.sec9]),
+    pytest.param(109, marks=[pytest.mark.eq(109), pytest.mark.sec9]),
     pytest.param(110, marks=[pytest.mark.eq(110), pytest.mark.sec9]),
     pytest.param(111, marks=[pytest.mark.eq(111), pytest.mark.sec9])])
 def test_the_librarys_implementation_passes_its_check(number):
@@ -158,6 +189,86 @@ def test_an_autograd_numpy_candidate_is_checked_with_autograd():
         check_equation(10, summed_over_the_wrong_axis, inputs="numpy", max_examples=10)
 
 
+@pytest.mark.eq(1)
+@pytest.mark.sec3
+def test_a_beam_of_one_is_not_the_argmax_and_fails():
+    def greedy(*, tables, length_penalty):
+        step_fn, state = markov_step(tables)
+        ids, scores = decoding.beam_search(step_fn, state, len(tables), 1, 2, tables.shape[1],
+                                           beam_size=1, length_penalty=length_penalty)
+        return np.pad(ids, ((0, 0), (0, tables.shape[1] - ids.shape[1]))), scores
+
+    with pytest.raises(EquationMismatch, match=r"value\[0\]: "):
+        check_equation(1, greedy)
+
+
+@pytest.mark.eq(87)
+@pytest.mark.sec8
+def test_a_memory_without_the_stop_gradient_fails_on_its_gradient():
+    def concatenated_without_detach(memory, h):
+        return mt.concatenate([memory, h], axis=1)
+
+    with pytest.raises(EquationMismatch, match="gradient with respect to memory"):
+        check_equation(87, concatenated_without_detach)
+
+
+@pytest.mark.eq(16)
+@pytest.mark.sec4
+def test_states_concatenated_backward_first_fail_on_the_values():
+    def backward_first(forward_weight_ih, backward_weight_ih, *, char_ids, lengths, params):
+        states = bilstm_states(forward_weight_ih, backward_weight_ih, char_ids=char_ids,
+                               lengths=lengths, params=params)
+        dim = states.shape[-1] // 2
+        return mt.concatenate([states[..., dim:], states[..., :dim]], axis=-1)
+
+    with pytest.raises(EquationMismatch, match="value: "):
+        check_equation(16, backward_first, max_examples=20)
+
+
+@pytest.mark.eq(27)
+@pytest.mark.sec4
+def test_a_query_stream_that_sees_its_own_target_fails_on_the_values():
+    def query_sees_itself(*, orders, num_predict):
+        perm_mask, target_mapping, targets = permutation_inputs(orders, num_predict)
+        return perm_mask * (1.0 - np.eye(orders.shape[1])), target_mapping, targets
+
+    with pytest.raises(EquationMismatch) as failure:
+        check_equation(27, query_sees_itself)
+    assert "value[0]: " in str(failure.value)
+    assert failure.value.inputs["orders"].shape == (1, 1)     # one position, predicted
+
+
+@pytest.mark.eq(56)
+@pytest.mark.sec6
+def test_a_quantiser_that_sends_ties_to_the_upper_level_fails():
+    def ties_up(*, x, levels):
+        index = np.searchsorted((levels[:-1] + levels[1:]) / 2, x, side="right")
+        return levels[index], index
+
+    with pytest.raises(EquationMismatch) as failure:
+        check_equation(56, ties_up)
+    levels, x = failure.value.inputs["levels"], failure.value.inputs["x"]
+    assert np.isin(x, (levels[:-1] + levels[1:]) / 2).any()   # the shrunk x sits on a threshold
+
+
+@pytest.mark.eq(57)
+@pytest.mark.sec6
+def test_an_lq_quantiser_without_the_straight_through_gradient_fails():
+    def detached(x, *, basis):
+        return lq_quantize(x, basis).detach()
+
+    with pytest.raises(EquationMismatch, match="gradient with respect to x"):
+        check_equation(57, detached)
+
+
+def test_a_values_only_candidate_must_return_as_many_parts_as_the_reference():
+    assert specs[27].signature == "permutation_inputs(*, orders, num_predict)"
+    assert "Checked on values only" in specs[27].describe()
+    with pytest.raises(EquationMismatch, match="a tuple of 3 arrays expected, got 2"):
+        check_equation(27, lambda *, orders, num_predict:
+                       permutation_inputs(orders, num_predict)[:2], max_examples=5)
+
+
 def test_a_candidate_that_raises_or_returns_no_tensor_is_reported():
     def crashes(weights, memory):
         raise ValueError("boom")
@@ -176,11 +287,13 @@ def test_task_not_done_passes_through():
         check_equation(10, stub, max_examples=5)
 
 
-def test_bad_arguments_are_refused_with_a_clear_error():
+def test_bad_arguments_are_refused_with_a_clear_error(monkeypatch):
     with pytest.raises(ValueError, match="there is no equation 0"):
         check_equation(0, len)
-    with pytest.raises(ValueError, match=r"equation 60 \(Hessian-vector product\) has no spec"):
-        check_equation(60, len)
+    monkeypatch.delitem(specs, 12)
+    with pytest.raises(ValueError, match=r"equation 12 \(scaled dot-product attention .*\) has "
+                                         "no spec yet"):
+        check_equation(12, len)
     with pytest.raises(ValueError, match="inputs must be one of"):
         check_equation(10, len, inputs="torch")
     with pytest.raises(TypeError, match="must be callable"):
@@ -209,14 +322,18 @@ def test_check_command_passes_the_library_and_fails_a_wrong_candidate(capsys):
     assert cli.main(["check", "11", "tests.test_check:attention_without_scale",
                      "--max-examples", "20"]) == 1
     assert "inputs (shrunk by hypothesis)" in capsys.readouterr().out
+    assert cli.main(["check", "27", "minitorch_nlp.models.xlnet:permutation_inputs",
+                     "--max-examples", "5"]) == 0
+    assert "on 5 examples (values, float64)" in capsys.readouterr().out
     assert cli.main(["check", "12"]) == 0
     assert "scaled_dot_product_attention(q, k, v" in capsys.readouterr().out
 
 
-def test_check_command_refuses_bad_input(capsys):
+def test_check_command_refuses_bad_input(capsys, monkeypatch):
+    monkeypatch.delitem(specs, 12)
     with pytest.raises(SystemExit):
-        cli.main(["check", "60", "minitorch_nlp.functional:softmax"])
-    assert "equation 60 has no check" in capsys.readouterr().err
+        cli.main(["check", "12", "minitorch_nlp.functional:softmax"])
+    assert "equation 12 has no check" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["check", "10", "no_such_module_here:f"])
     assert "no_such_module_here" in capsys.readouterr().err

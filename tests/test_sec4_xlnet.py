@@ -7,8 +7,8 @@ values and float64 gradients; the properties (the query stream at z_t ignores x_
 content stream does not; with the identity order the prediction of token t uses exactly the
 tokens before t); HuggingFace checkpoints (``XLNetModel``, ``XLNetLMHeadModel``, with and
 without ``perm_mask`` + ``target_mapping``, segments, padding and memories); bad input; the shared
-model checks. Eq 25 (BERT's objective, whose spec is in ``testing/equation_specs/xlnet.py``) is
-checked in ``tests/test_check.py``.
+model checks. Eq 25 (BERT's objective, whose spec is in ``testing/equation_specs/bert.py``) and
+the specs of eq 26-29 (``testing/equation_specs/xlnet.py``) are checked in ``tests/test_check.py``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Section VI-A.2: TinyBERT's layer-wise distillation (Jiao et al., 2020). Eq 41-44 are the spec
+"""Section VI-A.2: TinyBERT's layer-wise distillation (Jiao et al., 2020). Eq 40-44 are the spec
 checks of ``tests/test_check.py``; here eq 40 (``TinyBertLoss``) against the float64 reference
 of ``minitorch_nlp/testing/reference/tinybert.py`` (values and gradients), the layer mapping,
 the recorded attention scores (their softmax is the model's attention), a narrower student

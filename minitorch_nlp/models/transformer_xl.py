@@ -59,7 +59,7 @@ from .gpt import causal_lm_loss
 
 __all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmax", "RelativePositionAttention",
            "TransfoXLConfig", "TransfoXLLMHeadModel", "TransfoXLModel", "TransformerXLLayer",
-           "decode", "relative_position_encoding", "relative_shift"]
+           "decode", "extended_context", "relative_position_encoding", "relative_shift"]
 
 
 # ---- configuration -------------------------------------------------------------------------------
@@ -263,6 +263,14 @@ class RelativePositionAttention(FullAttention):
 
 
 # ---- the layer (eq 87-89) ------------------------------------------------------------------------
+@cookbook.equation(87)
+def extended_context(memory, x):
+    """h~ = [SG(memory) o x] (eq 87): the memory (batch, mem_time, d_model), cut from the graph
+    (no gradient reaches the previous segment), before the segment ``x`` (batch, time, d_model)
+    on the time axis; ``x`` itself when ``memory`` is None."""
+    return x if memory is None else concatenate([memory.detach(), x], axis=1)
+
+
 @cookbook.equation(87, 88, 89)
 class TransformerXLLayer(TransformerLayer):
     """One Transformer-XL layer: causal relative-position self-attention whose keys and values
@@ -287,7 +295,7 @@ class TransformerXLLayer(TransformerLayer):
     def forward(self, x, memory=None, *, relative_positions, head_mask=None, attentions=None):
         """``x`` (batch, time, d_model), ``memory`` (batch, mem_time, d_model) or None,
         ``relative_positions`` R (mem_time + time, d_model)."""
-        context = x if memory is None else concatenate([memory.detach(), x], axis=1)   # eq 87
+        context = extended_context(memory, x)                                        # eq 87
         keys = self.norm1(context) if self.norm_first else context
         x = self.residual(x, self.norm1, self.self_attn, attentions, "self", key=keys,  # eq 88
                           causal=True, head_mask=head_mask, relative_positions=relative_positions)

@@ -47,7 +47,8 @@ from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, FeedForward, LayerNorm, Module, ModuleList,
                   MultiHeadAttention, Parameter, TransformerLayer, init)
 from ..nn.outputs import ModelOutput
-from .transformer_xl import RelativePositionAttention, decode, relative_position_encoding
+from .transformer_xl import (RelativePositionAttention, decode, extended_context,
+                             relative_position_encoding)
 
 __all__ = ["XLNetConfig", "XLNetLMHeadModel", "XLNetLayer", "XLNetModel",
            "XLNetRelativeAttention", "permutation_inputs", "permutation_lm_loss",
@@ -199,7 +200,7 @@ class XLNetLayer(TransformerLayer):
                 query_mask=None, different_segments=None, target_mapping=None):
         """(h, g) -> (h', g'); ``g`` None skips the query stream. Masks are bool (batch, 1,
         time, mem_time + time), True where the query may attend."""
-        context = h if memory is None else concatenate([memory.detach(), h], axis=1)
+        context = extended_context(memory, h)
         attend = dict(key=context, relative_positions=relative_positions,
                       different_segments=different_segments)
         h_next = self.residual(h, self.norm1, self.self_attn, mask=content_mask, **attend)

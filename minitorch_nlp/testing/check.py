@@ -16,6 +16,10 @@ NumPy arrays or Python values; it returns a ``Tensor`` and the engine computes i
 candidate written with ``autograd.numpy`` (``inputs="numpy"``) receives float64 arrays in the
 same places; HIPS autograd differentiates it.
 
+A values-only spec (no differentiable arguments: a search, a table of probabilities, a
+quantiser) passes every argument by keyword and compares values alone; its candidate may return
+NumPy arrays, a ``Tensor``, or a tuple of them (each part compared with the reference's).
+
 The project's own tests go through this same function for their reference comparisons.
 """
 from __future__ import annotations
@@ -96,10 +100,31 @@ def _diff(what, got, expected, tolerance) -> str | None:
             f"    got      {_show(got)}\n    expected {_show(expected)}")
 
 
+def _as_values(out):
+    """A values-only candidate's output as NumPy: a tuple part by part."""
+    if isinstance(out, tuple):
+        return tuple(_as_values(part) for part in out)
+    return out.numpy() if isinstance(out, mt.Tensor) else np.asarray(out)
+
+
+def _diff_parts(got, expected) -> str | None:
+    """``_diff`` of each part of a values-only spec's tuple output."""
+    if not isinstance(got, tuple) or len(got) != len(expected):
+        length = len(got) if isinstance(got, tuple) else "not a tuple"
+        return f"value: a tuple of {len(expected)} arrays expected, got {length}"
+    for i, (part, want) in enumerate(zip(got, expected)):
+        problem = _diff(f"value[{i}]", part, want, FORWARD)
+        if problem is not None:
+            return problem
+    return None
+
+
 def _run_candidate(spec, candidate, case, cotangent_seed, inputs):
-    """(output, gradients by name) of ``candidate`` on ``case``, with the cotangent drawn
-    from ``cotangent_seed`` once the output's shape is known."""
+    """(output, cotangent, gradients by name) of ``candidate`` on ``case``, with the cotangent
+    drawn from ``cotangent_seed`` once the output's shape is known."""
     static = {name: case[name] for name, _ in spec.arguments if name not in spec.differentiable}
+    if not spec.differentiable:
+        return _as_values(candidate(**static)), None, {}
     arrays = [case[name] for name in spec.differentiable]
     if inputs == "numpy":
         vjp, out = autograd.make_vjp(lambda xs: candidate(*xs, **static))(tuple(arrays))
@@ -133,17 +158,21 @@ def _compare(spec, candidate, name, case, seed, inputs):
         raise EquationMismatch(f"eq {spec.number}: {name} raised {type(error).__name__}: "
                                f"{error}\n{_shown(case)}", case) from error
     expected = spec.reference(**case)
-    problem = _diff("value", got, expected, FORWARD)
-    if problem is None:
+    if isinstance(expected, tuple):
+        problem = _diff_parts(got, expected)
+    else:
+        problem = _diff("value", got, expected, FORWARD)
+    if problem is None and spec.differentiable:
         def loss(*arrays):
             full = dict(case, **dict(zip(spec.differentiable, arrays)))
             return anp.sum(spec.reference(**full) * cotangent)
 
-        for i, arg in enumerate(spec.differentiable):
-            with warnings.catch_warnings():   # a reference that ignores an input (an all-masked
-                warnings.filterwarnings(      # row, lm_coef = 0) has a zero gradient: expected
-                    "ignore", "Output seems independent of input", UserWarning)
-                want = autograd.grad(loss, i)(*(case[a] for a in spec.differentiable))
+        with warnings.catch_warnings():   # a reference that ignores an input (an all-masked
+            warnings.filterwarnings(      # row, lm_coef = 0) has a zero gradient: expected
+                "ignore", "Output seems independent of input", UserWarning)
+            wanted = autograd.grad(loss, tuple(range(len(spec.differentiable))))(   # one pass
+                *(case[a] for a in spec.differentiable))
+        for arg, want in zip(spec.differentiable, wanted):
             problem = _diff(f"gradient with respect to {arg} (of <output, cotangent>)",
                             grads[arg], want, GRADIENT)
             if problem is not None:

@@ -21,6 +21,12 @@ class Spec:
     first and are passed positionally, the rest by keyword. ``cases`` is a hypothesis strategy of
     dicts (argument name -> value); ``reference(**case)`` computes the expected output with
     ``autograd.numpy``; ``library`` (``"module:function"``) is the library's own implementation.
+
+    An empty ``differentiable`` makes a values-only spec, for an equation with no float input
+    whose gradient means anything (a search over token ids, a table of probabilities of n, a
+    quantiser whose derivative is zero almost everywhere): every argument is passed by keyword,
+    the candidate may return NumPy arrays, a ``Tensor`` or a tuple of them, and each part is
+    compared with the reference's (a tuple of the same length). The spec's ``notes`` say why.
     """
 
     number: int
@@ -37,14 +43,16 @@ class Spec:
     def signature(self) -> str:
         names = [name for name, _ in self.arguments]
         static = [name for name in names if name not in self.differentiable]
-        keyword = f", *, {', '.join(static)}" if static else ""
-        return f"{self.function}({', '.join(self.differentiable)}{keyword})"
+        parts = list(self.differentiable) + (["*", *static] if static else [])
+        return f"{self.function}({', '.join(parts)})"
 
     def describe(self) -> str:
         """The contract in words: signature, arguments, result, notes."""
         lines = [f"eq {self.number}: {self.signature}", "", "Arguments:"]
         lines += [f"  {name}: {what}" for name, what in self.arguments]
         lines += ["", f"Returns: {self.returns}"]
+        if not self.differentiable:
+            lines += ["", "Checked on values only: no argument is differentiated."]
         if self.notes:
             lines += ["", self.notes]
         return "\n".join(lines)

@@ -1,8 +1,19 @@
-"""Specs of ELECTRA's losses (eq 107, 108, 110)."""
+"""Specs of ELECTRA: the generator's losses and softmax, the discriminator's loss and the
+combined objective (eq 107-110).
+
+Eq 109 is computed by the generator's masked-LM head (``ElectraForMaskedLM.mlm``); its spec
+takes the head's weights as arguments, and the library's side is the head run with them
+(``nn.replaced_tensors``)."""
 from __future__ import annotations
 
+import autograd.numpy as anp
 import numpy as np
 from hypothesis import strategies as st
+
+import minitorch_nlp as mt
+from minitorch_nlp import functional as F
+from minitorch_nlp import nn
+from minitorch_nlp.models.electra import ElectraConfig, ElectraForMaskedLM
 
 from .. import strategies as S
 from ..reference import electra as reference
@@ -41,7 +52,59 @@ def _rename(case, names):
     return {new: case[old] for old, new in names.items()}
 
 
+_HEAD = {"dense_w": "dense.weight", "dense_b": "dense.bias", "norm_g": "norm.weight",
+         "norm_b": "norm.bias"}
+
+
+def generator_distribution(hidden, embeddings, bias, *, head):
+    """p_G(x_t | x) = softmax_x(e(x)^T h_G(x)_t + b_x) (eq 109, with the released models' output
+    bias) for the encoder's states ``hidden`` (batch, T, H), the word embeddings ``embeddings``
+    (V, E) and ``bias`` (V,): h_G = LayerNorm(GELU(W h + b)) (exact GELU, eps 1e-12) with
+    ``head`` = {dense_w (E, H), dense_b (E,), norm_g, norm_b (E,)}. Returns (batch, T, V).
+
+    The library's ``ElectraForMaskedLM.mlm`` computes the scores with these weights."""
+    (vocab, width), size = embeddings.shape, hidden.shape[-1]
+    model = ElectraForMaskedLM(ElectraConfig(
+        vocab_size=vocab, embedding_size=width, hidden_size=size, num_hidden_layers=1,
+        num_attention_heads=1, intermediate_size=1, max_position_embeddings=1))
+    weights = {_HEAD[name]: mt.tensor(array, dtype=hidden.dtype) for name, array in head.items()}
+    with nn.replaced_tensors(model.mlm, dict(weights, bias=bias)):
+        return F.softmax(model.mlm(hidden, embeddings), axis=-1)
+
+
+@st.composite
+def _generator_cases(draw):
+    batch, time, vocab = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(2, 4))
+    size, width = draw(st.integers(1, 3)), draw(st.integers(2, 3))
+    rng = np.random.default_rng(draw(S.seeds()))      # random head: no LayerNorm input constant
+    head = {"dense_w": rng.uniform(-1.0, 1.0, (width, size)),
+            "dense_b": rng.uniform(-1.0, 1.0, width), "norm_g": rng.uniform(0.5, 1.5, width),
+            "norm_b": rng.uniform(-1.0, 1.0, width)}
+    return {"hidden": draw(S.arrays((batch, time, size))),
+            "embeddings": draw(S.arrays((vocab, width))), "bias": draw(S.arrays((vocab,))),
+            "head": head}
+
+
+def _generator_reference(hidden, embeddings, bias, head):
+    states = reference.generator_head(hidden, head)
+    return anp.stack([reference.eq109_generator_probabilities(row, embeddings, bias)
+                      for row in states])
+
+
 SPECS = (
+    Spec(109, "generator_distribution",
+         (("hidden", "float64 (batch, T, H), the generator encoder's last states"),
+          ("embeddings", "float64 (V, E), the word embeddings e, tied to the output"),
+          ("bias", "float64 (V,), the output bias"),
+          ("head", "dict of float64 arrays: dense_w (E, H), dense_b (E,), norm_g, norm_b (E,)")),
+         "float64 (batch, T, V): softmax over x of e(x)^T h_G(x)_t + b_x",
+         ("hidden", "embeddings", "bias"),
+         _generator_cases,
+         _generator_reference,
+         "minitorch_nlp.testing.equation_specs.electra:generator_distribution",
+         "Clark et al. (2020) eq. 1; the survey omits the head (dense, GELU, LayerNorm) that "
+         "gives h_G the embeddings' width, and the bias. The head's weights are given, not "
+         "differentiated. The library's side is ElectraForMaskedLM's head with these weights."),
     Spec(107, "masked_lm_loss",
          (("logits", _GENERATOR_ARGS[0][1]), ("labels", _GENERATOR_ARGS[1][1])),
          "float64 (): the mean over the masked positions of -log p_G(x_i | x^masked)",

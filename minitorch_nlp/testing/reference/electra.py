@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import autograd.numpy as anp
 import numpy as np
+from autograd.scipy.special import erf
 
 
 def eq107_generator_mlm_loss(logits, labels):
@@ -41,6 +42,24 @@ def eq109_generator_probabilities(hidden, embeddings, bias):
         scores = anp.array([anp.dot(embeddings[v], hidden[t]) + bias[v]
                             for v in range(embeddings.shape[0])])
         rows.append(anp.exp(scores) / anp.sum(anp.exp(scores)))
+    return anp.stack(rows)
+
+
+def generator_head(hidden, head, eps=1e-12):
+    """h_G(x)_t = LayerNorm(GELU(W h_t + b)) for every position of ``hidden`` (batch, time, H):
+    the generator head's dense layer (``head["dense_w"]`` (E, H), ``head["dense_b"]`` (E,)),
+    the exact GELU x Phi(x) and the textbook LayerNorm (``norm_g``, ``norm_b``), one position
+    at a time. Returns (batch, time, E)."""
+    rows = []
+    for sequence in hidden:
+        states = []
+        for h in sequence:
+            z = anp.dot(head["dense_w"], h) + head["dense_b"]
+            z = 0.5 * z * (1.0 + erf(z / np.sqrt(2.0)))
+            mean = anp.mean(z)
+            variance = anp.mean((z - mean) ** 2)
+            states.append((z - mean) / anp.sqrt(variance + eps) * head["norm_g"] + head["norm_b"])
+        rows.append(anp.stack(states))
     return anp.stack(rows)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import autograd.numpy as anp
 import numpy as np
+from autograd.tracer import getval
 
 
 def sinusoid(distance, d_model):
@@ -71,6 +72,29 @@ def layer_norm(x, gain, bias, eps):
     return (x - mean) / anp.sqrt(variance + eps) * gain + bias
 
 
+def eq87_extended_context(memory, h):
+    """h~ = [SG(memory) o h] (eq 87) for one sequence: the memory (m, d_model), a constant to
+    the gradient (``getval`` unboxes it from autograd's trace, the stop-gradient), then the
+    segment h (n, d_model), on the time axis."""
+    return anp.concatenate([getval(memory), h], axis=0)
+
+
+def eq88_attention(queries_from, context, p, n_head, d_head, memory_length, clamp_len=0):
+    """Concat_heads(RelAttn(q, k, v)) W_o^T (eq 88, one sequence): per head q = h W_q^T from
+    the segment ``queries_from`` (n, d_model), k = h~ W_k^T and v = h~ W_v^T from the extended
+    ``context`` (memory_length + n, d_model), relative attention over them. ``p``: q, k, v, o,
+    r (W_R), u, v_bias (heads, d_k)."""
+    heads = []
+    for head in range(n_head):
+        rows = slice(head * d_head, (head + 1) * d_head)
+        q = anp.dot(queries_from, p["q"][rows].T)
+        k = anp.dot(context, p["k"][rows].T)
+        values = anp.dot(context, p["v"][rows].T)
+        heads.append(relative_attention(q, k, values, p["r"][rows], p["u"][head],
+                                        p["v_bias"][head], memory_length, clamp_len))
+    return anp.dot(anp.concatenate(heads, axis=1), p["o"].T)
+
+
 def eq89_layer(h, memory, p, n_head, d_head, pre_ln=False, eps=1e-5, clamp_len=0):
     """One Transformer-XL layer on one sequence (eq 87-89): h (n, d_model), ``memory``
     (m, d_model) or None, treated as a constant (the stop-gradient SG of eq 87 is the caller
@@ -87,15 +111,7 @@ def eq89_layer(h, memory, p, n_head, d_head, pre_ln=False, eps=1e-5, clamp_len=0
         context = layer_norm(context, *p["ln1"], eps)
     else:
         queries_from = h
-    heads = []
-    for head in range(n_head):
-        rows = slice(head * d_head, (head + 1) * d_head)
-        q = anp.dot(queries_from, p["q"][rows].T)
-        k = anp.dot(context, p["k"][rows].T)
-        values = anp.dot(context, p["v"][rows].T)
-        heads.append(relative_attention(q, k, values, p["r"][rows], p["u"][head],
-                                        p["v_bias"][head], m, clamp_len))
-    x = h + anp.dot(anp.concatenate(heads, axis=1), p["o"].T)
+    x = h + eq88_attention(queries_from, context, p, n_head, d_head, m, clamp_len)
     if not pre_ln:
         x = layer_norm(x, *p["ln1"], eps)
     ff_in = layer_norm(x, *p["ln2"], eps) if pre_ln else x

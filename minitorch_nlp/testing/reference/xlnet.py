@@ -38,10 +38,13 @@ def _gelu(x):
 
 
 def _score(q, k_j, r, p, head, same_segment):
-    """(q + u) . k_j + (q + v) . W_R R + (q + b) . s (one head; ``r`` = W_R R_{i-j})."""
+    """(q + u) . k_j + (q + v) . W_R R + (q + b) . s (one head; ``r`` = W_R R_{i-j}); no
+    segment term when ``same_segment`` is None (no segments given)."""
+    score = anp.sum((q + p["u"][head]) * k_j) + anp.sum((q + p["v_bias"][head]) * r)
+    if same_segment is None:
+        return score
     segment = p["seg"][0 if same_segment else 1][head]
-    return (anp.sum((q + p["u"][head]) * k_j) + anp.sum((q + p["v_bias"][head]) * r)
-            + (0.0 if same_segment is None else anp.sum((q + p["s_bias"][head]) * segment)))
+    return score + anp.sum((q + p["s_bias"][head]) * segment)
 
 
 def two_stream_attention(x, position, context, allowed, types, p, n_head, d_head, memory_time,
@@ -105,12 +108,11 @@ def eq29_xlnet_layer(h, g, targets, memory, p, n_head, d_head, query_allowed, co
     return new_h, new_g
 
 
-def eq26_target_log_probs(ids, targets, p, config, query_allowed, content_allowed, types=None,
-                          mems=None):
-    """log p(x_{z_t} = w | x_{z_<t}) for every target position of one sequence (eq 26 with the
-    target-aware softmax of eq 29): embeddings, the query stream started from w (``mask_emb``)
-    at every target, the layers, softmax(e(x)^T g + b) by explicit sums. Also returns each
-    layer's content-stream input (the next memories)."""
+def eq29_query_stream(ids, targets, p, config, query_allowed, content_allowed, types=None,
+                      mems=None):
+    """g(x_{z_<t}, z_t) for every target position of one sequence (eq 29): embeddings, the query
+    stream started from w (``mask_emb``) at every target, the layers; (num_predict, d). Also
+    returns each layer's content-stream input (the next memories)."""
     h = anp.stack([p["embedding"][token] for token in ids])
     g = anp.stack([p["mask_emb"][0, 0] for _ in targets])   # w, (1, 1, d) as HuggingFace keeps it
     inputs = []
@@ -119,6 +121,25 @@ def eq26_target_log_probs(ids, targets, p, config, query_allowed, content_allowe
         h, g = eq29_xlnet_layer(h, g, targets, None if mems is None else mems[n], layer,
                                 config.n_head, config.d_head, query_allowed, content_allowed,
                                 types, config.layer_norm_eps, max(config.clamp_len, 0))
+    return g, inputs
+
+
+def eq28_next_token_distribution(h, embedding, lm_bias):
+    """p(X = x | h) = exp(e(x)^T h + b_x) / sum_x' exp(e(x')^T h + b_x') (eq 28; on the query
+    stream g, eq 29) for one state ``h`` (d,), by explicit sums over the vocabulary."""
+    scores = [anp.sum(embedding[x] * h) + lm_bias[x] for x in range(embedding.shape[0])]
+    total = sum(anp.exp(s) for s in scores)
+    return anp.stack([anp.exp(s) / total for s in scores])
+
+
+def eq26_target_log_probs(ids, targets, p, config, query_allowed, content_allowed, types=None,
+                          mems=None):
+    """log p(x_{z_t} = w | x_{z_<t}) for every target position of one sequence (eq 26 with the
+    target-aware softmax of eq 29): the query stream g of ``eq29_query_stream``, then
+    softmax(e(x)^T g + b) by explicit sums. Also returns each layer's content-stream input (the
+    next memories)."""
+    g, inputs = eq29_query_stream(ids, targets, p, config, query_allowed, content_allowed, types,
+                                  mems)
     rows = []
     for n in range(len(targets)):
         logits = anp.stack([anp.sum(p["embedding"][w] * g[n]) + p["lm_bias"][w]
