@@ -308,6 +308,8 @@ class LanguageModelRun:
         return val_loss
 
     def _train_step(self):
+        if self.family.progress is not None:
+            self.family.progress(self.model, self.step / self.config.steps)
         loss = self.loss(*self._batch(self.train_ids, self.rng))
         self.optimizer.zero_grad()
         loss.backward()

@@ -325,12 +325,13 @@ class GPTLMHeadModel(Module):
     """
 
     variant = "gpt1"
+    body_class = GPTModel   # a subclass may read the text with a GPTModel of its own
 
     def __init__(self, config):
         super().__init__()
         _check_variant(self, config)
         self.config = config
-        self.transformer = GPTModel(config)
+        self.transformer = self.body_class(config)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None, cache=None, head_mask=None, output_hidden_states=False,

@@ -20,7 +20,10 @@ A family registers itself at the end of its model module (``models/gpt.py``, ``m
   ``generate`` does with the model: continue the prompt, or fill its masks;
 * ``hf_architectures`` names the HuggingFace architectures (registered with
   ``io.huggingface.register_architecture``, whose key maps sit beside this registration) that
-  ``minitorch-nlp generate`` treats as this family.
+  ``minitorch-nlp generate`` treats as this family;
+* ``progress(model, fraction)``, when given, is called before each training step with the
+  fraction of the run done, for objectives that change during training (the character
+  Transformer drops its intermediate layers' losses on a schedule).
 
 Adding a model means writing its module in ``minitorch_nlp/models/`` and registering it there:
 ``import_model_modules`` imports every module of the package, so nothing else lists the models.
@@ -109,6 +112,7 @@ class ModelFamily:
     bpe_style: str
     refused_tokenizers: dict = field(default_factory=dict)
     hf_architectures: tuple = ()
+    progress: Callable | None = None
 
     def check_tokenizer(self, tokenizer):
         """Raise ``ValueError`` saying why, when this family cannot train with ``tokenizer``."""
