@@ -74,6 +74,7 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(83, marks=[pytest.mark.eq(83), pytest.mark.sec7]),
     pytest.param(84, marks=[pytest.mark.eq(84), pytest.mark.sec7]),
     pytest.param(85, marks=[pytest.mark.eq(85), pytest.mark.sec8]),
+    pytest.param(90, marks=[pytest.mark.eq(90), pytest.mark.sec8]),
     pytest.param(107, marks=[pytest.mark.eq(107), pytest.mark.sec9]),
     pytest.param(108, marks=[pytest.mark.eq(108), pytest.mark.sec9]),
     pytest.param(110, marks=[pytest.mark.eq(110), pytest.mark.sec9]),

@@ -59,7 +59,7 @@ from .gpt import causal_lm_loss
 
 __all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmax", "RelativePositionAttention",
            "TransfoXLConfig", "TransfoXLLMHeadModel", "TransfoXLModel", "TransformerXLLayer",
-           "decode", "relative_position_encoding", "relative_shift"]
+           "absolute_position_scores", "decode", "relative_position_encoding", "relative_shift"]
 
 
 # ---- configuration -------------------------------------------------------------------------------
@@ -209,6 +209,39 @@ def relative_shift(scores, k_time):
     *lead, q_time, width = scores.shape
     rows = scores.reshape(*lead, width, q_time)[..., 1:, :]
     return rows.reshape(*lead, q_time, width - 1)[..., :k_time]
+
+
+@cookbook.equation(90)
+def absolute_position_scores(E, U, W_q, W_k, *, terms=False):
+    """The attention scores of a Transformer with absolute positions, split into the four terms
+    that eq 91 replaces (Dai et al., section 3.3)::
+
+        A^abs_ij = E_xi^T W_q^T W_k E_xj + E_xi^T W_q^T W_k U_j + U_i^T W_q^T W_k E_xj
+                   + U_i^T W_q^T W_k U_j                                        (eq 90)
+                   (a) content-content, (b) content-position, (c) position-content,
+                   (d) position-position
+
+    i.e. (W_q (E_xi + U_i)) . (W_k (E_xj + U_j)) for the inputs E + U of the first layer.
+    ``E`` (..., T, d) the token embeddings, ``U`` (T, d) the position encodings of positions
+    0 .. T-1, ``W_q`` and ``W_k`` (d_k, d) as a ``Linear`` stores them. Returns A^abs (..., T, T)
+    (before the 1/sqrt(d_k) scale and the softmax), or with ``terms=True`` the four terms.
+
+    Eq 91 keeps (a), turns U_j into the sinusoid R_{i-j} of the distance with its own W_{k,R}
+    in (b) and (d), and U_i^T W_q^T, which would give the query's absolute position, into the
+    learnt vectors u in (c) and v in (d)."""
+    if E.ndim < 2 or U.ndim != 2 or tuple(U.shape) != tuple(E.shape[-2:]):
+        raise ValueError(f"absolute_position_scores: U must be (T, d) = {tuple(E.shape[-2:])} "
+                         f"for E of shape {tuple(E.shape)}, got {tuple(U.shape)}")
+    if W_q.ndim != 2 or tuple(W_q.shape) != tuple(W_k.shape) or W_q.shape[1] != E.shape[-1]:
+        raise ValueError(f"absolute_position_scores: W_q {tuple(W_q.shape)} and W_k "
+                         f"{tuple(W_k.shape)} must both be (d_k, d) with d = {E.shape[-1]}")
+    query_content, query_position = F.linear(E, W_q), F.linear(U, W_q)      # W_q E_xi, W_q U_i
+    key_content, key_position = F.linear(E, W_k), F.linear(U, W_k)          # W_k E_xj, W_k U_j
+    four = (query_content @ key_content.swapaxes(-1, -2),                  # (a)
+            query_content @ key_position.swapaxes(-1, -2),                 # (b)
+            query_position @ key_content.swapaxes(-1, -2),                 # (c)
+            query_position @ key_position.swapaxes(-1, -2))                # (d)
+    return four if terms else four[0] + four[1] + four[2] + four[3]
 
 
 @cookbook.equation(91)
