@@ -22,7 +22,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp import nn
+from minitorch_nlp import nn, training
+from minitorch_nlp.io import load
 from minitorch_nlp.models.transformer_xl import (RelativePositionAttention, TransfoXLConfig,
                                                  TransfoXLLMHeadModel, TransformerXLLayer,
                                                  relative_position_encoding, relative_shift)
@@ -407,4 +408,51 @@ class TestTransformerXLChecks(ModelChecks):
 
 # ---- the command line ----------------------------------------------------------------------------
 def test_train_xl_resumes_exactly_and_generates(tmp_path, capsys):
-    check_train_resume_generate("xl", tmp_path, capsys, "transformer.layers.0.self_attn.core.content_bias")
+    """The memory and the stream position are in the checkpoint, so the resumed run carries on
+    from the same memory (its weights would differ otherwise)."""
+    check_train_resume_generate("xl", tmp_path, capsys,
+                                "transformer.layers.0.self_attn.core.content_bias")
+    whole, resumed = (load(tmp_path / name / "checkpoint.npz") for name in ("whole", "run"))
+    assert whole["segment"] == resumed["segment"] == 6 and len(whole["memory"]) == 1
+    np.testing.assert_array_equal(resumed["memory"][0], whole["memory"][0])
+    assert whole["memory"][0].shape == (4, 12, 16)
+
+
+def xl_run(text, batch_size=2, block_size=8):
+    config = training.TrainConfig(model="xl", n_layer=2, n_head=2, n_embd=8,
+                                  block_size=block_size, batch_size=batch_size, steps=20,
+                                  eval_every=20, warmup_steps=1, backend="numpy")
+    return training.LanguageModelRun(config, text=text)
+
+
+def test_train_xl_reads_consecutive_segments_and_carries_the_memory():
+    """Step k feeds segment k of each of batch_size streams of the training text with the
+    memory the previous step returned; when the streams are used up, it starts again from
+    their beginnings with an empty memory."""
+    run = xl_run("abcdefghij" * 12)
+    streams = len(run.train_ids) // 2
+    rows = run.train_ids[:2 * streams].reshape(2, streams)
+    calls, forward = [], run.model.forward
+
+    def recording(input_ids, mems=None, labels=None, **kwargs):
+        out = forward(input_ids, mems=mems, labels=labels, **kwargs)
+        if run.model.training:                       # not the validation batches
+            calls.append((input_ids.numpy().copy(), mems, out.mems))
+        return out
+
+    run.model.forward = recording
+    segments = streams // 8
+    run.train(segments + 1, progress=False)
+    assert len(calls) == segments + 1
+    for k, (ids, mems, _) in enumerate(calls[:segments]):
+        np.testing.assert_array_equal(ids, rows[:, 8 * k:8 * k + 8])
+        assert (mems is None) if k == 0 else (mems is calls[k - 1][2])
+    ids, mems, _ = calls[segments]
+    np.testing.assert_array_equal(ids, rows[:, :8])
+    assert mems is None and run.segment == 1
+    assert [tuple(m.shape) for m in run.memory] == [(2, 8, 8)] * 2
+
+
+def test_train_xl_refuses_streams_shorter_than_a_segment():
+    with pytest.raises(training.SettingError, match="batch_size=40 cuts the training text"):
+        xl_run("abcdefghij" * 30, batch_size=40)

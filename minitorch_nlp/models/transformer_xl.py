@@ -664,13 +664,14 @@ register_architecture(_ConfigShapedArchitecture(
 
 
 # ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (this block only)
+from .registry import CAUSAL_LM_WITH_MEMORY, ModelFamily, register_family  # noqa: E402 (block)
 
 
 def _build_for_training(settings, tokenizer):
     """A Transformer-XL for a run's ``settings`` (``training.TrainConfig``): ``n_embd`` wide,
     ``n_head`` heads, a plain softmax (a character or BPE vocabulary is small), memory
-    ``block_size`` in training and in evaluation."""
+    ``block_size`` in training and in evaluation. Training reads consecutive segments and
+    carries the memory from step to step (``CAUSAL_LM_WITH_MEMORY``), as the paper trains."""
     return TransfoXLLMHeadModel(TransfoXLConfig(
         vocab_size=len(tokenizer), cutoffs=[], d_model=settings.n_embd, d_embed=settings.n_embd,
         n_head=settings.n_head, d_head=settings.n_embd // settings.n_head,
@@ -682,5 +683,5 @@ def _build_for_training(settings, tokenizer):
 register_family(ModelFamily(
     name="xl", summary="Transformer-XL: relative-position attention over a memory of the previous "
     "segment, next-token prediction (eq 86-91)",
-    objective=CAUSAL_LM, build=_build_for_training, default_tokenizer="char", bpe_style="gpt2",
-    hf_architectures=("TransfoXLLMHeadModel",)))
+    objective=CAUSAL_LM_WITH_MEMORY, build=_build_for_training, default_tokenizer="char",
+    bpe_style="gpt2", hf_architectures=("TransfoXLLMHeadModel",)))
