@@ -338,10 +338,13 @@ def test_bad_memories_and_positions_are_clear_errors():
         model(np.full((2, 3), 30))
     core = RelativePositionAttention(4, 2, 2)
     q = mt.zeros(1, 2, 3, 2)
-    with pytest.raises(ValueError, match=r"relative_positions must have shape \(k_time, "
-                                         r"d_model\) = \(3, 4\) or \(k_time \+ q_time, "
-                                         r"d_model\) = \(6, 4\), got \(2, 4\)"):
+    with pytest.raises(ValueError, match=r"relative_positions must have shape \(\[batch,\] "
+                                         r"rows, d_model\), rows k_time = 3, k_time \+ 1 or "
+                                         r"k_time \+ q_time = 6, d_model = 4, batch = 1; got "
+                                         r"\(2, 4\)"):
         core(q, q, q, relative_positions=mt.zeros(2, 4))
+    with pytest.raises(ValueError, match=r"batch = 1; got \(2, 6, 4\)"):
+        core(q, q, q, relative_positions=mt.zeros(2, 6, 4))
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -273,20 +273,26 @@ class RelativePositionAttention(FullAttention):
 
     def position_scores(self, q, k_time, relative_positions):
         """(q_i + v) . W_R R_{i-j} / sqrt(d_k), (batch, heads, q_time, k_time), from R of
-        ``relative_position_encoding``: (k_time, d_model) for distances k_time - 1 .. 0, or
-        (k_time + q_time, d_model) for k_time .. 1 - q_time (XLNet)."""
+        ``relative_position_encoding``: (k_time, d_model) for distances k_time - 1 .. 0,
+        (k_time + 1, d_model) for k_time .. 0 (XLNet's one-way attention), or (k_time + q_time,
+        d_model) for k_time .. 1 - q_time (XLNet); (batch, rows, d_model) gives each sequence
+        its own table (XLNet's ``bi_data``)."""
         q_time, d_model = q.shape[2], self.position_proj.in_features
-        rows = (k_time, k_time + q_time)
-        if relative_positions is None or relative_positions.ndim != 2 \
-                or relative_positions.shape[0] not in rows \
-                or relative_positions.shape[1] != d_model:
+        rows = (k_time, k_time + 1, k_time + q_time)
+        if relative_positions is None or relative_positions.ndim not in (2, 3) \
+                or relative_positions.shape[-2] not in rows \
+                or relative_positions.shape[-1] != d_model \
+                or relative_positions.ndim == 3 and relative_positions.shape[0] != q.shape[0]:
             shape = None if relative_positions is None else tuple(relative_positions.shape)
             raise ValueError(f"{type(self).__name__}: relative_positions must have shape "
-                             f"(k_time, d_model) = {(k_time, d_model)} or (k_time + q_time, "
-                             f"d_model) = {(k_time + q_time, d_model)}, got {shape}")
-        width = relative_positions.shape[0]
-        r = self.position_proj(relative_positions).reshape(width, self.num_heads, self.head_dim)
-        by_distance = (q + self.position_bias.unsqueeze(1)) @ r.permute(1, 2, 0)  # (.., width)
+                             f"([batch,] rows, d_model), rows k_time = {k_time}, k_time + 1 or "
+                             f"k_time + q_time = {k_time + q_time}, d_model = {d_model}, batch "
+                             f"= {q.shape[0]}; got {shape}")
+        *lead, width, _ = relative_positions.shape
+        r = self.position_proj(relative_positions).reshape(*lead, width, self.num_heads,
+                                                           self.head_dim)
+        r = r.permute(0, 2, 3, 1) if lead else r.permute(1, 2, 0)   # ([batch,] heads, d_k, width)
+        by_distance = (q + self.position_bias.unsqueeze(1)) @ r                    # (.., width)
         if width == k_time:                          # distances from k_time - 1: add k_time
             by_distance = pad(by_distance, [(0, 0)] * 3 + [(1, 0)])
         return relative_shift(by_distance, k_time) * (1.0 / math.sqrt(self.head_dim))

@@ -41,7 +41,7 @@ import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import Tensor, concatenate, tensor, zeros
+from ..autograd import Tensor, concatenate, stack, tensor, zeros
 from ..autograd.random import rng
 from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, FeedForward, LayerNorm, Module, ModuleList,
@@ -64,7 +64,16 @@ class XLNetConfig:
     ``"relu"`` or ``"gelu_new"`` (the tanh approximation). ``mem_len``: how many positions
     ``mems`` keep (None or 0: all of them, as HuggingFace); memories are returned in eval mode
     (``use_mems_eval``) and not in training (``use_mems_train``) unless asked. ``clamp_len`` > 0
-    clamps relative distances to +-clamp_len. ``permutation_k`` (ours, not HuggingFace's): when
+    clamps relative distances to +-clamp_len. ``attn_type``: ``"bi"`` (every position sees every
+    other, subject to the masks) or ``"uni"`` (position i sees the memory and positions <= i,
+    relative distances from k_time down to 0 only); ``same_length`` (with ``"uni"``): query i
+    sees exactly mem_time + 1 keys, i - mem_time of the oldest memory positions hidden, so every
+    position has the same context length. ``reuse_len``: only the first ``reuse_len`` positions
+    of a segment go into the next memory (the paper's pretraining reuses the first half of each
+    segment as the next one's context). ``bi_data``: the first half of the batch reads the
+    distances forwards, the second half backwards (the sines negated), the paper's pretraining
+    on both directions of the text (the batch must be even). ``permutation_k`` (ours, not
+    HuggingFace's): when
     set, ``model(ids, labels=ids)`` without ``perm_mask`` and ``target_mapping`` is the
     permutation objective (``permutation_lm_loss``, one order per sequence from the library's
     generator, num_predict = T // K, at least 1), as ``minitorch-nlp train xlnet`` uses it (K =
@@ -88,6 +97,10 @@ class XLNetConfig:
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2
     permutation_k: int | None = None
+    attn_type: str = "bi"
+    bi_data: bool = False
+    same_length: bool = False
+    reuse_len: int | None = None
 
     def __post_init__(self):
         name = "XLNetConfig"
@@ -108,6 +121,10 @@ class XLNetConfig:
             raise ValueError(f"{name}: dropout must be in [0, 1), got {self.dropout}")
         if self.permutation_k is not None:
             checks.positive_int(self.permutation_k, "permutation_k", name)
+        if self.attn_type not in ("bi", "uni"):
+            raise ValueError(f"{name}: attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
+        if self.reuse_len is not None:
+            checks.int_at_least(self.reuse_len, 0, "reuse_len", name)
 
     @property
     def n_positions(self):
@@ -128,22 +145,18 @@ class XLNetConfig:
         if hf.get("model_type") != "xlnet":
             raise ValueError(f"XLNetConfig.from_hf: model_type must be 'xlnet', got "
                              f"{hf.get('model_type')!r}")
-        supported = {"attn_type": "bi", "bi_data": False, "same_length": False,
-                     "reuse_len": None, "tie_word_embeddings": True}
-        for key, value in supported.items():
-            if hf.get(key, value) != value:
-                raise ValueError(f"XLNetConfig.from_hf: {key}={hf[key]!r} is not supported "
-                                 f"(only {value!r})")
-        names = {f.name for f in fields(cls)} - {"mem_len", "d_head", "pad_token_id",
-                                                  "bos_token_id", "eos_token_id"}
+        if not hf.get("tie_word_embeddings", True):
+            raise ValueError("XLNetConfig.from_hf: tie_word_embeddings=False is not supported "
+                             "(only True)")
+        nullable = ("mem_len", "d_head", "pad_token_id", "bos_token_id", "eos_token_id",
+                    "reuse_len")
+        names = {f.name for f in fields(cls)} - set(nullable)
         return cls(**{key: hf[key] for key in names if key in hf},
-                   **{key: hf.get(key) for key in ("mem_len", "d_head", "pad_token_id",
-                                                   "bos_token_id", "eos_token_id")})
+                   **{key: hf.get(key) for key in nullable})
 
     def to_hf(self):
         """The HuggingFace ``config.json`` fields (``XLNetConfig``)."""
-        return {**asdict(self), "attn_type": "bi", "bi_data": False, "same_length": False,
-                "reuse_len": None, "tie_word_embeddings": True}
+        return {**asdict(self), "tie_word_embeddings": True}
 
 
 # ---- two-stream relative attention (eq 28-29) ----------------------------------------------------
@@ -321,8 +334,10 @@ class XLNetModel(Module):
 
     def masks(self, batch, time, memory_time, attention_mask, perm_mask, where):
         """(content mask, query mask), bool (batch, 1, time, memory_time + time), True where the
-        query may attend; (None, None) for full attention. Memory is always visible."""
-        if attention_mask is None and perm_mask is None:
+        query may attend; (None, None) for full attention. Memory is visible, except to
+        ``attn_type="uni"`` with ``same_length``."""
+        uni = self.config.attn_type == "uni"
+        if attention_mask is None and perm_mask is None and not uni:
             return None, None
         hidden = np.zeros((batch, time, time), dtype=bool)
         if attention_mask is not None:
@@ -331,8 +346,36 @@ class XLNetModel(Module):
         if perm_mask is not None:
             hidden |= _float_array(perm_mask, "perm_mask", (batch, time, time), where)
         query = np.concatenate([np.ones((batch, time, memory_time), dtype=bool), ~hidden], -1)
+        if uni:
+            query &= self.one_way_mask(time, memory_time)
         itself = np.arange(time)[:, None] + memory_time == np.arange(memory_time + time)
         return (query | itself)[:, None], query[:, None]
+
+    def one_way_mask(self, time, memory_time):
+        """``attn_type="uni"``: query i (at key position memory_time + i) sees keys j <=
+        memory_time + i; with ``same_length`` also only j >= i, so that every query sees
+        memory_time + 1 keys. Bool (time, memory_time + time), True where it may attend."""
+        query, key = np.arange(time)[:, None], np.arange(memory_time + time)[None, :]
+        visible = key <= query + memory_time
+        return visible & (key >= query) if self.config.same_length else visible
+
+    def positions(self, batch, time, memory_time, like):
+        """R for the distances the queries need: k_time .. 1 - time (``"bi"``) or k_time .. 0
+        (``"uni"``), clamped to ``clamp_len``; with ``bi_data`` (batch, rows, d_model), the
+        second half of the batch reading every distance negated."""
+        config = self.config
+        table = relative_position_encoding(
+            memory_time + time, config.d_model, max(config.clamp_len, 0), like.dtype,
+            like.backend, q_time=time if config.attn_type == "bi" else 1)
+        if not config.bi_data:
+            return table
+        if batch % 2:
+            raise ValueError(f"{type(self).__name__}: bi_data reads half of the batch forwards "
+                             f"and half backwards, so the batch must be even, got {batch}")
+        half = config.d_model // 2
+        backwards = table * tensor(np.r_[-np.ones(half), np.ones(config.d_model - half)],
+                                   dtype=like.dtype, backend=like.backend)   # sin(-x) = -sin x
+        return stack([table] * (batch // 2) + [backwards] * (batch // 2))
 
     def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
                 target_mapping=None, token_type_ids=None, use_mems=None):
@@ -360,9 +403,7 @@ class XLNetModel(Module):
             keys = np.concatenate([np.zeros((batch, memory_time), dtype=types.dtype), types], 1)
             different = tensor((types[:, None, :, None] != keys[:, None, None, :]),
                                dtype=like.dtype, backend=like.backend)
-        positions = self.dropout(relative_position_encoding(
-            memory_time + time, config.d_model, max(config.clamp_len, 0), like.dtype,
-            like.backend, q_time=time))
+        positions = self.dropout(self.positions(batch, time, memory_time, like))
         use_mems = (config.use_mems_train if self.training else config.use_mems_eval) \
             if use_mems is None else use_mems
         new_mems = []
@@ -377,8 +418,11 @@ class XLNetModel(Module):
                            mems=new_mems if use_mems else None)
 
     def next_memory(self, h, memory):
-        """A layer's input states appended to its memory, cut from the graph, the last
-        ``mem_len`` positions (all of them when ``mem_len`` is None or 0)."""
+        """A layer's input states (the first ``reuse_len`` positions, when set) appended to its
+        memory, cut from the graph, the last ``mem_len`` positions (all of them when ``mem_len``
+        is None or 0)."""
+        if self.config.reuse_len:
+            h = h[:, :self.config.reuse_len]
         states = h if memory is None else concatenate([memory, h], axis=1)
         length = self.config.mem_len
         return states.detach()[:, -length:] if length else states.detach()
