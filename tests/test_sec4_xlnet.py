@@ -25,7 +25,8 @@ from hypothesis import given, strategies as st
 import minitorch_nlp as mt
 from minitorch_nlp.attention import permutation_mask
 from minitorch_nlp.models.xlnet import (XLNetConfig, XLNetLMHeadModel,
-                                        permutation_inputs, permutation_lm_loss, sample_orders)
+                                        permutation_inputs, permutation_lm_loss, sample_orders,
+                                        span_mask, span_orders)
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import xlnet as reference
 from tests.model_checks import (ENCODER_SKIPS, REFERENCE, TIGHT, Learning, ModelChecks, ModelSpec,
@@ -196,6 +197,61 @@ def test_memories_carry_the_content_stream_without_gradient():
     out = model(ids[:, :2], mems=[m.detach() for m in mems], labels=ids[:, :2])
     out.loss.backward()
     assert mems[0].grad is None
+
+
+# ---- span-based prediction -----------------------------------------------------------------------
+def runs(mask):
+    """The lengths of the runs of True in a bool row."""
+    edges = np.diff(np.r_[0, mask.astype(int), 0])
+    return np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
+
+
+@pytest.mark.eq(26)
+def test_spans_have_lengths_proportional_to_one_over_n_and_unpredicted_gaps():
+    """Span lengths 1 .. 5 with probability (1/n) / H_5; spans never touch (each sits in its own
+    stretch of context), so without fill-ins every run is one span."""
+    generator = mt.Generator(0)
+    first = []
+    for _ in range(2000):
+        mask = span_mask(80, 10, generator=generator)
+        assert mask.sum() == 10
+        lengths = runs(mask)
+        first.append(lengths[0])
+    frequencies = np.bincount(first, minlength=6)[1:] / len(first)
+    expected = (1 / np.arange(1, 6)) / (1 / np.arange(1, 6)).sum()
+    np.testing.assert_allclose(frequencies, expected, atol=0.04)
+    spread = span_mask(400, 20, generator=generator)      # room for every span: no fill-ins
+    assert spread.sum() == 20 and runs(spread).max() <= 5 and len(runs(spread)) < 20
+    single = span_mask(30, 4, max_span=1, context_ratio=0, generator=mt.Generator(1))
+    assert single.sum() == 4 and runs(single).max() >= 1
+
+
+@pytest.mark.eq(26, 27)
+def test_span_orders_predict_the_spans_after_the_context():
+    orders = span_orders(3, 24, 6, max_span=3, generator=mt.Generator(2))
+    assert (np.sort(orders, axis=1) == np.arange(24)).all()
+    perm_mask, target_mapping, targets = permutation_inputs(orders, 6)
+    for b in range(3):
+        predicted = np.zeros(24, dtype=bool)
+        predicted[targets[b]] = True
+        assert runs(predicted).max() <= 3
+        context = np.flatnonzero(~predicted)
+        assert not perm_mask[b][:, context].any()          # every query sees the context
+        assert perm_mask[b][np.ix_(context, targets[b])].all()   # context sees no target
+
+
+def test_span_max_len_makes_the_objective_predict_spans():
+    model = tiny_model(permutation_k=4, span_max_len=3)
+    ids = np.random.default_rng(4).integers(3, 32, (2, 12))
+    mt.manual_seed(7)
+    loss = model(ids, labels=ids).loss.item()
+    mt.manual_seed(7)
+    orders = span_orders(2, 12, 3, 3)
+    assert loss == permutation_lm_loss(model, ids, 3, orders=orders).loss.item()
+    with pytest.raises(ValueError, match="span_mask: num_predict=5 is more than the 4 "):
+        span_mask(4, 5)
+    with pytest.raises(ValueError, match="span_max_len must be a positive int"):
+        XLNetConfig.tiny(span_max_len=0)
 
 
 # ---- HuggingFace checkpoints ---------------------------------------------------------------------

@@ -51,7 +51,7 @@ from .transformer_xl import RelativePositionAttention, decode, relative_position
 
 __all__ = ["XLNetConfig", "XLNetLMHeadModel", "XLNetLayer", "XLNetModel",
            "XLNetRelativeAttention", "permutation_inputs", "permutation_lm_loss",
-           "sample_orders"]
+           "sample_orders", "span_mask", "span_orders"]
 
 _HF_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
 
@@ -77,7 +77,9 @@ class XLNetConfig:
     set, ``model(ids, labels=ids)`` without ``perm_mask`` and ``target_mapping`` is the
     permutation objective (``permutation_lm_loss``, one order per sequence from the library's
     generator, num_predict = T // K, at least 1), as ``minitorch-nlp train xlnet`` uses it (K =
-    6 in the paper). ``XLNetConfig.tiny()`` is test-sized."""
+    6 in the paper); ``span_max_len`` (ours too): its targets are then spans of up to that many
+    tokens (``span_orders``; the paper's pretraining: 5). ``XLNetConfig.tiny()`` is
+    test-sized."""
 
     vocab_size: int = 32000
     d_model: int = 1024
@@ -97,6 +99,7 @@ class XLNetConfig:
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2
     permutation_k: int | None = None
+    span_max_len: int | None = None
     attn_type: str = "bi"
     bi_data: bool = False
     same_length: bool = False
@@ -121,6 +124,8 @@ class XLNetConfig:
             raise ValueError(f"{name}: dropout must be in [0, 1), got {self.dropout}")
         if self.permutation_k is not None:
             checks.positive_int(self.permutation_k, "permutation_k", name)
+        if self.span_max_len is not None:
+            checks.positive_int(self.span_max_len, "span_max_len", name)
         if self.attn_type not in ("bi", "uni"):
             raise ValueError(f"{name}: attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
         if self.reuse_len is not None:
@@ -241,6 +246,53 @@ def sample_orders(batch, time, generator=None):
     keys = rng(generator).random((checks.positive_int(batch, "batch", "sample_orders"),
                                   checks.positive_int(time, "time", "sample_orders")))
     return np.argsort(keys, axis=-1)
+
+
+def span_mask(time, num_predict, max_span=5, context_ratio=6, generator=None):
+    """Which of ``time`` positions to predict, as the XLNet paper's pretraining picks them
+    (span-based prediction, its code's ``_sample_mask``): spans of n consecutive tokens, n drawn
+    from 1 .. ``max_span`` with probability proportional to 1/n, each inside a stretch of
+    ``context_ratio`` * n unpredicted tokens (a random part of it before the span, the rest
+    after), from left to right until ``num_predict`` tokens are chosen or the text ends; single
+    tokens drawn uniformly make up any shortfall. Bool (time,), ``num_predict`` of them True."""
+    where = "span_mask"
+    time = checks.positive_int(time, "time", where)
+    num_predict = checks.positive_int(num_predict, "num_predict", where)
+    max_span = checks.positive_int(max_span, "max_span", where)
+    context_ratio = checks.int_at_least(context_ratio, 0, "context_ratio", where)
+    if num_predict > time:
+        raise ValueError(f"{where}: num_predict={num_predict} is more than the {time} positions")
+    draw = rng(generator)
+    lengths = np.arange(1, max_span + 1)
+    mask, chosen, cursor = np.zeros(time, dtype=bool), 0, 0
+    while cursor < time and chosen < num_predict:
+        n = min(int(draw.choice(lengths, p=(1 / lengths) / (1 / lengths).sum())),
+                num_predict - chosen)
+        context = n * context_ratio
+        before = int(draw.integers(context)) if context else 0
+        start = cursor + before
+        if start + n > time:
+            break
+        mask[start:start + n] = True
+        chosen += n
+        cursor = start + n + context - before
+    if chosen < num_predict:
+        mask[draw.choice(np.flatnonzero(~mask), num_predict - chosen, replace=False)] = True
+    return mask
+
+
+def span_orders(batch, time, num_predict, max_span=5, context_ratio=6, generator=None):
+    """Factorisation orders for span-based prediction (batch, time) int64: the positions of a
+    ``span_mask`` per sequence last, in a random order, after the others (the context, which
+    every target sees), so that ``permutation_inputs(orders, num_predict)`` predicts the spans:
+    a span's tokens together, each seeing the context and the targets before it in the order."""
+    draw = rng(generator)
+    orders = []
+    for _ in range(checks.positive_int(batch, "batch", "span_orders")):
+        mask = span_mask(time, num_predict, max_span, context_ratio, generator)
+        orders.append(np.concatenate([draw.permutation(np.flatnonzero(~mask)),
+                                      draw.permutation(np.flatnonzero(mask))]))
+    return np.stack(orders).astype(np.int64)
 
 
 @cookbook.equation(27)
@@ -503,11 +555,16 @@ def permutation_lm_loss(model, input_ids, num_predict, orders=None, generator=No
     """XLNet's pretraining loss (eq 26-27), one sampled order per sequence as the paper's
     Monte-Carlo estimate of E_z: -1/(batch num_predict) sum_b sum_t log p(x_{z_t} | x_{z_<t})
     over the last ``num_predict`` steps of each order (partial prediction). ``orders``
-    (batch, T) default to ``sample_orders(batch, T, generator)``; ``token_type_ids`` and
+    (batch, T) default to ``sample_orders(batch, T, generator)``, or to ``span_orders`` (spans
+    of up to ``config.span_max_len`` tokens predicted together) when that is set;
+    ``token_type_ids`` and
     ``mems`` (the previous segment's, visible to every position) go to the model. Returns the
     ``ModelOutput`` of ``model`` (an ``XLNetLMHeadModel``) with ``loss``."""
     ids = checks.token_ids(input_ids, model.config.vocab_size, "permutation_lm_loss")
-    if orders is None:
+    if orders is None and model.config.span_max_len:
+        orders = span_orders(*ids.shape, num_predict, model.config.span_max_len,
+                             generator=generator)
+    elif orders is None:
         orders = sample_orders(*ids.shape, generator)
     perm_mask, target_mapping, targets = permutation_inputs(orders, num_predict)
     if np.shape(orders) != ids.shape:
