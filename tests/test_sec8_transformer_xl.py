@@ -29,7 +29,8 @@ from minitorch_nlp.models.transformer_xl import (RelativePositionAttention, Tran
                                                  relative_position_encoding, relative_shift)
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import transformer_xl as reference
-from tests.model_checks import (REFERENCE, Learning, ModelChecks, ModelSpec,
+from minitorch_nlp.models.gpt import causal_lm_loss
+from tests.model_checks import (REFERENCE, TIGHT, Learning, ModelChecks, ModelSpec,
                                 assert_saves_fixture_tensors, assert_trees_close,
                                 check_train_resume_generate, grads_of, randomize, to_numpy)
 
@@ -271,6 +272,51 @@ def test_adaptive_softmax_is_a_distribution_and_plain_without_cutoffs():
                                rtol=1e-6, atol=1e-6)
 
 
+@given(st.sampled_from([[], [10], [10, 20]]), st.integers(1, 2), S.seeds())
+def test_the_loss_scores_only_the_targets_and_equals_the_full_distributions(cutoffs, div_val,
+                                                                             seed):
+    """The target-only loss and its gradients equal causal_lm_loss of the full log-probs."""
+    config = TransfoXLConfig.tiny(cutoffs=cutoffs, div_val=div_val)
+    model = randomize(TransfoXLLMHeadModel(config), seed, norm_gain_mean=1.0)
+    ids = np.random.default_rng(seed).integers(0, config.vocab_size, (2, 7))
+    labels = ids.copy()
+    labels[0, 3] = -100
+    out = model(ids, labels=labels)
+    assert out.logits is None
+    out.loss.backward()
+    targeted = {name: p.grad.numpy() for name, p in model.named_parameters()
+                if p.grad is not None}
+    model.zero_grad()
+    full = model(ids, output_logits=True)
+    expected = causal_lm_loss(full.logits, labels)
+    expected.backward()
+    np.testing.assert_allclose(out.loss.item(), expected.item(), **TIGHT)
+    for name, p in model.named_parameters():
+        if p.grad is not None and np.abs(p.grad.numpy()).max() > 0:
+            np.testing.assert_allclose(targeted[name], p.grad.numpy(), **TIGHT, err_msg=name)
+
+
+def test_tail_clusters_are_computed_only_where_a_target_lies_in_them():
+    """Inputs and targets all in the head: the tail clusters get no gradient (they were never
+    scored); the full distribution scores them."""
+    config = TransfoXLConfig.tiny(cutoffs=[10, 20], div_val=2)
+    model = TransfoXLLMHeadModel(config).to(mt.float64)
+    ids = np.random.default_rng(0).integers(0, 10, (2, 6))
+    model(ids, labels=ids).loss.backward()
+    tail_tables = [table.weight for table in model.transformer.word_emb.embeddings[1:]]
+    assert all(table.grad is None or not np.abs(table.grad.numpy()).any()
+               for table in tail_tables)                 # (the inputs too are head tokens)
+    assert model.crit.cluster_weight.grad is not None       # the head scores the clusters
+    model.zero_grad()
+    causal_lm_loss(model(ids, output_logits=True).logits, ids).backward()
+    assert all(np.abs(table.grad.numpy()).max() > 0 for table in tail_tables)
+    hidden = mt.zeros(2, 6, 16, dtype=mt.float64)
+    with pytest.raises(ValueError, match=r"targets of shape \(2, 5\) must be \(2, 6\)"):
+        model.crit.target_log_probs(hidden, model.transformer.word_emb, ids[:, 1:])
+    with pytest.raises(ValueError, match=r"target ids must lie in \[0, 30\) or be -100"):
+        model.crit.target_log_probs(hidden, model.transformer.word_emb, ids + 30)
+
+
 # ---- HuggingFace checkpoints ---------------------------------------------------------------------
 HF_FIXTURES = ("TransfoXLLMHeadModel", "TransfoXLLMHeadModel-plain")
 
@@ -284,7 +330,8 @@ def test_huggingface_checkpoint_gives_huggingface_outputs_over_two_segments(name
     config = model.config
     zeros = [mt.zeros(2, config.mem_len, config.d_model) for _ in range(config.n_layer)]
     first = model(expected["first"], mems=zeros)          # HuggingFace's initial memory: zeros
-    second = model(expected["second"], mems=first.mems, labels=expected["second"])
+    second = model(expected["second"], mems=first.mems, labels=expected["second"],
+                   output_logits=True)
     scale = max(np.abs(expected["log_probs1"]).max(), 1.0)
     np.testing.assert_allclose(first.logits.numpy(), expected["log_probs1"], rtol=0,
                                atol=1e-4 * scale)

@@ -50,12 +50,11 @@ import numpy as np
 
 from .. import checks, cookbook, decoding
 from .. import functional as F
-from ..autograd import concatenate, pad, tensor, zeros
+from ..autograd import Tensor, concatenate, pad, tensor, zeros
 from ..io.huggingface import HFArchitecture, Rule, register_architecture, transpose
 from ..nn import (Dropout, Embedding, FeedForward, FullAttention, LayerNorm, Linear, Module,
                   ModuleDict, ModuleList, MultiHeadAttention, Parameter, TransformerLayer, init)
 from ..nn.outputs import ModelOutput
-from .gpt import causal_lm_loss
 
 __all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmax", "RelativePositionAttention",
            "TransfoXLConfig", "TransfoXLLMHeadModel", "TransfoXLModel", "TransformerXLLayer",
@@ -400,7 +399,9 @@ class AdaptiveLogSoftmax(Module):
     Owns the biases (one per cluster), the head's cluster vectors and biases, and the projections
     d_proj -> width of the clusters whose ``tie_projs`` entry is False (weight (width, d_proj));
     the others use the embedding's projection. ``forward(hidden, embedding)`` returns log-probabilities
-    over the whole vocabulary (..., vocab_size)."""
+    over the whole vocabulary (..., vocab_size); ``target_log_probs(hidden, embedding, targets)``
+    only those of the targets, computing each tail cluster at the positions whose target lies in
+    it (the adaptive softmax's saving: the rare clusters are scored for few positions)."""
 
     def __init__(self, vocab_size, d_embed, d_proj, cutoffs=(), div_val=1, tie_projs=None,
                  proj_init_std=0.01):
@@ -436,6 +437,41 @@ class AdaptiveLogSoftmax(Module):
         elif tied_projection is not None:
             hidden = hidden @ tied_projection
         return F.linear(hidden, weight, bias)
+
+    def target_log_probs(self, hidden, embedding, targets):
+        """log P(target) at each position (..., ) for ``hidden`` (..., d_proj) and ``targets``
+        (...) token ids, 0 where the target is -100. The head cluster is scored at every
+        position; tail cluster i only at the positions whose target it holds."""
+        targets = np.asarray(targets.numpy() if isinstance(targets, Tensor) else targets)
+        if targets.shape != tuple(hidden.shape[:-1]):
+            raise ValueError(f"{type(self).__name__}.target_log_probs: targets of shape "
+                             f"{targets.shape} must be {tuple(hidden.shape[:-1])}")
+        flat, ids = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+        counted = ids != -100
+        vocab_size = self.bounds[-1][1]
+        if ids[counted].size and (ids[counted].min() < 0 or ids[counted].max() >= vocab_size):
+            raise ValueError(f"{type(self).__name__}.target_log_probs: target ids must lie in "
+                             f"[0, {vocab_size}) or be -100")
+        ids = np.where(counted, ids, 0)
+        cluster = np.searchsorted([high for _, high in self.bounds], ids, side="right")
+        weights = embedding.output_weights()
+        head = F.log_softmax(self.cluster_logits(flat, 0, *weights[0]), axis=-1)
+        head_size, rows = self.bounds[0][1], np.arange(len(ids))
+        column = np.where(cluster == 0, ids, head_size + cluster - 1)   # the token or its cluster
+        log_probs = head[rows, column]
+        order, tails = [np.flatnonzero(cluster == 0)], []
+        for i in range(1, len(self.bounds)):
+            at = np.flatnonzero(cluster == i)
+            if at.size:
+                tail = F.log_softmax(self.cluster_logits(flat[at], i, *weights[i]), axis=-1)
+                tails.append(tail[np.arange(at.size), ids[at] - self.bounds[i][0]])
+                order.append(at)
+        if tails:                        # put each tail's values back at its positions
+            placed = concatenate([zeros(order[0].size, dtype=head.dtype, backend=head.backend),
+                                  *tails])
+            log_probs = log_probs + placed[np.argsort(np.concatenate(order))]
+        mask = tensor(counted.astype(np.float64), dtype=head.dtype, backend=head.backend)
+        return (log_probs * mask).reshape(targets.shape)
 
     def forward(self, hidden, embedding):
         weights = embedding.output_weights()
@@ -537,7 +573,10 @@ class TransfoXLLMHeadModel(Module):
     ``model(input_ids, mems=None, labels=None)`` returns ``logits`` (batch, time, vocab_size),
     which are log-probabilities (HuggingFace's ``prediction_scores``), ``mems`` for the next
     segment and, with ``labels``, ``loss``: the mean of -log P(x_t+1 | x_<=t, memory) over the
-    labels not -100 (shifted inside, as ``gpt.causal_lm_loss``)."""
+    labels not -100 (shifted inside, as ``gpt.causal_lm_loss``). The loss scores only the
+    targets (``AdaptiveLogSoftmax.target_log_probs``); the whole distribution is computed when
+    ``output_logits`` is True, by default only without labels (as HuggingFace, whose
+    ``prediction_scores`` are empty when labels are given)."""
 
     def __init__(self, config):
         super().__init__()
@@ -550,12 +589,21 @@ class TransfoXLLMHeadModel(Module):
             init.normal_(self.crit.cluster_weight, std=config.init_std)
 
     def forward(self, input_ids, mems=None, labels=None, head_mask=None,
-                output_hidden_states=False, output_attentions=False):
+                output_hidden_states=False, output_attentions=False, output_logits=None):
         out = self.transformer(input_ids, mems, head_mask, output_hidden_states,
                                output_attentions)
-        log_probs = self.crit(out.last_hidden_state, self.transformer.word_emb)
-        loss = None if labels is None else causal_lm_loss(log_probs, labels)
-        return ModelOutput(loss=loss, logits=log_probs, mems=out.mems,
+        hidden, loss = out.last_hidden_state, None
+        if labels is not None:
+            labels = checks.ids_array(labels, "labels", type(self).__name__,
+                                      shape=tuple(hidden.shape[:2]))
+            targets = labels[:, 1:]                       # position t predicts token t + 1
+            log_probs = self.crit.target_log_probs(hidden[:, :-1], self.transformer.word_emb,
+                                                   targets)
+            loss = log_probs.sum() * (-1.0 / max(1, int((targets != -100).sum())))
+        if output_logits is None:
+            output_logits = labels is None
+        logits = self.crit(hidden, self.transformer.word_emb) if output_logits else None
+        return ModelOutput(loss=loss, logits=logits, mems=out.mems,
                            hidden_states=out.hidden_states, attentions=out.attentions)
 
     def generate(self, input_ids, max_new_tokens=20, *, do_sample=False, temperature=1.0,
