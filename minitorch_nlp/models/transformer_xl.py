@@ -250,14 +250,14 @@ class RelativePositionAttention(FullAttention):
         A_ij = (q_i + u) . k_j + shift((q_i + v) . W_R R)_ij,   z = softmax(A / sqrt(d_k)) V
 
     terms (a) + (c) as the content scores of ``FullAttention`` (queries moved by u), terms (b) +
-    (d) as its additive score bias. ``forward`` takes ``relative_positions`` R (k_time, d_model)
-    from ``relative_position_encoding``; queries are the last q_time of the k_time keys.
+    (d) as its additive score bias. ``forward`` takes ``relative_positions`` R (k_time + 1 or
+    k_time rows, d_model) from ``relative_position_encoding``; queries are the last q_time of the k_time keys.
     ``content_bias`` is u and ``position_bias`` v (HuggingFace's r_w_bias and r_r_bias), both
     (heads, d_k); ``position_proj`` is W_R.
     """
 
     def __init__(self, d_model, num_heads, head_dim, dropout=0.0):
-        super().__init__(dropout)
+        super().__init__(dropout, scale=1.0)   # the queries carry 1/sqrt(d_k) (see forward)
         self.num_heads, self.head_dim = num_heads, head_dim
         self.position_proj = Linear(d_model, num_heads * head_dim, bias=False)
         self.content_bias = Parameter(zeros(num_heads, head_dim))
@@ -266,7 +266,10 @@ class RelativePositionAttention(FullAttention):
     def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
                 need_weights=False, relative_positions=None):
         positional = self.position_scores(q, k.shape[2], relative_positions)    # (b) + (d)
-        return super().forward(q + self.content_bias.unsqueeze(1), k, v, mask=mask,  # (a) + (c)
+        # 1/sqrt(d_k) on the (q_time, d_k) queries rather than on the (q_time, k_time) scores:
+        # a pass over the score matrix fewer, forwards and backwards
+        content_queries = (q + self.content_bias.unsqueeze(1)) * (1.0 / math.sqrt(self.head_dim))
+        return super().forward(content_queries, k, v, mask=mask,                   # (a) + (c)
                                bias=positional if bias is None else bias + positional,
                                causal=causal, key_mask=key_mask, need_weights=need_weights)
 
@@ -291,10 +294,11 @@ class RelativePositionAttention(FullAttention):
         r = self.position_proj(relative_positions).reshape(*lead, width, self.num_heads,
                                                            self.head_dim)
         r = r.permute(0, 2, 3, 1) if lead else r.permute(1, 2, 0)   # ([batch,] heads, d_k, width)
-        by_distance = (q + self.position_bias.unsqueeze(1)) @ r                    # (.., width)
+        scaled = (q + self.position_bias.unsqueeze(1)) * (1.0 / math.sqrt(self.head_dim))
+        by_distance = scaled @ r                                                  # (.., width)
         if width == k_time:                          # distances from k_time - 1: add k_time
             by_distance = pad(by_distance, [(0, 0)] * 3 + [(1, 0)])
-        return relative_shift(by_distance, k_time) * (1.0 / math.sqrt(self.head_dim))
+        return relative_shift(by_distance, k_time)
 
     def extra_repr(self):
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}"
@@ -539,9 +543,11 @@ class TransfoXLModel(Module):
         heads = (None if head_mask is None
                  else np.broadcast_to(np.asarray(head_mask), (config.n_layer, config.n_head)))
         x = self.drop(self.word_emb(ids))
+        # distances k_time .. 0 (q_time=1): one row more than causal queries use, so that the
+        # relative shift needs no padding of the scores
         positions = self.drop(relative_position_encoding(
             memory_time + ids.shape[1], config.d_model, config.clamp_len, reference.dtype,
-            reference.backend))
+            reference.backend, q_time=1))
         inputs, attentions = [], []
         for i, layer in enumerate(self.layers):
             inputs.append(x)
