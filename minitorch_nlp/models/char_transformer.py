@@ -172,13 +172,7 @@ class CharTransformerModel(GPTModel):
         """``input_ids`` (batch, time); ``attention_mask`` (batch, keys) 1 on characters, 0 on
         padding; ``position_ids`` default to the positions after those in ``cache`` (from
         ``new_cache()``, filled in place)."""
-        name = type(self).__name__
-        ids = checks.token_ids(input_ids, self.config.vocab_size, name)
-        start = 0 if cache is None else self.blocks.cache_length(cache)
-        if position_ids is None and start + ids.shape[1] > self.config.n_positions:
-            raise ValueError(f"{name}: a sequence of {start + ids.shape[1]} characters is longer "
-                             f"than n_positions={self.config.n_positions}")
-        mask = checks.attention_mask(attention_mask, (ids.shape[0], start + ids.shape[1]), name)
+        ids, start, mask = self.checked_inputs(input_ids, attention_mask, position_ids, cache)
         tables = [self.wpe, *self.layer_positions]
         x, states = self.drop(self.wpe(self.wte(ids), start=start, position_ids=position_ids)), []
         for i, layer in enumerate(self.blocks.layers):

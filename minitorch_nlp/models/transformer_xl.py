@@ -251,7 +251,8 @@ class RelativePositionAttention(FullAttention):
 
     terms (a) + (c) as the content scores of ``FullAttention`` (queries moved by u), terms (b) +
     (d) as its additive score bias. ``forward`` takes ``relative_positions`` R (k_time + 1 or
-    k_time rows, d_model) from ``relative_position_encoding``; queries are the last q_time of the k_time keys.
+    k_time rows, d_model) from ``relative_position_encoding``; queries are the last q_time of
+    the k_time keys.
     ``content_bias`` is u and ``position_bias`` v (HuggingFace's r_w_bias and r_r_bias), both
     (heads, d_k); ``position_proj`` is W_R.
     """
