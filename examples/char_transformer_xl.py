@@ -8,9 +8,10 @@
 # ---
 
 # %% [markdown]
-# # Transformer-XL: a character language model with a memory
+# # Transformer-XL against the deep character Transformer
 #
-# *The NLP Cookbook*, section VIII-B, equations 86-91 (Dai et al., 2019, "Transformer-XL:
+# *The NLP Cookbook*, sections VIII-A (eq 85: Al-Rfou et al., 2019, "Character-Level Language
+# Modeling with Deeper Self-Attention") and VIII-B (eq 86-91: Dai et al., 2019, "Transformer-XL:
 # Attentive Language Models Beyond a Fixed-Length Context").
 #
 # A vanilla Transformer language model reads text in fixed-length segments and forgets
@@ -19,15 +20,20 @@
 # the segment attend to the memory (eq 88-89), and scores attention by relative position
 # (eq 91) so the memory's positions make sense.
 #
-# We train two character models of the same size for the same number of steps on the docstrings
-# of the Python standard library, reading the text as consecutive segments:
+# We train two character models of the same size (width, depth, heads) for the same number of
+# steps on the same batches' worth of the docstrings of the Python standard library:
 #
-# * **XL**: the memory of the previous segment carried from step to step;
-# * **no memory**: the same model with `mem_len=0`, a causal Transformer with relative attention
-#   that sees only its own segment.
+# * **XL**: reads the text as consecutive segments, the memory of the previous segment carried
+#   from step to step;
+# * **vanilla + auxiliary losses**: Al-Rfou et al.'s model (Transformer-XL's baseline): a causal
+#   Transformer on random fixed-length segments, no memory, trained with the paper's three
+#   auxiliary losses: every position predicts, every layer predicts (layer l of n until l/(2n)
+#   of the run), and each position also predicts the character after next (weight 0.5).
 #
-# Then: bits per character on held-out text at several evaluation memory lengths (the paper
-# evaluates with a longer memory than it trains with), and evaluation speed: predicting each
+# Then: bits per character on held-out text by the context a prediction sees (XL: its segment
+# plus an evaluation memory, which may be longer than in training, as the paper evaluates;
+# the vanilla model: a window of C characters sliding one character at a time, each character
+# predicted by the last position, as Al-Rfou et al. evaluate), and evaluation speed: predicting each
 # character from a context of C characters by re-running a sliding window of C characters per
 # prediction (what a vanilla model must do) against XL, which reads a segment at a time and
 # reuses the memory.
@@ -38,7 +44,7 @@
 # ```
 #
 # Outputs go to `--out` (default `runs/char_transformer_xl`): `metrics.json`, `loss.png`,
-# `bpc_by_memory.png`, `eval_speed.png`.
+# `bpc_by_context.png`, `eval_speed.png`.
 
 # %%
 from __future__ import annotations
@@ -54,15 +60,18 @@ from minitorch_nlp import functional as F
 from minitorch_nlp import optim, plots, scripting
 from minitorch_nlp.data import load_text
 from minitorch_nlp.data.tokenizers import CharTokenizer
+from minitorch_nlp.models.char_transformer import (CharTransformerConfig,
+                                                   CharTransformerLMHeadModel)
 from minitorch_nlp.models.transformer_xl import TransfoXLConfig, TransfoXLLMHeadModel
 
 SETTINGS = {
     "full": dict(corpus_chars=200_000, batch=8, segment=32, mem_len=32, d_model=32, n_head=4,
                  n_layer=2, lr=3e-3, steps=300, val_chars=8_000, eval_memories=(0, 32, 64, 128),
-                 speed_contexts=(32, 64, 128, 256), speed_predictions=64),
+                 vanilla_contexts=(8, 16, 32), speed_contexts=(32, 64, 128, 256),
+                 speed_predictions=64),
     "smoke": dict(corpus_chars=30_000, batch=4, segment=8, mem_len=8, d_model=16, n_head=2,
-                  n_layer=1, lr=5e-3, steps=6, val_chars=600, eval_memories=(0, 8, 16),
-                  speed_contexts=(8, 16), speed_predictions=8),
+                  n_layer=2, lr=5e-3, steps=6, val_chars=600, eval_memories=(0, 8, 16),
+                  vanilla_contexts=(4, 8), speed_contexts=(8, 16), speed_predictions=8),
 }
 
 
@@ -96,11 +105,11 @@ def segment_loss(model, rows, start, length, mems):
     return F.nll_loss(out.logits, targets), out.mems
 
 
-def train(model, rows, settings, steps, label):
+def train_xl(model, rows, settings, steps):
     optimizer = optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
     segment, mems, losses, start = settings["segment"], None, [], 0
     model.train()
-    for _ in tqdm(range(steps), desc=label, leave=False):
+    for _ in tqdm(range(steps), desc="XL", leave=False):
         if start + segment + 1 > rows.shape[1]:
             start, mems = 0, None
         loss, mems = segment_loss(model, rows, start, segment, mems)
@@ -113,12 +122,52 @@ def train(model, rows, settings, steps, label):
 
 
 # %% [markdown]
-# ## Bits per character against the evaluation memory
+# ## The vanilla model: random segments, auxiliary losses
 #
-# The held-out text is read segment by segment with an evaluation memory of M characters per
-# layer (`eval_mem_len`); M = 0 is the vanilla, fragmented context.
+# Each step draws `batch` segments of L + 1 characters at random places of the text (L
+# predictions each, as XL's steps; nothing passes from one step to the next), and the model is told how far training is, so
+# that the intermediate layers' losses stop on the paper's schedule (eq 85's conditionals at
+# every position, from every layer, for the next two characters).
 
 # %%
+def train_vanilla(model, ids, settings, steps, rng):
+    optimizer = optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
+    length, losses = settings["segment"] + 1, []
+    model.train()
+    for step in tqdm(range(steps), desc="vanilla", leave=False):
+        starts = rng.integers(0, len(ids) - length, settings["batch"])
+        segments = np.stack([ids[s:s + length] for s in starts])
+        model.set_training_progress(step / steps)
+        out = model(segments, labels=segments)
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+        losses.append(out.loss.item())
+    return losses
+
+
+# %% [markdown]
+# ## Bits per character against the context
+#
+# XL reads the held-out text segment by segment with an evaluation memory of M characters per
+# layer (`eval_mem_len`): a prediction sees up to M + L characters (M = 0: the fragmented
+# context of a segment). The vanilla model predicts each character from exactly the C
+# characters before it (a window sliding by one character, its last position).
+
+# %%
+def vanilla_bits_per_character(model, ids, context, first, chunk=256):
+    """Bits per character of ids[first:], each predicted from the ``context`` before it."""
+    model.eval()
+    total = 0.0
+    with mt.no_grad():
+        for begin in range(first, len(ids), chunk):
+            targets = np.arange(begin, min(begin + chunk, len(ids)))
+            windows = np.stack([ids[t - context:t] for t in targets])
+            last = F.log_softmax(model(windows).logits[:, -1], axis=-1).numpy()
+            total -= last[np.arange(len(targets)), ids[targets]].sum()
+    return float(total) / (len(ids) - first) / math.log(2)
+
+
 def bits_per_character(model, rows, segment, memory):
     model.config.eval_mem_len = memory
     model.eval()
@@ -166,27 +215,32 @@ def main(argv=None):
     split = len(ids) - settings["val_chars"]
     train_rows, val_rows = streams(ids[:split], settings["batch"]), streams(ids[split:], 2)
 
-    def build(mem_len):
-        mt.manual_seed(args.seed)
-        d = settings["d_model"]
-        return TransfoXLLMHeadModel(TransfoXLConfig(
-            vocab_size=len(tokenizer), cutoffs=[], d_model=d, d_embed=d,
-            n_head=settings["n_head"], d_head=d // settings["n_head"], d_inner=4 * d, div_val=1,
-            n_layer=settings["n_layer"], mem_len=mem_len, clamp_len=0, dropout=0.0))
-
-    models = {"XL": build(settings["mem_len"]), "no memory": build(0)}
-    losses = {name: train(model, train_rows, settings, steps, name)
-              for name, model in models.items()}
-    bpc = {name: {m: bits_per_character(model, val_rows, settings["segment"], m)
-                  for m in settings["eval_memories"]}
-           for name, model in models.items()}
-    for name, row in bpc.items():
-        print(f"{name:>9}: bits per character by evaluation memory "
-              + ", ".join(f"M={m}: {b:.3f}" for m, b in row.items()))
+    d, segment = settings["d_model"], settings["segment"]
+    mt.manual_seed(args.seed)
+    xl = TransfoXLLMHeadModel(TransfoXLConfig(
+        vocab_size=len(tokenizer), cutoffs=[], d_model=d, d_embed=d, n_head=settings["n_head"],
+        d_head=d // settings["n_head"], d_inner=4 * d, div_val=1, n_layer=settings["n_layer"],
+        mem_len=settings["mem_len"], clamp_len=0, dropout=0.0))
+    mt.manual_seed(args.seed)
+    vanilla = CharTransformerLMHeadModel(CharTransformerConfig(
+        vocab_size=len(tokenizer), n_positions=segment + 1, n_embd=d, n_layer=settings["n_layer"],
+        n_head=settings["n_head"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    losses = {"XL": train_xl(xl, train_rows, settings, steps),
+              "vanilla + auxiliary losses": train_vanilla(
+                  vanilla, ids[:split], settings, steps, np.random.default_rng(args.seed))}
+    bpc_xl = {m: bits_per_character(xl, val_rows, segment, m)
+              for m in settings["eval_memories"]}
+    first = max(settings["vanilla_contexts"])
+    bpc_vanilla = {c: vanilla_bits_per_character(vanilla, ids[split:], c, first)
+                   for c in settings["vanilla_contexts"]}
+    print("XL: bits per character by evaluation memory "
+          + ", ".join(f"M={m}: {b:.3f}" for m, b in bpc_xl.items()))
+    print("vanilla + auxiliary losses: bits per character by context "
+          + ", ".join(f"C={c}: {b:.3f}" for c, b in bpc_vanilla.items()))
 
     speed = {}
     for context in settings["speed_contexts"]:
-        sliding, memory = seconds_per_prediction(models["XL"], ids[split:], context,
+        sliding, memory = seconds_per_prediction(xl, ids[split:], context,
                                                  settings["speed_predictions"],
                                                  settings["segment"])
         speed[context] = {"sliding_window_ms": 1e3 * sliding, "memory_ms": 1e3 * memory,
@@ -196,16 +250,19 @@ def main(argv=None):
 
     plt = plots.pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    plots.loss_curves(ax, range(1, steps + 1), losses, title="training on consecutive segments")
+    plots.loss_curves(ax, range(1, steps + 1), losses,
+                      title="training loss (the vanilla one sums its auxiliary losses)")
     plots.save(fig, out / "loss.png")
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name, row in bpc.items():
-        ax.plot(list(row), list(row.values()), "o-", label=name)
-    ax.set(xlabel="evaluation memory M (characters per layer)", ylabel="bits per character",
+    ax.plot([m + segment for m in bpc_xl], list(bpc_xl.values()), "o-",
+            label="XL (memory M + segment L)")
+    ax.plot(list(bpc_vanilla), list(bpc_vanilla.values()), "s-",
+            label="vanilla + auxiliary losses (window C)")
+    ax.set(xlabel="most characters of context a prediction sees", ylabel="bits per character",
            title="held-out bits per character")
     ax.legend()
     ax.grid(alpha=0.3)
-    plots.save(fig, out / "bpc_by_memory.png")
+    plots.save(fig, out / "bpc_by_context.png")
     fig, ax = plt.subplots(figsize=(6, 4))
     contexts = list(speed)
     ax.plot(contexts, [speed[c]["sliding_window_ms"] for c in contexts], "o-",
@@ -219,8 +276,10 @@ def main(argv=None):
     return scripting.write_metrics(out, {
         "smoke": args.smoke, "seed": args.seed, "steps": steps, "config": settings,
         "final_training_loss": {name: l[-1] for name, l in losses.items()},
-        "bits_per_character": {name: {str(m): b for m, b in row.items()}
-                               for name, row in bpc.items()},
+        "bits_per_character": {
+            "XL by evaluation memory": {str(m): b for m, b in bpc_xl.items()},
+            "vanilla + auxiliary losses by context": {str(c): b
+                                                      for c, b in bpc_vanilla.items()}},
         "eval_speed": {str(c): v for c, v in speed.items()}})
 
 

@@ -651,7 +651,9 @@ def _attention_arguments(q, k, v, key_mask, mask, bias, op):
 
 
 def _attention_weights(q, k, mask, bias, causal, key_mask, scale):
-    scores = (q @ k.mT) * _scale(q, scale)
+    scores, factor = q @ k.mT, _scale(q, scale)
+    if factor != 1.0:                 # a core that scales its queries (or T5) skips this pass
+        scores = scores * factor
     if bias is not None:
         scores = scores + bias
     allowed = _visible_keys(q.backend.xp, q.shape[2], k.shape[2], causal, key_mask)

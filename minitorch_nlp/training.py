@@ -10,7 +10,9 @@ parameters bit for bit as training n steps at once.
 
 The model families come from ``minitorch_nlp.models.registry`` (``gpt``: next-token prediction
 over random windows of the text, eq 18, L1; ``bert`` and ``roberta``: the masked-LM objective on
-random windows, the masks redrawn every time a window is drawn, RoBERTa's dynamic masking). This
+random windows, the masks redrawn every time a window is drawn, RoBERTa's dynamic masking;
+``xl``: consecutive segments of ``batch_size`` parallel streams of the text, each layer's memory
+of the previous segment carried from step to step and saved in the checkpoint). This
 module holds no per-model code: each family says how to build its model, which tokenizers it
 takes and how its objective makes a batch.
 """
@@ -228,6 +230,12 @@ class LanguageModelRun:
                                    f"its {name} part has {len(part)} tokens, and a window needs "
                                    f"more than {window}; give a longer text or a smaller "
                                    "--block-size")
+        if self.family.objective.carries_memory \
+                and len(self.train_ids) // config.batch_size < window:
+            raise SettingError("batch_size", f"={config.batch_size} cuts the training text "
+                               f"({len(self.train_ids)} tokens) into streams shorter than a "
+                               f"segment of {window}; give a longer text or a smaller "
+                               "--batch-size or --block-size")
         self.backend = get_backend(config.backend)
         with use_backend(self.backend):
             mt_random.manual_seed(config.seed)
@@ -243,6 +251,8 @@ class LanguageModelRun:
         self.val_batches = [self._batch(self.val_ids, np.random.default_rng([config.seed, i]))
                             for i in range(config.eval_batches)]
         self.step, self.history = 0, {"step": [], "loss": [], "val_step": [], "val_loss": []}
+        # an objective that carries a memory: the next segment of each stream, the model's memory
+        self.segment, self.memory = 0, None
         self.interrupted = False
         if state is not None:
             self._restore(state)
@@ -263,14 +273,32 @@ class LanguageModelRun:
         starts = rng.integers(0, len(ids) - length, size=self.config.batch_size)
         return self._make_batch(np.stack([ids[s:s + length] for s in starts]), rng)
 
+    def _next_segments(self):
+        """The next segment of each of ``batch_size`` streams of the training text, as the
+        objective's (input_ids, labels); back to the streams' beginnings, and to an empty
+        memory, when they are used up."""
+        length = self.family.objective.window_length(self.config.block_size)
+        streams = len(self.train_ids) // self.config.batch_size
+        if (self.segment + 1) * length > streams:
+            self.segment, self.memory = 0, None
+        rows = self.train_ids[:streams * self.config.batch_size].reshape(
+            self.config.batch_size, streams)
+        windows = rows[:, self.segment * length:(self.segment + 1) * length]
+        self.segment += 1
+        return self._make_batch(windows, self.rng)
+
     # ---- training --------------------------------------------------------------------------------
-    def loss(self, input_ids, labels, attention_mask=None):
-        """The model's loss on a batch; ``attention_mask`` when the objective pads its inputs
-        (BART's noised texts differ in length)."""
+    def model_output(self, input_ids, labels, attention_mask=None, **model_state):
+        """The model's output on a batch (``.loss`` ...); ``attention_mask`` when the objective
+        pads its inputs (BART's noised texts differ in length), ``model_state`` the memory of an
+        objective that carries one (``mems``)."""
         extra = {} if attention_mask is None else {"attention_mask": attention_mask}
-        out = self.model(input_ids=tensor(input_ids, backend=self.backend),
-                         labels=tensor(labels, backend=self.backend), **extra)
-        return out.loss
+        return self.model(input_ids=tensor(input_ids, backend=self.backend),
+                          labels=tensor(labels, backend=self.backend), **extra, **model_state)
+
+    def loss(self, input_ids, labels, attention_mask=None):
+        """The model's loss on a batch (with no memory)."""
+        return self.model_output(input_ids, labels, attention_mask).loss
 
     def evaluate(self):
         """The mean loss over the fixed validation batches, without dropout."""
@@ -331,7 +359,13 @@ class LanguageModelRun:
         return self.loss(*batch)
 
     def _train_step(self):
-        loss = self.training_loss(*self._batch(self.train_ids, self.rng))
+        if self.family.progress is not None:
+            self.family.progress(self.model, self.step / self.config.steps)
+        if self.family.objective.carries_memory:
+            out = self.model_output(*self._next_segments(), mems=self.memory)
+            self.memory, loss = out.mems, out.loss
+        else:
+            loss = self.training_loss(*self._batch(self.train_ids, self.rng))
         self.optimizer.zero_grad()
         loss.backward()
         optim.clip_grad_norm_(self.trained_parameters(), self.config.grad_clip)
@@ -354,7 +388,8 @@ class LanguageModelRun:
                 "scheduler": self.scheduler.state_dict(), "step": self.step,
                 "batch_rng": self.rng.bit_generator.state,
                 "default_generator": mt_random.default_generator().get_state(),
-                "history": self.history}
+                "history": self.history, "segment": self.segment,
+                "memory": [] if self.memory is None else [m.numpy() for m in self.memory]}
 
     def _restore(self, state):
         self.model.load_state_dict(state["model"])
@@ -367,6 +402,11 @@ class LanguageModelRun:
         self.rng.bit_generator.state = state["batch_rng"]
         mt_random.default_generator().set_state(state["default_generator"])
         self.history = {key: list(value) for key, value in state["history"].items()}
+        self.segment = int(state.get("segment", 0))
+        memory = state.get("memory") or []
+        dtype = next(iter(self.model.parameters())).dtype
+        self.memory = [tensor(np.asarray(m), dtype=dtype, backend=self.backend)
+                       for m in memory] or None
 
     def save(self, path):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

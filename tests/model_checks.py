@@ -537,10 +537,12 @@ def encoder_spec(name, build, *, vocab, output="logits", padding_token_type=None
 
 
 # ---- the command line: a registered family trains, resumes exactly and generates ----------------
-def check_train_resume_generate(family, tmp_path, capsys, weight, prompt="the "):
+def check_train_resume_generate(family, tmp_path, capsys, weight, prompt="the ", options=()):
     """``minitorch-nlp train FAMILY`` stopped at step 3 and resumed gives the weights of an
     uninterrupted 6-step run (``weight``, one of the model's state-dict keys, must be there), and
-    ``generate`` answers ``prompt`` from the run's folder (continues it, or fills its masks)."""
+    ``generate`` answers ``prompt`` from the run's folder (continues it, or fills its masks).
+    ``options``: more command-line options (a later one overrides the defaults, e.g.
+    ``("--n-layer", "2")``)."""
     from minitorch_nlp import cli
     from minitorch_nlp.io import load
 
@@ -548,7 +550,7 @@ def check_train_resume_generate(family, tmp_path, capsys, weight, prompt="the ")
     text.write_text("the quick brown fox jumps over the lazy dog. " * 60, encoding="utf-8")
     common = ["--text", str(text), "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
               "--block-size", "12", "--batch-size", "4", "--steps", "6", "--warmup-steps", "1",
-              "--eval-every", "3", "--backend", "numpy", "--no-progress"]
+              "--eval-every", "3", "--backend", "numpy", "--no-progress", *options]
     assert cli.main(["train", family, *common, "--out", str(tmp_path / "whole")]) == 0
     assert cli.main(["train", family, *common, "--out", str(tmp_path / "run"), "--stop-at",
                      "3"]) == 0

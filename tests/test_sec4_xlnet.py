@@ -25,10 +25,11 @@ from hypothesis import given, strategies as st
 import minitorch_nlp as mt
 from minitorch_nlp.attention import permutation_mask
 from minitorch_nlp.models.xlnet import (XLNetConfig, XLNetLMHeadModel,
-                                        permutation_inputs, permutation_lm_loss, sample_orders)
+                                        permutation_inputs, permutation_lm_loss, sample_orders,
+                                        span_mask, span_orders)
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import xlnet as reference
-from tests.model_checks import (ENCODER_SKIPS, REFERENCE, Learning, ModelChecks, ModelSpec,
+from tests.model_checks import (ENCODER_SKIPS, REFERENCE, TIGHT, Learning, ModelChecks, ModelSpec,
                                 assert_saves_fixture_tensors, assert_trees_close,
                                 check_train_resume_generate, grads_of, randomize, to_numpy)
 
@@ -198,6 +199,61 @@ def test_memories_carry_the_content_stream_without_gradient():
     assert mems[0].grad is None
 
 
+# ---- span-based prediction -----------------------------------------------------------------------
+def runs(mask):
+    """The lengths of the runs of True in a bool row."""
+    edges = np.diff(np.r_[0, mask.astype(int), 0])
+    return np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
+
+
+@pytest.mark.eq(26)
+def test_spans_have_lengths_proportional_to_one_over_n_and_unpredicted_gaps():
+    """Span lengths 1 .. 5 with probability (1/n) / H_5; spans never touch (each sits in its own
+    stretch of context), so without fill-ins every run is one span."""
+    generator = mt.Generator(0)
+    first = []
+    for _ in range(2000):
+        mask = span_mask(80, 10, generator=generator)
+        assert mask.sum() == 10
+        lengths = runs(mask)
+        first.append(lengths[0])
+    frequencies = np.bincount(first, minlength=6)[1:] / len(first)
+    expected = (1 / np.arange(1, 6)) / (1 / np.arange(1, 6)).sum()
+    np.testing.assert_allclose(frequencies, expected, atol=0.04)
+    spread = span_mask(400, 20, generator=generator)      # room for every span: no fill-ins
+    assert spread.sum() == 20 and runs(spread).max() <= 5 and len(runs(spread)) < 20
+    single = span_mask(30, 4, max_span=1, context_ratio=0, generator=mt.Generator(1))
+    assert single.sum() == 4 and runs(single).max() >= 1
+
+
+@pytest.mark.eq(26, 27)
+def test_span_orders_predict_the_spans_after_the_context():
+    orders = span_orders(3, 24, 6, max_span=3, generator=mt.Generator(2))
+    assert (np.sort(orders, axis=1) == np.arange(24)).all()
+    perm_mask, target_mapping, targets = permutation_inputs(orders, 6)
+    for b in range(3):
+        predicted = np.zeros(24, dtype=bool)
+        predicted[targets[b]] = True
+        assert runs(predicted).max() <= 3
+        context = np.flatnonzero(~predicted)
+        assert not perm_mask[b][:, context].any()          # every query sees the context
+        assert perm_mask[b][np.ix_(context, targets[b])].all()   # context sees no target
+
+
+def test_span_max_len_makes_the_objective_predict_spans():
+    model = tiny_model(permutation_k=4, span_max_len=3)
+    ids = np.random.default_rng(4).integers(3, 32, (2, 12))
+    mt.manual_seed(7)
+    loss = model(ids, labels=ids).loss.item()
+    mt.manual_seed(7)
+    orders = span_orders(2, 12, 3, 3)
+    assert loss == permutation_lm_loss(model, ids, 3, orders=orders).loss.item()
+    with pytest.raises(ValueError, match="span_mask: num_predict=5 is more than the 4 "):
+        span_mask(4, 5)
+    with pytest.raises(ValueError, match="span_max_len must be a positive int"):
+        XLNetConfig.tiny(span_max_len=0)
+
+
 # ---- HuggingFace checkpoints ---------------------------------------------------------------------
 def expected(name):
     with np.load(FIXTURES / name / "expected.npz") as arrays:
@@ -221,6 +277,62 @@ def test_huggingface_xlnet_model_gives_huggingface_states():
     np.testing.assert_allclose(following.last_hidden_state.numpy(), e["hidden_next"], **TOL)
 
 
+@pytest.mark.parametrize("name", ["XLNetModel-uni", "XLNetModel-bidata"])
+def test_huggingface_pretraining_options_give_huggingface_states_and_memories(name):
+    """``attn_type="uni"`` with ``same_length`` and ``reuse_len=3``; ``bi_data``: states and
+    memories over two segments (and, for bi_data, with padding and a perm_mask)."""
+    pytest.importorskip("safetensors")
+    model, e = mt.from_pretrained(FIXTURES / name), expected(name)
+    first = model(e["input_ids"])
+    np.testing.assert_allclose(first.last_hidden_state.numpy(), e["hidden"], **TOL)
+    following = model(e["next_ids"], mems=first.mems)
+    np.testing.assert_allclose(following.last_hidden_state.numpy(), e["hidden_next"], **TOL)
+    for i in range(2):
+        np.testing.assert_allclose(first.mems[i].numpy(), e[f"mems{i}"], **TOL)
+        np.testing.assert_allclose(following.mems[i].numpy(), e[f"next_mems{i}"], **TOL)
+    if "hidden_masked" in e:
+        masked = model(e["input_ids"], attention_mask=e["attention_mask"],
+                       perm_mask=e["perm_mask"])
+        np.testing.assert_allclose(masked.last_hidden_state.numpy(), e["hidden_masked"], **TOL)
+
+
+def test_one_way_attention_is_causal_and_same_length_sees_as_many_keys_everywhere():
+    model = tiny_model(attn_type="uni", mem_len=3)
+    ids = np.random.default_rng(0).integers(3, 32, (1, 6))
+    changed = ids.copy()
+    changed[0, 4] = (ids[0, 4] + 1) % 29 + 3
+    a, b = (model.transformer(x).last_hidden_state.numpy() for x in (ids, changed))
+    np.testing.assert_array_equal(a[:, :4], b[:, :4])
+    assert np.abs(a[:, 4] - b[:, 4]).max() > 1e-6
+    same = tiny_model(attn_type="uni", same_length=True).transformer
+    visible = same.one_way_mask(4, 3)
+    assert visible.sum(axis=1).tolist() == [4, 4, 4, 4]
+    assert visible[2].tolist() == [False, False, True, True, True, True, False]
+    content, query = same.masks(1, 4, 3, None, np.eye(4)[None], "test")
+    assert not query[0, 0, 0, 3] and content[0, 0, 0, 3] and not content[0, 0, 0, 4]
+
+
+def test_reuse_len_keeps_the_first_positions_and_bi_data_reads_half_the_batch_backwards():
+    model = tiny_model(reuse_len=2, mem_len=3)
+    ids = np.random.default_rng(1).integers(3, 32, (2, 5))
+    mems = model.transformer(ids, use_mems=True).mems
+    np.testing.assert_array_equal(mems[0].numpy(),
+                                  model.transformer.word_embedding(ids[:, :2]).numpy())
+    following = model.transformer(ids, mems=mems, use_mems=True).mems
+    assert following[0].shape == (2, 3, 16)            # mem_len=3 of the 2 + 2 kept
+    np.testing.assert_array_equal(following[0].numpy(), np.concatenate(
+        [mems[0].numpy()[:, 1:], mems[0].numpy()], axis=1))
+    forwards, both = tiny_model().transformer, tiny_model(bi_data=True).transformer   # same seed
+    twice = np.concatenate([ids[:1], ids[:1]])
+    out = both(twice).last_hidden_state.numpy()
+    np.testing.assert_allclose(out[0], forwards(ids[:1]).last_hidden_state.numpy()[0],
+                               **TIGHT)
+    assert np.abs(out[0] - out[1]).max() > 1e-6
+    with pytest.raises(ValueError, match="bi_data reads half of the batch forwards and half "
+                                         "backwards, so the batch must be even, got 1"):
+        both(ids[:1])
+
+
 @pytest.mark.eq(28, 29)
 def test_huggingface_xlnet_lm_gives_huggingface_logits_with_and_without_permutation():
     pytest.importorskip("safetensors")
@@ -234,7 +346,8 @@ def test_huggingface_xlnet_lm_gives_huggingface_logits_with_and_without_permutat
     np.testing.assert_allclose(out.loss.item(), e["loss_perm"], rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["XLNetModel", "XLNetLMHeadModel"])
+@pytest.mark.parametrize("name", ["XLNetModel", "XLNetLMHeadModel", "XLNetModel-uni",
+                                  "XLNetModel-bidata"])
 def test_save_pretrained_writes_huggingface_keys_and_shapes(name, tmp_path):
     pytest.importorskip("safetensors.numpy")
     written = assert_saves_fixture_tensors(mt.from_pretrained(FIXTURES / name), FIXTURES / name,
@@ -283,10 +396,15 @@ def test_bad_masks_orders_and_memories_are_clear_errors():
 def test_config_round_trips_and_refuses_unsupported_huggingface_settings():
     config = XLNetConfig.tiny(mem_len=4, clamp_len=3, ff_activation="gelu_new")
     assert XLNetConfig.from_hf({**config.to_hf(), "model_type": "xlnet"}) == config
-    for key, value in (("attn_type", "uni"), ("bi_data", True), ("same_length", True),
-                       ("reuse_len", 2), ("tie_word_embeddings", False)):
-        with pytest.raises(ValueError, match=f"{key}={value!r} is not supported"):
-            XLNetConfig.from_hf({**config.to_hf(), "model_type": "xlnet", key: value})
+    options = XLNetConfig.tiny(attn_type="uni", same_length=True, reuse_len=2, bi_data=True)
+    assert XLNetConfig.from_hf({**options.to_hf(), "model_type": "xlnet"}) == options
+    with pytest.raises(ValueError, match="tie_word_embeddings=False is not supported"):
+        XLNetConfig.from_hf({**config.to_hf(), "model_type": "xlnet",
+                             "tie_word_embeddings": False})
+    with pytest.raises(ValueError, match="attn_type must be 'bi' or 'uni', got 'left'"):
+        XLNetConfig.tiny(attn_type="left")
+    with pytest.raises(ValueError, match="reuse_len must be an int >= 0"):
+        XLNetConfig.tiny(reuse_len=-1)
     with pytest.raises(ValueError, match="ff_activation must be one of"):
         XLNetConfig.tiny(ff_activation="swish")
     with pytest.raises(ValueError, match="n_head=3 does not divide d_model=16"):

@@ -22,13 +22,15 @@ import pytest
 from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp import nn
+from minitorch_nlp import nn, training
+from minitorch_nlp.io import load
 from minitorch_nlp.models.transformer_xl import (RelativePositionAttention, TransfoXLConfig,
                                                  TransfoXLLMHeadModel, TransformerXLLayer,
                                                  relative_position_encoding, relative_shift)
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import transformer_xl as reference
-from tests.model_checks import (REFERENCE, Learning, ModelChecks, ModelSpec,
+from minitorch_nlp.models.gpt import causal_lm_loss
+from tests.model_checks import (REFERENCE, TIGHT, Learning, ModelChecks, ModelSpec,
                                 assert_saves_fixture_tensors, assert_trees_close,
                                 check_train_resume_generate, grads_of, randomize, to_numpy)
 
@@ -270,6 +272,51 @@ def test_adaptive_softmax_is_a_distribution_and_plain_without_cutoffs():
                                rtol=1e-6, atol=1e-6)
 
 
+@given(st.sampled_from([[], [10], [10, 20]]), st.integers(1, 2), S.seeds())
+def test_the_loss_scores_only_the_targets_and_equals_the_full_distributions(cutoffs, div_val,
+                                                                             seed):
+    """The target-only loss and its gradients equal causal_lm_loss of the full log-probs."""
+    config = TransfoXLConfig.tiny(cutoffs=cutoffs, div_val=div_val)
+    model = randomize(TransfoXLLMHeadModel(config), seed, norm_gain_mean=1.0)
+    ids = np.random.default_rng(seed).integers(0, config.vocab_size, (2, 7))
+    labels = ids.copy()
+    labels[0, 3] = -100
+    out = model(ids, labels=labels)
+    assert out.logits is None
+    out.loss.backward()
+    targeted = {name: p.grad.numpy() for name, p in model.named_parameters()
+                if p.grad is not None}
+    model.zero_grad()
+    full = model(ids, output_logits=True)
+    expected = causal_lm_loss(full.logits, labels)
+    expected.backward()
+    np.testing.assert_allclose(out.loss.item(), expected.item(), **TIGHT)
+    for name, p in model.named_parameters():
+        if p.grad is not None and np.abs(p.grad.numpy()).max() > 0:
+            np.testing.assert_allclose(targeted[name], p.grad.numpy(), **TIGHT, err_msg=name)
+
+
+def test_tail_clusters_are_computed_only_where_a_target_lies_in_them():
+    """Inputs and targets all in the head: the tail clusters get no gradient (they were never
+    scored); the full distribution scores them."""
+    config = TransfoXLConfig.tiny(cutoffs=[10, 20], div_val=2)
+    model = TransfoXLLMHeadModel(config).to(mt.float64)
+    ids = np.random.default_rng(0).integers(0, 10, (2, 6))
+    model(ids, labels=ids).loss.backward()
+    tail_tables = [table.weight for table in model.transformer.word_emb.embeddings[1:]]
+    assert all(table.grad is None or not np.abs(table.grad.numpy()).any()
+               for table in tail_tables)                 # (the inputs too are head tokens)
+    assert model.crit.cluster_weight.grad is not None       # the head scores the clusters
+    model.zero_grad()
+    causal_lm_loss(model(ids, output_logits=True).logits, ids).backward()
+    assert all(np.abs(table.grad.numpy()).max() > 0 for table in tail_tables)
+    hidden = mt.zeros(2, 6, 16, dtype=mt.float64)
+    with pytest.raises(ValueError, match=r"targets of shape \(2, 5\) must be \(2, 6\)"):
+        model.crit.target_log_probs(hidden, model.transformer.word_emb, ids[:, 1:])
+    with pytest.raises(ValueError, match=r"target ids must lie in \[0, 30\) or be -100"):
+        model.crit.target_log_probs(hidden, model.transformer.word_emb, ids + 30)
+
+
 # ---- HuggingFace checkpoints ---------------------------------------------------------------------
 HF_FIXTURES = ("TransfoXLLMHeadModel", "TransfoXLLMHeadModel-plain")
 
@@ -283,7 +330,8 @@ def test_huggingface_checkpoint_gives_huggingface_outputs_over_two_segments(name
     config = model.config
     zeros = [mt.zeros(2, config.mem_len, config.d_model) for _ in range(config.n_layer)]
     first = model(expected["first"], mems=zeros)          # HuggingFace's initial memory: zeros
-    second = model(expected["second"], mems=first.mems, labels=expected["second"])
+    second = model(expected["second"], mems=first.mems, labels=expected["second"],
+                   output_logits=True)
     scale = max(np.abs(expected["log_probs1"]).max(), 1.0)
     np.testing.assert_allclose(first.logits.numpy(), expected["log_probs1"], rtol=0,
                                atol=1e-4 * scale)
@@ -337,10 +385,13 @@ def test_bad_memories_and_positions_are_clear_errors():
         model(np.full((2, 3), 30))
     core = RelativePositionAttention(4, 2, 2)
     q = mt.zeros(1, 2, 3, 2)
-    with pytest.raises(ValueError, match=r"relative_positions must have shape \(k_time, "
-                                         r"d_model\) = \(3, 4\) or \(k_time \+ q_time, "
-                                         r"d_model\) = \(6, 4\), got \(2, 4\)"):
+    with pytest.raises(ValueError, match=r"relative_positions must have shape \(\[batch,\] "
+                                         r"rows, d_model\), rows k_time = 3, k_time \+ 1 or "
+                                         r"k_time \+ q_time = 6, d_model = 4, batch = 1; got "
+                                         r"\(2, 4\)"):
         core(q, q, q, relative_positions=mt.zeros(2, 4))
+    with pytest.raises(ValueError, match=r"batch = 1; got \(2, 6, 4\)"):
+        core(q, q, q, relative_positions=mt.zeros(2, 6, 4))
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -407,4 +458,51 @@ class TestTransformerXLChecks(ModelChecks):
 
 # ---- the command line ----------------------------------------------------------------------------
 def test_train_xl_resumes_exactly_and_generates(tmp_path, capsys):
-    check_train_resume_generate("xl", tmp_path, capsys, "transformer.layers.0.self_attn.core.content_bias")
+    """The memory and the stream position are in the checkpoint, so the resumed run carries on
+    from the same memory (its weights would differ otherwise)."""
+    check_train_resume_generate("xl", tmp_path, capsys,
+                                "transformer.layers.0.self_attn.core.content_bias")
+    whole, resumed = (load(tmp_path / name / "checkpoint.npz") for name in ("whole", "run"))
+    assert whole["segment"] == resumed["segment"] == 6 and len(whole["memory"]) == 1
+    np.testing.assert_array_equal(resumed["memory"][0], whole["memory"][0])
+    assert whole["memory"][0].shape == (4, 12, 16)
+
+
+def xl_run(text, batch_size=2, block_size=8):
+    config = training.TrainConfig(model="xl", n_layer=2, n_head=2, n_embd=8,
+                                  block_size=block_size, batch_size=batch_size, steps=20,
+                                  eval_every=20, warmup_steps=1, backend="numpy")
+    return training.LanguageModelRun(config, text=text)
+
+
+def test_train_xl_reads_consecutive_segments_and_carries_the_memory():
+    """Step k feeds segment k of each of batch_size streams of the training text with the
+    memory the previous step returned; when the streams are used up, it starts again from
+    their beginnings with an empty memory."""
+    run = xl_run("abcdefghij" * 12)
+    streams = len(run.train_ids) // 2
+    rows = run.train_ids[:2 * streams].reshape(2, streams)
+    calls, forward = [], run.model.forward
+
+    def recording(input_ids, mems=None, labels=None, **kwargs):
+        out = forward(input_ids, mems=mems, labels=labels, **kwargs)
+        if run.model.training:                       # not the validation batches
+            calls.append((input_ids.numpy().copy(), mems, out.mems))
+        return out
+
+    run.model.forward = recording
+    segments = streams // 8
+    run.train(segments + 1, progress=False)
+    assert len(calls) == segments + 1
+    for k, (ids, mems, _) in enumerate(calls[:segments]):
+        np.testing.assert_array_equal(ids, rows[:, 8 * k:8 * k + 8])
+        assert (mems is None) if k == 0 else (mems is calls[k - 1][2])
+    ids, mems, _ = calls[segments]
+    np.testing.assert_array_equal(ids, rows[:, :8])
+    assert mems is None and run.segment == 1
+    assert [tuple(m.shape) for m in run.memory] == [(2, 8, 8)] * 2
+
+
+def test_train_xl_refuses_streams_shorter_than_a_segment():
+    with pytest.raises(training.SettingError, match="batch_size=40 cuts the training text"):
+        xl_run("abcdefghij" * 30, batch_size=40)

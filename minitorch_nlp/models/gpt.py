@@ -277,22 +277,29 @@ class GPTModel(Module):
         them) and ``attentions`` (each block's weights) to the output, as in HuggingFace.
         """
         name = type(self).__name__
-        ids = checks.token_ids(input_ids, self.config.vocab_size, name)
-        start = 0 if cache is None else self.blocks.cache_length(cache)
-        if position_ids is None and start + ids.shape[1] > self.config.n_positions:
-            raise ValueError(f"{name}: a sequence of {start + ids.shape[1]} tokens is longer "
-                             f"than n_positions={self.config.n_positions}")
+        ids, start, mask = self.checked_inputs(input_ids, attention_mask, position_ids, cache)
         x = self.wte(ids)                                                    # U W_e
         if token_type_ids is not None:
             x = x + self.wte(checks.token_ids(token_type_ids, self.config.vocab_size, name,
                                                    name="token_type_ids"))
         h = self.drop(self.wpe(x, start=start, position_ids=position_ids))  # + W_p (eq 20)
-        mask = checks.attention_mask(attention_mask, (ids.shape[0], start + ids.shape[1]), name)
         out = self.blocks(h, key_mask=mask, cache=cache, head_mask=head_mask,          # eq 19
                           output_hidden_states=output_hidden_states,
                           output_attentions=output_attentions)
         return ModelOutput(last_hidden_state=out.last_hidden_state, past_key_values=cache,
                            hidden_states=out.hidden_states, attentions=out.attentions)
+
+    def checked_inputs(self, input_ids, attention_mask, position_ids, cache):
+        """(ids, the position after ``cache``, the key mask (batch, start + time)) for
+        ``forward``; a sequence longer than n_positions without ``position_ids`` is an error."""
+        name = type(self).__name__
+        ids = checks.token_ids(input_ids, self.config.vocab_size, name)
+        start = 0 if cache is None else self.blocks.cache_length(cache)
+        if position_ids is None and start + ids.shape[1] > self.config.n_positions:
+            raise ValueError(f"{name}: a sequence of {start + ids.shape[1]} tokens is longer "
+                             f"than n_positions={self.config.n_positions}")
+        mask = checks.attention_mask(attention_mask, (ids.shape[0], start + ids.shape[1]), name)
+        return ids, start, mask
 
     @cookbook.equation(21)
     def lm_logits(self, hidden):
@@ -325,12 +332,13 @@ class GPTLMHeadModel(Module):
     """
 
     variant = "gpt1"
+    body_class = GPTModel   # a subclass may read the text with a GPTModel of its own
 
     def __init__(self, config):
         super().__init__()
         _check_variant(self, config)
         self.config = config
-        self.transformer = GPTModel(config)
+        self.transformer = self.body_class(config)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None, cache=None, head_mask=None, output_hidden_states=False,

@@ -16,11 +16,15 @@ A family registers itself at the end of its model module (``models/gpt.py``, ``m
   ``refused_tokenizers`` maps each tokenizer the family cannot train with to the reason;
   ``bpe_style`` is the set of special tokens a byte-level BPE trained for it gets (``gpt2``,
   ``roberta``);
-* ``objective`` (``CAUSAL_LM``, ``MASKED_LM``) says how a window of text becomes a batch and what
+* ``objective`` (``CAUSAL_LM``, ``CAUSAL_LM_WITH_MEMORY``, ``MASKED_LM``) says how a window of
+  text becomes a batch, whether a memory passes from batch to batch, and what
   ``generate`` does with the model: continue the prompt, or fill its masks;
 * ``hf_architectures`` names the HuggingFace architectures (registered with
   ``io.huggingface.register_architecture``, whose key maps sit beside this registration) that
-  ``minitorch-nlp generate`` treats as this family.
+  ``minitorch-nlp generate`` treats as this family;
+* ``progress(model, fraction)``, when given, is called before each training step with the
+  fraction of the run done, for objectives that change during training (the character
+  Transformer drops its intermediate layers' losses on a schedule).
 
 Adding a model means writing its module in ``minitorch_nlp/models/`` and registering it there:
 ``import_model_modules`` imports every module of the package, so nothing else lists the models.
@@ -34,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["CAUSAL_LM", "MASKED_LM", "ModelFamily", "Objective", "families", "family",
+__all__ = ["CAUSAL_LM", "CAUSAL_LM_WITH_MEMORY", "MASKED_LM", "ModelFamily", "Objective", "families", "family",
            "family_for_architecture", "import_model_modules", "register_family"]
 
 
@@ -48,13 +52,19 @@ class Objective:
     (or ``(input_ids, labels, attention_mask)`` when the inputs are padded);
     ``respond(model, tokenizer, prompt, **options)`` is what ``generate`` prints: the prompt
     continued (``decoding.generate_text``) or its masks filled (``decoding.fill_masks``).
-    ``generates_text``: whether ``respond`` samples (and so takes the sampling options)."""
+    ``generates_text``: whether ``respond`` samples (and so takes the sampling options).
+    ``carries_memory``: training reads the text as ``batch_size`` parallel streams, each step
+    the next segment of every stream, and hands the model's memory of the segments before on to
+    the next step (``model(..., mems=memory)`` returning ``.mems``, as HuggingFace's
+    Transformer-XL and XLNet), starting again from the streams' beginnings, with an empty
+    memory, when they are used up."""
 
     name: str
     extra_tokens: int
     batcher: Callable
     respond: Callable
     generates_text: bool
+    carries_memory: bool = False
 
     def window_length(self, block_size):
         """Text tokens per example for a model that reads ``block_size`` tokens."""
@@ -92,6 +102,9 @@ def _fill_masks(model, tokenizer, prompt, **options):
 
 CAUSAL_LM = Objective("causal-lm", extra_tokens=0, batcher=_causal_batcher,
                       respond=_continue_prompt, generates_text=True)
+CAUSAL_LM_WITH_MEMORY = Objective("causal-lm-with-memory", extra_tokens=0,
+                                  batcher=_causal_batcher, respond=_continue_prompt,
+                                  generates_text=True, carries_memory=True)
 MASKED_LM = Objective("masked-lm", extra_tokens=2, batcher=_masked_batcher,
                       respond=_fill_masks, generates_text=False)
 
@@ -109,6 +122,7 @@ class ModelFamily:
     bpe_style: str
     refused_tokenizers: dict = field(default_factory=dict)
     hf_architectures: tuple = ()
+    progress: Callable | None = None
 
     def check_tokenizer(self, tokenizer):
         """Raise ``ValueError`` saying why, when this family cannot train with ``tokenizer``."""

@@ -50,16 +50,16 @@ import numpy as np
 
 from .. import checks, cookbook, decoding
 from .. import functional as F
-from ..autograd import concatenate, pad, tensor, zeros
+from ..autograd import Tensor, concatenate, pad, tensor, zeros
 from ..io.huggingface import HFArchitecture, Rule, register_architecture, transpose
 from ..nn import (Dropout, Embedding, FeedForward, FullAttention, LayerNorm, Linear, Module,
                   ModuleDict, ModuleList, MultiHeadAttention, Parameter, TransformerLayer, init)
 from ..nn.outputs import ModelOutput
-from .gpt import causal_lm_loss
 
 __all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmax", "RelativePositionAttention",
            "TransfoXLConfig", "TransfoXLLMHeadModel", "TransfoXLModel", "TransformerXLLayer",
-           "decode", "extended_context", "relative_position_encoding", "relative_shift"]
+           "absolute_position_scores", "decode", "extended_context", "relative_position_encoding",
+           "relative_shift"]
 
 
 # ---- configuration -------------------------------------------------------------------------------
@@ -211,6 +211,39 @@ def relative_shift(scores, k_time):
     return rows.reshape(*lead, q_time, width - 1)[..., :k_time]
 
 
+@cookbook.equation(90)
+def absolute_position_scores(E, U, W_q, W_k, *, terms=False):
+    """The attention scores of a Transformer with absolute positions, split into the four terms
+    that eq 91 replaces (Dai et al., section 3.3)::
+
+        A^abs_ij = E_xi^T W_q^T W_k E_xj + E_xi^T W_q^T W_k U_j + U_i^T W_q^T W_k E_xj
+                   + U_i^T W_q^T W_k U_j                                        (eq 90)
+                   (a) content-content, (b) content-position, (c) position-content,
+                   (d) position-position
+
+    i.e. (W_q (E_xi + U_i)) . (W_k (E_xj + U_j)) for the inputs E + U of the first layer.
+    ``E`` (..., T, d) the token embeddings, ``U`` (T, d) the position encodings of positions
+    0 .. T-1, ``W_q`` and ``W_k`` (d_k, d) as a ``Linear`` stores them. Returns A^abs (..., T, T)
+    (before the 1/sqrt(d_k) scale and the softmax), or with ``terms=True`` the four terms.
+
+    Eq 91 keeps (a), turns U_j into the sinusoid R_{i-j} of the distance with its own W_{k,R}
+    in (b) and (d), and U_i^T W_q^T, which would give the query's absolute position, into the
+    learnt vectors u in (c) and v in (d)."""
+    if E.ndim < 2 or U.ndim != 2 or tuple(U.shape) != tuple(E.shape[-2:]):
+        raise ValueError(f"absolute_position_scores: U must be (T, d) = {tuple(E.shape[-2:])} "
+                         f"for E of shape {tuple(E.shape)}, got {tuple(U.shape)}")
+    if W_q.ndim != 2 or tuple(W_q.shape) != tuple(W_k.shape) or W_q.shape[1] != E.shape[-1]:
+        raise ValueError(f"absolute_position_scores: W_q {tuple(W_q.shape)} and W_k "
+                         f"{tuple(W_k.shape)} must both be (d_k, d) with d = {E.shape[-1]}")
+    query_content, query_position = F.linear(E, W_q), F.linear(U, W_q)      # W_q E_xi, W_q U_i
+    key_content, key_position = F.linear(E, W_k), F.linear(U, W_k)          # W_k E_xj, W_k U_j
+    four = (query_content @ key_content.swapaxes(-1, -2),                  # (a)
+            query_content @ key_position.swapaxes(-1, -2),                 # (b)
+            query_position @ key_content.swapaxes(-1, -2),                 # (c)
+            query_position @ key_position.swapaxes(-1, -2))                # (d)
+    return four if terms else four[0] + four[1] + four[2] + four[3]
+
+
 @cookbook.equation(91)
 class RelativePositionAttention(FullAttention):
     r"""The attention core of Transformer-XL: scores by relative position (eq 91)::
@@ -218,14 +251,15 @@ class RelativePositionAttention(FullAttention):
         A_ij = (q_i + u) . k_j + shift((q_i + v) . W_R R)_ij,   z = softmax(A / sqrt(d_k)) V
 
     terms (a) + (c) as the content scores of ``FullAttention`` (queries moved by u), terms (b) +
-    (d) as its additive score bias. ``forward`` takes ``relative_positions`` R (k_time, d_model)
-    from ``relative_position_encoding``; queries are the last q_time of the k_time keys.
+    (d) as its additive score bias. ``forward`` takes ``relative_positions`` R (k_time + 1 or
+    k_time rows, d_model) from ``relative_position_encoding``; queries are the last q_time of
+    the k_time keys.
     ``content_bias`` is u and ``position_bias`` v (HuggingFace's r_w_bias and r_r_bias), both
     (heads, d_k); ``position_proj`` is W_R.
     """
 
     def __init__(self, d_model, num_heads, head_dim, dropout=0.0):
-        super().__init__(dropout)
+        super().__init__(dropout, scale=1.0)   # the queries carry 1/sqrt(d_k) (see forward)
         self.num_heads, self.head_dim = num_heads, head_dim
         self.position_proj = Linear(d_model, num_heads * head_dim, bias=False)
         self.content_bias = Parameter(zeros(num_heads, head_dim))
@@ -234,29 +268,39 @@ class RelativePositionAttention(FullAttention):
     def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
                 need_weights=False, relative_positions=None):
         positional = self.position_scores(q, k.shape[2], relative_positions)    # (b) + (d)
-        return super().forward(q + self.content_bias.unsqueeze(1), k, v, mask=mask,  # (a) + (c)
+        # 1/sqrt(d_k) on the (q_time, d_k) queries rather than on the (q_time, k_time) scores:
+        # a pass over the score matrix fewer, forwards and backwards
+        content_queries = (q + self.content_bias.unsqueeze(1)) * (1.0 / math.sqrt(self.head_dim))
+        return super().forward(content_queries, k, v, mask=mask,                   # (a) + (c)
                                bias=positional if bias is None else bias + positional,
                                causal=causal, key_mask=key_mask, need_weights=need_weights)
 
     def position_scores(self, q, k_time, relative_positions):
         """(q_i + v) . W_R R_{i-j} / sqrt(d_k), (batch, heads, q_time, k_time), from R of
-        ``relative_position_encoding``: (k_time, d_model) for distances k_time - 1 .. 0, or
-        (k_time + q_time, d_model) for k_time .. 1 - q_time (XLNet)."""
+        ``relative_position_encoding``: (k_time, d_model) for distances k_time - 1 .. 0,
+        (k_time + 1, d_model) for k_time .. 0 (XLNet's one-way attention), or (k_time + q_time,
+        d_model) for k_time .. 1 - q_time (XLNet); (batch, rows, d_model) gives each sequence
+        its own table (XLNet's ``bi_data``)."""
         q_time, d_model = q.shape[2], self.position_proj.in_features
-        rows = (k_time, k_time + q_time)
-        if relative_positions is None or relative_positions.ndim != 2 \
-                or relative_positions.shape[0] not in rows \
-                or relative_positions.shape[1] != d_model:
+        rows = (k_time, k_time + 1, k_time + q_time)
+        if relative_positions is None or relative_positions.ndim not in (2, 3) \
+                or relative_positions.shape[-2] not in rows \
+                or relative_positions.shape[-1] != d_model \
+                or relative_positions.ndim == 3 and relative_positions.shape[0] != q.shape[0]:
             shape = None if relative_positions is None else tuple(relative_positions.shape)
             raise ValueError(f"{type(self).__name__}: relative_positions must have shape "
-                             f"(k_time, d_model) = {(k_time, d_model)} or (k_time + q_time, "
-                             f"d_model) = {(k_time + q_time, d_model)}, got {shape}")
-        width = relative_positions.shape[0]
-        r = self.position_proj(relative_positions).reshape(width, self.num_heads, self.head_dim)
-        by_distance = (q + self.position_bias.unsqueeze(1)) @ r.permute(1, 2, 0)  # (.., width)
+                             f"([batch,] rows, d_model), rows k_time = {k_time}, k_time + 1 or "
+                             f"k_time + q_time = {k_time + q_time}, d_model = {d_model}, batch "
+                             f"= {q.shape[0]}; got {shape}")
+        *lead, width, _ = relative_positions.shape
+        r = self.position_proj(relative_positions).reshape(*lead, width, self.num_heads,
+                                                           self.head_dim)
+        r = r.permute(0, 2, 3, 1) if lead else r.permute(1, 2, 0)   # ([batch,] heads, d_k, width)
+        scaled = (q + self.position_bias.unsqueeze(1)) * (1.0 / math.sqrt(self.head_dim))
+        by_distance = scaled @ r                                                  # (.., width)
         if width == k_time:                          # distances from k_time - 1: add k_time
             by_distance = pad(by_distance, [(0, 0)] * 3 + [(1, 0)])
-        return relative_shift(by_distance, k_time) * (1.0 / math.sqrt(self.head_dim))
+        return relative_shift(by_distance, k_time)
 
     def extra_repr(self):
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}"
@@ -369,7 +413,9 @@ class AdaptiveLogSoftmax(Module):
     Owns the biases (one per cluster), the head's cluster vectors and biases, and the projections
     d_proj -> width of the clusters whose ``tie_projs`` entry is False (weight (width, d_proj));
     the others use the embedding's projection. ``forward(hidden, embedding)`` returns log-probabilities
-    over the whole vocabulary (..., vocab_size)."""
+    over the whole vocabulary (..., vocab_size); ``target_log_probs(hidden, embedding, targets)``
+    only those of the targets, computing each tail cluster at the positions whose target lies in
+    it (the adaptive softmax's saving: the rare clusters are scored for few positions)."""
 
     def __init__(self, vocab_size, d_embed, d_proj, cutoffs=(), div_val=1, tie_projs=None,
                  proj_init_std=0.01):
@@ -405,6 +451,41 @@ class AdaptiveLogSoftmax(Module):
         elif tied_projection is not None:
             hidden = hidden @ tied_projection
         return F.linear(hidden, weight, bias)
+
+    def target_log_probs(self, hidden, embedding, targets):
+        """log P(target) at each position (..., ) for ``hidden`` (..., d_proj) and ``targets``
+        (...) token ids, 0 where the target is -100. The head cluster is scored at every
+        position; tail cluster i only at the positions whose target it holds."""
+        targets = np.asarray(targets.numpy() if isinstance(targets, Tensor) else targets)
+        if targets.shape != tuple(hidden.shape[:-1]):
+            raise ValueError(f"{type(self).__name__}.target_log_probs: targets of shape "
+                             f"{targets.shape} must be {tuple(hidden.shape[:-1])}")
+        flat, ids = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+        counted = ids != -100
+        vocab_size = self.bounds[-1][1]
+        if ids[counted].size and (ids[counted].min() < 0 or ids[counted].max() >= vocab_size):
+            raise ValueError(f"{type(self).__name__}.target_log_probs: target ids must lie in "
+                             f"[0, {vocab_size}) or be -100")
+        ids = np.where(counted, ids, 0)
+        cluster = np.searchsorted([high for _, high in self.bounds], ids, side="right")
+        weights = embedding.output_weights()
+        head = F.log_softmax(self.cluster_logits(flat, 0, *weights[0]), axis=-1)
+        head_size, rows = self.bounds[0][1], np.arange(len(ids))
+        column = np.where(cluster == 0, ids, head_size + cluster - 1)   # the token or its cluster
+        log_probs = head[rows, column]
+        order, tails = [np.flatnonzero(cluster == 0)], []
+        for i in range(1, len(self.bounds)):
+            at = np.flatnonzero(cluster == i)
+            if at.size:
+                tail = F.log_softmax(self.cluster_logits(flat[at], i, *weights[i]), axis=-1)
+                tails.append(tail[np.arange(at.size), ids[at] - self.bounds[i][0]])
+                order.append(at)
+        if tails:                        # put each tail's values back at its positions
+            placed = concatenate([zeros(order[0].size, dtype=head.dtype, backend=head.backend),
+                                  *tails])
+            log_probs = log_probs + placed[np.argsort(np.concatenate(order))]
+        mask = tensor(counted.astype(np.float64), dtype=head.dtype, backend=head.backend)
+        return (log_probs * mask).reshape(targets.shape)
 
     def forward(self, hidden, embedding):
         weights = embedding.output_weights()
@@ -472,9 +553,11 @@ class TransfoXLModel(Module):
         heads = (None if head_mask is None
                  else np.broadcast_to(np.asarray(head_mask), (config.n_layer, config.n_head)))
         x = self.drop(self.word_emb(ids))
+        # distances k_time .. 0 (q_time=1): one row more than causal queries use, so that the
+        # relative shift needs no padding of the scores
         positions = self.drop(relative_position_encoding(
             memory_time + ids.shape[1], config.d_model, config.clamp_len, reference.dtype,
-            reference.backend))
+            reference.backend, q_time=1))
         inputs, attentions = [], []
         for i, layer in enumerate(self.layers):
             inputs.append(x)
@@ -506,7 +589,10 @@ class TransfoXLLMHeadModel(Module):
     ``model(input_ids, mems=None, labels=None)`` returns ``logits`` (batch, time, vocab_size),
     which are log-probabilities (HuggingFace's ``prediction_scores``), ``mems`` for the next
     segment and, with ``labels``, ``loss``: the mean of -log P(x_t+1 | x_<=t, memory) over the
-    labels not -100 (shifted inside, as ``gpt.causal_lm_loss``)."""
+    labels not -100 (shifted inside, as ``gpt.causal_lm_loss``). The loss scores only the
+    targets (``AdaptiveLogSoftmax.target_log_probs``); the whole distribution is computed when
+    ``output_logits`` is True, by default only without labels (as HuggingFace, whose
+    ``prediction_scores`` are empty when labels are given)."""
 
     def __init__(self, config):
         super().__init__()
@@ -519,12 +605,21 @@ class TransfoXLLMHeadModel(Module):
             init.normal_(self.crit.cluster_weight, std=config.init_std)
 
     def forward(self, input_ids, mems=None, labels=None, head_mask=None,
-                output_hidden_states=False, output_attentions=False):
+                output_hidden_states=False, output_attentions=False, output_logits=None):
         out = self.transformer(input_ids, mems, head_mask, output_hidden_states,
                                output_attentions)
-        log_probs = self.crit(out.last_hidden_state, self.transformer.word_emb)
-        loss = None if labels is None else causal_lm_loss(log_probs, labels)
-        return ModelOutput(loss=loss, logits=log_probs, mems=out.mems,
+        hidden, loss = out.last_hidden_state, None
+        if labels is not None:
+            labels = checks.ids_array(labels, "labels", type(self).__name__,
+                                      shape=tuple(hidden.shape[:2]))
+            targets = labels[:, 1:]                       # position t predicts token t + 1
+            log_probs = self.crit.target_log_probs(hidden[:, :-1], self.transformer.word_emb,
+                                                   targets)
+            loss = log_probs.sum() * (-1.0 / max(1, int((targets != -100).sum())))
+        if output_logits is None:
+            output_logits = labels is None
+        logits = self.crit(hidden, self.transformer.word_emb) if output_logits else None
+        return ModelOutput(loss=loss, logits=logits, mems=out.mems,
                            hidden_states=out.hidden_states, attentions=out.attentions)
 
     def generate(self, input_ids, max_new_tokens=20, *, do_sample=False, temperature=1.0,
@@ -639,13 +734,14 @@ register_architecture(_ConfigShapedArchitecture(
 
 
 # ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (this block only)
+from .registry import CAUSAL_LM_WITH_MEMORY, ModelFamily, register_family  # noqa: E402 (block)
 
 
 def _build_for_training(settings, tokenizer):
     """A Transformer-XL for a run's ``settings`` (``training.TrainConfig``): ``n_embd`` wide,
     ``n_head`` heads, a plain softmax (a character or BPE vocabulary is small), memory
-    ``block_size`` in training and in evaluation."""
+    ``block_size`` in training and in evaluation. Training reads consecutive segments and
+    carries the memory from step to step (``CAUSAL_LM_WITH_MEMORY``), as the paper trains."""
     return TransfoXLLMHeadModel(TransfoXLConfig(
         vocab_size=len(tokenizer), cutoffs=[], d_model=settings.n_embd, d_embed=settings.n_embd,
         n_head=settings.n_head, d_head=settings.n_embd // settings.n_head,
@@ -657,5 +753,5 @@ def _build_for_training(settings, tokenizer):
 register_family(ModelFamily(
     name="xl", summary="Transformer-XL: relative-position attention over a memory of the previous "
     "segment, next-token prediction (eq 86-91)",
-    objective=CAUSAL_LM, build=_build_for_training, default_tokenizer="char", bpe_style="gpt2",
-    hf_architectures=("TransfoXLLMHeadModel",)))
+    objective=CAUSAL_LM_WITH_MEMORY, build=_build_for_training, default_tokenizer="char",
+    bpe_style="gpt2", hf_architectures=("TransfoXLLMHeadModel",)))

@@ -41,7 +41,7 @@ import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import Tensor, concatenate, tensor, zeros
+from ..autograd import Tensor, concatenate, stack, tensor, zeros
 from ..autograd.random import rng
 from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, FeedForward, LayerNorm, Module, ModuleList,
@@ -52,7 +52,7 @@ from .transformer_xl import (RelativePositionAttention, decode, extended_context
 
 __all__ = ["XLNetConfig", "XLNetLMHeadModel", "XLNetLayer", "XLNetModel",
            "XLNetRelativeAttention", "permutation_inputs", "permutation_lm_loss",
-           "sample_orders"]
+           "sample_orders", "span_mask", "span_orders"]
 
 _HF_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
 
@@ -65,11 +65,22 @@ class XLNetConfig:
     ``"relu"`` or ``"gelu_new"`` (the tanh approximation). ``mem_len``: how many positions
     ``mems`` keep (None or 0: all of them, as HuggingFace); memories are returned in eval mode
     (``use_mems_eval``) and not in training (``use_mems_train``) unless asked. ``clamp_len`` > 0
-    clamps relative distances to +-clamp_len. ``permutation_k`` (ours, not HuggingFace's): when
+    clamps relative distances to +-clamp_len. ``attn_type``: ``"bi"`` (every position sees every
+    other, subject to the masks) or ``"uni"`` (position i sees the memory and positions <= i,
+    relative distances from k_time down to 0 only); ``same_length`` (with ``"uni"``): query i
+    sees exactly mem_time + 1 keys, i - mem_time of the oldest memory positions hidden, so every
+    position has the same context length. ``reuse_len``: only the first ``reuse_len`` positions
+    of a segment go into the next memory (the paper's pretraining reuses the first half of each
+    segment as the next one's context). ``bi_data``: the first half of the batch reads the
+    distances forwards, the second half backwards (the sines negated), the paper's pretraining
+    on both directions of the text (the batch must be even). ``permutation_k`` (ours, not
+    HuggingFace's): when
     set, ``model(ids, labels=ids)`` without ``perm_mask`` and ``target_mapping`` is the
     permutation objective (``permutation_lm_loss``, one order per sequence from the library's
     generator, num_predict = T // K, at least 1), as ``minitorch-nlp train xlnet`` uses it (K =
-    6 in the paper). ``XLNetConfig.tiny()`` is test-sized."""
+    6 in the paper); ``span_max_len`` (ours too): its targets are then spans of up to that many
+    tokens (``span_orders``; the paper's pretraining: 5). ``XLNetConfig.tiny()`` is
+    test-sized."""
 
     vocab_size: int = 32000
     d_model: int = 1024
@@ -89,6 +100,11 @@ class XLNetConfig:
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2
     permutation_k: int | None = None
+    span_max_len: int | None = None
+    attn_type: str = "bi"
+    bi_data: bool = False
+    same_length: bool = False
+    reuse_len: int | None = None
 
     def __post_init__(self):
         name = "XLNetConfig"
@@ -109,6 +125,12 @@ class XLNetConfig:
             raise ValueError(f"{name}: dropout must be in [0, 1), got {self.dropout}")
         if self.permutation_k is not None:
             checks.positive_int(self.permutation_k, "permutation_k", name)
+        if self.span_max_len is not None:
+            checks.positive_int(self.span_max_len, "span_max_len", name)
+        if self.attn_type not in ("bi", "uni"):
+            raise ValueError(f"{name}: attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
+        if self.reuse_len is not None:
+            checks.int_at_least(self.reuse_len, 0, "reuse_len", name)
 
     @property
     def n_positions(self):
@@ -129,22 +151,18 @@ class XLNetConfig:
         if hf.get("model_type") != "xlnet":
             raise ValueError(f"XLNetConfig.from_hf: model_type must be 'xlnet', got "
                              f"{hf.get('model_type')!r}")
-        supported = {"attn_type": "bi", "bi_data": False, "same_length": False,
-                     "reuse_len": None, "tie_word_embeddings": True}
-        for key, value in supported.items():
-            if hf.get(key, value) != value:
-                raise ValueError(f"XLNetConfig.from_hf: {key}={hf[key]!r} is not supported "
-                                 f"(only {value!r})")
-        names = {f.name for f in fields(cls)} - {"mem_len", "d_head", "pad_token_id",
-                                                  "bos_token_id", "eos_token_id"}
+        if not hf.get("tie_word_embeddings", True):
+            raise ValueError("XLNetConfig.from_hf: tie_word_embeddings=False is not supported "
+                             "(only True)")
+        nullable = ("mem_len", "d_head", "pad_token_id", "bos_token_id", "eos_token_id",
+                    "reuse_len")
+        names = {f.name for f in fields(cls)} - set(nullable)
         return cls(**{key: hf[key] for key in names if key in hf},
-                   **{key: hf.get(key) for key in ("mem_len", "d_head", "pad_token_id",
-                                                   "bos_token_id", "eos_token_id")})
+                   **{key: hf.get(key) for key in nullable})
 
     def to_hf(self):
         """The HuggingFace ``config.json`` fields (``XLNetConfig``)."""
-        return {**asdict(self), "attn_type": "bi", "bi_data": False, "same_length": False,
-                "reuse_len": None, "tie_word_embeddings": True}
+        return {**asdict(self), "tie_word_embeddings": True}
 
 
 # ---- two-stream relative attention (eq 28-29) ----------------------------------------------------
@@ -229,6 +247,53 @@ def sample_orders(batch, time, generator=None):
     keys = rng(generator).random((checks.positive_int(batch, "batch", "sample_orders"),
                                   checks.positive_int(time, "time", "sample_orders")))
     return np.argsort(keys, axis=-1)
+
+
+def span_mask(time, num_predict, max_span=5, context_ratio=6, generator=None):
+    """Which of ``time`` positions to predict, as the XLNet paper's pretraining picks them
+    (span-based prediction, its code's ``_sample_mask``): spans of n consecutive tokens, n drawn
+    from 1 .. ``max_span`` with probability proportional to 1/n, each inside a stretch of
+    ``context_ratio`` * n unpredicted tokens (a random part of it before the span, the rest
+    after), from left to right until ``num_predict`` tokens are chosen or the text ends; single
+    tokens drawn uniformly make up any shortfall. Bool (time,), ``num_predict`` of them True."""
+    where = "span_mask"
+    time = checks.positive_int(time, "time", where)
+    num_predict = checks.positive_int(num_predict, "num_predict", where)
+    max_span = checks.positive_int(max_span, "max_span", where)
+    context_ratio = checks.int_at_least(context_ratio, 0, "context_ratio", where)
+    if num_predict > time:
+        raise ValueError(f"{where}: num_predict={num_predict} is more than the {time} positions")
+    draw = rng(generator)
+    lengths = np.arange(1, max_span + 1)
+    mask, chosen, cursor = np.zeros(time, dtype=bool), 0, 0
+    while cursor < time and chosen < num_predict:
+        n = min(int(draw.choice(lengths, p=(1 / lengths) / (1 / lengths).sum())),
+                num_predict - chosen)
+        context = n * context_ratio
+        before = int(draw.integers(context)) if context else 0
+        start = cursor + before
+        if start + n > time:
+            break
+        mask[start:start + n] = True
+        chosen += n
+        cursor = start + n + context - before
+    if chosen < num_predict:
+        mask[draw.choice(np.flatnonzero(~mask), num_predict - chosen, replace=False)] = True
+    return mask
+
+
+def span_orders(batch, time, num_predict, max_span=5, context_ratio=6, generator=None):
+    """Factorisation orders for span-based prediction (batch, time) int64: the positions of a
+    ``span_mask`` per sequence last, in a random order, after the others (the context, which
+    every target sees), so that ``permutation_inputs(orders, num_predict)`` predicts the spans:
+    a span's tokens together, each seeing the context and the targets before it in the order."""
+    draw = rng(generator)
+    orders = []
+    for _ in range(checks.positive_int(batch, "batch", "span_orders")):
+        mask = span_mask(time, num_predict, max_span, context_ratio, generator)
+        orders.append(np.concatenate([draw.permutation(np.flatnonzero(~mask)),
+                                      draw.permutation(np.flatnonzero(mask))]))
+    return np.stack(orders).astype(np.int64)
 
 
 @cookbook.equation(27)
@@ -322,8 +387,10 @@ class XLNetModel(Module):
 
     def masks(self, batch, time, memory_time, attention_mask, perm_mask, where):
         """(content mask, query mask), bool (batch, 1, time, memory_time + time), True where the
-        query may attend; (None, None) for full attention. Memory is always visible."""
-        if attention_mask is None and perm_mask is None:
+        query may attend; (None, None) for full attention. Memory is visible, except to
+        ``attn_type="uni"`` with ``same_length``."""
+        uni = self.config.attn_type == "uni"
+        if attention_mask is None and perm_mask is None and not uni:
             return None, None
         hidden = np.zeros((batch, time, time), dtype=bool)
         if attention_mask is not None:
@@ -332,8 +399,36 @@ class XLNetModel(Module):
         if perm_mask is not None:
             hidden |= _float_array(perm_mask, "perm_mask", (batch, time, time), where)
         query = np.concatenate([np.ones((batch, time, memory_time), dtype=bool), ~hidden], -1)
+        if uni:
+            query &= self.one_way_mask(time, memory_time)
         itself = np.arange(time)[:, None] + memory_time == np.arange(memory_time + time)
         return (query | itself)[:, None], query[:, None]
+
+    def one_way_mask(self, time, memory_time):
+        """``attn_type="uni"``: query i (at key position memory_time + i) sees keys j <=
+        memory_time + i; with ``same_length`` also only j >= i, so that every query sees
+        memory_time + 1 keys. Bool (time, memory_time + time), True where it may attend."""
+        query, key = np.arange(time)[:, None], np.arange(memory_time + time)[None, :]
+        visible = key <= query + memory_time
+        return visible & (key >= query) if self.config.same_length else visible
+
+    def positions(self, batch, time, memory_time, like):
+        """R for the distances the queries need: k_time .. 1 - time (``"bi"``) or k_time .. 0
+        (``"uni"``), clamped to ``clamp_len``; with ``bi_data`` (batch, rows, d_model), the
+        second half of the batch reading every distance negated."""
+        config = self.config
+        table = relative_position_encoding(
+            memory_time + time, config.d_model, max(config.clamp_len, 0), like.dtype,
+            like.backend, q_time=time if config.attn_type == "bi" else 1)
+        if not config.bi_data:
+            return table
+        if batch % 2:
+            raise ValueError(f"{type(self).__name__}: bi_data reads half of the batch forwards "
+                             f"and half backwards, so the batch must be even, got {batch}")
+        half = config.d_model // 2
+        backwards = table * tensor(np.r_[-np.ones(half), np.ones(config.d_model - half)],
+                                   dtype=like.dtype, backend=like.backend)   # sin(-x) = -sin x
+        return stack([table] * (batch // 2) + [backwards] * (batch // 2))
 
     def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
                 target_mapping=None, token_type_ids=None, use_mems=None):
@@ -361,9 +456,7 @@ class XLNetModel(Module):
             keys = np.concatenate([np.zeros((batch, memory_time), dtype=types.dtype), types], 1)
             different = tensor((types[:, None, :, None] != keys[:, None, None, :]),
                                dtype=like.dtype, backend=like.backend)
-        positions = self.dropout(relative_position_encoding(
-            memory_time + time, config.d_model, max(config.clamp_len, 0), like.dtype,
-            like.backend, q_time=time))
+        positions = self.dropout(self.positions(batch, time, memory_time, like))
         use_mems = (config.use_mems_train if self.training else config.use_mems_eval) \
             if use_mems is None else use_mems
         new_mems = []
@@ -378,8 +471,11 @@ class XLNetModel(Module):
                            mems=new_mems if use_mems else None)
 
     def next_memory(self, h, memory):
-        """A layer's input states appended to its memory, cut from the graph, the last
-        ``mem_len`` positions (all of them when ``mem_len`` is None or 0)."""
+        """A layer's input states (the first ``reuse_len`` positions, when set) appended to its
+        memory, cut from the graph, the last ``mem_len`` positions (all of them when ``mem_len``
+        is None or 0)."""
+        if self.config.reuse_len:
+            h = h[:, :self.config.reuse_len]
         states = h if memory is None else concatenate([memory, h], axis=1)
         length = self.config.mem_len
         return states.detach()[:, -length:] if length else states.detach()
@@ -460,11 +556,16 @@ def permutation_lm_loss(model, input_ids, num_predict, orders=None, generator=No
     """XLNet's pretraining loss (eq 26-27), one sampled order per sequence as the paper's
     Monte-Carlo estimate of E_z: -1/(batch num_predict) sum_b sum_t log p(x_{z_t} | x_{z_<t})
     over the last ``num_predict`` steps of each order (partial prediction). ``orders``
-    (batch, T) default to ``sample_orders(batch, T, generator)``; ``token_type_ids`` and
+    (batch, T) default to ``sample_orders(batch, T, generator)``, or to ``span_orders`` (spans
+    of up to ``config.span_max_len`` tokens predicted together) when that is set;
+    ``token_type_ids`` and
     ``mems`` (the previous segment's, visible to every position) go to the model. Returns the
     ``ModelOutput`` of ``model`` (an ``XLNetLMHeadModel``) with ``loss``."""
     ids = checks.token_ids(input_ids, model.config.vocab_size, "permutation_lm_loss")
-    if orders is None:
+    if orders is None and model.config.span_max_len:
+        orders = span_orders(*ids.shape, num_predict, model.config.span_max_len,
+                             generator=generator)
+    elif orders is None:
         orders = sample_orders(*ids.shape, generator)
     perm_mask, target_mapping, targets = permutation_inputs(orders, num_predict)
     if np.shape(orders) != ids.shape:
