@@ -13,6 +13,11 @@ over random windows of the text, eq 18, L1; ``bert`` and ``roberta``: the masked
 random windows, the masks redrawn every time a window is drawn, RoBERTa's dynamic masking). This
 module holds no per-model code: each family says how to build its model, which tokenizers it
 takes and how its objective makes a batch.
+
+The same loop runs over MPI ranks (``mpirun -n 4 minitorch-nlp train gpt --parallel dp=2,tp=2
+--zero 1``): ``parallel``, a ``distributed.training.ParallelTraining``, builds the rank's shards,
+its optimizer, its share of each batch, the gradient averaging and clipping, and the gathered
+checkpoints; by default it is one process and changes nothing.
 """
 from __future__ import annotations
 
@@ -198,8 +203,10 @@ def _decay_groups(model, weight_decay):
 class LanguageModelRun:
     """A language model being trained on one text; see the module docstring."""
 
-    def __init__(self, config, *, state=None, text=None):
+    def __init__(self, config, *, state=None, text=None, parallel=None):
+        from .distributed.training import ParallelTraining
         self.config = config
+        self.parallel = ParallelTraining() if parallel is None else parallel
         self.family = registry.family(config.model)
         text = _read_text(config) if text is None else text
         self.text_digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -219,14 +226,17 @@ class LanguageModelRun:
                                    f"its {name} part has {len(part)} tokens, and a window needs "
                                    f"more than {window}; give a longer text or a smaller "
                                    "--block-size")
+        self.parallel.check(config, len(self.tokenizer))
         self.backend = get_backend(config.backend)
         with use_backend(self.backend):
             mt_random.manual_seed(config.seed)
-            self.model = self.family.build(config, self.tokenizer)
-        self.optimizer = optim.AdamW(_decay_groups(self.model, config.weight_decay), lr=config.lr,
-                                     betas=(0.9, 0.95))
-        self.scheduler = optim.CosineWarmupDecayLR(self.optimizer, config.warmup_steps,
-                                                   config.steps, min_lr_ratio=config.min_lr_ratio)
+            self.model = self.parallel.build(self._build_dense)
+        self.optimizer = self.parallel.optimizer(
+            self.model, _decay_groups(self.model, config.weight_decay), lr=config.lr,
+            betas=(0.9, 0.95))
+        self.scheduler = optim.CosineWarmupDecayLR(
+            self.parallel.scheduled(self.optimizer), config.warmup_steps, config.steps,
+            min_lr_ratio=config.min_lr_ratio)
         self.rng = np.random.default_rng(config.seed)
         self._make_batch = self.family.objective.batcher(self.tokenizer, config.mask_prob)
         # the validation windows (and their masks) are drawn once, so every evaluation is the same
@@ -236,6 +246,15 @@ class LanguageModelRun:
         self.interrupted = False
         if state is not None:
             self._restore(state)
+
+    def _build_dense(self):
+        return self.family.build(self.config, self.tokenizer)
+
+    def dense_model(self):
+        """The trained model whole, in this process (gathered from the ranks' shards, a
+        collective, for a tensor-parallel or ZeRO run; else ``model`` itself)."""
+        with use_backend(self.backend):
+            return self.parallel.dense_model(self.model, self.optimizer, self._build_dense)
 
     # ---- data ------------------------------------------------------------------------------------
     def _batch(self, ids, rng):
@@ -256,7 +275,7 @@ class LanguageModelRun:
     def evaluate(self):
         """The mean loss over the fixed validation batches, without dropout."""
         self.model.eval()
-        with no_grad(), use_backend(self.backend):
+        with no_grad(), use_backend(self.backend), self.parallel.gathered(self.optimizer):
             losses = [self.loss(*batch).item() for batch in self.val_batches]
         self.model.train()
         return float(np.mean(losses))
@@ -291,6 +310,9 @@ class LanguageModelRun:
                 due = (checkpoint_every and self.step % checkpoint_every == 0) or (
                     checkpoint_seconds is not None
                     and time.monotonic() - last_save >= checkpoint_seconds)
+                due, stopping = self.parallel.agree(due, stop)   # every rank takes the same turn
+                if stopping and not stop:
+                    stop.append("another rank")
                 if checkpoint_path and due:
                     self.save(checkpoint_path)
                     last_save = time.monotonic()
@@ -308,29 +330,32 @@ class LanguageModelRun:
         return val_loss
 
     def _train_step(self):
-        loss = self.loss(*self._batch(self.train_ids, self.rng))
+        batch = self.parallel.local(self._batch(self.train_ids, self.rng))   # this rank's share
         self.optimizer.zero_grad()
-        loss.backward()
-        optim.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
+        with self.parallel.gathered(self.optimizer):
+            loss = self.loss(*batch)
+            loss.backward()
+        self.parallel.step(self.model, self.optimizer, self.config.grad_clip)
         self.scheduler.step()
         self.step += 1
         self.history["step"].append(self.step)
-        self.history["loss"].append(loss.item())
+        self.history["loss"].append(self.parallel.mean(loss.item()))
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def state_dict(self):
+        """Everything to continue the run; a parallel run's whole model and optimizer state,
+        gathered from its ranks (every rank must call it)."""
+        model, optimizer = self.parallel.state(self.model, self.optimizer)
         return {"format": FORMAT, "config": dataclasses.asdict(self.config),
                 "text_sha256": self.text_digest, "tokenizer": self.tokenizer.state_dict(),
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "model": model, "optimizer": optimizer,
                 "scheduler": self.scheduler.state_dict(), "step": self.step,
                 "batch_rng": self.rng.bit_generator.state,
                 "default_generator": mt_random.default_generator().get_state(),
                 "history": self.history}
 
     def _restore(self, state):
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.parallel.load_state(self.model, self.optimizer, state["model"], state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scheduler.total_steps != self.config.steps:   # --steps N extends the schedule
             self.scheduler.load_state_dict({**self.scheduler.state_dict(),
@@ -341,13 +366,18 @@ class LanguageModelRun:
         self.history = {key: list(value) for key, value in state["history"].items()}
 
     def save(self, path):
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        io.save(self.state_dict(), path)
+        """Write the run to ``path``; a parallel run gathers it (every rank must call this) and
+        rank 0 writes the one file, which resumes on any number of ranks."""
+        state = self.state_dict()
+        if self.parallel.writes:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            io.save(state, path)
+        self.parallel.comm.barrier()
 
     RESUMABLE = ("backend", "eval_every", "steps")
 
     @classmethod
-    def load(cls, path, *, text=None, **overrides):
+    def load(cls, path, *, text=None, parallel=None, **overrides):
         """The run saved at ``path`` (a checkpoint file or the directory holding
         ``checkpoint.npz``), ready to continue. ``overrides`` change settings that do not alter
         what has been trained (``RESUMABLE``): ``backend``, ``eval_every``, and ``steps``, which
@@ -368,7 +398,7 @@ class LanguageModelRun:
         beside = values["text"] and os.path.join(os.path.dirname(path), values["text"])
         if values["text"] and not os.path.exists(values["text"]) and os.path.exists(beside):
             values["text"] = beside
-        return cls(TrainConfig(**values), state=state, text=text)
+        return cls(TrainConfig(**values), state=state, text=text, parallel=parallel)
 
 
 def checkpoint_file(path):
@@ -450,24 +480,26 @@ def demo_config(steps=None, backend="numba", seed=0, smoke=False):
 SAMPLE_PROMPTS = ("The ", "Return the ", "This module ")
 
 
-def write_report(run, out, seconds):
+def write_report(run, out, seconds, model=None):
     """Write what a finished (or stopped) run produced to ``out``: ``metrics.json``, ``loss.png``
-    (when matplotlib is installed) and, for a model that generates text, ``samples.txt``.
+    (when matplotlib is installed) and, for a model that generates text, ``samples.txt`` from
+    ``model`` (default ``run.model``; a parallel run passes ``run.dense_model()``).
     Returns the metrics; ``vocab_size`` is the tokenizer's real size."""
+    model = run.model if model is None else model
     import json
     os.makedirs(out, exist_ok=True)
     history = run.history
     metrics = {"step": run.step, "seconds": round(seconds, 2),
                "train_loss": history["loss"][-1] if history["loss"] else None,
                "val_loss": history["val_loss"][-1] if history["val_loss"] else None,
-               "parameters": run.model.num_parameters(), "vocab_size": len(run.tokenizer),
+               "parameters": model.num_parameters(), "vocab_size": len(run.tokenizer),
                "config": dataclasses.asdict(run.config),
                "files": [CHECKPOINT_NAME, "metrics.json"]}
     if _plot_losses(history, os.path.join(out, "loss.png"), run.config):
         metrics["files"].append("loss.png")
     if run.family.objective.generates_text:
         metrics["samples"] = [run.family.objective.respond(
-            run.model, run.tokenizer, prompt, max_new_tokens=200, temperature=0.8, top_k=40,
+            model, run.tokenizer, prompt, max_new_tokens=200, temperature=0.8, top_k=40,
             seed=i) for i, prompt in enumerate(SAMPLE_PROMPTS)]
         with open(os.path.join(out, "samples.txt"), "w", encoding="utf-8") as file:
             file.write("\n\n".join(metrics["samples"]) + "\n")

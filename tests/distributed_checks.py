@@ -5,10 +5,19 @@ message), and rank 0 prints ``ok CHECK`` after each.
 
 Every expected value is computed on each rank without communication, from arrays every rank can
 draw (seeded by rank), so that a check compares MPI's answer with plain NumPy.
+
+``mpirun(ranks, *arguments)`` is how the tests start ranks: ``python ARGUMENTS`` under real
+``mpirun``, skipping the test where mpirun or mpi4py is missing.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +29,24 @@ from minitorch_nlp.distributed.tensor_parallel import (ColumnParallelLinear, Row
                                                        TensorParallelGPT2)
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
 from minitorch_nlp.optim import AdamW
+
+
+ROOT = Path(__file__).resolve().parent.parent
+MPI_TIMEOUT = 240          # seconds for one mpirun; a hang fails the test instead of CI
+
+
+def mpirun(ranks, *arguments):
+    """``mpirun -n RANKS --oversubscribe python ARGUMENTS`` from the repository root, as root
+    too (CI's containers), its output captured; the test is skipped without mpirun or mpi4py."""
+    import pytest
+    if shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("needs mpirun and mpi4py: pip install 'minitorch_nlp[distributed]'")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    command = ["mpirun", "-n", str(ranks), "--oversubscribe", sys.executable,
+               *map(str, arguments)]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=MPI_TIMEOUT)
 
 
 def rank_array(rank, shape, salt=0):
@@ -118,6 +145,15 @@ def check_a_failing_rank_stops_everyone(comm):
     if comm.rank == comm.size - 1:
         raise RuntimeError("boom on purpose")
     comm.all_reduce(np.zeros(1))                         # the others would wait here forever
+
+
+def check_a_hanging_rank_times_out(comm):
+    comm.barrier()                                       # every rank has started
+    timed = D.MPICommunicator(comm.comm, timeout=3)
+    assert timed.split(0).timeout == 3                   # sub-communicators keep the timeout
+    if comm.rank == comm.size - 1:
+        time.sleep(3600)                                 # hangs, never joining the all-reduce
+    timed.all_reduce(np.zeros(1))                        # the others give up after 3 s
 
 
 

@@ -8,17 +8,12 @@ its errors and counters, and the collectives' gradients. With real ranks: the ch
 against NumPy, every collective's gradient, sub-communicators, data parallelism equal to one
 process on the global batch after three AdamW steps, Megatron's tensor-parallel GPT-2 and ZeRO
 stages 1-3 equal to the one-process model, GShard's expert parallelism equal to the dense
-layer, and a failing rank that stops every rank with its message instead of a hang.
+layer, a failing rank that stops every rank with its message instead of a hang, and a hanging
+rank whose collective times out on the others, which then stop every rank the same way.
 """
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,9 +24,8 @@ from minitorch_nlp import functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
 from minitorch_nlp.optim import AdamW
+from tests.distributed_checks import mpirun
 
-ROOT = Path(__file__).resolve().parent.parent
-MPI_TIMEOUT = 240          # seconds for one mpirun; a hang fails the test instead of CI
 
 
 # ---- one process ---------------------------------------------------------------------------------
@@ -203,6 +197,20 @@ def test_bad_input_is_refused_with_a_clear_message(call, error, message):
         call(D.SingleProcess())
 
 
+def test_the_collective_timeout_comes_from_the_argument_then_the_environment(monkeypatch):
+    monkeypatch.delenv("MINITORCH_NLP_COLLECTIVE_TIMEOUT", raising=False)
+    assert D.collective_timeout() == 300.0
+    assert D.collective_timeout(2.5) == 2.5 and D.collective_timeout(0) is None
+    monkeypatch.setenv("MINITORCH_NLP_COLLECTIVE_TIMEOUT", "7")
+    assert D.collective_timeout() == 7.0 and D.collective_timeout(1) == 1.0
+    monkeypatch.setenv("MINITORCH_NLP_COLLECTIVE_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="MINITORCH_NLP_COLLECTIVE_TIMEOUT='soon' must be a "
+                                         "number of seconds >= 0"):
+        D.collective_timeout()
+    with pytest.raises(ValueError, match="timeout=-1 must be a number of seconds >= 0"):
+        D.collective_timeout(-1)
+
+
 def test_fail_together_lets_the_error_through_on_one_process():
     with pytest.raises(RuntimeError, match="boom"):
         with D.fail_together(D.SingleProcess()):
@@ -211,14 +219,7 @@ def test_fail_together_lets_the_error_through_on_one_process():
 
 # ---- real ranks under mpirun ---------------------------------------------------------------------
 def _mpirun(ranks, *checks):
-    if shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None:
-        pytest.skip("needs mpirun and mpi4py: pip install 'minitorch_nlp[distributed]'")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
-    command = ["mpirun", "-n", str(ranks), "--oversubscribe", sys.executable, "-m",
-               "tests.distributed_checks", *checks]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=MPI_TIMEOUT)
+    return mpirun(ranks, "-m", "tests.distributed_checks", *checks)
 
 
 CHECKS = ("collectives", "differentiable_collectives", "data_parallel", "parallel_linears",
@@ -231,6 +232,14 @@ def test_collectives_data_tensor_parallelism_and_zero_under_mpirun(ranks):
     result = _mpirun(ranks, *CHECKS)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split("\n")[:len(CHECKS)] == [f"ok {c} on {ranks} ranks" for c in CHECKS]
+
+
+@pytest.mark.mpi
+def test_a_rank_that_hangs_stops_every_rank_when_a_collective_times_out():
+    result = _mpirun(2, "a_hanging_rank_times_out")          # the subprocess timeout: 240 s
+    assert result.returncode != 0
+    assert ("minitorch-nlp: rank 0 of 2: CollectiveTimeout: MPICommunicator.all_reduce: rank 0 "
+            "of 2 waited 3 s for the other ranks") in result.stderr
 
 
 @pytest.mark.mpi

@@ -4,8 +4,9 @@ and data parallelism.
 
 * :mod:`.communicator`: ``Communicator`` (all-reduce, all-gather, reduce-scatter, all-to-all,
   broadcast, barrier, sub-communicators, call and byte counters), ``SingleProcess`` (the same
-  model code without MPI), ``MPICommunicator`` (NumPy buffers passed to MPI without pickling),
-  ``world()`` and ``fail_together``;
+  model code without MPI), ``MPICommunicator`` (NumPy buffers passed to MPI without pickling,
+  each collective waiting at most ``collective_timeout()`` seconds), ``world()`` and
+  ``fail_together``;
 * :mod:`.collectives`: the differentiable collectives (Megatron's f and g, all-gather /
   reduce-scatter, all-to-all);
 * :mod:`.data_parallel`: ``DataParallel``, gradients all-reduced in buckets after backward;
@@ -18,7 +19,8 @@ and data parallelism.
 """
 from .collectives import all_gather, all_to_all, copy_to_parallel, reduce_from_parallel, \
     reduce_scatter
-from .communicator import Communicator, MPICommunicator, SingleProcess, fail_together, world
+from .communicator import (CollectiveTimeout, Communicator, MPICommunicator, SingleProcess,
+                           collective_timeout, fail_together, world)
 from .data_parallel import DataParallel
 from .expert_parallel import ExpertParallelMoE
 from .tensor_parallel import (ColumnParallelLinear, RowParallelLinear, TensorParallelAttention,
@@ -26,9 +28,9 @@ from .tensor_parallel import (ColumnParallelLinear, RowParallelLinear, TensorPar
                               vocab_parallel_cross_entropy)
 from .zero import ZeroAdamW, zero_state_bytes
 
-__all__ = ["ColumnParallelLinear", "Communicator", "DataParallel", "ExpertParallelMoE",
+__all__ = ["CollectiveTimeout", "ColumnParallelLinear", "Communicator", "DataParallel", "ExpertParallelMoE",
            "MPICommunicator",
            "RowParallelLinear", "SingleProcess", "TensorParallelAttention", "TensorParallelGPT2",
            "TensorParallelMLP", "VocabParallelEmbedding", "all_gather", "all_to_all",
-           "copy_to_parallel", "fail_together", "reduce_from_parallel", "reduce_scatter",
+           "collective_timeout", "copy_to_parallel", "fail_together", "reduce_from_parallel", "reduce_scatter",
            "vocab_parallel_cross_entropy", "world", "ZeroAdamW", "zero_state_bytes"]
