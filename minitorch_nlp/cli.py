@@ -400,7 +400,7 @@ def _add_demo_command(commands) -> None:
 # The TrainConfig fields that `train` takes as options; all but the RESUMABLE ones are fixed by
 # a checkpoint, so that `--resume` refuses a different value.
 _TRAIN_INTS = ("max_chars", "vocab_size", "n_layer", "n_head", "n_embd", "block_size",
-               "batch_size", "steps", "warmup_steps", "eval_every", "seed")
+               "batch_size", "steps", "warmup_steps", "eval_every", "seed", "experts")
 _TRAIN_FLOATS = ("lr", "dropout", "weight_decay")
 
 

@@ -39,6 +39,7 @@ from .backends import backend as use_backend, get_backend
 from .data.corpus import load_text
 from .data.tokenizers import tokenizer_from_state
 from .models import registry
+from .nn.moe import aux_losses
 
 __all__ = ["CHECKPOINT_NAME", "LanguageModelRun", "SettingError", "TextFileError",
            "TrainConfig", "checkpoint_file", "demo_config", "load_for_inference",
@@ -48,6 +49,7 @@ CHECKPOINT_NAME = "checkpoint.npz"
 FORMAT = "minitorch-nlp-language-model"
 TOKENIZERS = ("char", "bpe", "wordpiece")
 DEFAULT_WARMUP_STEPS = 100
+MOE_AUX_WEIGHT = 0.01
 CHECKPOINT_SECONDS = 300.0
 
 
@@ -92,6 +94,7 @@ class TrainConfig:
     eval_batches: int = 8
     validation_fraction: float = 0.1
     mask_prob: float = 0.15          # masked-LM families only
+    experts: int = 0                 # gpt only: GShard MoE layers of this many experts (0: none)
     seed: int = 0
     backend: str = "numba"
 
@@ -117,6 +120,17 @@ class TrainConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < (name != "seed"):
                 kind = "an int >= 0" if name == "seed" else "a positive int"
                 raise SettingError(name, f"must be {kind}, got {value!r}")
+        if isinstance(self.experts, bool) or not isinstance(self.experts, int) \
+                or self.experts < 0 or self.experts == 1:
+            raise SettingError("experts", f"must be 0 (no mixture of experts) or an int >= 2 "
+                               f"(GShard's top-2 routing), got {self.experts!r}")
+        if self.experts and self.model != "gpt":
+            raise SettingError("experts", f"={self.experts}: mixture-of-experts layers are built "
+                               f"for the gpt family, not {self.model}")
+        if self.experts and self.n_layer < 2:
+            raise SettingError("experts", f"={self.experts} replaces the feed-forward network of "
+                               f"every other layer (the 2nd, 4th ...): give --n-layer 2 or more, "
+                               f"got {self.n_layer}")
         if self.max_chars is not None and (not isinstance(self.max_chars, int)
                                            or self.max_chars < 1):
             raise SettingError("max_chars", f"must be a positive int, got {self.max_chars!r}")
@@ -334,6 +348,8 @@ class LanguageModelRun:
         self.optimizer.zero_grad()
         with self.parallel.gathered(self.optimizer):
             loss = self.loss(*batch)
+            if self.config.experts:             # GShard's load balancing, weight 0.01
+                loss = loss + MOE_AUX_WEIGHT * aux_losses(self.model)
             loss.backward()
         self.parallel.step(self.model, self.optimizer, self.config.grad_clip)
         self.scheduler.step()

@@ -27,6 +27,7 @@ from minitorch_nlp import nn
 from minitorch_nlp.nn import moe
 from minitorch_nlp.distributed.tensor_parallel import (ColumnParallelLinear, RowParallelLinear,
                                                        TensorParallelGPT2)
+from minitorch_nlp.models.bert import BertConfig, BertForMaskedLM
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
 from minitorch_nlp.optim import AdamW
 
@@ -183,19 +184,21 @@ def check_parallel_linears(comm):
     np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-10)    # f summed the shards' parts
 
 
-def check_tensor_parallel(comm):
-    config, steps = GPTConfig.tiny(), 3
+def _train_beside_dense(comm, make_dense, make_parallel, batches, all_reduces):
+    """AdamW steps of a tensor-parallel model and of its dense model (both built from seed 0,
+    float64) on ``batches`` (keyword arguments), checked at every step: the same loss, the
+    logits (the parallel model's slice of them), ``all_reduces`` == (forward, backward)
+    all-reduces, every gradient shard; and every parameter shard at the end."""
     mt.manual_seed(0)
-    dense = _float64(GPT2LMHeadModel(config))
+    dense = _float64(make_dense())
     mt.manual_seed(0)
-    parallel = _float64(TensorParallelGPT2(config, comm))
+    parallel = _float64(make_parallel())
     dense_optimizer = AdamW(dense.parameters(), lr=1e-2)
     parallel_optimizer = AdamW(parallel.parameters(), lr=1e-2)
     dense_parameters = dict(dense.named_parameters())
-    for step in range(steps):
-        ids = np.random.default_rng(step).integers(0, 100, (2, 8))
-        dense_out, before = dense(ids, labels=ids), comm.calls["all_reduce"]
-        out = parallel(ids, labels=ids)
+    for batch in batches:
+        dense_out, before = dense(**batch), comm.calls["all_reduce"]
+        out = parallel(**batch)
         forward = comm.calls["all_reduce"] - before
         np.testing.assert_allclose(out.loss.numpy(), dense_out.loss.numpy(), rtol=1e-10)
         np.testing.assert_allclose(out.logits.numpy(), _shard_of(
@@ -205,10 +208,7 @@ def check_tensor_parallel(comm):
         dense_out.loss.backward()
         before = comm.calls["all_reduce"]
         out.loss.backward()
-        backward = comm.calls["all_reduce"] - before
-        # one all-reduce per sub-block each way (2 per layer), plus the vocabulary-parallel
-        # embedding (1 forward), loss (3 forward) and output layer's f (1 backward)
-        assert (forward, backward) == (2 * config.n_layer + 4, 2 * config.n_layer + 1)
+        assert (forward, comm.calls["all_reduce"] - before) == all_reduces
         for name, p in parallel.named_parameters():
             np.testing.assert_allclose(p.grad.numpy(), _shard_of(
                 dense_parameters[name].grad.numpy(), p, comm), rtol=1e-8, atol=1e-12,
@@ -218,6 +218,44 @@ def check_tensor_parallel(comm):
     for name, p in parallel.named_parameters():
         np.testing.assert_allclose(p.numpy(), _shard_of(dense_parameters[name].numpy(), p, comm),
                                    rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def check_tensor_parallel(comm):
+    config = GPTConfig.tiny()
+    batches = [{"input_ids": ids, "labels": ids} for ids in (
+        np.random.default_rng(step).integers(0, 100, (2, 8)) for step in range(3))]
+    # one all-reduce per sub-block each way (2 per layer), plus the vocabulary-parallel
+    # embedding (1 forward), loss (3 forward) and output layer's f (1 backward)
+    _train_beside_dense(comm, lambda: GPT2LMHeadModel(config),
+                        lambda: TensorParallelGPT2(config, comm), batches,
+                        (2 * config.n_layer + 4, 2 * config.n_layer + 1))
+
+
+def tiny_bert_config():
+    return BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=32, max_position_embeddings=16,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def bert_batch(step):
+    """Masked-LM inputs with padding (the second sequence ends in three pad tokens)."""
+    rng = np.random.default_rng(step)
+    ids = rng.integers(1, 40, (2, 8))
+    mask = np.ones((2, 8), dtype=np.int64)
+    mask[1, 5:] = 0
+    ids[1, 5:] = 0
+    labels = np.where(rng.random((2, 8)) < 0.4, ids, -100)
+    labels[1, 5:] = -100
+    labels[0, 0] = ids[0, 0]                             # at least one masked position
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def check_tensor_parallel_bert(comm):
+    config = tiny_bert_config()
+    layers = config.num_hidden_layers            # one all-reduce per sub-block each way
+    _train_beside_dense(comm, lambda: BertForMaskedLM(config),
+                        lambda: D.TensorParallelBert(config, comm),
+                        [bert_batch(step) for step in range(3)], (2 * layers, 2 * layers))
 
 
 def check_zero(comm):

@@ -6,8 +6,8 @@ its errors and counters, and the collectives' gradients. With real ranks: the ch
 ``tests/distributed_checks.py`` under ``mpirun -n 2`` and ``mpirun -n 4 --oversubscribe``
 (marked ``mpi``; skipped, with the reason, where mpirun or mpi4py is missing): every collective
 against NumPy, every collective's gradient, sub-communicators, data parallelism equal to one
-process on the global batch after three AdamW steps, Megatron's tensor-parallel GPT-2 and ZeRO
-stages 1-3 equal to the one-process model, GShard's expert parallelism equal to the dense
+process on the global batch after three AdamW steps, Megatron's tensor-parallel GPT-2 and BERT
+and ZeRO stages 1-3 equal to the one-process model, GShard's expert parallelism equal to the dense
 layer, a failing rank that stops every rank with its message instead of a hang, and a hanging
 rank whose collective times out on the others, which then stop every rank the same way.
 """
@@ -112,6 +112,14 @@ def test_tensor_parallel_gpt2_on_one_rank_is_the_dense_model():
                                rtol=1e-4, atol=1e-5)
 
 
+def test_tensor_parallel_bert_on_one_rank_is_the_dense_model_and_refuses_head_masks():
+    from tests.distributed_checks import bert_batch, check_tensor_parallel_bert, tiny_bert_config
+    check_tensor_parallel_bert(D.SingleProcess())
+    with pytest.raises(ValueError, match="TensorParallelBert: head_mask is not supported"):
+        D.TensorParallelBert(tiny_bert_config(), D.SingleProcess())(
+            bert_batch(0)["input_ids"], head_mask=np.ones((2, 4)))
+
+
 def test_vocab_parallel_cross_entropy_on_one_rank_is_cross_entropy():
     logits = mt.tensor(np.random.default_rng(0).standard_normal((3, 4, 7)), requires_grad=True)
     target = np.array([[1, 2, -100, 6], [0, 0, 3, 5], [6, -100, 2, 1]])
@@ -169,6 +177,48 @@ def test_zero_on_one_process_is_adamw(stage):
         assert zero.state_bytes()["parameters"] == 4 * psi                # the partition only
 
 
+def test_zero_keeps_adamws_parameter_groups_and_its_state_dict_is_adamws():
+    def model_and_groups():
+        mt.manual_seed(0)
+        model = GPT2LMHeadModel(GPTConfig.tiny())
+        params = list(model.parameters())
+        return model, [{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.1},
+                       {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    ids = np.random.default_rng(0).integers(0, 100, (2, 8))
+    (plain, plain_groups), (sharded, sharded_groups) = model_and_groups(), model_and_groups()
+    adamw = AdamW(plain_groups, lr=1e-2)
+    zero = D.ZeroAdamW(sharded_groups, D.SingleProcess(), 2, lr=1e-2)
+    assert [g["weight_decay"] for g in zero.inner.param_groups] == [0.1, 0.0]
+    for optimizer, model in ((adamw, plain), (zero, sharded)):
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(ids, labels=ids).loss.backward()
+            optimizer.step()
+    for got, want in zip(sharded.parameters(), plain.parameters()):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
+    saved, expected = zero.state_dict(), adamw.state_dict()
+    assert [g["params"] for g in saved["param_groups"]] == \
+        [g["params"] for g in expected["param_groups"]]
+    assert set(saved["state"]) == set(expected["state"])
+    for index, values in expected["state"].items():
+        assert saved["state"][index]["step"] == values["step"] == 2
+        for key in ("exp_avg", "exp_avg_sq"):
+            np.testing.assert_allclose(saved["state"][index][key], values[key], rtol=1e-5,
+                                       atol=1e-12)
+    restored_model, restored_groups = model_and_groups()
+    restored_model.load_state_dict(sharded.state_dict())
+    restored = D.ZeroAdamW(restored_groups, D.SingleProcess(), 1, lr=1e-2)
+    restored.load_state_dict(expected)                  # a plain AdamW's state loads too
+    for optimizer, model in ((adamw, plain), (restored, restored_model)):
+        optimizer.zero_grad()
+        model(ids, labels=ids).loss.backward()
+        optimizer.step()
+    for got, want in zip(restored_model.parameters(), plain.parameters()):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"groups hold \[.*\] parameters, this optimizer's"):
+        restored.load_state_dict({"state": {}, "param_groups": expected["param_groups"][:1]})
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda c: c.all_reduce([1.0, 2.0]), TypeError, "collectives take NumPy arrays, got list"),
     (lambda c: c.all_reduce(np.ones(2), op="mean"), ValueError, "op must be one of"),
@@ -223,7 +273,7 @@ def _mpirun(ranks, *checks):
 
 
 CHECKS = ("collectives", "differentiable_collectives", "data_parallel", "parallel_linears",
-          "tensor_parallel", "zero", "expert_parallel")
+          "tensor_parallel", "tensor_parallel_bert", "zero", "expert_parallel")
 
 
 @pytest.mark.mpi

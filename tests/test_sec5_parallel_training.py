@@ -55,6 +55,14 @@ def fails(capsys, argv, status=2):
     (2, ["--parallel", "dp=2", "--batch-size", "3"],
      "--batch-size=3 must be divisible by dp=2"),
     (1, ["--zero", "4"], "argument --zero: invalid choice: 4"),
+    (1, ["--experts", "1"], "--experts must be 0 (no mixture of experts) or an int >= 2"),
+    (1, ["--experts", "4"], "--experts=4 replaces the feed-forward network of every other layer "
+                            "(the 2nd, 4th ...): give --n-layer 2 or more, got 1"),
+    (1, ["--experts", "4", "--n-layer", "2", "--zero", "1"],
+     "--experts=4 works with dp only: ZeRO's partitions would mix the ranks' different experts"),
+    (2, ["--experts", "4", "--n-layer", "2", "--parallel", "tp=2"],
+     "--experts=4 works with dp only: tensor parallelism (tp) does not split MoE layers"),
+    (2, ["--experts", "3", "--n-layer", "2"], "--experts=3 must be divisible by dp=2"),
 ])
 def test_a_layout_the_run_cannot_take_is_refused_naming_the_option(
         capsys, monkeypatch, tmp_path, text_file, ranks, options, message):
@@ -74,10 +82,13 @@ def test_tensor_parallelism_needs_a_vocabulary_the_ranks_divide(capsys, monkeypa
     assert "--tokenizer bpe with --vocab-size a multiple of 2" in err
 
 
-def test_parallel_training_is_for_the_gpt_family(capsys, monkeypatch, tmp_path, text_file):
+def test_parallel_training_and_experts_are_for_the_gpt_family(capsys, monkeypatch, tmp_path,
+                                                              text_file):
     monkeypatch.setattr(communicator, "world", _TwoRanks)
     err = fails(capsys, ["train", "bert", "--text", text_file, *TINY, "--parallel", "dp=2"])
     assert "parallel training is built for the gpt family" in err and "not bert" in err
+    err = fails(capsys, ["train", "bert", "--text", text_file, *TINY, "--experts", "2"])
+    assert "--experts=2: mixture-of-experts layers are built for the gpt family, not bert" in err
 
 
 def _assert_same_run(got, want, atol=1e-5):
@@ -145,6 +156,24 @@ def test_a_run_saved_by_four_ranks_resumes_on_two_and_equals_one_process(
     assert "steps 2 -> 4, 2 rank(s): dp=2 tp=1" in then.stdout
     _assert_same_run(out, reference)
     assert (out / "samples.txt").exists()
+
+
+@pytest.mark.mpi
+def test_a_run_with_experts_resumed_on_two_ranks_splits_them_and_equals_one_process(
+        tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    moe = ["--text", text, *TINY, "--no-progress", "--n-layer", "2", "--experts", "4"]
+    reference, out = tmp_path / "reference", tmp_path / "run"
+    assert cli.main([str(a) for a in ["train", "gpt", *moe, "--out", reference]]) == 0
+    assert cli.main([str(a) for a in ["train", "gpt", *moe, "--out", out, "--stop-at", 2]]) == 0
+    _mpirun(2, "train", "--resume", out, "--no-progress")       # dp=2: two experts per rank
+    _assert_same_run(out, reference)
+    assert np.asarray(training.read_checkpoint(out)["model"][
+        "transformer.blocks.layers.1.feed_forward.experts.wi"]).shape[0] == 4
+    capsys.readouterr()
+    assert cli.main(["generate", str(out), "--prompt", "abc", "--max-new-tokens", "5"]) == 0
+    assert capsys.readouterr().out.startswith("abc")
 
 
 @pytest.mark.mpi

@@ -11,7 +11,8 @@ and data parallelism.
   reduce-scatter, all-to-all);
 * :mod:`.data_parallel`: ``DataParallel``, gradients all-reduced in buckets after backward;
 * :mod:`.tensor_parallel`: Megatron-LM's column- and row-parallel ``Linear``, MLP, attention
-  heads, vocabulary-parallel embedding and cross-entropy, and ``TensorParallelGPT2``;
+  heads, vocabulary-parallel embedding and cross-entropy, ``TensorParallelGPT2`` and
+  ``TensorParallelBert``;
 * :mod:`.expert_parallel`: GShard's experts split over the ranks, all-to-all dispatch and combine
   (``ExpertParallelMoE``);
 * :mod:`.zero`: ZeRO stages 1-3 for AdamW (``ZeroAdamW``) and the paper's memory formula
@@ -24,13 +25,14 @@ from .communicator import (CollectiveTimeout, Communicator, MPICommunicator, Sin
 from .data_parallel import DataParallel
 from .expert_parallel import ExpertParallelMoE
 from .tensor_parallel import (ColumnParallelLinear, RowParallelLinear, TensorParallelAttention,
-                              TensorParallelGPT2, TensorParallelMLP, VocabParallelEmbedding,
-                              vocab_parallel_cross_entropy)
+                              TensorParallelBert, TensorParallelGPT2, TensorParallelMLP,
+                              VocabParallelEmbedding, split_layers, vocab_parallel_cross_entropy)
 from .zero import ZeroAdamW, zero_state_bytes
 
-__all__ = ["CollectiveTimeout", "ColumnParallelLinear", "Communicator", "DataParallel", "ExpertParallelMoE",
-           "MPICommunicator",
-           "RowParallelLinear", "SingleProcess", "TensorParallelAttention", "TensorParallelGPT2",
-           "TensorParallelMLP", "VocabParallelEmbedding", "all_gather", "all_to_all",
-           "collective_timeout", "copy_to_parallel", "fail_together", "reduce_from_parallel", "reduce_scatter",
-           "vocab_parallel_cross_entropy", "world", "ZeroAdamW", "zero_state_bytes"]
+__all__ = ["CollectiveTimeout", "ColumnParallelLinear", "Communicator", "DataParallel",
+           "ExpertParallelMoE", "MPICommunicator", "RowParallelLinear", "SingleProcess",
+           "TensorParallelAttention", "TensorParallelBert", "TensorParallelGPT2",
+           "TensorParallelMLP", "VocabParallelEmbedding", "ZeroAdamW", "all_gather", "all_to_all",
+           "collective_timeout", "copy_to_parallel", "fail_together", "reduce_from_parallel",
+           "reduce_scatter", "split_layers", "vocab_parallel_cross_entropy", "world",
+           "zero_state_bytes"]

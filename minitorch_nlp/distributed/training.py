@@ -11,9 +11,12 @@ tensor-parallel group are neighbours). The tp ranks of a group hold the shards o
   (``local``), so the loss of a rank is the mean over ``batch_size / dp`` windows;
 * after ``backward``, the gradients are averaged over the dp ranks (``DataParallel``), or, with
   ``zero``, reduce-scattered into ``ZeroAdamW``'s partitions;
+* a model with mixture-of-experts layers (``--experts E``) has its experts split over the dp
+  ranks (``ExpertParallelMoE``, GShard's expert parallelism); each sequence is a routing group
+  of its own, so the routing does not depend on how the batch is shared out;
 * the gradient norm for clipping is that of the whole model: the squares of the tensor-parallel
   shards summed over the tp ranks, those of replicated parameters counted once, those of ZeRO's
-  partitions summed over the dp ranks;
+  partitions and of the experts summed over the dp ranks;
 * checkpoints are gathered: every rank takes part, rank 0 writes one file, the same as a
   one-process run's (whole parameters and whole AdamW state). Loading shards it for the layout
   at hand, so a run saved by 4 ranks resumes on 2, or on one process, and goes on exactly as if
@@ -31,8 +34,10 @@ import numpy as np
 
 from .. import optim
 from ..autograd import random as mt_random
+from ..nn.moe import MixtureOfExperts
 from .communicator import SingleProcess
 from .data_parallel import DataParallel
+from .expert_parallel import ExpertParallelMoE
 from .plan import parse_layout
 from .zero import ZeroAdamW
 
@@ -65,7 +70,7 @@ class ParallelTraining:
         self.tp_comm = self.comm.split(self.dp_rank)       # my tensor-parallel group
         self.dp_comm = self.comm.split(self.tp_rank)       # the ranks holding my shards
         self.data_parallel = None
-        self.dense_shapes = {}
+        self.dense_shapes, self.expert_names = {}, set()
 
     @property
     def is_parallel(self):
@@ -78,7 +83,8 @@ class ParallelTraining:
 
     def describe(self):
         zero = f", ZeRO stage {self.zero}" if self.zero else ""
-        return f"{self.comm.size} rank(s): dp={self.dp} tp={self.tp}{zero}"
+        experts = ", experts split over the dp ranks" if self.expert_names else ""
+        return f"{self.comm.size} rank(s): dp={self.dp} tp={self.tp}{zero}{experts}"
 
     def num_parameters(self, model):
         """The whole model's parameter count (``model`` being this rank's shards)."""
@@ -99,6 +105,14 @@ class ParallelTraining:
         if self.tp > 1 and config.n_head % self.tp:
             raise SettingError("parallel", f"{self.layout}: tp={self.tp} must divide --n-head "
                                f"{config.n_head}: the heads are split over the tp ranks")
+        if config.experts and (self.tp > 1 or self.zero):
+            raise SettingError("experts", f"={config.experts} works with dp only: "
+                               + ("tensor parallelism (tp) does not split MoE layers"
+                                  if self.tp > 1 else "ZeRO's partitions would mix the ranks' "
+                                  "different experts") + "; leave out --parallel tp / --zero")
+        if config.experts % self.dp:
+            raise SettingError("experts", f"={config.experts} must be divisible by dp={self.dp}: "
+                               "the experts are split over the data-parallel ranks")
         if self.tp > 1 and vocab_size % self.tp:
             raise SettingError("parallel", f"{self.layout}: tp={self.tp} must divide the "
                                f"vocabulary ({vocab_size} tokens), which is split over the tp "
@@ -117,26 +131,36 @@ class ParallelTraining:
         self.dense_shapes = {name: tuple(value.shape)
                              for name, value in dense.state_dict().items()}
         self.dense_order = {name: i for i, (name, _) in enumerate(dense.named_parameters())}
-        if self.tp == 1:
-            return dense
         after = generator.get_state()
-        generator.set_state(before)
-        model = TensorParallelGPT2(dense.config, self.tp_comm)
-        generator.set_state(after)
-        return model
+        if self.tp > 1:
+            generator.set_state(before)
+            dense = TensorParallelGPT2(dense.config, self.tp_comm)
+        if self.dp > 1:
+            for name, module in list(dense.named_modules()):
+                for child, layer in list(module._modules.items()):
+                    if isinstance(layer, MixtureOfExperts):
+                        setattr(module, child, ExpertParallelMoE.from_dense(layer, self.dp_comm))
+                        prefix = f"{name}.{child}." if name else f"{child}."
+                        self.expert_names |= {prefix + "experts.wi", prefix + "experts.wo"}
+        generator.set_state(after)                 # the shards' own draws are undone
+        return dense
 
     def optimizer(self, model, groups, **options):
         """``AdamW(groups, **options)``, or ``ZeroAdamW`` over the dp ranks; without ZeRO and
         with dp > 1, the model's gradients are averaged by ``DataParallel`` in ``step``."""
         self._sharded = {id(p) for name, p in model.named_parameters()
-                         if tuple(p.shape) != self.dense_shapes.get(name, tuple(p.shape))}
+                         if tuple(p.shape) != self.dense_shapes.get(name, tuple(p.shape))
+                         and name not in self.expert_names}
+        self._experts = [p for name, p in model.named_parameters() if name in self.expert_names]
+        self._expert_ids = {id(p) for p in self._experts}
         if self.zero:
             optimizer = ZeroAdamW(groups, self.dp_comm, self.zero, **options)
             self._norm_weights = np.concatenate(optimizer._cut(optimizer._flatten(
-                np.full(p.shape, self._norm_weight(p)) for p in optimizer.params)))
+                np.full(p.shape, self._norm_weight(p, partitioned=True))
+                for p in optimizer.params)))
             return optimizer
         if self.dp > 1:
-            self.data_parallel = DataParallel(model, self.dp_comm)
+            self.data_parallel = DataParallel(model, self.dp_comm, local=self._experts)
         return optim.AdamW(groups, **options)
 
     @staticmethod
@@ -144,10 +168,13 @@ class ParallelTraining:
         """The ``optim.Optimizer`` whose learning rates a scheduler sets."""
         return optimizer.inner if isinstance(optimizer, ZeroAdamW) else optimizer
 
-    def _norm_weight(self, parameter):
-        """How much a parameter's squared gradient counts in the norm summed over the tp ranks:
-        1 for a shard, 1 / tp for a parameter every tp rank holds whole."""
-        return 1.0 if id(parameter) in self._sharded else 1.0 / self.tp
+    def _norm_weight(self, parameter, partitioned=False):
+        """How much a parameter's squared gradient counts in the norm summed over all ranks:
+        one over the number of ranks holding the same copy (tp ranks hold the same replicated
+        parameters, dp ranks the same everything but the experts and ZeRO's partitions)."""
+        tp_copies = 1 if id(parameter) in self._sharded else self.tp
+        dp_copies = 1 if partitioned or id(parameter) in self._expert_ids else self.dp
+        return 1.0 / (tp_copies * dp_copies)
 
     # ---- a step ------------------------------------------------------------------------------
     def local(self, batch):
@@ -166,27 +193,26 @@ class ParallelTraining:
         ``max_norm``, and update."""
         if isinstance(optimizer, ZeroAdamW):
             optimizer.step(before_update=lambda gradient: self._clip(
-                [(gradient, self._norm_weights)], max_norm, (self.dp_comm, self.tp_comm))[0])
+                [(gradient, self._norm_weights)], max_norm)[0])
             return
         if self.data_parallel is not None:
             self.data_parallel.sync_gradients()
-        if self.tp == 1:                               # every rank holds the whole gradient
+        if self.comm.size == 1:
             optim.clip_grad_norm_(model.parameters(), max_norm)
         else:
             grads = [(p.grad.data, self._norm_weight(p)) for p in model.parameters()
                      if p.grad is not None]
-            for (array, _), clipped in zip(grads, self._clip(grads, max_norm, (self.tp_comm,))):
+            for (array, _), clipped in zip(grads, self._clip(grads, max_norm)):
                 array[...] = clipped
         optimizer.step()
 
-    def _clip(self, gradients, max_norm, comms):
+    def _clip(self, gradients, max_norm):
         """``gradients`` [(array, weight)] scaled together so that the norm of the whole
-        gradient, sqrt(sum weight * g^2) summed over ``comms``, is at most ``max_norm``
+        gradient, sqrt(sum weight * g^2) summed over every rank, is at most ``max_norm``
         (``optim.clip_grad_norm_``'s rule and 1e-6 guard)."""
-        square = np.array([sum(float(np.sum(np.asarray(w, np.float64) * np.square(
-            np.asarray(g, np.float64)))) for g, w in gradients)])
-        for comm in comms:
-            square = comm.all_reduce(square)
+        squares = [np.asarray(w, np.float64) * np.square(np.asarray(g, np.float64))
+                   for g, w in gradients]
+        square = self.comm.all_reduce(np.array([sum(float(np.sum(s)) for s in squares)]))
         coef = max_norm / (math.sqrt(square[0]) + 1e-6)
         return [g * g.dtype.type(coef) if coef < 1.0 else g for g, _ in gradients]
 
@@ -204,21 +230,22 @@ class ParallelTraining:
         return tuple(bool(flag) for flag in flags)
 
     # ---- checkpoints -------------------------------------------------------------------------
-    def _split_axis(self, name, shape):
-        """The axis along which ``name`` is split over the tp ranks (None: held whole)."""
+    def _split(self, name, shape):
+        """(the axis along which ``name`` is split, None: held whole; the communicator of the
+        ranks holding its parts: the tp group, or the dp ranks for the experts)."""
         dense = self.dense_shapes.get(name, tuple(shape))
         axes = [a for a, (d, s) in enumerate(zip(dense, shape)) if d != s]
-        return axes[0] if axes else None
+        return (axes[0] if axes else None,
+                self.dp_comm if name in self.expert_names else self.tp_comm)
 
     def _whole(self, name, array):
-        axis = self._split_axis(name, array.shape)
-        return array if axis is None else self.tp_comm.all_gather(
-            np.ascontiguousarray(array), axis=axis)
+        axis, comm = self._split(name, array.shape)
+        return array if axis is None else comm.all_gather(np.ascontiguousarray(array), axis=axis)
 
     def _mine(self, name, array, shape):
-        axis = self._split_axis(name, shape)
-        return array if axis is None else np.split(np.asarray(array), self.tp,
-                                                   axis=axis)[self.tp_rank]
+        axis, comm = self._split(name, shape)
+        return array if axis is None else np.split(np.asarray(array), comm.size,
+                                                   axis=axis)[comm.rank]
 
     def _optimizer_names(self, model, optimizer):
         """The parameters' names in the order an optimizer's state numbers them, and the number
@@ -270,7 +297,7 @@ class ParallelTraining:
     def dense_model(self, model, optimizer, make_model):
         """The whole model in one process (``make_model()`` loaded with the gathered state);
         every rank must call it. ``model`` itself without tp or ZeRO."""
-        if self.tp == 1 and not self.zero:
+        if self.tp == 1 and not self.zero and not self.expert_names:
             return model
         model_state, _ = self.state(model, optimizer)
         generator = mt_random.default_generator()
