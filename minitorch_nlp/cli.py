@@ -582,10 +582,10 @@ def _run_training(run, out, stop_at, args) -> int:
     config, writes = run.config, run.parallel.writes
     with fail_together(run.parallel.comm):
         if writes:
-            print(f"{config.model}: {run.parallel.num_parameters(run.model):,} parameters, {config.tokenizer} "
-                  f"tokenizer ({len(run.tokenizer)} tokens), {len(run.train_ids):,} training "
-                  f"tokens, backend {config.backend}, steps {run.step} -> "
-                  f"{stop_at or config.steps}"
+            print(f"{config.model}: {run.parallel.num_parameters(run.model):,} parameters, "
+                  f"{config.tokenizer} tokenizer ({len(run.tokenizer)} tokens), "
+                  f"{len(run.train_ids):,} training tokens, backend {config.backend}, steps "
+                  f"{run.step} -> {stop_at or config.steps}"
                   + (f", {run.parallel.describe()}" if run.parallel.is_parallel else ""))
         checkpoint = os.path.join(out, training.CHECKPOINT_NAME)
         start = time.perf_counter()

@@ -108,9 +108,9 @@ def _float64(model):
     return model
 
 
-def _tiny_gpt():
+def _tiny_gpt(config=None):
     mt.manual_seed(0)
-    return _float64(GPT2LMHeadModel(GPTConfig.tiny()))
+    return _float64(GPT2LMHeadModel(GPTConfig.tiny() if config is None else config))
 
 
 def check_data_parallel(comm):
@@ -258,6 +258,62 @@ def check_tensor_parallel_bert(comm):
                         [bert_batch(step) for step in range(3)], (2 * layers, 2 * layers))
 
 
+def _dense_name(name, first_layer):
+    """The dense GPT-2's name for a pipeline stage's parameter ``name``."""
+    if name.startswith("stack.layers."):
+        index, rest = name[len("stack.layers."):].split(".", 1)
+        return f"transformer.blocks.layers.{first_layer + int(index)}.{rest}"
+    if name == "output_weight":
+        return "transformer.wte.weight"
+    return "transformer." + name.replace("stack.", "blocks.")
+
+
+def check_pipeline_parallel(comm):
+    config, micro_batches = GPTConfig.tiny(n_layer=4), 2
+    dense = _tiny_gpt(config)
+    mt.manual_seed(0)
+    stage = _float64(D.PipelineParallelGPT2(config, comm))
+    dense_optimizer = AdamW(dense.parameters(), lr=1e-2)
+    stage_optimizer = AdamW(stage.parameters(), lr=1e-2)
+    dense_parameters = dict(dense.named_parameters())
+    names = {name: _dense_name(name, stage.first_layer) for name, _ in stage.named_parameters()}
+    assert set(names.values()) <= set(dense_parameters)
+    for step in range(3):
+        ids = np.random.default_rng(step).integers(0, 100, (4, 8))
+        dense_optimizer.zero_grad()
+        stage_optimizer.zero_grad()
+        loss = dense(ids, labels=ids).loss
+        loss.backward()
+        sends = comm.calls["send"]
+        np.testing.assert_allclose(stage.forward_backward(ids, micro_batches), loss.item(),
+                                   rtol=1e-10)
+        # each micro-batch: activations forward and their gradient backward, between stages
+        assert comm.calls["send"] - sends == (0 if comm.size == 1 else micro_batches * (
+            (not stage.last) + (not stage.first)))
+        for name, p in stage.named_parameters():
+            np.testing.assert_allclose(p.grad.numpy(), dense_parameters[names[name]].grad.numpy(),
+                                       rtol=1e-8, atol=1e-12, err_msg=name)
+        dense_optimizer.step()
+        stage_optimizer.step()
+    for name, p in stage.named_parameters():
+        np.testing.assert_allclose(p.numpy(), dense_parameters[names[name]].numpy(), rtol=1e-9,
+                                   atol=1e-12, err_msg=name)
+    if comm.size > 1:
+        _refuses(lambda: D.PipelineParallelGPT2(GPTConfig.tiny(n_layer=comm.size + 1), comm),
+                 f"n_layer={comm.size + 1} must be divisible by the {comm.size} pipeline stages")
+        _refuses(lambda: comm.send(np.zeros(1), comm.rank),
+                 f"MPICommunicator.send: {comm.rank} is not another rank of {comm.size}")
+
+
+def _refuses(call, message):
+    try:
+        call()
+    except ValueError as error:
+        assert message in str(error), str(error)
+    else:
+        raise AssertionError(f"accepted what should fail with: {message}")
+
+
 def check_zero(comm):
     n, r, steps = comm.size, comm.rank, 3
     batches = [np.random.default_rng(s).integers(0, 100, (2 * n, 8)) for s in range(steps)]
@@ -319,12 +375,8 @@ def check_expert_parallel(comm):
         np.testing.assert_allclose(gate, dense.gate.weight.grad.numpy(), rtol=1e-9, atol=1e-12)
         assert parallel.experts.num_experts == 2 and comm.calls["all_to_all"] >= 4
     if n > 1:
-        try:
-            D.ExpertParallelMoE(4, 8, n + 1, comm)
-        except ValueError as error:
-            assert f"num_experts={n + 1} must be divisible by the {n} ranks" in str(error)
-        else:
-            raise AssertionError("ExpertParallelMoE accepted experts the ranks cannot share")
+        _refuses(lambda: D.ExpertParallelMoE(4, 8, n + 1, comm),
+                 f"num_experts={n + 1} must be divisible by the {n} ranks")
 
 
 def main(names):

@@ -6,10 +6,11 @@ its errors and counters, and the collectives' gradients. With real ranks: the ch
 ``tests/distributed_checks.py`` under ``mpirun -n 2`` and ``mpirun -n 4 --oversubscribe``
 (marked ``mpi``; skipped, with the reason, where mpirun or mpi4py is missing): every collective
 against NumPy, every collective's gradient, sub-communicators, data parallelism equal to one
-process on the global batch after three AdamW steps, Megatron's tensor-parallel GPT-2 and BERT
-and ZeRO stages 1-3 equal to the one-process model, GShard's expert parallelism equal to the dense
-layer, a failing rank that stops every rank with its message instead of a hang, and a hanging
-rank whose collective times out on the others, which then stop every rank the same way.
+process on the global batch after three AdamW steps, Megatron's tensor-parallel GPT-2 and BERT,
+GPipe's pipeline of GPT-2 stages and ZeRO stages 1-3 equal to the one-process model, GShard's
+expert parallelism equal to the dense layer, a failing rank that stops every rank with its
+message instead of a hang, and a hanging rank whose collective times out on the others, which
+then stop every rank the same way.
 """
 from __future__ import annotations
 
@@ -118,6 +119,11 @@ def test_tensor_parallel_bert_on_one_rank_is_the_dense_model_and_refuses_head_ma
     with pytest.raises(ValueError, match="TensorParallelBert: head_mask is not supported"):
         D.TensorParallelBert(tiny_bert_config(), D.SingleProcess())(
             bert_batch(0)["input_ids"], head_mask=np.ones((2, 4)))
+
+
+def test_a_pipeline_of_one_stage_is_the_dense_model():
+    from tests.distributed_checks import check_pipeline_parallel
+    check_pipeline_parallel(D.SingleProcess())
 
 
 def test_vocab_parallel_cross_entropy_on_one_rank_is_cross_entropy():
@@ -239,6 +245,9 @@ def test_zero_keeps_adamws_parameter_groups_and_its_state_dict_is_adamws():
     (lambda c: D.ZeroAdamW(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, dtype=mt.float64)), c,
                            1), ValueError, "all of one dtype"),
     (lambda c: D.zero_state_bytes(10, 2, 5), ValueError, "stage must be 0"),
+    (lambda c: D.PipelineParallelGPT2(GPTConfig.tiny(), c).forward_backward(
+        np.zeros((3, 4), int), 2), ValueError,
+     "a batch of 3 sequences does not split into micro_batches=2 equal parts"),
     (lambda c: D.vocab_parallel_cross_entropy(mt.zeros(2, 3, 5), np.zeros((2, 2), int), c, 0),
      ValueError, r"target \(2, 2\) must match the logits' leading axes \(2, 3\)"),
 ])
@@ -273,7 +282,8 @@ def _mpirun(ranks, *checks):
 
 
 CHECKS = ("collectives", "differentiable_collectives", "data_parallel", "parallel_linears",
-          "tensor_parallel", "tensor_parallel_bert", "zero", "expert_parallel")
+          "tensor_parallel", "tensor_parallel_bert", "pipeline_parallel", "zero",
+          "expert_parallel")
 
 
 @pytest.mark.mpi

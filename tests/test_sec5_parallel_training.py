@@ -49,7 +49,8 @@ def fails(capsys, argv, status=2):
     (1, ["--parallel", "dp=2"], "--parallel dp=2: dp x tp x pp = 2 x 1 x 1 = 2 devices, but the "
                                 "number of ranks (mpirun -n) is 1"),
     (1, ["--parallel", "ep=2"], "--parallel ep=2: 'ep=2' is not dp=N, tp=N or pp=N"),
-    (2, ["--parallel", "pp=2"], "--parallel pp=2: pipeline parallelism (pp) is in the cost model"),
+    (2, ["--parallel", "pp=2"], "--parallel pp=2: train does not pipeline (pp); GPipe is the class "
+                                "distributed.PipelineParallelGPT2"),
     (2, ["--parallel", "tp=2", "--n-head", "3", "--n-embd", "18"],
      "--parallel tp=2: tp=2 must divide --n-head 3"),
     (2, ["--parallel", "dp=2", "--batch-size", "3"],

@@ -15,6 +15,8 @@ and data parallelism.
   ``TensorParallelBert``;
 * :mod:`.expert_parallel`: GShard's experts split over the ranks, all-to-all dispatch and combine
   (``ExpertParallelMoE``);
+* :mod:`.pipeline`: GPipe's micro-batched pipeline of a GPT-2's layers over the ranks
+  (``PipelineParallelGPT2``; point to point ``send`` / ``recv`` on ``MPICommunicator``);
 * :mod:`.zero`: ZeRO stages 1-3 for AdamW (``ZeroAdamW``) and the paper's memory formula
   (``zero_state_bytes``).
 """
@@ -24,13 +26,15 @@ from .communicator import (CollectiveTimeout, Communicator, MPICommunicator, Sin
                            collective_timeout, fail_together, world)
 from .data_parallel import DataParallel
 from .expert_parallel import ExpertParallelMoE
+from .pipeline import PipelineParallelGPT2
 from .tensor_parallel import (ColumnParallelLinear, RowParallelLinear, TensorParallelAttention,
                               TensorParallelBert, TensorParallelGPT2, TensorParallelMLP,
                               VocabParallelEmbedding, split_layers, vocab_parallel_cross_entropy)
 from .zero import ZeroAdamW, zero_state_bytes
 
 __all__ = ["CollectiveTimeout", "ColumnParallelLinear", "Communicator", "DataParallel",
-           "ExpertParallelMoE", "MPICommunicator", "RowParallelLinear", "SingleProcess",
+           "ExpertParallelMoE", "MPICommunicator", "PipelineParallelGPT2", "RowParallelLinear",
+           "SingleProcess",
            "TensorParallelAttention", "TensorParallelBert", "TensorParallelGPT2",
            "TensorParallelMLP", "VocabParallelEmbedding", "ZeroAdamW", "all_gather", "all_to_all",
            "collective_timeout", "copy_to_parallel", "fail_together", "reduce_from_parallel",

@@ -248,6 +248,26 @@ class MPICommunicator(Communicator):
     def barrier(self):
         self._wait(self.comm.Ibarrier(), "barrier")
 
+    def _peer(self, rank, op):
+        if not isinstance(rank, int) or not 0 <= rank < self.size or rank == self.rank:
+            raise ValueError(f"MPICommunicator.{op}: {rank!r} is not another rank of "
+                             f"{self.size} (this is rank {self.rank})")
+        return rank
+
+    def send(self, array, dest):
+        """Point to point: ``array`` to rank ``dest``, which receives it with ``recv`` (a
+        pipeline's activations and their gradients)."""
+        dest = self._peer(dest, "send")
+        self._wait(self.comm.Isend(self._array(array, "send"), dest=dest), "send")
+
+    def recv(self, source, shape, dtype):
+        """The array of ``shape`` and ``dtype`` that rank ``source`` sends."""
+        out = np.empty(shape, dtype=dtype)
+        self._wait(self.comm.Irecv(out, source=self._peer(source, "recv")), "recv")
+        self.calls["recv"] += 1
+        self.bytes["recv"] += out.nbytes
+        return out
+
     def split(self, color, key=None):
         """A sub-communicator (see ``Communicator.split``) with this one's timeout."""
         return MPICommunicator(self.comm.Split(color, self.rank if key is None else key),

@@ -61,8 +61,9 @@ class ParallelTraining:
             raise SettingError("parallel", f"{parallel}: "
                                + str(error).removeprefix("train: --parallel: ")) from None
         if layout.pp > 1:
-            raise SettingError("parallel", f"{parallel}: pipeline parallelism (pp) is in the "
-                               "cost model (minitorch-nlp plan) only; train with dp and tp")
+            raise SettingError("parallel", f"{parallel}: train does not pipeline (pp); GPipe "
+                               "is the class distributed.PipelineParallelGPT2, and minitorch-nlp "
+                               "plan models pp; train with dp and tp")
         if zero not in ZERO_STAGES:
             raise SettingError("zero", f"must be one of {ZERO_STAGES} (0: none), got {zero!r}")
         self.layout, self.dp, self.tp, self.zero = parallel, layout.dp, layout.tp, zero

@@ -31,9 +31,10 @@ loss (Switch's alpha N sum_i f_i P_i without alpha).
 
 All tokens of one call form one group, or, with ``group_size``, each run of ``group_size``
 tokens is a group routed alone (GShard's groups; ``"sequence"``: each sequence, so that a
-sequence's routing does not depend on the rest of the batch); dense (S, E, C) dispatch and combine tensors
-and einsums follow the paper's formulation. Tokens are routed in the order they are flattened
-(batch-major), so a token's expert may depend on the other tokens of the batch -- as in GShard.
+sequence's routing does not depend on the rest of the batch); dense (S, E, C) dispatch and
+combine tensors and einsums follow the paper's formulation. Tokens are routed in the order
+they are flattened (batch-major), so a token's expert may depend on the other tokens of its
+group -- as in GShard.
 """
 from __future__ import annotations
 
