@@ -26,7 +26,9 @@ from minitorch_nlp import functional as F
 from minitorch_nlp.backends import backend, get_backend
 from minitorch_nlp.compress.commands import add_compress_commands
 from minitorch_nlp.compress.distill_commands import add_distill_commands
-from minitorch_nlp.distributed.commands import add_plan_commands
+from minitorch_nlp.distributed import fail_together
+from minitorch_nlp.distributed.commands import (add_parallel_options, add_plan_commands,
+                                                parallel_training)
 from minitorch_nlp.models import registry
 from minitorch_nlp.retrieval.commands import add_retrieval_commands
 from minitorch_nlp.testing.commands import add_testing_commands
@@ -400,7 +402,7 @@ def _add_demo_command(commands) -> None:
 # The TrainConfig fields that `train` takes as options; all but the RESUMABLE ones are fixed by
 # a checkpoint, so that `--resume` refuses a different value.
 _TRAIN_INTS = ("max_chars", "vocab_size", "n_layer", "n_head", "n_embd", "block_size",
-               "batch_size", "steps", "warmup_steps", "eval_every", "seed")
+               "batch_size", "steps", "warmup_steps", "eval_every", "seed", "experts")
 _TRAIN_FLOATS = ("lr", "dropout", "weight_decay")
 
 
@@ -438,6 +440,7 @@ def _add_train_command(commands) -> None:
     train.add_argument("--stop-at", type=int, metavar="STEP",
                        help="stop (and save) after this step; --resume continues")
     _add_run_options(train, None)
+    add_parallel_options(train)
     train.set_defaults(run=_train)
 
 
@@ -497,14 +500,15 @@ def _config(make, **values):
         raise UsageError(error.about(_option(error.setting))) from error
 
 
-def _start(config, **load):
-    """The run of ``config`` (or, with ``load``, the run saved at ``load["path"]``), its text
-    and setting errors as usage errors naming the option."""
+def _start(config, parallel=None, **load):
+    """The run of ``config`` (or, with ``load``, the run saved at ``load["path"]``) laid out as
+    ``parallel`` says (default: one process), its text and setting errors as usage errors
+    naming the option."""
     try:
         if load:
             path = load.pop("path")
-            return training.LanguageModelRun.load(path, **load)
-        return training.LanguageModelRun(config)
+            return training.LanguageModelRun.load(path, parallel=parallel, **load)
+        return training.LanguageModelRun(config, parallel=parallel)
     except training.TextFileError as error:
         raise UsageError(f"--text: {error}") from error
     except training.SettingError as error:
@@ -516,8 +520,9 @@ def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     mt.set_num_threads(args.threads)
     if args.backend is not None:
         _backend(args.backend)
+    parallel = _config(parallel_training, parallel=args.parallel, zero=args.zero)
     if args.resume:
-        run, out = _resume(args)
+        run, out = _resume(args, parallel)
     else:
         if args.model is None:
             raise UsageError("give the model to train (" + ", ".join(registry.families())
@@ -528,7 +533,7 @@ def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                                         "tokenizer", "backend")}
         config = _config(training.TrainConfig, model=args.model,
                          **{name: value for name, value in given.items() if value is not None})
-        run = _start(config)
+        run = _start(config, parallel)
     if args.stop_at is not None and not run.step < args.stop_at <= run.config.steps:
         raise UsageError(f"--stop-at {args.stop_at} must lie after the run's current step "
                          f"{run.step} and at most at its end, step {run.config.steps} (--steps)")
@@ -542,7 +547,7 @@ def _refuse_overwrite(out, overwrite):
                          f"--resume {out}, or start afresh there with --overwrite")
 
 
-def _resume(args):
+def _resume(args, parallel):
     """The run that ``--resume`` names and the folder to write to; the options that would
     change what it was trained with are refused, naming each."""
     if args.overwrite:
@@ -566,7 +571,7 @@ def _resume(args):
                          + "; leave them out, or start a new run in another --out")
     overrides = {name: getattr(args, name) for name in training.LanguageModelRun.RESUMABLE
                  if getattr(args, name) is not None}
-    run = _start(None, path=path, **overrides)
+    run = _start(None, parallel, path=path, **overrides)
     if run.step >= run.config.steps:
         raise UsageError(f"--resume {args.resume}: the run finished at step {run.step}; give "
                          f"--steps N (more than {run.step}) to train it further")
@@ -574,21 +579,30 @@ def _resume(args):
 
 
 def _run_training(run, out, stop_at, args) -> int:
-    config = run.config
-    print(f"{config.model}: {run.model.num_parameters():,} parameters, {config.tokenizer} "
-          f"tokenizer ({len(run.tokenizer)} tokens), {len(run.train_ids):,} training tokens, "
-          f"backend {config.backend}, steps {run.step} -> {stop_at or config.steps}")
-    checkpoint = os.path.join(out, training.CHECKPOINT_NAME)
-    start = time.perf_counter()
-    val_loss = run.train(stop_at, progress=not args.no_progress, checkpoint_path=checkpoint,
-                         checkpoint_every=args.checkpoint_every,
-                         checkpoint_seconds=60 * args.checkpoint_minutes or None)
-    seconds = time.perf_counter() - start
+    """Train ``run``; with several ranks every rank runs this, rank 0 prints, shows the progress
+    bar and writes the files, and an error on any rank ends them all with its message."""
+    config, writes = run.config, run.parallel.writes
+    with fail_together(run.parallel.comm):
+        if writes:
+            print(f"{config.model}: {run.parallel.num_parameters(run.model):,} parameters, "
+                  f"{config.tokenizer} tokenizer ({len(run.tokenizer)} tokens), "
+                  f"{len(run.train_ids):,} training tokens, backend {config.backend}, steps "
+                  f"{run.step} -> {stop_at or config.steps}"
+                  + (f", {run.parallel.describe()}" if run.parallel.is_parallel else ""))
+        checkpoint = os.path.join(out, training.CHECKPOINT_NAME)
+        start = time.perf_counter()
+        val_loss = run.train(stop_at, progress=writes and not args.no_progress,
+                             checkpoint_path=checkpoint, checkpoint_every=args.checkpoint_every,
+                             checkpoint_seconds=60 * args.checkpoint_minutes or None)
+        seconds = time.perf_counter() - start
+        model = run.dense_model()
+    if not writes:
+        return 130 if run.interrupted else 0
     if run.interrupted:
         print(f"\ninterrupted: saved step {run.step} in {checkpoint}\n"
               f"resume with: {PROG} {run.COMMAND} --resume {out}", file=sys.stderr)
         return 130
-    report = training.write_report(run, out, seconds)
+    report = training.write_report(run, out, seconds, model=model)
     print(f"step {run.step}: validation loss {val_loss:.4f} ({seconds:.1f} s); wrote {out}/: "
           + ", ".join(report["files"]))
     for sample in report.get("samples", []):

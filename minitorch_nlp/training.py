@@ -15,6 +15,11 @@ random windows, the masks redrawn every time a window is drawn, RoBERTa's dynami
 of the previous segment carried from step to step and saved in the checkpoint). This
 module holds no per-model code: each family says how to build its model, which tokenizers it
 takes and how its objective makes a batch.
+
+The same loop runs over MPI ranks (``mpirun -n 4 minitorch-nlp train gpt --parallel dp=2,tp=2
+--zero 1``): ``parallel``, a ``distributed.training.ParallelTraining``, builds the rank's shards,
+its optimizer, its share of each batch, the gradient averaging and clipping, and the gathered
+checkpoints; by default it is one process and changes nothing.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from .backends import backend as use_backend, get_backend
 from .data.corpus import load_text
 from .data.tokenizers import tokenizer_from_state
 from .models import registry
+from .nn.moe import aux_losses
 
 __all__ = ["CHECKPOINT_NAME", "LanguageModelRun", "SettingError", "TextFileError",
            "TrainConfig", "checkpoint_file", "demo_config", "load_for_inference",
@@ -45,6 +51,7 @@ CHECKPOINT_NAME = "checkpoint.npz"
 FORMAT = "minitorch-nlp-language-model"
 TOKENIZERS = ("char", "bpe", "wordpiece")
 DEFAULT_WARMUP_STEPS = 100
+MOE_AUX_WEIGHT = 0.01
 CHECKPOINT_SECONDS = 300.0
 
 
@@ -89,6 +96,7 @@ class TrainConfig:
     eval_batches: int = 8
     validation_fraction: float = 0.1
     mask_prob: float = 0.15          # masked-LM families only
+    experts: int = 0                 # gpt only: GShard MoE layers of this many experts (0: none)
     seed: int = 0
     backend: str = "numba"
 
@@ -114,6 +122,17 @@ class TrainConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < (name != "seed"):
                 kind = "an int >= 0" if name == "seed" else "a positive int"
                 raise SettingError(name, f"must be {kind}, got {value!r}")
+        if isinstance(self.experts, bool) or not isinstance(self.experts, int) \
+                or self.experts < 0 or self.experts == 1:
+            raise SettingError("experts", f"must be 0 (no mixture of experts) or an int >= 2 "
+                               f"(GShard's top-2 routing), got {self.experts!r}")
+        if self.experts and self.model != "gpt":
+            raise SettingError("experts", f"={self.experts}: mixture-of-experts layers are built "
+                               f"for the gpt family, not {self.model}")
+        if self.experts and self.n_layer < 2:
+            raise SettingError("experts", f"={self.experts} replaces the feed-forward network of "
+                               f"every other layer (the 2nd, 4th ...): give --n-layer 2 or more, "
+                               f"got {self.n_layer}")
         if self.max_chars is not None and (not isinstance(self.max_chars, int)
                                            or self.max_chars < 1):
             raise SettingError("max_chars", f"must be a positive int, got {self.max_chars!r}")
@@ -207,8 +226,10 @@ class LanguageModelRun:
 
     COMMAND = "train"
 
-    def __init__(self, config, *, state=None, text=None, tokenizer=None):
+    def __init__(self, config, *, state=None, text=None, tokenizer=None, parallel=None):
+        from .distributed.training import ParallelTraining
         self.config = config
+        self.parallel = ParallelTraining() if parallel is None else parallel
         self.family = registry.family(config.model)
         text = _read_text(config) if text is None else text
         self.text_digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -236,15 +257,17 @@ class LanguageModelRun:
                                f"({len(self.train_ids)} tokens) into streams shorter than a "
                                f"segment of {window}; give a longer text or a smaller "
                                "--batch-size or --block-size")
+        self.parallel.check(config, len(self.tokenizer))
         self.backend = get_backend(config.backend)
         with use_backend(self.backend):
             mt_random.manual_seed(config.seed)
-            self.model = self.build_model(fresh=state is None)
-        self.optimizer = optim.AdamW(_decay_groups(self.trained_parameters(),
-                                                   config.weight_decay),
-                                     lr=config.lr, betas=(0.9, 0.95))
-        self.scheduler = optim.CosineWarmupDecayLR(self.optimizer, config.warmup_steps,
-                                                   config.steps, min_lr_ratio=config.min_lr_ratio)
+            self.model = self.parallel.build(lambda: self.build_model(fresh=state is None))
+        self.optimizer = self.parallel.optimizer(
+            self.model, _decay_groups(self.trained_parameters(), config.weight_decay),
+            lr=config.lr, betas=(0.9, 0.95))
+        self.scheduler = optim.CosineWarmupDecayLR(
+            self.parallel.scheduled(self.optimizer), config.warmup_steps, config.steps,
+            min_lr_ratio=config.min_lr_ratio)
         self.rng = np.random.default_rng(config.seed)
         self._make_batch = self.family.objective.batcher(self.tokenizer, config.mask_prob)
         # the validation windows (and their masks) are drawn once, so every evaluation is the same
@@ -265,6 +288,13 @@ class LanguageModelRun:
     def trained_parameters(self):
         """What the optimiser updates."""
         return self.model.parameters()
+
+    def dense_model(self):
+        """The trained model whole, in this process (gathered from the ranks' shards, a
+        collective, for a tensor-parallel or ZeRO run; else ``model`` itself)."""
+        with use_backend(self.backend):
+            return self.parallel.dense_model(self.model, self.optimizer,
+                                             lambda: self.build_model(fresh=False))
 
     # ---- data ------------------------------------------------------------------------------------
     def _batch(self, ids, rng):
@@ -303,7 +333,7 @@ class LanguageModelRun:
     def evaluate(self):
         """The mean loss over the fixed validation batches, without dropout."""
         self.model.eval()
-        with no_grad(), use_backend(self.backend):
+        with no_grad(), use_backend(self.backend), self.parallel.gathered(self.optimizer):
             losses = [self.loss(*batch).item() for batch in self.val_batches]
         self.model.train()
         return float(np.mean(losses))
@@ -338,6 +368,9 @@ class LanguageModelRun:
                 due = (checkpoint_every and self.step % checkpoint_every == 0) or (
                     checkpoint_seconds is not None
                     and time.monotonic() - last_save >= checkpoint_seconds)
+                due, stopping = self.parallel.agree(due, stop)   # every rank takes the same turn
+                if stopping and not stop:
+                    stop.append("another rank")
                 if checkpoint_path and due:
                     self.save(checkpoint_path)
                     last_save = time.monotonic()
@@ -361,19 +394,22 @@ class LanguageModelRun:
     def _train_step(self):
         if self.family.progress is not None:
             self.family.progress(self.model, self.step / self.config.steps)
-        if self.family.objective.carries_memory:
-            out = self.model_output(*self._next_segments(), mems=self.memory)
-            self.memory, loss = out.mems, out.loss
-        else:
-            loss = self.training_loss(*self._batch(self.train_ids, self.rng))
         self.optimizer.zero_grad()
-        loss.backward()
-        optim.clip_grad_norm_(self.trained_parameters(), self.config.grad_clip)
-        self.optimizer.step()
+        with self.parallel.gathered(self.optimizer):
+            if self.family.objective.carries_memory:
+                out = self.model_output(*self._next_segments(), mems=self.memory)
+                self.memory, loss = out.mems, out.loss
+            else:                                                 # this rank's share
+                loss = self.training_loss(*self.parallel.local(
+                    self._batch(self.train_ids, self.rng)))
+            if self.config.experts:             # GShard's load balancing, weight 0.01
+                loss = loss + MOE_AUX_WEIGHT * aux_losses(self.model)
+            loss.backward()
+        self.parallel.step(list(self.trained_parameters()), self.optimizer, self.config.grad_clip)
         self.scheduler.step()
         self.step += 1
         self.history["step"].append(self.step)
-        self.history["loss"].append(loss.item())
+        self.history["loss"].append(self.parallel.mean(loss.item()))
 
     def report_metrics(self):
         """What ``write_report`` adds to ``metrics.json`` beside the losses."""
@@ -381,10 +417,13 @@ class LanguageModelRun:
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def state_dict(self):
+        """Everything to continue the run; a parallel run's whole model and optimizer state,
+        gathered from its ranks (every rank must call it)."""
+        model, optimizer = self.parallel.state(self.model, self.optimizer)
         return {"format": FORMAT, "command": self.COMMAND,
                 "config": dataclasses.asdict(self.config),
                 "text_sha256": self.text_digest, "tokenizer": self.tokenizer.state_dict(),
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "model": model, "optimizer": optimizer,
                 "scheduler": self.scheduler.state_dict(), "step": self.step,
                 "batch_rng": self.rng.bit_generator.state,
                 "default_generator": mt_random.default_generator().get_state(),
@@ -392,8 +431,7 @@ class LanguageModelRun:
                 "memory": [] if self.memory is None else [m.numpy() for m in self.memory]}
 
     def _restore(self, state):
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.parallel.load_state(self.model, self.optimizer, state["model"], state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scheduler.total_steps != self.config.steps:   # --steps N extends the schedule
             self.scheduler.load_state_dict({**self.scheduler.state_dict(),
@@ -409,13 +447,18 @@ class LanguageModelRun:
                        for m in memory] or None
 
     def save(self, path):
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        io.save(self.state_dict(), path)
+        """Write the run to ``path``; a parallel run gathers it (every rank must call this) and
+        rank 0 writes the one file, which resumes on any number of ranks."""
+        state = self.state_dict()
+        if self.parallel.writes:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            io.save(state, path)
+        self.parallel.comm.barrier()
 
     RESUMABLE = ("backend", "eval_every", "steps")
 
     @classmethod
-    def load(cls, path, *, text=None, **overrides):
+    def load(cls, path, *, text=None, parallel=None, **overrides):
         """The run saved at ``path`` (a checkpoint file or the directory holding
         ``checkpoint.npz``), ready to continue. ``overrides`` change settings that do not alter
         what has been trained (``RESUMABLE``): ``backend``, ``eval_every``, and ``steps``, which
@@ -424,7 +467,7 @@ class LanguageModelRun:
         A text file given by a relative path (older checkpoints) is looked for next to the
         checkpoint when it is not found from the current directory."""
         config, state = cls.saved(path, **overrides)
-        return cls(config, state=state, text=text)
+        return cls(config, state=state, text=text, parallel=parallel)
 
     @classmethod
     def saved(cls, path, **overrides):
@@ -530,24 +573,26 @@ def demo_config(steps=None, backend="numba", seed=0, smoke=False):
 SAMPLE_PROMPTS = ("The ", "Return the ", "This module ")
 
 
-def write_report(run, out, seconds):
+def write_report(run, out, seconds, model=None):
     """Write what a finished (or stopped) run produced to ``out``: ``metrics.json``, ``loss.png``
-    (when matplotlib is installed) and, for a model that generates text, ``samples.txt``.
+    (when matplotlib is installed) and, for a model that generates text, ``samples.txt`` from
+    ``model`` (default ``run.model``; a parallel run passes ``run.dense_model()``).
     Returns the metrics; ``vocab_size`` is the tokenizer's real size."""
+    model = run.model if model is None else model
     import json
     os.makedirs(out, exist_ok=True)
     history = run.history
     metrics = {"step": run.step, "seconds": round(seconds, 2),
                "train_loss": history["loss"][-1] if history["loss"] else None,
                "val_loss": history["val_loss"][-1] if history["val_loss"] else None,
-               "parameters": run.model.num_parameters(), "vocab_size": len(run.tokenizer),
+               "parameters": model.num_parameters(), "vocab_size": len(run.tokenizer),
                "config": dataclasses.asdict(run.config),
                "files": [CHECKPOINT_NAME, "metrics.json"], **run.report_metrics()}
     if _plot_losses(history, os.path.join(out, "loss.png"), run.config):
         metrics["files"].append("loss.png")
     if run.family.objective.generates_text:
         metrics["samples"] = [run.family.objective.respond(
-            run.model, run.tokenizer, prompt, max_new_tokens=200, temperature=0.8, top_k=40,
+            model, run.tokenizer, prompt, max_new_tokens=200, temperature=0.8, top_k=40,
             seed=i) for i, prompt in enumerate(SAMPLE_PROMPTS)]
         with open(os.path.join(out, "samples.txt"), "w", encoding="utf-8") as file:
             file.write("\n\n".join(metrics["samples"]) + "\n")

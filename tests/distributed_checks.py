@@ -5,10 +5,19 @@ message), and rank 0 prints ``ok CHECK`` after each.
 
 Every expected value is computed on each rank without communication, from arrays every rank can
 draw (seeded by rank), so that a check compares MPI's answer with plain NumPy.
+
+``mpirun(ranks, *arguments)`` is how the tests start ranks: ``python ARGUMENTS`` under real
+``mpirun``, skipping the test where mpirun or mpi4py is missing.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -18,8 +27,27 @@ from minitorch_nlp import nn
 from minitorch_nlp.nn import moe
 from minitorch_nlp.distributed.tensor_parallel import (ColumnParallelLinear, RowParallelLinear,
                                                        TensorParallelGPT2)
+from minitorch_nlp.models.bert import BertConfig, BertForMaskedLM
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
 from minitorch_nlp.optim import AdamW
+
+
+ROOT = Path(__file__).resolve().parent.parent
+MPI_TIMEOUT = 240          # seconds for one mpirun; a hang fails the test instead of CI
+
+
+def mpirun(ranks, *arguments):
+    """``mpirun -n RANKS --oversubscribe python ARGUMENTS`` from the repository root, as root
+    too (CI's containers), its output captured; the test is skipped without mpirun or mpi4py."""
+    import pytest
+    if shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("needs mpirun and mpi4py: pip install 'minitorch_nlp[distributed]'")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    command = ["mpirun", "-n", str(ranks), "--oversubscribe", sys.executable,
+               *map(str, arguments)]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=MPI_TIMEOUT)
 
 
 def rank_array(rank, shape, salt=0):
@@ -80,9 +108,9 @@ def _float64(model):
     return model
 
 
-def _tiny_gpt():
+def _tiny_gpt(config=None):
     mt.manual_seed(0)
-    return _float64(GPT2LMHeadModel(GPTConfig.tiny()))
+    return _float64(GPT2LMHeadModel(GPTConfig.tiny() if config is None else config))
 
 
 def check_data_parallel(comm):
@@ -120,6 +148,15 @@ def check_a_failing_rank_stops_everyone(comm):
     comm.all_reduce(np.zeros(1))                         # the others would wait here forever
 
 
+def check_a_hanging_rank_times_out(comm):
+    comm.barrier()                                       # every rank has started
+    timed = D.MPICommunicator(comm.comm, timeout=3)
+    assert timed.split(0).timeout == 3                   # sub-communicators keep the timeout
+    if comm.rank == comm.size - 1:
+        time.sleep(3600)                                 # hangs, never joining the all-reduce
+    timed.all_reduce(np.zeros(1))                        # the others give up after 3 s
+
+
 
 
 def _shard_of(dense, shard, comm):
@@ -147,19 +184,21 @@ def check_parallel_linears(comm):
     np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-10)    # f summed the shards' parts
 
 
-def check_tensor_parallel(comm):
-    config, steps = GPTConfig.tiny(), 3
+def _train_beside_dense(comm, make_dense, make_parallel, batches, all_reduces):
+    """AdamW steps of a tensor-parallel model and of its dense model (both built from seed 0,
+    float64) on ``batches`` (keyword arguments), checked at every step: the same loss, the
+    logits (the parallel model's slice of them), ``all_reduces`` == (forward, backward)
+    all-reduces, every gradient shard; and every parameter shard at the end."""
     mt.manual_seed(0)
-    dense = _float64(GPT2LMHeadModel(config))
+    dense = _float64(make_dense())
     mt.manual_seed(0)
-    parallel = _float64(TensorParallelGPT2(config, comm))
+    parallel = _float64(make_parallel())
     dense_optimizer = AdamW(dense.parameters(), lr=1e-2)
     parallel_optimizer = AdamW(parallel.parameters(), lr=1e-2)
     dense_parameters = dict(dense.named_parameters())
-    for step in range(steps):
-        ids = np.random.default_rng(step).integers(0, 100, (2, 8))
-        dense_out, before = dense(ids, labels=ids), comm.calls["all_reduce"]
-        out = parallel(ids, labels=ids)
+    for batch in batches:
+        dense_out, before = dense(**batch), comm.calls["all_reduce"]
+        out = parallel(**batch)
         forward = comm.calls["all_reduce"] - before
         np.testing.assert_allclose(out.loss.numpy(), dense_out.loss.numpy(), rtol=1e-10)
         np.testing.assert_allclose(out.logits.numpy(), _shard_of(
@@ -169,10 +208,7 @@ def check_tensor_parallel(comm):
         dense_out.loss.backward()
         before = comm.calls["all_reduce"]
         out.loss.backward()
-        backward = comm.calls["all_reduce"] - before
-        # one all-reduce per sub-block each way (2 per layer), plus the vocabulary-parallel
-        # embedding (1 forward), loss (3 forward) and output layer's f (1 backward)
-        assert (forward, backward) == (2 * config.n_layer + 4, 2 * config.n_layer + 1)
+        assert (forward, comm.calls["all_reduce"] - before) == all_reduces
         for name, p in parallel.named_parameters():
             np.testing.assert_allclose(p.grad.numpy(), _shard_of(
                 dense_parameters[name].grad.numpy(), p, comm), rtol=1e-8, atol=1e-12,
@@ -182,6 +218,100 @@ def check_tensor_parallel(comm):
     for name, p in parallel.named_parameters():
         np.testing.assert_allclose(p.numpy(), _shard_of(dense_parameters[name].numpy(), p, comm),
                                    rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def check_tensor_parallel(comm):
+    config = GPTConfig.tiny()
+    batches = [{"input_ids": ids, "labels": ids} for ids in (
+        np.random.default_rng(step).integers(0, 100, (2, 8)) for step in range(3))]
+    # one all-reduce per sub-block each way (2 per layer), plus the vocabulary-parallel
+    # embedding (1 forward), loss (3 forward) and output layer's f (1 backward)
+    _train_beside_dense(comm, lambda: GPT2LMHeadModel(config),
+                        lambda: TensorParallelGPT2(config, comm), batches,
+                        (2 * config.n_layer + 4, 2 * config.n_layer + 1))
+
+
+def tiny_bert_config():
+    return BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=32, max_position_embeddings=16,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def bert_batch(step):
+    """Masked-LM inputs with padding (the second sequence ends in three pad tokens)."""
+    rng = np.random.default_rng(step)
+    ids = rng.integers(1, 40, (2, 8))
+    mask = np.ones((2, 8), dtype=np.int64)
+    mask[1, 5:] = 0
+    ids[1, 5:] = 0
+    labels = np.where(rng.random((2, 8)) < 0.4, ids, -100)
+    labels[1, 5:] = -100
+    labels[0, 0] = ids[0, 0]                             # at least one masked position
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def check_tensor_parallel_bert(comm):
+    config = tiny_bert_config()
+    layers = config.num_hidden_layers            # one all-reduce per sub-block each way
+    _train_beside_dense(comm, lambda: BertForMaskedLM(config),
+                        lambda: D.TensorParallelBert(config, comm),
+                        [bert_batch(step) for step in range(3)], (2 * layers, 2 * layers))
+
+
+def _dense_name(name, first_layer):
+    """The dense GPT-2's name for a pipeline stage's parameter ``name``."""
+    if name.startswith("stack.layers."):
+        index, rest = name[len("stack.layers."):].split(".", 1)
+        return f"transformer.blocks.layers.{first_layer + int(index)}.{rest}"
+    if name == "output_weight":
+        return "transformer.wte.weight"
+    return "transformer." + name.replace("stack.", "blocks.")
+
+
+def check_pipeline_parallel(comm):
+    config, micro_batches = GPTConfig.tiny(n_layer=4), 2
+    dense = _tiny_gpt(config)
+    mt.manual_seed(0)
+    stage = _float64(D.PipelineParallelGPT2(config, comm))
+    dense_optimizer = AdamW(dense.parameters(), lr=1e-2)
+    stage_optimizer = AdamW(stage.parameters(), lr=1e-2)
+    dense_parameters = dict(dense.named_parameters())
+    names = {name: _dense_name(name, stage.first_layer) for name, _ in stage.named_parameters()}
+    assert set(names.values()) <= set(dense_parameters)
+    for step in range(3):
+        ids = np.random.default_rng(step).integers(0, 100, (4, 8))
+        dense_optimizer.zero_grad()
+        stage_optimizer.zero_grad()
+        loss = dense(ids, labels=ids).loss
+        loss.backward()
+        sends = comm.calls["send"]
+        np.testing.assert_allclose(stage.forward_backward(ids, micro_batches), loss.item(),
+                                   rtol=1e-10)
+        # each micro-batch: activations forward and their gradient backward, between stages
+        assert comm.calls["send"] - sends == (0 if comm.size == 1 else micro_batches * (
+            (not stage.last) + (not stage.first)))
+        for name, p in stage.named_parameters():
+            np.testing.assert_allclose(p.grad.numpy(), dense_parameters[names[name]].grad.numpy(),
+                                       rtol=1e-8, atol=1e-12, err_msg=name)
+        dense_optimizer.step()
+        stage_optimizer.step()
+    for name, p in stage.named_parameters():
+        np.testing.assert_allclose(p.numpy(), dense_parameters[names[name]].numpy(), rtol=1e-9,
+                                   atol=1e-12, err_msg=name)
+    if comm.size > 1:
+        _refuses(lambda: D.PipelineParallelGPT2(GPTConfig.tiny(n_layer=comm.size + 1), comm),
+                 f"n_layer={comm.size + 1} must be divisible by the {comm.size} pipeline stages")
+        _refuses(lambda: comm.send(np.zeros(1), comm.rank),
+                 f"MPICommunicator.send: {comm.rank} is not another rank of {comm.size}")
+
+
+def _refuses(call, message):
+    try:
+        call()
+    except ValueError as error:
+        assert message in str(error), str(error)
+    else:
+        raise AssertionError(f"accepted what should fail with: {message}")
 
 
 def check_zero(comm):
@@ -245,12 +375,8 @@ def check_expert_parallel(comm):
         np.testing.assert_allclose(gate, dense.gate.weight.grad.numpy(), rtol=1e-9, atol=1e-12)
         assert parallel.experts.num_experts == 2 and comm.calls["all_to_all"] >= 4
     if n > 1:
-        try:
-            D.ExpertParallelMoE(4, 8, n + 1, comm)
-        except ValueError as error:
-            assert f"num_experts={n + 1} must be divisible by the {n} ranks" in str(error)
-        else:
-            raise AssertionError("ExpertParallelMoE accepted experts the ranks cannot share")
+        _refuses(lambda: D.ExpertParallelMoE(4, 8, n + 1, comm),
+                 f"num_experts={n + 1} must be divisible by the {n} ranks")
 
 
 def main(names):

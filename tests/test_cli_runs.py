@@ -312,7 +312,7 @@ def test_hf_architectures_that_neither_generate_nor_fill_masks_are_named():
 
 
 def test_ctrl_c_before_training_starts_is_one_line(capsys, monkeypatch):
-    def interrupted(config):
+    def interrupted(config, **options):
         raise KeyboardInterrupt
     monkeypatch.setattr(training, "LanguageModelRun", interrupted)
     assert cli.main(["train", "gpt", "--out", "nowhere-yet"]) == 130

@@ -6,19 +6,15 @@ its errors and counters, and the collectives' gradients. With real ranks: the ch
 ``tests/distributed_checks.py`` under ``mpirun -n 2`` and ``mpirun -n 4 --oversubscribe``
 (marked ``mpi``; skipped, with the reason, where mpirun or mpi4py is missing): every collective
 against NumPy, every collective's gradient, sub-communicators, data parallelism equal to one
-process on the global batch after three AdamW steps, Megatron's tensor-parallel GPT-2 and ZeRO
-stages 1-3 equal to the one-process model, GShard's expert parallelism equal to the dense
-layer, and a failing rank that stops every rank with its message instead of a hang.
+process on the global batch after three AdamW steps, Megatron's tensor-parallel GPT-2 and BERT,
+GPipe's pipeline of GPT-2 stages and ZeRO stages 1-3 equal to the one-process model, GShard's
+expert parallelism equal to the dense layer, a failing rank that stops every rank with its
+message instead of a hang, and a hanging rank whose collective times out on the others, which
+then stop every rank the same way.
 """
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,9 +25,8 @@ from minitorch_nlp import functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
 from minitorch_nlp.optim import AdamW
+from tests.distributed_checks import mpirun
 
-ROOT = Path(__file__).resolve().parent.parent
-MPI_TIMEOUT = 240          # seconds for one mpirun; a hang fails the test instead of CI
 
 
 # ---- one process ---------------------------------------------------------------------------------
@@ -118,6 +113,19 @@ def test_tensor_parallel_gpt2_on_one_rank_is_the_dense_model():
                                rtol=1e-4, atol=1e-5)
 
 
+def test_tensor_parallel_bert_on_one_rank_is_the_dense_model_and_refuses_head_masks():
+    from tests.distributed_checks import bert_batch, check_tensor_parallel_bert, tiny_bert_config
+    check_tensor_parallel_bert(D.SingleProcess())
+    with pytest.raises(ValueError, match="TensorParallelBert: head_mask is not supported"):
+        D.TensorParallelBert(tiny_bert_config(), D.SingleProcess())(
+            bert_batch(0)["input_ids"], head_mask=np.ones((2, 4)))
+
+
+def test_a_pipeline_of_one_stage_is_the_dense_model():
+    from tests.distributed_checks import check_pipeline_parallel
+    check_pipeline_parallel(D.SingleProcess())
+
+
 def test_vocab_parallel_cross_entropy_on_one_rank_is_cross_entropy():
     logits = mt.tensor(np.random.default_rng(0).standard_normal((3, 4, 7)), requires_grad=True)
     target = np.array([[1, 2, -100, 6], [0, 0, 3, 5], [6, -100, 2, 1]])
@@ -175,6 +183,48 @@ def test_zero_on_one_process_is_adamw(stage):
         assert zero.state_bytes()["parameters"] == 4 * psi                # the partition only
 
 
+def test_zero_keeps_adamws_parameter_groups_and_its_state_dict_is_adamws():
+    def model_and_groups():
+        mt.manual_seed(0)
+        model = GPT2LMHeadModel(GPTConfig.tiny())
+        params = list(model.parameters())
+        return model, [{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.1},
+                       {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    ids = np.random.default_rng(0).integers(0, 100, (2, 8))
+    (plain, plain_groups), (sharded, sharded_groups) = model_and_groups(), model_and_groups()
+    adamw = AdamW(plain_groups, lr=1e-2)
+    zero = D.ZeroAdamW(sharded_groups, D.SingleProcess(), 2, lr=1e-2)
+    assert [g["weight_decay"] for g in zero.inner.param_groups] == [0.1, 0.0]
+    for optimizer, model in ((adamw, plain), (zero, sharded)):
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(ids, labels=ids).loss.backward()
+            optimizer.step()
+    for got, want in zip(sharded.parameters(), plain.parameters()):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
+    saved, expected = zero.state_dict(), adamw.state_dict()
+    assert [g["params"] for g in saved["param_groups"]] == \
+        [g["params"] for g in expected["param_groups"]]
+    assert set(saved["state"]) == set(expected["state"])
+    for index, values in expected["state"].items():
+        assert saved["state"][index]["step"] == values["step"] == 2
+        for key in ("exp_avg", "exp_avg_sq"):
+            np.testing.assert_allclose(saved["state"][index][key], values[key], rtol=1e-5,
+                                       atol=1e-12)
+    restored_model, restored_groups = model_and_groups()
+    restored_model.load_state_dict(sharded.state_dict())
+    restored = D.ZeroAdamW(restored_groups, D.SingleProcess(), 1, lr=1e-2)
+    restored.load_state_dict(expected)                  # a plain AdamW's state loads too
+    for optimizer, model in ((adamw, plain), (restored, restored_model)):
+        optimizer.zero_grad()
+        model(ids, labels=ids).loss.backward()
+        optimizer.step()
+    for got, want in zip(restored_model.parameters(), plain.parameters()):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"groups hold \[.*\] parameters, this optimizer's"):
+        restored.load_state_dict({"state": {}, "param_groups": expected["param_groups"][:1]})
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda c: c.all_reduce([1.0, 2.0]), TypeError, "collectives take NumPy arrays, got list"),
     (lambda c: c.all_reduce(np.ones(2), op="mean"), ValueError, "op must be one of"),
@@ -195,12 +245,29 @@ def test_zero_on_one_process_is_adamw(stage):
     (lambda c: D.ZeroAdamW(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, dtype=mt.float64)), c,
                            1), ValueError, "all of one dtype"),
     (lambda c: D.zero_state_bytes(10, 2, 5), ValueError, "stage must be 0"),
+    (lambda c: D.PipelineParallelGPT2(GPTConfig.tiny(), c).forward_backward(
+        np.zeros((3, 4), int), 2), ValueError,
+     "a batch of 3 sequences does not split into micro_batches=2 equal parts"),
     (lambda c: D.vocab_parallel_cross_entropy(mt.zeros(2, 3, 5), np.zeros((2, 2), int), c, 0),
      ValueError, r"target \(2, 2\) must match the logits' leading axes \(2, 3\)"),
 ])
 def test_bad_input_is_refused_with_a_clear_message(call, error, message):
     with pytest.raises(error, match=message):
         call(D.SingleProcess())
+
+
+def test_the_collective_timeout_comes_from_the_argument_then_the_environment(monkeypatch):
+    monkeypatch.delenv("MINITORCH_NLP_COLLECTIVE_TIMEOUT", raising=False)
+    assert D.collective_timeout() == 300.0
+    assert D.collective_timeout(2.5) == 2.5 and D.collective_timeout(0) is None
+    monkeypatch.setenv("MINITORCH_NLP_COLLECTIVE_TIMEOUT", "7")
+    assert D.collective_timeout() == 7.0 and D.collective_timeout(1) == 1.0
+    monkeypatch.setenv("MINITORCH_NLP_COLLECTIVE_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="MINITORCH_NLP_COLLECTIVE_TIMEOUT='soon' must be a "
+                                         "number of seconds >= 0"):
+        D.collective_timeout()
+    with pytest.raises(ValueError, match="timeout=-1 must be a number of seconds >= 0"):
+        D.collective_timeout(-1)
 
 
 def test_fail_together_lets_the_error_through_on_one_process():
@@ -211,18 +278,12 @@ def test_fail_together_lets_the_error_through_on_one_process():
 
 # ---- real ranks under mpirun ---------------------------------------------------------------------
 def _mpirun(ranks, *checks):
-    if shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None:
-        pytest.skip("needs mpirun and mpi4py: pip install 'minitorch_nlp[distributed]'")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
-    command = ["mpirun", "-n", str(ranks), "--oversubscribe", sys.executable, "-m",
-               "tests.distributed_checks", *checks]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=MPI_TIMEOUT)
+    return mpirun(ranks, "-m", "tests.distributed_checks", *checks)
 
 
 CHECKS = ("collectives", "differentiable_collectives", "data_parallel", "parallel_linears",
-          "tensor_parallel", "zero", "expert_parallel")
+          "tensor_parallel", "tensor_parallel_bert", "pipeline_parallel", "zero",
+          "expert_parallel")
 
 
 @pytest.mark.mpi
@@ -231,6 +292,14 @@ def test_collectives_data_tensor_parallelism_and_zero_under_mpirun(ranks):
     result = _mpirun(ranks, *CHECKS)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split("\n")[:len(CHECKS)] == [f"ok {c} on {ranks} ranks" for c in CHECKS]
+
+
+@pytest.mark.mpi
+def test_a_rank_that_hangs_stops_every_rank_when_a_collective_times_out():
+    result = _mpirun(2, "a_hanging_rank_times_out")          # the subprocess timeout: 240 s
+    assert result.returncode != 0
+    assert ("minitorch-nlp: rank 0 of 2: CollectiveTimeout: MPICommunicator.all_reduce: rank 0 "
+            "of 2 waited 3 s for the other ranks") in result.stderr
 
 
 @pytest.mark.mpi

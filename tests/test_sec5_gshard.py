@@ -233,6 +233,31 @@ def test_a_gpt_with_experts_in_every_other_layer_learns():
         moe.mixture_every_other_layer([layers[0], layers[1]], 2)
 
 
+@pytest.mark.eq(32, 33, 34)
+@pytest.mark.parametrize("group_size", [5, "sequence"])
+def test_groups_are_routed_each_alone_as_separate_calls_would(group_size):
+    layer = _float64_layer(6, 8, 4, 2, 1.0, seed=3)
+    layer.group_size = group_size
+    x = mt.tensor(np.random.default_rng(0).standard_normal((3, 5, 6)), requires_grad=True)
+    cotangent = mt.tensor(np.random.default_rng(1).standard_normal((3, 5, 6)))
+    y = layer(x)
+    ((y * cotangent).sum() + layer.aux_loss).backward()
+    grads = (x.grad.numpy(), layer.gate.weight.grad.numpy(), layer.experts.wi.grad.numpy())
+    counts = layer.routing.tokens_per_expert
+    x.grad = layer.gate.weight.grad = layer.experts.wi.grad = layer.experts.wo.grad = None
+    layer.group_size = None                                    # one call per sequence
+    alone, aux, alone_counts = [], [], 0
+    for i in range(3):
+        alone.append(layer(x[i:i + 1]))
+        aux.append(layer.aux_loss)
+        alone_counts = alone_counts + layer.routing.tokens_per_expert
+    (sum((a * cotangent[i:i + 1]).sum() for i, a in enumerate(alone)) + sum(aux) / 3).backward()
+    np.testing.assert_allclose(y.numpy(), np.concatenate([a.numpy() for a in alone]), rtol=1e-12)
+    for got, want in zip(grads, (x.grad, layer.gate.weight.grad, layer.experts.wi.grad)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-14)
+    np.testing.assert_array_equal(counts, alone_counts)
+
+
 def test_expert_capacity_is_gshards_2s_over_e_and_switchs_s_over_e():
     assert moe.expert_capacity(64, 8) == 16                       # 2 S / E
     assert moe.expert_capacity(64, 8, k=1) == 8                   # S / E
@@ -263,6 +288,9 @@ def test_expert_capacity_is_gshards_2s_over_e_and_switchs_s_over_e():
      "dispatch"),
     (lambda: moe.aux_losses(moe.MixtureOfExperts(4, 8, 2)), "has run a forward pass"),
     (lambda: moe.aux_losses(nn.Linear(2, 2)), "no MixtureOfExperts"),
+    (lambda: moe.MixtureOfExperts(4, 8, 2, group_size=0), "group_size must be a positive int"),
+    (lambda: moe.MixtureOfExperts(4, 8, 2, group_size=4)(mt.zeros(2, 3, 4)),
+     "6 tokens do not split into groups of group_size=4"),
 ])
 def test_bad_input_is_refused_with_a_clear_message(call, message):
     with pytest.raises((ValueError, TypeError), match=message):

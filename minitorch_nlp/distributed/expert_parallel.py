@@ -42,7 +42,7 @@ class ExpertParallelMoE(MixtureOfExperts):
         """This rank's experts (and a copy of the gate) of a ``MixtureOfExperts``."""
         shard = cls(layer.d_model, layer.experts.d_ff, layer.num_experts, comm, k=layer.k,
                     capacity_factor=layer.capacity_factor, second_expert=layer.second_expert,
-                    generator=layer.generator)
+                    group_size=layer.group_size, generator=layer.generator)
         _set(shard.gate.weight, np.asarray(layer.gate.weight.data))
         _set(shard.experts.wi, _rows(layer.experts.wi.data, comm))
         _set(shard.experts.wo, _rows(layer.experts.wo.data, comm))

@@ -77,11 +77,12 @@ class Layout:
         return self.dp * self.tp * self.pp
 
 
-def parse_layout(text, devices):
+def parse_layout(text, devices, *, command="plan", devices_name="--gpus"):
     """``"dp=8,tp=8,pp=16"`` for ``devices`` devices; a degree left out is 1, except dp, which
-    defaults to what the others leave (devices / (tp pp))."""
-    where = "plan: --parallel"
-    devices = checks.positive_int(devices, "--gpus", "plan")
+    defaults to what the others leave (devices / (tp pp)). Errors name ``command``'s
+    ``--parallel`` and the count of devices as ``devices_name``."""
+    where = f"{command}: --parallel"
+    devices = checks.positive_int(devices, devices_name, command)
     degrees = {}
     for item in filter(None, (part.strip() for part in (text or "").split(","))):
         match = re.fullmatch(r"(dp|tp|pp)=(\d+)", item)
@@ -91,12 +92,13 @@ def parse_layout(text, devices):
     tp, pp = degrees.get("tp", 1), degrees.get("pp", 1)
     if "dp" not in degrees:
         if devices % (tp * pp):
-            raise ValueError(f"{where}: tp x pp = {tp * pp} does not divide --gpus {devices}")
+            raise ValueError(f"{where}: tp x pp = {tp * pp} does not divide {devices_name} "
+                             f"{devices}")
         degrees["dp"] = devices // (tp * pp)
     layout = Layout(degrees["dp"], tp, pp)
     if layout.devices != devices:
         raise ValueError(f"{where}: dp x tp x pp = {layout.dp} x {tp} x {pp} = "
-                         f"{layout.devices} devices, but --gpus is {devices}")
+                         f"{layout.devices} devices, but {devices_name} is {devices}")
     return layout
 
 

@@ -17,10 +17,11 @@ communicator, so that one layer's parameters and work are divided by their numbe
   with three all-reduces of (tokens,) numbers -- the max, the sum of exponentials and the target's
   logit -- never gathering (tokens, vocab) logits.
 
-``TensorParallelGPT2`` is a GPT-2 language model (``models.gpt``) built from these parts: it is
-built as the dense model (same initialisation, so the same seed gives the same weights), then
-each block keeps only this rank's shard (``shard``). Shards are made from dense modules by each
-class's ``from_dense``, which is also how a dense checkpoint is split.
+``TensorParallelGPT2`` is a GPT-2 language model (``models.gpt``) built from these parts, and
+``TensorParallelBert`` BERT's masked LM (``models.bert``): each is built as the dense model (same
+initialisation, so the same seed gives the same weights), then each layer keeps only this rank's
+shard (``split_layers``). Shards are made from dense modules by each class's ``from_dense``,
+which is also how a dense checkpoint is split.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import numpy as np
 from .. import checks
 from .. import functional as F
 from ..autograd import empty, tensor
+from ..models.bert import BertForMaskedLM
 from ..models.gpt import GPT2LMHeadModel, IGNORE_INDEX
 from ..nn import Dropout, Linear, Module, MultiHeadAttention, Parameter, init
 from ..nn.outputs import ModelOutput
@@ -36,8 +38,8 @@ from ..nn.transformer import _check_activation
 from .collectives import all_gather, copy_to_parallel, reduce_from_parallel
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "TensorParallelAttention",
-           "TensorParallelGPT2", "TensorParallelMLP", "VocabParallelEmbedding",
-           "vocab_parallel_cross_entropy"]
+           "TensorParallelBert", "TensorParallelGPT2", "TensorParallelMLP",
+           "VocabParallelEmbedding", "split_layers", "vocab_parallel_cross_entropy"]
 
 
 def _share(total, comm, name, where):
@@ -231,6 +233,15 @@ def vocab_parallel_cross_entropy(local_logits, target, comm, vocab_start,
     return losses.sum() / max(float(counted.sum()), 1.0)
 
 
+def split_layers(layers, comm):
+    """Replace, in place, each Transformer layer's attention and feed-forward network by this
+    rank's ``TensorParallelAttention`` and ``TensorParallelMLP`` shards of them (Megatron's
+    split of a layer: one all-reduce per sub-block forward and one backward)."""
+    for layer in layers:
+        layer.self_attn = TensorParallelAttention.from_dense(layer.self_attn, comm)
+        layer.feed_forward = TensorParallelMLP.from_dense(layer.feed_forward, comm)
+
+
 class TensorParallelGPT2(GPT2LMHeadModel):
     """GPT-2's language model split over the tensor-parallel communicator ``comm``: every block's
     attention heads and MLP (one all-reduce each forward and backward), the token embedding and
@@ -243,9 +254,7 @@ class TensorParallelGPT2(GPT2LMHeadModel):
         self.comm = comm
         body = self.transformer
         body.wte = VocabParallelEmbedding.from_dense(body.wte, comm)
-        for layer in body.blocks.layers:
-            layer.self_attn = TensorParallelAttention.from_dense(layer.self_attn, comm)
-            layer.feed_forward = TensorParallelMLP.from_dense(layer.feed_forward, comm)
+        split_layers(body.blocks.layers, comm)
 
     def forward(self, input_ids, attention_mask=None, labels=None):
         h = self.transformer(input_ids, attention_mask).last_hidden_state
@@ -255,3 +264,28 @@ class TensorParallelGPT2(GPT2LMHeadModel):
             loss = vocab_parallel_cross_entropy(logits[..., :-1, :], np.asarray(labels)[..., 1:],
                                                 self.comm, self.transformer.wte.vocab_start)
         return ModelOutput(loss=loss, logits=logits)
+
+
+class TensorParallelBert(BertForMaskedLM):
+    """BERT's masked LM with every encoder layer split over the tensor-parallel communicator
+    ``comm`` (``split_layers``: attention heads and MLP, one all-reduce each forward and
+    backward); the embeddings, the LayerNorms and the masked-LM head (tied to the word
+    embeddings) are replicated, so ``logits`` are whole on every rank. With the same seed its
+    shards are exactly the dense ``BertForMaskedLM``'s weights. ``head_mask`` is refused: its
+    rows would name all the heads, and each rank holds some."""
+
+    def __init__(self, config, comm):
+        super().__init__(config)
+        self.comm = comm
+        split_layers(self.bert.encoder.layers, comm)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None, head_mask=None, output_hidden_states=False,
+                output_attentions=False):
+        if head_mask is not None:
+            raise ValueError("TensorParallelBert: head_mask is not supported (each rank holds "
+                             f"{self.config.num_attention_heads // self.comm.size} of the "
+                             f"{self.config.num_attention_heads} heads); prune heads in the "
+                             "dense model")
+        return super().forward(input_ids, attention_mask, token_type_ids, position_ids, labels,
+                               None, output_hidden_states, output_attentions)

@@ -700,12 +700,19 @@ from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (thi
 
 def _build_for_training(settings, tokenizer):
     """A GPT-2-style model for a run's ``settings`` (``training.TrainConfig``); no end-of-text
-    id, so ``generate`` never stops early and a sample is as long as asked."""
-    return GPT2LMHeadModel(GPTConfig.gpt2(
+    id, so ``generate`` never stops early and a sample is as long as asked. With
+    ``settings.experts`` E, every other layer's feed-forward network is GShard's mixture of E
+    experts (top-2, every second expert that fits, each sequence a routing group of its own)."""
+    from ..nn.moe import mixture_every_other_layer
+    model = GPT2LMHeadModel(GPTConfig.gpt2(
         vocab_size=len(tokenizer), n_positions=settings.block_size, n_embd=settings.n_embd,
         n_layer=settings.n_layer, n_head=settings.n_head, resid_pdrop=settings.dropout,
         embd_pdrop=settings.dropout, attn_pdrop=settings.dropout,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=None))
+    if getattr(settings, "experts", 0):
+        mixture_every_other_layer(model.transformer.blocks.layers, settings.experts,
+                                  second_expert="all", group_size="sequence")
+    return model
 
 
 register_family(ModelFamily(

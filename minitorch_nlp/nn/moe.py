@@ -29,9 +29,12 @@ GATE is the paper's Algorithm 1 (top-2 gating) for one group of S tokens:
 its raw gate p_e (not renormalised), capacity ``capacity_factor * S / E``, the same auxiliary
 loss (Switch's alpha N sum_i f_i P_i without alpha).
 
-All tokens of one call form one group; dense (S, E, C) dispatch and combine tensors and einsums
-follow the paper's formulation. Tokens are routed in the order they are flattened
-(batch-major), so a token's expert may depend on the other tokens of the batch -- as in GShard.
+All tokens of one call form one group, or, with ``group_size``, each run of ``group_size``
+tokens is a group routed alone (GShard's groups; ``"sequence"``: each sequence, so that a
+sequence's routing does not depend on the rest of the batch); dense (S, E, C) dispatch and
+combine tensors and einsums follow the paper's formulation. Tokens are routed in the order
+they are flattened (batch-major), so a token's expert may depend on the other tokens of its
+group -- as in GShard.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import Tensor, einsum, empty, tensor
+from ..autograd import Tensor, concatenate, einsum, empty, tensor, zeros
 from ..autograd.random import rng
 from . import init
 from .layers import Linear
@@ -272,7 +275,10 @@ class MixtureOfExperts(Module):
         y_s = sum_{e, c} G[s, e, c] FFN_e(expert_inputs)[e, c]     (eq 33-34)
 
     ``forward`` maps (batch, time, d_model) -> (batch, time, d_model); every token of the call is
-    one group with ``expert_capacity(batch * time, E, k, capacity_factor)`` slots per expert. A
+    one group with ``expert_capacity(batch * time, E, k, capacity_factor)`` slots per expert, or,
+    with ``group_size``, each run of ``group_size`` tokens (batch-major; ``"sequence"``: the
+    input's time axis, -2) is a group with ``expert_capacity(group_size, ...)`` slots of its own
+    per expert. A
     token over capacity gets zeros, so ``TransformerLayer``'s residual carries it. After each
     call, ``aux_loss`` holds the load-balancing loss (add ``aux_losses(model)`` times a weight,
     GShard's 0.01, to the training loss) and ``routing`` the last :class:`Routing`.
@@ -283,7 +289,7 @@ class MixtureOfExperts(Module):
     """
 
     def __init__(self, d_model, d_ff, num_experts, *, k=2, capacity_factor=1.0,
-                 second_expert="random", generator=None):
+                 second_expert="random", group_size=None, generator=None):
         super().__init__()
         where = "MixtureOfExperts"
         self.d_model = checks.positive_int(d_model, "d_model", where)
@@ -295,6 +301,8 @@ class MixtureOfExperts(Module):
             raise ValueError(f"{where}: second_expert must be one of {SECOND_EXPERT_POLICIES}, "
                              f"got {second_expert!r}")
         expert_capacity(1, num_experts, k, capacity_factor)
+        self.group_size = group_size if group_size in (None, "sequence") else \
+            checks.positive_int(group_size, "group_size", where)
         self.num_experts = num_experts
         self.k, self.capacity_factor, self.second_expert = k, capacity_factor, second_expert
         self.generator = generator
@@ -306,11 +314,19 @@ class MixtureOfExperts(Module):
     def forward(self, x):
         checks.features(x, self.d_model, "x", "MixtureOfExperts")
         tokens = x.reshape(-1, self.d_model)                                    # (S, M)
-        capacity = expert_capacity(tokens.shape[0], self.num_experts, self.k,
-                                   self.capacity_factor)
+        count = tokens.shape[0]
+        size = {None: count, "sequence": x.shape[-2] if x.ndim > 1 else count}.get(
+            self.group_size, self.group_size)
+        if count % size:
+            raise ValueError(f"MixtureOfExperts: {count} tokens do not split into groups of "
+                             f"group_size={size}")
+        capacity = expert_capacity(size, self.num_experts, self.k, self.capacity_factor)
         random_routing = self.k == 2 and self.second_expert == "random" and self.training
-        draws = rng(self.generator).random(tokens.shape[0]) if random_routing else None
-        routing = route(self.gate(tokens), k=self.k, capacity=capacity, draws=draws)   # eq 32
+        draws = rng(self.generator).random(count) if random_routing else None
+        logits = self.gate(tokens)
+        routing = _one_routing([route(logits[start:start + size], k=self.k, capacity=capacity,
+                                      draws=None if draws is None else draws[start:start + size])
+                                for start in range(0, count, size)])                  # eq 32
         y = dispatch_and_combine(tokens, routing.combine, routing.dispatch,            # eq 33-34
                                  self.run_experts)
         self.aux_loss, self.routing = routing.aux_loss, routing
@@ -324,6 +340,32 @@ class MixtureOfExperts(Module):
     def extra_repr(self):
         return (f"k={self.k}, capacity_factor={self.capacity_factor}, "
                 f"second_expert={self.second_expert!r}")
+
+
+def _one_routing(groups):
+    """The routings of groups routed alone as one: group g's tokens take slots g C ...
+    (g + 1) C - 1 of each expert's buffer (G C slots in all, so the experts run once); the
+    auxiliary loss is the groups' mean."""
+    if len(groups) == 1:
+        return groups[0]
+    first = groups[0].combine
+    xp, dtype = first.backend.xp, first.dtype
+    tokens, experts, capacity = first.shape
+    width = len(groups) * capacity
+    def empty_slots(count):
+        return zeros(tokens, experts, count, dtype=dtype, backend=first.backend)
+    combine = concatenate([concatenate(
+        [part for part in (empty_slots(g * capacity), routing.combine,
+                           empty_slots(width - (g + 1) * capacity)) if part.shape[2]], axis=2)
+        for g, routing in enumerate(groups)], axis=0)
+    dispatch = xp.zeros((tokens * len(groups), experts, width), dtype=groups[0].dispatch.dtype)
+    for g, routing in enumerate(groups):
+        dispatch[g * tokens:(g + 1) * tokens, :, g * capacity:(g + 1) * capacity] = \
+            routing.dispatch
+    aux_loss = sum((routing.aux_loss for routing in groups[1:]), groups[0].aux_loss) \
+        / len(groups)
+    return Routing(combine, dispatch, aux_loss,
+                   sum(routing.tokens_per_expert for routing in groups))
 
 
 def mixture_every_other_layer(layers, num_experts, **options):
