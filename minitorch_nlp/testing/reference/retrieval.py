@@ -80,3 +80,31 @@ def eq82_rag_token(doc_log_probs, token_log_probs, target_mask):
                                             for z in range(doc_log_probs.shape[1])))
         out.append(total)
     return anp.stack(out)
+
+
+def eq62_query_span(start_logits, end_logits, starts, ends, allowed):
+    """log p(q_k = span) under GoldEn's query generator: for each row, the start token's and the
+    end token's probabilities, each an exponential over the sum of the exponentials of the
+    allowed tokens' logits: (batch,)."""
+    out = []
+    for b in range(start_logits.shape[0]):
+        total = 0.0
+        for logits, position in ((start_logits[b], starts[b]), (end_logits[b], ends[b])):
+            candidates = [logits[t] for t in range(logits.shape[0]) if allowed[b, t]]
+            total = total + logits[position] - _log_of_sum_of_exps(candidates)
+        out.append(total)
+    return anp.stack(out)
+
+
+def eq63_context_concatenation(context, passages, scores, n):
+    """C_{k+1} = C_k concat IR_n(q_k), one row at a time: the context's passages, then the n
+    passages of highest score, found by n rounds of "the best passage not yet taken"."""
+    rows = []
+    for b in range(context.shape[0]):
+        taken = []
+        for _ in range(n):
+            best = max((p for p in range(passages.shape[0]) if p not in taken),
+                       key=lambda p: scores[b, p])
+            taken.append(best)
+        rows.append(anp.concatenate([context[b], anp.stack([passages[p] for p in taken])]))
+    return anp.stack(rows)
