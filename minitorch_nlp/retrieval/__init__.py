@@ -1,14 +1,18 @@
 """Section VII, information retrieval: the vector index, BM25, and the retrievers built on them."""
 from .bm25 import BM25, tokenize
-from .dpr import DenseRetriever, bm25_hard_negatives, dpr_loss, retrieval_log_probs
+from .dpr import (DenseRetriever, bm25_hard_negatives, dpr_loss, retrieval_log_probs,
+                  retrieval_scores)
 from .golden import (QueryGenerator, extend_context, golden_retrieve, oracle_query,
                      query_span_log_likelihood)
 from .index import DenseIndex, FaissIndex, load_index, top_k
+from .orqa import (ORQA, SpanReader, SpanScorer, answer_derivation_log_likelihood,
+                   inverse_cloze_task, split_sentences)
 from .rag import (RAG, marginal_log_likelihood, rag_sequence_log_likelihood,
                   rag_token_log_likelihood)
 
-__all__ = ["BM25", "DenseIndex", "DenseRetriever", "FaissIndex", "QueryGenerator", "RAG",
-           "bm25_hard_negatives", "dpr_loss", "extend_context", "golden_retrieve", "load_index",
+__all__ = ["BM25", "DenseIndex", "DenseRetriever", "FaissIndex", "ORQA", "QueryGenerator", "RAG",
+           "SpanReader", "SpanScorer", "answer_derivation_log_likelihood", "bm25_hard_negatives",
+           "dpr_loss", "extend_context", "golden_retrieve", "inverse_cloze_task", "load_index",
            "marginal_log_likelihood", "oracle_query", "query_span_log_likelihood",
-           "rag_sequence_log_likelihood",
-           "rag_token_log_likelihood", "retrieval_log_probs", "tokenize", "top_k"]
+           "rag_sequence_log_likelihood", "rag_token_log_likelihood", "retrieval_log_probs",
+           "retrieval_scores", "split_sentences", "tokenize", "top_k"]

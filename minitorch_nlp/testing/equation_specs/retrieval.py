@@ -1,10 +1,15 @@
 """Specs of section VII's function-level equations: GoldEn's query generator (eq 62) and context
-concatenation (eq 63), REALM's marginal (eq 73), RAG-Sequence and RAG-Token (eq 81-82), DPR's
-retriever (eq 83) and loss (eq 84)."""
+concatenation (eq 63), ORQA's retrieval score (eq 66), span score (eq 69, the reader's MLP run
+with the candidate's weights), ICT distribution (eq 70) and answer derivations (eq 71), REALM's
+marginal (eq 73), RAG-Sequence and RAG-Token (eq 81-82), DPR's retriever (eq 83) and loss
+(eq 84)."""
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
+
+from minitorch_nlp import nn
+from minitorch_nlp.retrieval.orqa import SpanScorer
 
 from .. import strategies as S
 from ..reference import retrieval as reference
@@ -60,6 +65,47 @@ def _context_cases(draw):
             "n": draw(st.integers(1, corpus))}
 
 
+def span_read_scores(hidden, W1, b1, W2, b2, *, starts, ends):
+    """S_read = MLP([h_start; h_end]) (eq 67-69): ``hidden`` (rows, time, H), the MLP's
+    ``W1`` (H, 2H), ``b1`` (H,), ``W2`` (1, H), ``b2`` (1,), ``starts``, ``ends`` int (rows,
+    spans). The library's :class:`~minitorch_nlp.retrieval.SpanScorer` run with these weights."""
+    scorer = SpanScorer(hidden.shape[2])
+    weights = {"hidden.weight": W1, "hidden.bias": b1, "output.weight": W2, "output.bias": b2}
+    with nn.replaced_tensors(scorer, weights):
+        return scorer(hidden, starts, ends)
+
+
+@st.composite
+def _span_read_cases(draw):
+    rows, time, width, spans = (draw(st.integers(1, 3)) for _ in range(4))
+    positions = st.integers(0, time - 1)
+    return {"hidden": draw(S.arrays((rows, time, width))),
+            "W1": draw(S.arrays((width, 2 * width))), "b1": draw(S.arrays((width,))),
+            "W2": draw(S.arrays((1, width))), "b2": draw(S.arrays((1,))),
+            "starts": np.array([[draw(positions) for _ in range(spans)] for _ in range(rows)]),
+            "ends": np.array([[draw(positions) for _ in range(spans)] for _ in range(rows)])}
+
+
+@st.composite
+def _retrieval_score_cases(draw):
+    batch, k, width = (draw(st.integers(1, 3)) for _ in range(3))
+    return {"query_vectors": draw(S.arrays((batch, width))),
+            "block_vectors": draw(S.arrays((batch, k, width)))}
+
+
+@st.composite
+def _derivation_cases(draw):
+    batch, k, spans = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    span_mask = draw(S.bool_masks((batch, k, spans), all_false_row=False))
+    answer_mask = span_mask & draw(S.bool_masks((batch, k, spans), all_false_row=False))
+    for b in range(batch):   # every question has a correct derivation, which is a real span
+        z, s = draw(st.integers(0, k - 1)), draw(st.integers(0, spans - 1))
+        span_mask[b, z, s] = answer_mask[b, z, s] = True
+    return {"retrieval_scores": draw(S.arrays((batch, k))),
+            "reader_scores": draw(S.arrays((batch, k, spans))),
+            "span_mask": span_mask, "answer_mask": answer_mask}
+
+
 _RAG_ARGS = (("doc_log_probs", "float64 (batch, k): log p_eta(z | x) of the top-k passages"),
              ("token_log_probs", "float64 (batch, k, T): log p_theta(y_i | x, z, y_<i)"),
              ("target_mask", "bool (batch, T): False on padded target positions"))
@@ -93,6 +139,50 @@ SPECS = (
          "minitorch_nlp.retrieval.golden:extend_context",
          "C_{k+1} = C_k concat IR_n(q_k) with the context held as vectors; golden_retrieve does "
          "the same with passage texts."),
+    Spec(66, "retrieval_scores",
+         (("query_vectors", "float64 (batch, d): h_q, one row per question"),
+          ("block_vectors", "float64 (batch, k, d): h_b of each question's k blocks")),
+         "float64 (batch, k): S_retr(b, q) = h_q^T h_b",
+         ("query_vectors", "block_vectors"),
+         _retrieval_score_cases,
+         reference.eq66_retrieval_score,
+         "minitorch_nlp.retrieval.dpr:retrieval_scores"),
+    Spec(69, "span_read_scores",
+         (("hidden", "float64 (rows, time, H): BERT_R's token vectors"),
+          ("W1", "float64 (H, 2H): the MLP's hidden layer"), ("b1", "float64 (H,)"),
+          ("W2", "float64 (1, H): the MLP's output layer"), ("b2", "float64 (1,)"),
+          ("starts", "int (rows, spans): START(s), token positions"),
+          ("ends", "int (rows, spans): END(s), token positions")),
+         "float64 (rows, spans): W2 relu(W1 [h_start; h_end] + b1) + b2, h_start = "
+         "hidden[START(s)] (eq 67), h_end = hidden[END(s)] (eq 68)",
+         ("hidden", "W1", "b1", "W2", "b2"),
+         _span_read_cases,
+         reference.eq69_span_read_score,
+         "minitorch_nlp.testing.equation_specs.retrieval:span_read_scores",
+         "Lee et al. (2019, section 3.2): S_read(b, s, q) = MLP([h_start; h_end]). The "
+         "library's side is SpanScorer with these weights."),
+    Spec(70, "retrieval_log_probs",
+         (("query_vectors", "float64 (queries, d): h_q of each pseudo-question"),
+          ("passage_vectors", "float64 (blocks, d): h_b of the batch's blocks")),
+         "float64 (queries, blocks): log P_ICT(b | q), the softmax of S_retr(b, q) over BATCH",
+         ("query_vectors", "passage_vectors"),
+         lambda: _queries_and_passages(False),
+         reference.eq70_ict,
+         "minitorch_nlp.retrieval.dpr:retrieval_log_probs",
+         "The Inverse Cloze Task (Lee et al. 2019, section 4) trains the retriever to pick the "
+         "pseudo-question's own block among the batch's; the same function as eq 83's."),
+    Spec(71, "answer_derivation_log_likelihood",
+         (("retrieval_scores", "float64 (batch, k): S_retr(b, q) of the top k blocks"),
+          ("reader_scores", "float64 (batch, k, spans): S_read(b, s, q) of each block's spans"),
+          ("span_mask", "bool (batch, k, spans): True on real candidate spans"),
+          ("answer_mask", "bool (batch, k, spans): True on the spans whose text is the answer "
+                          "(at least one per row, each a real span)")),
+         "float64 (batch,): log sum over correct (b, s) of P_learn(b, s | q), P_learn the "
+         "softmax of S_retr + S_read over every real span of the top k blocks",
+         ("retrieval_scores", "reader_scores"),
+         _derivation_cases,
+         reference.eq71_answer_derivation,
+         "minitorch_nlp.retrieval.orqa:answer_derivation_log_likelihood"),
     Spec(73, "marginal_log_likelihood",
          (("doc_log_probs", "float64 (batch, k): log p(z | x)"),
           ("answer_log_probs", "float64 (batch, k): log p(y | z, x)")),

@@ -108,3 +108,53 @@ def eq63_context_concatenation(context, passages, scores, n):
             taken.append(best)
         rows.append(anp.concatenate([context[b], anp.stack([passages[p] for p in taken])]))
     return anp.stack(rows)
+
+
+def eq66_retrieval_score(query_vectors, block_vectors):
+    """S_retr(b, q) = h_q^T h_b of each query with each of its own blocks: (batch, k)."""
+    return anp.stack([anp.stack([_inner(query_vectors[b], block)
+                                 for block in block_vectors[b]])
+                      for b in range(query_vectors.shape[0])])
+
+
+def eq69_span_read_score(hidden, W1, b1, W2, b2, starts, ends):
+    """MLP([h_start; h_end]) for each span: one hidden layer (W1 h + b1, then max(., 0)) and a
+    scalar output W2 . a + b2, one span at a time: (rows, spans)."""
+    rows = []
+    for r in range(hidden.shape[0]):
+        scores = []
+        for start, end in zip(starts[r], ends[r]):
+            h = anp.concatenate([hidden[r, start], hidden[r, end]])
+            units = [_inner(W1[u], h) + b1[u] for u in range(W1.shape[0])]
+            active = anp.stack([u * (u > 0) for u in units])
+            scores.append(_inner(W2[0], active) + b2[0])
+        rows.append(anp.stack(scores))
+    return anp.stack(rows)
+
+
+def eq70_ict(query_vectors, passage_vectors):
+    """log P_ICT(b | q) = log exp(S_retr(b, q)) / sum_{b' in BATCH} exp(S_retr(b', q)) for
+    every pseudo-question q and block b of the batch: (queries, blocks)."""
+    out = []
+    for q in query_vectors:
+        scores = [_inner(q, block) for block in passage_vectors]
+        normaliser = _log_of_sum_of_exps(scores)
+        out.append(anp.stack([s - normaliser for s in scores]))
+    return anp.stack(out)
+
+
+def eq71_answer_derivation(retrieval_scores, reader_scores, span_mask, answer_mask):
+    """log of the sum of P_learn(b, s | q) over the correct derivations, P_learn the
+    exponential of S_retr(b, q) + S_read(b, s, q) over its sum over every real span of every
+    block: (batch,)."""
+    out = []
+    for b in range(retrieval_scores.shape[0]):
+        every, correct = [], []
+        for z in range(retrieval_scores.shape[1]):
+            for s in range(reader_scores.shape[2]):
+                if span_mask[b, z, s]:
+                    every.append(retrieval_scores[b, z] + reader_scores[b, z, s])
+                if answer_mask[b, z, s]:
+                    correct.append(retrieval_scores[b, z] + reader_scores[b, z, s])
+        out.append(_log_of_sum_of_exps(correct) - _log_of_sum_of_exps(every))
+    return anp.stack(out)
