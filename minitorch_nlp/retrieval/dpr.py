@@ -42,7 +42,7 @@ def retrieval_scores(query_vectors, block_vectors):
     return (q.reshape(q.shape[0], 1, q.shape[1]) * block_vectors).sum(axis=-1)
 
 
-@cookbook.equation(70, 83)
+@cookbook.equation(70, 72, 83)
 def retrieval_log_probs(query_vectors, passage_vectors):
     """log p_eta(z | x) = log softmax_z(q(x)^T d(z)) over the given passages (eq 83; ORQA's
     P_ICT(b | q) over a batch of blocks, eq 70, and REALM's p(z | x), eq 72, have the same

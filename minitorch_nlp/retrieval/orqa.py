@@ -35,7 +35,8 @@ from ..nn import Linear, Module
 from .index import DenseIndex
 from .rag import marginal_log_likelihood
 
-__all__ = ["ORQA", "SpanReader", "SpanScorer", "answer_derivation_log_likelihood", "inverse_cloze_task",
+__all__ = ["ORQA", "SpanReader", "SpanScorer", "answer_derivation_log_likelihood",
+           "answer_span_mask", "best_answers", "inverse_cloze_task", "read_spans",
            "split_sentences"]
 
 
@@ -73,7 +74,7 @@ def inverse_cloze_task(blocks, rng, keep_probability=0.1):
     return questions, evidence, np.asarray(kept)
 
 
-@cookbook.equation(67, 68, 69)
+@cookbook.equation(67, 68, 69, 79, 80)
 class SpanScorer(Module):
     """S_read(b, s, q) = MLP([h_start; h_end]) (eq 69) of spans s with h_start = h[START(s)]
     (eq 67) and h_end = h[END(s)] (eq 68), the MLP one hidden layer of ``hidden_size`` units with
@@ -123,6 +124,60 @@ class SpanReader(Module):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         """BERT_R's token vectors (batch, time, hidden) of the joined question and block."""
         return self.bert(input_ids, attention_mask, token_type_ids).last_hidden_state
+
+
+def read_spans(reader, tokenizer, questions, blocks, max_length, max_span_length):
+    """The reader over every (question, block) pair, "[CLS] q [SEP] b [SEP]" (eq 75's join):
+    ``blocks`` holds k texts per question. Every span of at most ``max_span_length`` block
+    tokens is a candidate. Returns the spans' scores (batch, k, spans) Tensor, ``span_mask``
+    (batch, k, spans) True on real spans, ``ends`` (batch, k, spans, 2) their first and last
+    token positions, and the joined ``input_ids`` (batch, k, time)."""
+    batch, k = len(blocks), len(blocks[0])
+    pairs = tokenizer([q for q in questions for _ in range(k)], [b for row in blocks for b in row],
+                      padding=True, truncation="only_second", max_length=max_length,
+                      return_tensors="np", return_special_tokens_mask=True)
+    in_block = (pairs["token_type_ids"] == 1) & (pairs["special_tokens_mask"] == 0) & \
+        (pairs["attention_mask"] == 1)
+    spans = []
+    for row in in_block:
+        tokens = np.flatnonzero(row)
+        spans.append([(i, j) for a, i in enumerate(tokens) for j in tokens[a:a + max_span_length]])
+    width = max(len(row) for row in spans)
+    if width == 0:
+        raise ValueError(f"read_spans: no block token survives max_length={max_length}; raise it")
+    ends = np.zeros((batch * k, width, 2), dtype=np.int64)
+    span_mask = np.zeros((batch * k, width), dtype=bool)
+    for r, row in enumerate(spans):
+        if row:
+            ends[r, :len(row)], span_mask[r, :len(row)] = row, True
+    hidden = reader(pairs["input_ids"], pairs["attention_mask"], pairs["token_type_ids"])
+    scores = reader.span_scorer(hidden, ends[..., 0], ends[..., 1])
+    return (scores.reshape(batch, k, width), span_mask.reshape(batch, k, width),
+            ends.reshape(batch, k, width, 2), pairs["input_ids"].reshape(batch, k, -1))
+
+
+def answer_span_mask(tokenizer, answers, ends, input_ids, span_mask):
+    """True on the candidate spans (of :func:`read_spans`) whose tokens are the answer's."""
+    mask = np.zeros(span_mask.shape, dtype=bool)
+    for b, answer in enumerate(answers):
+        target = tokenizer.encode(answer, add_special_tokens=False)
+        for z in range(span_mask.shape[1]):
+            for s in np.flatnonzero(span_mask[b, z]):
+                i, j = ends[b, z, s]
+                mask[b, z, s] = input_ids[b, z, i:j + 1].tolist() == target
+    return mask
+
+
+def best_answers(tokenizer, scores, span_mask, ends, input_ids):
+    """The text of the real span with the largest ``scores`` (batch, k, spans) per question."""
+    flat = np.where(span_mask, scores, -np.inf).reshape(len(scores), -1)
+    answers = []
+    for b, best in enumerate(flat.argmax(axis=1)):
+        z, s = divmod(int(best), span_mask.shape[2])
+        i, j = ends[b, z, s]
+        answers.append(tokenizer.decode(input_ids[b, z, i:j + 1].tolist(),
+                                        skip_special_tokens=True))
+    return answers
 
 
 @cookbook.equation(71)
@@ -202,42 +257,6 @@ class ORQA(Module):
         self.max_span_length = checks.positive_int(max_span_length, "max_span_length", "ORQA")
         self.max_length = checks.positive_int(max_length, "max_length", "ORQA")
 
-    def _read(self, questions, block_ids):
-        """The reader over every (question, block) pair: reader scores (batch, k, spans), the
-        span mask, the token ids of the spans' (batch, k, spans, 2) ends and the input ids."""
-        batch, k = block_ids.shape
-        pairs = self.tokenizer([q for q in questions for _ in range(k)],
-                               [self.blocks[i] for row in block_ids for i in row],
-                               padding=True, truncation="only_second",
-                               max_length=self.max_length, return_tensors="np",
-                               return_special_tokens_mask=True)
-        in_block = (pairs["token_type_ids"] == 1) & (pairs["special_tokens_mask"] == 0) & \
-            (pairs["attention_mask"] == 1)
-        spans = []
-        for row in in_block:
-            tokens = np.flatnonzero(row)
-            spans.append([(i, j) for a, i in enumerate(tokens)
-                          for j in tokens[a:a + self.max_span_length]])
-        width = max(len(row) for row in spans)
-        ends = np.zeros((batch * k, width, 2), dtype=np.int64)
-        span_mask = np.zeros((batch * k, width), dtype=bool)
-        for r, row in enumerate(spans):
-            ends[r, :len(row)], span_mask[r, :len(row)] = row, True
-        hidden = self.reader(pairs["input_ids"], pairs["attention_mask"], pairs["token_type_ids"])
-        scores = self.reader.span_scorer(hidden, ends[..., 0], ends[..., 1])
-        return (scores.reshape(batch, k, width), span_mask.reshape(batch, k, width),
-                ends.reshape(batch, k, width, 2), pairs["input_ids"].reshape(batch, k, -1))
-
-    def _answer_mask(self, answers, ends, input_ids, span_mask):
-        mask = np.zeros(span_mask.shape, dtype=bool)
-        for b, answer in enumerate(answers):
-            target = self.tokenizer.encode(answer, add_special_tokens=False)
-            for z in range(span_mask.shape[1]):
-                for s in np.flatnonzero(span_mask[b, z]):
-                    i, j = ends[b, z, s]
-                    mask[b, z, s] = input_ids[b, z, i:j + 1].tolist() == target
-        return mask
-
     def loss(self, questions, answers):
         """The mean over the batch of L_early + L_full (Lee section 5): -log of the top
         ``early_k`` blocks' retrieval probability of the blocks that contain the answer string,
@@ -258,7 +277,7 @@ class ORQA(Module):
             terms.append(-marginal_log_likelihood(scores[early].log_softmax(axis=-1),
                                                   has_answer).sum())
         reader_scores, span_mask, ends, input_ids = self._read(questions, ids[:, :self.k])
-        answer_mask = self._answer_mask(answers, ends, input_ids, span_mask)
+        answer_mask = answer_span_mask(self.tokenizer, answers, ends, input_ids, span_mask)
         full = np.flatnonzero(answer_mask.reshape(len(answers), -1).any(axis=1))
         if len(full):
             terms.append(-answer_derivation_log_likelihood(
@@ -269,6 +288,11 @@ class ORQA(Module):
                              f"{self.early_k} blocks; nothing to learn from")
         return sum(terms[1:], terms[0]) / len(questions)
 
+    def _read(self, questions, block_ids):
+        return read_spans(self.reader, self.tokenizer, questions,
+                          [[self.blocks[i] for i in row] for row in block_ids], self.max_length,
+                          self.max_span_length)
+
     def answer(self, questions):
         """The answers (strings): the span of the top ``k`` blocks with the largest
         S_retr(b, q) + S_read(b, s, q)."""
@@ -276,11 +300,4 @@ class ORQA(Module):
             ids, scores = self.retriever.scored_top_k(questions, self.index, self.k)
             reader_scores, span_mask, ends, input_ids = self._read(questions, ids)
             total = np.asarray(scores.numpy())[:, :, None] + np.asarray(reader_scores.numpy())
-            total = np.where(span_mask, total, -np.inf).reshape(len(questions), -1)
-        answers = []
-        for b, best in enumerate(total.argmax(axis=1)):
-            z, s = divmod(int(best), span_mask.shape[2])
-            i, j = ends[b, z, s]
-            answers.append(self.tokenizer.decode(input_ids[b, z, i:j + 1].tolist(),
-                                                 skip_special_tokens=True))
-        return answers
+        return best_answers(self.tokenizer, total, span_mask, ends, input_ids)

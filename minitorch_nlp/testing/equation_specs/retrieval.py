@@ -1,7 +1,8 @@
 """Specs of section VII's function-level equations: GoldEn's query generator (eq 62) and context
 concatenation (eq 63), ORQA's retrieval score (eq 66), span score (eq 69, the reader's MLP run
 with the candidate's weights), ICT distribution (eq 70) and answer derivations (eq 71), REALM's
-marginal (eq 73), RAG-Sequence and RAG-Token (eq 81-82), DPR's retriever (eq 83) and loss
+retrieval distribution (eq 72), marginal (eq 73), masked-LM likelihood (eq 76) and span answer
+probability (eq 78), RAG-Sequence and RAG-Token (eq 81-82), DPR's retriever (eq 83) and loss
 (eq 84)."""
 from __future__ import annotations
 
@@ -106,6 +107,26 @@ def _derivation_cases(draw):
             "span_mask": span_mask, "answer_mask": answer_mask}
 
 
+@st.composite
+def _masked_lm_cases(draw):
+    rows, time, vocab = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 5))
+    labels = np.array([[draw(st.integers(0, vocab - 1)) if draw(st.booleans()) else -100
+                        for _ in range(time)] for _ in range(rows)])
+    return {"logits": draw(S.arrays((rows, time, vocab))), "labels": labels}
+
+
+@st.composite
+def _span_answer_cases(draw):
+    case = draw(_derivation_cases())
+    batch, k, _ = case["reader_scores"].shape
+    for b in range(batch):   # every document has the answer (a document without it has -inf)
+        for z in range(k):
+            s = draw(st.integers(0, case["span_mask"].shape[2] - 1))
+            case["span_mask"][b, z, s] = case["answer_mask"][b, z, s] = True
+    del case["retrieval_scores"]
+    return case
+
+
 _RAG_ARGS = (("doc_log_probs", "float64 (batch, k): log p_eta(z | x) of the top-k passages"),
              ("token_log_probs", "float64 (batch, k, T): log p_theta(y_i | x, z, y_<i)"),
              ("target_mask", "bool (batch, T): False on padded target positions"))
@@ -183,6 +204,17 @@ SPECS = (
          _derivation_cases,
          reference.eq71_answer_derivation,
          "minitorch_nlp.retrieval.orqa:answer_derivation_log_likelihood"),
+    Spec(72, "retrieval_log_probs",
+         (("query_vectors", "float64 (queries, d): Embed_input(x), one row per input"),
+          ("passage_vectors", "float64 (documents, d): Embed_doc(z), one row per document")),
+         "float64 (queries, documents): log p(z | x), p(z | x) = exp f(x, z) / sum_z' "
+         "exp f(x, z'), f(x, z) = Embed_input(x)^T Embed_doc(z)",
+         ("query_vectors", "passage_vectors"),
+         lambda: _queries_and_passages(False),
+         reference.eq72_realm_retrieval,
+         "minitorch_nlp.retrieval.dpr:retrieval_log_probs",
+         "Guu et al. (2020, section 3.2); REALM sums over the top k of a MIPS index, "
+         "renormalised over them. The same function as eq 83's."),
     Spec(73, "marginal_log_likelihood",
          (("doc_log_probs", "float64 (batch, k): log p(z | x)"),
           ("answer_log_probs", "float64 (batch, k): log p(y | z, x)")),
@@ -191,6 +223,28 @@ SPECS = (
          lambda: _marginal_cases(False),
          reference.eq73_realm_marginal,
          "minitorch_nlp.retrieval.rag:marginal_log_likelihood"),
+    Spec(76, "masked_lm_log_likelihood",
+         (("logits", "float64 (rows, time, vocab): w^T BERT_MASK(j)(join(x, z_body)) for every "
+                     "word w (eq 77)"),
+          ("labels", "int (rows, time): y_j at the masked positions, -100 elsewhere")),
+         "float64 (rows,): log p(y | z, x) = sum_j log p(y_j | z, x), p(y_j | z, x) the softmax "
+         "of the logits (eq 77)",
+         ("logits",),
+         _masked_lm_cases,
+         reference.eq76_realm_mlm,
+         "minitorch_nlp.retrieval.realm:masked_lm_log_likelihood"),
+    Spec(78, "span_answer_log_probs",
+         (("reader_scores", "float64 (batch, k, spans): MLP([h_START(S); h_END(S)]) of each "
+                            "span of each document (eq 79-80)"),
+          ("span_mask", "bool (batch, k, spans): True on real spans"),
+          ("answer_mask", "bool (batch, k, spans): True on the spans matching y (here at least "
+                          "one per document, each a real span)")),
+         "float64 (batch, k): log p(y | z, x), the spans matching y against every span of z",
+         ("reader_scores",),
+         _span_answer_cases,
+         reference.eq78_realm_span,
+         "minitorch_nlp.retrieval.realm:span_answer_log_probs",
+         "A document without the answer has p(y | z, x) = 0: the library returns -inf there."),
     Spec(81, "rag_sequence_log_likelihood", _RAG_ARGS,
          "float64 (batch,): log sum_z p_eta(z | x) prod_i p_theta(y_i | x, z, y_<i), the "
          "product over the real positions",

@@ -158,3 +158,44 @@ def eq71_answer_derivation(retrieval_scores, reader_scores, span_mask, answer_ma
                     correct.append(retrieval_scores[b, z] + reader_scores[b, z, s])
         out.append(_log_of_sum_of_exps(correct) - _log_of_sum_of_exps(every))
     return anp.stack(out)
+
+
+def eq72_realm_retrieval(query_vectors, passage_vectors):
+    """log p(z | x) = log exp f(x, z) / sum_z' exp f(x, z'), f(x, z) = Embed_input(x)^T
+    Embed_doc(z), written with the normaliser outside the logarithm's argument: (queries,
+    documents)."""
+    out = []
+    for x in query_vectors:
+        f = [_inner(x, z) for z in passage_vectors]
+        out.append(anp.stack([anp.log(anp.exp(v - f[0]) / sum(anp.exp(w - f[0]) for w in f))
+                              for v in f]))
+    return anp.stack(out)
+
+
+def eq76_realm_mlm(logits, labels):
+    """log p(y | z, x) = sum over the masked positions j of log p(y_j | z, x), each the
+    exponential of the label's logit over the sum of every word's: (rows,)."""
+    out = []
+    for r in range(logits.shape[0]):
+        total = 0.0
+        for t in range(logits.shape[1]):
+            if labels[r, t] >= 0:
+                words = [logits[r, t, v] for v in range(logits.shape[2])]
+                total = total + logits[r, t, labels[r, t]] - _log_of_sum_of_exps(words)
+        out.append(total)
+    return anp.stack(out)
+
+
+def eq78_realm_span(reader_scores, span_mask, answer_mask):
+    """log p(y | z, x): the log of the sum of exp(score) over the spans matching y, minus that
+    over every real span of z, one document at a time: (batch, k)."""
+    rows = []
+    for b in range(reader_scores.shape[0]):
+        docs = []
+        for z in range(reader_scores.shape[1]):
+            spans = range(reader_scores.shape[2])
+            correct = [reader_scores[b, z, s] for s in spans if answer_mask[b, z, s]]
+            every = [reader_scores[b, z, s] for s in spans if span_mask[b, z, s]]
+            docs.append(_log_of_sum_of_exps(correct) - _log_of_sum_of_exps(every))
+        rows.append(anp.stack(docs))
+    return anp.stack(rows)
