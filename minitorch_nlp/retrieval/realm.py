@@ -2,13 +2,14 @@
 VII-C, eq 72-80.
 
 A knowledge retriever picks documents z for the input x and a knowledge-augmented encoder reads
-x joined with each z; z is latent and marginalised (eq 73, :func:`~minitorch_nlp.retrieval.rag.
-marginal_log_likelihood`):
+x joined with each z; z is latent and marginalised (eq 73,
+:func:`~minitorch_nlp.retrieval.rag.marginal_log_likelihood`):
 
     f(x, z) = Embed_input(x)^T Embed_doc(z),  p(z | x) = softmax_z f(x, z)      (eq 72)
     join_BERT(x) = [CLS] x [SEP],  join_BERT(x1, x2) = [CLS] x1 [SEP] x2 [SEP]  (eq 74-75)
     pre-training:  p(y | z, x) = prod_j p(y_j | z, x),
-                   p(y_j | z, x) proportional to exp(w_j^T BERT_MASK(j)(join(x, z_body)))  (eq 76-77)
+                   p(y_j | z, x) proportional to exp(w_j^T BERT_MASK(j)(join(x, z_body)))
+                                                                                (eq 76-77)
     fine-tuning:   p(y | z, x) proportional to sum over spans S of z matching y of
                    exp(MLP([h_START(S); h_END(S)]))                             (eq 78-80)
 
