@@ -42,6 +42,22 @@ def test_exact_search_equals_argsort_of_the_full_score_matrix(case, block_size, 
                                atol=1e-5)
 
 
+@given(st.integers(1, 30), st.integers(1, 4), st.integers(1, 3), st.integers(1, 7),
+       st.data())
+def test_numba_merge_kernel_keeps_equal_scores_in_id_order(n, dim, queries, block_size, data):
+    # small integer vectors: many exactly equal scores, all exact in float32
+    elements = st.integers(-2, 2).map(float)
+    passages = data.draw(hnp.arrays(np.float32, (n, dim), elements=elements))
+    q = data.draw(hnp.arrays(np.float32, (queries, dim), elements=elements))
+    k = data.draw(st.integers(1, n))
+    index = DenseIndex(dim, backend="numba", block_size=block_size).add(passages)
+    scores, ids = index.search(q, k)
+    full = q.astype(np.float64) @ passages.T.astype(np.float64)
+    expected = np.argsort(-full, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(ids, expected)
+    np.testing.assert_array_equal(scores, np.take_along_axis(full, expected, 1))
+
+
 def test_search_never_builds_a_queries_by_corpus_block_larger_than_block_size(monkeypatch):
     seen = []
     real = top_k
