@@ -58,6 +58,21 @@ def test_numba_merge_kernel_keeps_equal_scores_in_id_order(n, dim, queries, bloc
     np.testing.assert_array_equal(scores, np.take_along_axis(full, expected, 1))
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+def test_merge_top_k_kernel_in_two_blocks_equals_argsort(parallel):
+    from minitorch_nlp.backends import numba_kernels
+    rng = np.random.default_rng(0)
+    scores = rng.integers(-3, 4, size=(37, 50)).astype(np.float32)   # ties in every row
+    best_scores = np.full((37, 6), -np.inf, dtype=np.float32)
+    best_ids = np.full((37, 6), -1, dtype=np.int64)
+    for start in (0, 20):
+        block = np.ascontiguousarray(scores[:, start:start + 20 if start == 0 else None])
+        numba_kernels.merge_top_k(parallel, best_scores, best_ids, block, start)
+    expected = np.argsort(-scores, axis=1, kind="stable")[:, :6]
+    np.testing.assert_array_equal(best_ids, expected)
+    np.testing.assert_array_equal(best_scores, np.take_along_axis(scores, expected, 1))
+
+
 def test_search_never_builds_a_queries_by_corpus_block_larger_than_block_size(monkeypatch):
     seen = []
     real = top_k
