@@ -107,6 +107,18 @@ def split_questions(questions, seed):
     return [questions[i] for i in order[:cut]], [questions[i] for i in order[cut:]]
 
 
+def train_loop(name, steps, model, loss_fn, lr=3e-3):
+    optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    for step in tqdm(range(steps), desc=name):
+        loss = loss_fn(step)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
 def recall_at(ranked, gold, ks):
     """The fraction of rows of ``ranked`` (questions, >= max k) that hold ``gold`` in the first
     k, for each k."""
@@ -131,20 +143,17 @@ def train_dpr(cfg, kb, train, tokenizer, bm25, seed):
     negatives = bm25_hard_negatives(bm25, [q.text for q in train],
                                     [q.passage_ids[0] for q in train],
                                     [q.answer for q in train], kb.texts)
-    optimizer = optim.AdamW(retriever.parameters(), lr=cfg["dpr_lr"], weight_decay=0.0)
-    rng, losses = np.random.default_rng(seed), []
-    for _ in tqdm(range(cfg["dpr_steps"]), desc="DPR"):
+    rng = np.random.default_rng(seed)
+
+    def loss(step):
         rows = rng.choice(len(train), size=min(cfg["dpr_batch"], len(train)), replace=False)
         # one question per gold passage in a batch: two would be each other's negatives
         rows = list({train[r].passage_ids[0]: r for r in rows}.values())
-        loss = retriever.loss([train[r].text for r in rows],
+        return retriever.loss([train[r].text for r in rows],
                               [kb.texts[train[r].passage_ids[0]] for r in rows],
                               [kb.texts[negatives[r]] for r in rows if negatives[r] >= 0])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return retriever, losses
+
+    return retriever, train_loop("DPR", cfg["dpr_steps"], retriever, loss, cfg["dpr_lr"])
 
 
 # %% [markdown]
@@ -157,18 +166,6 @@ def train_dpr(cfg, kb, train, tokenizer, bm25, seed):
 # the early update over the whole corpus plus eq 71 over the top k.
 
 # %%
-def train_loop(name, steps, model, loss_fn, lr=3e-3):
-    optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    for step in tqdm(range(steps), desc=name):
-        loss = loss_fn(step)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
-
-
 def bert_config(cfg, tokenizer):
     return BertConfig(vocab_size=len(tokenizer), hidden_size=cfg["hidden"],
                       num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
@@ -283,17 +280,14 @@ def train_golden(cfg, kb, train, tokenizer, bm25, seed):
         max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         initializer_range=0.2))
     generator = QueryGenerator(reader, tokenizer)
-    optimizer = optim.AdamW(reader.parameters(), lr=3e-3, weight_decay=0.0)
-    rng, losses = np.random.default_rng(seed), []
-    for _ in tqdm(range(cfg["golden_steps"]), desc="GoldEn"):
+    rng = np.random.default_rng(seed)
+
+    def loss(step):
         rows = rng.choice(len(examples), size=min(cfg["golden_batch"], len(examples)),
                           replace=False)
-        loss = generator.loss(*zip(*(examples[r] for r in rows)))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return generator, losses
+        return generator.loss(*zip(*(examples[r] for r in rows)))
+
+    return generator, train_loop("GoldEn", cfg["golden_steps"], reader, loss)
 
 
 def both_found(questions, ranked):
@@ -315,16 +309,13 @@ def train_rag(cfg, kb, train, tokenizer, retriever, seed):
                             bos_id=tokenizer.cls_token_id, eos_id=tokenizer.sep_token_id)
     rag = RAG(retriever, retriever.index_passages(kb.texts), kb.texts, generator, tokenizer,
               n_docs=cfg["n_docs"])
-    optimizer = optim.AdamW(rag.parameters(), lr=cfg["rag_lr"], weight_decay=0.0)
-    rng, losses = np.random.default_rng(seed), []
-    for _ in tqdm(range(cfg["rag_steps"]), desc="RAG"):
+    rng = np.random.default_rng(seed)
+
+    def loss(step):
         rows = rng.choice(len(train), size=min(cfg["rag_batch"], len(train)), replace=False)
-        loss = rag.loss([train[r].text for r in rows], [train[r].answer for r in rows], "token")
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return rag, losses
+        return rag.loss([train[r].text for r in rows], [train[r].answer for r in rows], "token")
+
+    return rag, train_loop("RAG", cfg["rag_steps"], rag, loss, cfg["rag_lr"])
 
 
 def exact_match(rag, questions, kind, method="thorough"):

@@ -37,7 +37,7 @@ from .rag import marginal_log_likelihood
 
 __all__ = ["ORQA", "SpanReader", "SpanScorer", "answer_derivation_log_likelihood",
            "answer_span_mask", "best_answers", "inverse_cloze_task", "read_spans",
-           "split_sentences"]
+           "span_masks", "split_sentences"]
 
 
 def split_sentences(text):
@@ -180,6 +180,21 @@ def best_answers(tokenizer, scores, span_mask, ends, input_ids):
     return answers
 
 
+def span_masks(span_mask, answer_mask, shape, where):
+    """``span_mask`` (the real candidate spans) and ``answer_mask`` (those whose text is the
+    answer) as bool arrays of ``shape``, checked: the answer's spans are real ones."""
+    masks = []
+    for name, mask in (("span_mask", span_mask), ("answer_mask", answer_mask)):
+        mask = np.asarray(mask)
+        if mask.shape != tuple(shape) or mask.dtype != bool:
+            raise ValueError(f"{where}: {name} must be bool {tuple(shape)}, got {mask.dtype} "
+                             f"{mask.shape}")
+        masks.append(mask)
+    if (masks[1] & ~masks[0]).any():
+        raise ValueError(f"{where}: answer_mask marks a span that span_mask leaves out")
+    return masks
+
+
 @cookbook.equation(71)
 def answer_derivation_log_likelihood(retrieval_scores, reader_scores, *, span_mask,
                                      answer_mask):
@@ -199,16 +214,7 @@ def answer_derivation_log_likelihood(retrieval_scores, reader_scores, *, span_ma
                          f"reader_scores a Tensor (batch, k, spans), got "
                          f"{getattr(retrieval_scores, 'shape', None)} and "
                          f"{getattr(reader_scores, 'shape', None)}")
-    masks = []
-    for name, mask in (("span_mask", span_mask), ("answer_mask", answer_mask)):
-        mask = np.asarray(mask)
-        if mask.shape != reader_scores.shape or mask.dtype != bool:
-            raise ValueError(f"{where}: {name} must be bool {reader_scores.shape}, got "
-                             f"{mask.dtype} {mask.shape}")
-        masks.append(mask)
-    span_mask, answer_mask = masks
-    if (answer_mask & ~span_mask).any():
-        raise ValueError(f"{where}: answer_mask marks a span that span_mask leaves out")
+    span_mask, answer_mask = span_masks(span_mask, answer_mask, reader_scores.shape, where)
     missing = ~answer_mask.reshape(len(answer_mask), -1).any(axis=1)
     if missing.any():
         raise ValueError(f"{where}: row {int(np.flatnonzero(missing)[0])} has no correct "

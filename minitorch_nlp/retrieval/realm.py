@@ -42,7 +42,7 @@ from ..autograd import Tensor, no_grad
 from ..nn import Module
 from .dpr import retrieval_scores
 from .index import DenseIndex
-from .orqa import answer_span_mask, best_answers, read_spans
+from .orqa import answer_span_mask, best_answers, read_spans, span_masks
 from .rag import marginal_log_likelihood
 
 __all__ = ["REALM", "IndexRefresher", "join_bert", "masked_lm_log_likelihood",
@@ -119,20 +119,11 @@ def span_answer_log_probs(reader_scores, *, span_mask, answer_mask):
     if not isinstance(reader_scores, Tensor) or reader_scores.ndim != 3:
         raise ValueError(f"{where}: reader_scores must be a Tensor (batch, k, spans), got "
                          f"{getattr(reader_scores, 'shape', type(reader_scores).__name__)}")
-    masks = []
-    for name, mask in (("span_mask", span_mask), ("answer_mask", answer_mask)):
-        mask = np.asarray(mask)
-        if mask.shape != reader_scores.shape or mask.dtype != bool:
-            raise ValueError(f"{where}: {name} must be bool {reader_scores.shape}, got "
-                             f"{mask.dtype} {mask.shape}")
-        masks.append(mask)
-    if (masks[1] & ~masks[0]).any():
-        raise ValueError(f"{where}: answer_mask marks a span that span_mask leaves out")
-    empty = ~masks[0].any(axis=-1)
+    span_mask, answer_mask = span_masks(span_mask, answer_mask, reader_scores.shape, where)
+    empty = ~span_mask.any(axis=-1)
     if empty.any():
         b, z = (int(i[0]) for i in np.nonzero(empty))
         raise ValueError(f"{where}: document {z} of row {b} has no real span")
-    span_mask, answer_mask = masks
     found = answer_mask.any(axis=-1)
     # a document without the answer gets log 0 = -inf, computed from a finite stand-in (all its
     # spans) so that no -inf - (-inf) reaches the gradient
