@@ -1,15 +1,21 @@
-"""``minitorch-nlp index build|search``: BM25 and DPR indexes of a text file, and the errors."""
+"""``minitorch-nlp index build|search`` (BM25 and DPR indexes of a text file) and ``ask`` (a
+trained reader over the retrieved passages), and their errors."""
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 import minitorch_nlp as mt
 from minitorch_nlp import cli
+from minitorch_nlp.data import knowledge_base
 from minitorch_nlp.data.tokenizers import WordPieceTokenizer
+from minitorch_nlp.models.bert import BertConfig, BertForQuestionAnswering
 from minitorch_nlp.models.dpr import DPRConfig, DPRContextEncoder, DPRQuestionEncoder
-from minitorch_nlp.retrieval import DenseRetriever
+from minitorch_nlp.retrieval import BM25, DenseRetriever
+from minitorch_nlp.retrieval.commands import read_answer
+from tests.model_checks import overfit
 
 pytestmark = pytest.mark.sec7
 
@@ -85,3 +91,84 @@ def test_errors_are_one_line_naming_the_option(passages, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["index", "search", out, "cat", "-k", "0"]) == 2
     assert "-k must be >= 1" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def trained_reader(tmp_path_factory):
+    """A tiny BertForQuestionAnswering trained on four knowledge-base questions, saved with its
+    tokenizer; the knowledge base's passages as a text file."""
+    pytest.importorskip("safetensors")
+    kb = knowledge_base(n_people=4, n_cities=2, seed=2)
+    tokenizer = WordPieceTokenizer.train(kb.texts + [q.text for q in kb.questions], 200)
+    questions = kb.questions_with(1)[:4]
+    pairs = tokenizer([q.text for q in questions], [kb.texts[q.passage_ids[0]] for q in questions],
+                      padding=True, return_tensors="np")
+    starts, ends = [], []
+    for row, question in zip(pairs["input_ids"], questions):
+        answer = tokenizer.encode(question.answer, add_special_tokens=False)
+        start = next(i for i in range(len(row)) if row[i:i + len(answer)].tolist() == answer)
+        starts.append(start)
+        ends.append(start + len(answer) - 1)
+    mt.manual_seed(0)
+    reader = BertForQuestionAnswering(BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, initializer_range=0.2))
+    overfit(reader, lambda: reader(**pairs, start_positions=np.array(starts),
+                                   end_positions=np.array(ends)).loss, 40)
+    folder = tmp_path_factory.mktemp("reader")
+    mt.save_pretrained(reader, folder)
+    tokenizer.save(folder)
+    text = tmp_path_factory.mktemp("kb") / "kb.txt"
+    text.write_text("\n".join(kb.texts) + "\n", encoding="utf-8")
+    return folder, text, questions, reader, tokenizer
+
+
+def test_ask_answers_from_the_retrieved_passages_with_the_trained_reader(trained_reader, tmp_path,
+                                                                        capsys):
+    folder, text, questions, reader, tokenizer = trained_reader
+    out = tmp_path / "index"
+    assert cli.main(["index", "build", str(text), "--out", str(out)]) == 0
+    passages = [line for line in text.read_text(encoding="utf-8").splitlines() if line]
+    bm25 = BM25().fit(passages)
+    for question in questions:
+        for k in (1, 2):
+            capsys.readouterr()
+            assert cli.main(["ask", str(out), "--question", question.text, "--reader",
+                             str(folder), "-k", str(k)]) == 0
+            printed = capsys.readouterr().out.strip()
+            retrieved = bm25.search([question.text], k)[1][0]
+            answer, score, which = read_answer(reader, tokenizer, question.text,
+                                               [passages[i] for i in retrieved])
+            assert printed.startswith(f"{answer}\t(score {score:.4f}, passage "
+                                      f"#{retrieved[which]}: ")
+            if k == 1:   # the reader was trained on gold passages only, which BM25 ranks first
+                assert answer == question.answer.lower(), (question, printed)
+
+
+def test_ask_errors_are_one_line_naming_the_option(trained_reader, passages, tmp_path, capsys):
+    folder = trained_reader[0]
+    out = str(tmp_path / "index")
+    cli.main(["index", "build", str(passages), "--out", out])
+    not_a_reader = tmp_path / "dpr"
+    mt.manual_seed(0)
+    mt.save_pretrained(DPRQuestionEncoder(DPRConfig.tiny(30)), not_a_reader)
+    cases = [
+        (["ask", out, "--question", " ", "--reader", str(folder)], "--question is empty"),
+        (["ask", out, "--question", "cat?", "--reader", str(tmp_path / "no")],
+         "--reader: .* is not a folder"),
+        (["ask", out, "--question", "cat?", "--reader", str(not_a_reader)],
+         "--reader: .* holds a DPRQuestionEncoder, not a BertForQuestionAnswering"),
+        (["ask", out, "--question", "cat?", "--reader", str(folder), "-k", "0"],
+         "-k must be >= 1"),
+        (["ask", out, "--question", "cat?", "--reader", str(folder), "--max-answer-length", "0"],
+         "--max-answer-length must be >= 1"),
+        (["ask", str(tmp_path), "--question", "cat?", "--reader", str(folder)],
+         "is not an index folder"),
+    ]
+    capsys.readouterr()
+    for argv, message in cases:
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("minitorch-nlp: error:") and err.count("\n") == 1, err
+        assert re.search(message, err), (argv, err)

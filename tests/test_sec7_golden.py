@@ -12,8 +12,10 @@ from minitorch_nlp.data import knowledge_base
 from minitorch_nlp.data.tokenizers import WordPieceTokenizer
 from minitorch_nlp.models.bert import BertConfig, BertForQuestionAnswering
 from minitorch_nlp.retrieval import BM25
-from minitorch_nlp.retrieval.golden import QueryGenerator, golden_retrieve, oracle_query
 from minitorch_nlp.retrieval.bm25 import tokenize
+from minitorch_nlp.retrieval.golden import (QueryGenerator, extend_context, golden_retrieve,
+                                            oracle_query, query_span_log_likelihood)
+from minitorch_nlp.testing import EquationMismatch, check_equation
 from tests.model_checks import overfit
 
 pytestmark = pytest.mark.sec7
@@ -94,3 +96,57 @@ def test_a_query_generator_learns_the_oracle_queries_and_golden_finds_both_passa
     _, single = bm25.search([q.text for q in two_hop], 2)
     once = np.mean([set(q.passage_ids) <= set(row) for q, row in zip(two_hop, single)])
     assert golden == 1.0 and once < 0.5, (golden, once, queries[:2])
+    with pytest.raises(ValueError, match="every oracle span lies past max_length=1"):
+        QueryGenerator(reader, tokenizer, max_length=1).loss(questions, contexts, spans)
+
+
+@pytest.mark.eq(62)
+def test_a_query_generator_that_ignores_which_tokens_are_allowed_fails_the_check():
+    def softmax_over_every_token(start_logits, end_logits, *, starts, ends, allowed):
+        rows = np.arange(len(starts))
+        return start_logits.log_softmax(axis=-1)[rows, starts] + \
+            end_logits.log_softmax(axis=-1)[rows, ends]
+
+    with pytest.raises(EquationMismatch, match="differs from the reference"):
+        check_equation(62, softmax_over_every_token, max_examples=30)
+
+
+@pytest.mark.eq(62)
+def test_query_span_log_likelihood_refuses_bad_input():
+    logits = mt.tensor(np.zeros((2, 3)))
+    allowed = np.array([[True, True, False], [True, False, False]])
+    with pytest.raises(ValueError, match="must be Tensors of one shape"):
+        query_span_log_likelihood(logits, mt.tensor(np.zeros((2, 4))), starts=[0, 0],
+                                  ends=[0, 0], allowed=allowed)
+    with pytest.raises(ValueError, match=r"allowed must be bool \(2, 3\)"):
+        query_span_log_likelihood(logits, logits, starts=[0, 0], ends=[0, 0],
+                                  allowed=allowed.astype(int))
+    with pytest.raises(ValueError, match=r"ends\[1\] = 1 is not an allowed token"):
+        query_span_log_likelihood(logits, logits, starts=[0, 0], ends=[1, 1], allowed=allowed)
+    with pytest.raises(ValueError, match=r"starts\[0\] = 5 is not an allowed token"):
+        query_span_log_likelihood(logits, logits, starts=[5, 0], ends=[0, 0], allowed=allowed)
+    with pytest.raises(ValueError, match=r"starts must be integer ids of shape \(2,\)"):
+        query_span_log_likelihood(logits, logits, starts=[0], ends=[0, 0], allowed=allowed)
+
+
+@pytest.mark.eq(63)
+def test_extend_context_that_takes_the_worst_passages_fails_the_check():
+    def worst_first(context, passages, scores, *, n):
+        return mt.concatenate([context, passages[np.argsort(scores, axis=1)[:, :n]]], axis=1)
+
+    with pytest.raises(EquationMismatch, match="differs from the reference"):
+        check_equation(63, worst_first, max_examples=30)
+
+
+@pytest.mark.eq(63)
+def test_extend_context_refuses_bad_input():
+    context, passages = mt.tensor(np.zeros((2, 1, 3))), mt.tensor(np.zeros((4, 3)))
+    scores = np.zeros((2, 4))
+    with pytest.raises(ValueError, match="n must be a positive int"):
+        extend_context(context, passages, scores, n=0)
+    with pytest.raises(ValueError, match="n=5 is larger than the corpus"):
+        extend_context(context, passages, scores, n=5)
+    with pytest.raises(ValueError, match="of the same width"):
+        extend_context(context, mt.tensor(np.zeros((4, 2))), scores, n=1)
+    with pytest.raises(ValueError, match=r"scores \(2, 3\) must be \(batch, P\) = \(2, 4\)"):
+        extend_context(context, passages, np.zeros((2, 3)), n=1)

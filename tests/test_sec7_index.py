@@ -42,6 +42,37 @@ def test_exact_search_equals_argsort_of_the_full_score_matrix(case, block_size, 
                                atol=1e-5)
 
 
+@given(st.integers(1, 30), st.integers(1, 4), st.integers(1, 3), st.integers(1, 7),
+       st.data())
+def test_numba_merge_kernel_keeps_equal_scores_in_id_order(n, dim, queries, block_size, data):
+    # small integer vectors: many exactly equal scores, all exact in float32
+    elements = st.integers(-2, 2).map(float)
+    passages = data.draw(hnp.arrays(np.float32, (n, dim), elements=elements))
+    q = data.draw(hnp.arrays(np.float32, (queries, dim), elements=elements))
+    k = data.draw(st.integers(1, n))
+    index = DenseIndex(dim, backend="numba", block_size=block_size).add(passages)
+    scores, ids = index.search(q, k)
+    full = q.astype(np.float64) @ passages.T.astype(np.float64)
+    expected = np.argsort(-full, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(ids, expected)
+    np.testing.assert_array_equal(scores, np.take_along_axis(full, expected, 1))
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_merge_top_k_kernel_in_two_blocks_equals_argsort(parallel):
+    from minitorch_nlp.backends import numba_kernels
+    rng = np.random.default_rng(0)
+    scores = rng.integers(-3, 4, size=(37, 50)).astype(np.float32)   # ties in every row
+    best_scores = np.full((37, 6), -np.inf, dtype=np.float32)
+    best_ids = np.full((37, 6), -1, dtype=np.int64)
+    for start in (0, 20):
+        block = np.ascontiguousarray(scores[:, start:start + 20 if start == 0 else None])
+        numba_kernels.merge_top_k(parallel, best_scores, best_ids, block, start)
+    expected = np.argsort(-scores, axis=1, kind="stable")[:, :6]
+    np.testing.assert_array_equal(best_ids, expected)
+    np.testing.assert_array_equal(best_scores, np.take_along_axis(scores, expected, 1))
+
+
 def test_search_never_builds_a_queries_by_corpus_block_larger_than_block_size(monkeypatch):
     seen = []
     real = top_k

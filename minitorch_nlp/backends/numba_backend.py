@@ -499,3 +499,13 @@ class NumbaBackend(NumpyBackend):
             padded = np.zeros((rows, 8 * words), dtype=np.uint8)
             padded[:, :nbytes] = bits
         return padded.view(np.uint64)
+
+    def merge_top_k(self, best_scores, best_ids, scores, offset):
+        """Merge a block of scores (rows, n), ids ``offset`` .. ``offset + n - 1``, into each
+        row's running best k (``best_scores`` (rows, k) descending, -inf where empty, and int64
+        ``best_ids``), in place; equal scores keep the smaller id first. ``DenseIndex.search``
+        calls it for every block instead of concatenating, partitioning and sorting."""
+        if scores.dtype != best_scores.dtype or _float_dtype(scores) is None:
+            scores = scores.astype(best_scores.dtype)
+        _run(kernels.merge_top_k, scores.size, best_scores, best_ids,
+             np.ascontiguousarray(scores), offset)

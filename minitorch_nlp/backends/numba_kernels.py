@@ -959,3 +959,33 @@ def binary_matmul(parallel, a_words, b_words, k, out):
     else:
         for i in range(a_words.shape[0]):
             _binary_matmul_row(a_words, b_words, k, out, i)
+
+
+# ---- running top-k of score blocks (exact maximum inner product search) -----------------------
+@_rows
+def _merge_top_k_row(best_scores, best_ids, scores, offset, r):
+    k = best_scores.shape[1]
+    row_scores, row_ids = best_scores[r], best_ids[r]
+    for j in range(scores.shape[1]):
+        s = scores[r, j]
+        if s > row_scores[k - 1]:
+            p = k - 1
+            while p > 0 and row_scores[p - 1] < s:   # equal scores keep the earlier id first
+                row_scores[p] = row_scores[p - 1]
+                row_ids[p] = row_ids[p - 1]
+                p -= 1
+            row_scores[p] = s
+            row_ids[p] = offset + j
+
+
+@_kernel
+def merge_top_k(parallel, best_scores, best_ids, scores, offset):
+    """Merge the score block ``scores`` (rows, n), whose column j is id ``offset + j``, into each
+    row's best ``k`` so far (``best_scores`` descending and ``best_ids``, (rows, k), in place):
+    one pass over the block and an insertion when a score beats the k-th best."""
+    if parallel:
+        for r in prange(scores.shape[0]):
+            _merge_top_k_row(best_scores, best_ids, scores, offset, r)
+    else:
+        for r in range(scores.shape[0]):
+            _merge_top_k_row(best_scores, best_ids, scores, offset, r)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import checks
+from .. import checks, cookbook
 from ..io.huggingface import HFArchitecture, register_architecture
 from ..nn import Linear, Module
 from ..nn.outputs import ModelOutput
@@ -47,9 +47,12 @@ class DPRConfig(BertConfig):
         return cls(**{**values, **changes})
 
 
+@cookbook.equation(64, 65)
 class DPREncoder(Module):
     """BERT (no pooler) and the representation of [CLS], projected to ``projection_dim`` when
-    it is > 0: ``ModelOutput(last_hidden_state, pooler_output (batch, d))``."""
+    it is > 0: ``ModelOutput(last_hidden_state, pooler_output (batch, d))``. With
+    ``projection_dim=128`` these are ORQA's h_q = W_q BERT_Q(q)[CLS] (eq 64, the question
+    encoder) and h_b = W_b BERT_B(b)[CLS] (eq 65, the block encoder)."""
 
     def __init__(self, config):
         super().__init__()

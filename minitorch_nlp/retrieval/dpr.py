@@ -14,10 +14,11 @@ import numpy as np
 
 from .. import cookbook
 from .. import functional as F
-from ..autograd import Tensor, no_grad
+from ..autograd import Tensor, no_grad, tensor
 from .index import DenseIndex
 
-__all__ = ["DenseRetriever", "bm25_hard_negatives", "dpr_loss", "retrieval_log_probs"]
+__all__ = ["DenseRetriever", "bm25_hard_negatives", "dpr_loss", "retrieval_log_probs",
+           "retrieval_scores"]
 
 
 def _vectors(x, name, where):
@@ -27,10 +28,25 @@ def _vectors(x, name, where):
     return x
 
 
-@cookbook.equation(83)
+@cookbook.equation(66)
+def retrieval_scores(query_vectors, block_vectors):
+    """ORQA's S_retr(b, q) = h_q^T h_b (eq 66; DPR's sim(q, p), RAG's d(z)^T q(x)) of each
+    query with its own candidate blocks: ``query_vectors`` (batch, d) and ``block_vectors``
+    (batch, k, d) Tensors; returns (batch, k)."""
+    q = _vectors(query_vectors, "query_vectors", "retrieval_scores")
+    if not isinstance(block_vectors, Tensor) or block_vectors.ndim != 3 \
+            or block_vectors.shape[0] != q.shape[0] or block_vectors.shape[2] != q.shape[1]:
+        raise ValueError(f"retrieval_scores: block_vectors must be a Tensor (batch, k, d) = "
+                         f"({q.shape[0]}, k, {q.shape[1]}) for query_vectors {q.shape}, got "
+                         f"{getattr(block_vectors, 'shape', type(block_vectors).__name__)}")
+    return (q.reshape(q.shape[0], 1, q.shape[1]) * block_vectors).sum(axis=-1)
+
+
+@cookbook.equation(70, 72, 83)
 def retrieval_log_probs(query_vectors, passage_vectors):
-    """log p_eta(z | x) = log softmax_z(q(x)^T d(z)) over the given passages (eq 83; REALM's
-    p(z | x), eq 72, and ORQA's P_ICT(b | q) over a batch, eq 70, have the same form).
+    """log p_eta(z | x) = log softmax_z(q(x)^T d(z)) over the given passages (eq 83; ORQA's
+    P_ICT(b | q) over a batch of blocks, eq 70, and REALM's p(z | x), eq 72, have the same
+    form).
 
     ``query_vectors`` (queries, d), ``passage_vectors`` (passages, d) Tensors; returns (queries,
     passages). Over the top-k of an index this is the distribution renormalised over those k,
@@ -143,6 +159,15 @@ class DenseRetriever:
         with no_grad():
             vectors = np.asarray(self.encode_questions(questions).numpy())
         return index.search(vectors, k)
+
+    def scored_top_k(self, questions, index, k):
+        """The ``k`` best passages of ``index`` for each question and their scores
+        (:func:`retrieval_scores`), differentiable in the question encoder; the passages' vectors
+        are the index's, fixed: ``(ids (batch, k) int64, scores (batch, k) Tensor)``."""
+        q = self.encode_questions(questions)
+        _, ids = index.search(np.asarray(q.numpy()), k)
+        blocks = tensor(index.vectors[ids], dtype=q.dtype, backend=q.backend)
+        return ids, retrieval_scores(q, blocks)
 
     def loss(self, questions, positives, hard_negatives=()):
         """Eq 84 for a batch: question i against ``positives`` (one text per question, its

@@ -20,10 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import checks, cookbook
+from ..autograd import Tensor, concatenate
 from ..models.bert import best_span
 from .bm25 import tokenize
+from .index import top_k
 
-__all__ = ["QueryGenerator", "golden_retrieve", "oracle_query"]
+__all__ = ["QueryGenerator", "extend_context", "golden_retrieve", "oracle_query",
+           "query_span_log_likelihood"]
 
 
 def _rank_of(bm25, query, gold):
@@ -50,6 +53,72 @@ def oracle_query(bm25, question, context, gold, max_words=4):
             if best_key is None or key < best_key:
                 best, best_key = (start, end), key
     return best, best_key[0]
+
+
+@cookbook.equation(62)
+def query_span_log_likelihood(start_logits, end_logits, *, starts, ends, allowed):
+    """log p(q_k = the span starts..ends | q, C_k) under G_k (eq 62), what the query generator
+    maximises on the oracle queries (Qi section 3.2).
+
+    G_k picks the query's first and last token independently, each by a softmax over the
+    ``allowed`` tokens (those of the question and the context; not [CLS], [SEP] or padding)::
+
+        log p = log softmax_allowed(start_logits)[start] + log softmax_allowed(end_logits)[end]
+
+    ``start_logits``, ``end_logits``: Tensors (batch, time); ``starts``, ``ends``: int (batch,)
+    token positions, each on an allowed token; ``allowed``: bool (batch, time). Returns
+    (batch,)."""
+    where = "query_span_log_likelihood"
+    if not isinstance(start_logits, Tensor) or not isinstance(end_logits, Tensor) \
+            or start_logits.ndim != 2 or end_logits.shape != start_logits.shape:
+        raise ValueError(f"{where}: start_logits and end_logits must be Tensors of one shape "
+                         f"(batch, time), got {getattr(start_logits, 'shape', None)} and "
+                         f"{getattr(end_logits, 'shape', None)}")
+    batch, time = start_logits.shape
+    allowed = np.asarray(allowed)
+    if allowed.shape != (batch, time) or allowed.dtype != bool:
+        raise ValueError(f"{where}: allowed must be bool {(batch, time)}, got {allowed.dtype} "
+                         f"{allowed.shape}")
+    rows = np.arange(batch)
+    picked = []
+    for name, positions, logits in (("starts", starts, start_logits),
+                                    ("ends", ends, end_logits)):
+        positions = checks.ids_array(positions, name, where, shape=(batch,), axes="(batch)")
+        outside = (positions < 0) | (positions >= time)
+        if outside.any() or not allowed[rows, np.clip(positions, 0, time - 1)].all():
+            bad = int(np.flatnonzero(outside | ~allowed[rows, np.clip(positions, 0, time - 1)])[0])
+            raise ValueError(f"{where}: {name}[{bad}] = {int(positions[bad])} is not an allowed "
+                             "token of its row; a query is a span of the question and context")
+        log_probs = logits.masked_fill(~allowed, -np.inf).log_softmax(axis=-1)
+        picked.append(log_probs[rows, positions])
+    return picked[0] + picked[1]
+
+
+@cookbook.equation(63)
+def extend_context(context, passages, scores, *, n):
+    """C_{k+1} = C_k concat IR_n(q_k) (eq 63) with the context held as vectors, one row per
+    passage (:func:`golden_retrieve` does the same with texts).
+
+    ``context``: Tensor (batch, m, d), the passages of C_k (m may be 0); ``passages``: Tensor
+    (P, d), every passage of the corpus; ``scores``: array (batch, P), the search engine's
+    scores of each row's query q_k; ``n``: how many passages a hop adds. Returns (batch, m + n,
+    d): the context followed by the ``n`` best-scored passages, best first."""
+    where = "extend_context"
+    checks.positive_int(n, "n", where)
+    if not isinstance(context, Tensor) or context.ndim != 3 or not isinstance(passages, Tensor) \
+            or passages.ndim != 2 or passages.shape[1] != context.shape[2]:
+        raise ValueError(f"{where}: context must be a Tensor (batch, m, d) and passages a Tensor "
+                         f"(P, d) of the same width, got {getattr(context, 'shape', None)} and "
+                         f"{getattr(passages, 'shape', None)}")
+    scores = np.asarray(scores)
+    if scores.shape != (context.shape[0], passages.shape[0]):
+        raise ValueError(f"{where}: scores {scores.shape} must be (batch, P) = "
+                         f"{(context.shape[0], passages.shape[0])}")
+    if n > passages.shape[0]:
+        raise ValueError(f"{where}: n={n} is larger than the corpus ({passages.shape[0]} "
+                         "passages)")
+    _, retrieved = top_k(scores, n)
+    return concatenate([context, passages[retrieved]], axis=1)
 
 
 @cookbook.equation(62)
@@ -108,9 +177,18 @@ class QueryGenerator:
         return inputs, word_of, [r[3] for r in rows]
 
     def loss(self, questions, contexts, spans):
-        """The reader's span loss on the oracle queries ``spans``."""
-        inputs, _, _ = self.batch(questions, contexts, spans)
-        return self.reader(**inputs).loss
+        """-log p(oracle span) (:func:`query_span_log_likelihood`, eq 62), the mean over the
+        pairs whose oracle query ``spans`` survive the cut to ``max_length``."""
+        inputs, word_of, _ = self.batch(questions, contexts, spans)
+        starts, ends = inputs.pop("start_positions"), inputs.pop("end_positions")
+        kept = np.flatnonzero((starts < word_of.shape[1]) & (ends < word_of.shape[1]))
+        if not len(kept):
+            raise ValueError(f"QueryGenerator.loss: every oracle span lies past max_length="
+                             f"{self.max_length}; raise max_length")
+        out = self.reader(**inputs)
+        return -query_span_log_likelihood(
+            out.start_logits[kept], out.end_logits[kept], starts=starts[kept], ends=ends[kept],
+            allowed=word_of[kept] >= 0).mean()
 
     def __call__(self, questions, contexts, max_words=4):
         """q_k = G_k(q, C_k) (eq 62) for each (question, context): the query strings."""

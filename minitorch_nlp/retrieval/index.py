@@ -80,6 +80,11 @@ def top_k(scores, k, xp=np):
 class DenseIndex:
     """Exact inner-product search over ``dim``-dimensional vectors on a backend.
 
+    The queries meet ``block_size`` passages at a time (one matrix product), and each block's
+    scores merge into the running k best: with :func:`top_k` of the block and the best so far,
+    or, on a backend with a ``merge_top_k`` kernel (numba), in one pass per row that keeps equal
+    scores in id order.
+
     ``backend``: a backend name (default: the active one) whose arrays hold the vectors;
     ``block_size``: how many passages meet the queries in one matrix product::
 
@@ -127,6 +132,14 @@ class DenseIndex:
         k = clamp_k(k, len(self), "DenseIndex.search")
         xp = self.backend.xp
         q = self.backend.asarray(queries)
+        merge = getattr(self.backend, "merge_top_k", None)   # a fused kernel (numba)
+        if merge is not None:
+            best_scores = xp.full((q.shape[0], k), -xp.inf, dtype=self._vectors.dtype)
+            best_ids = xp.full((q.shape[0], k), -1, dtype=xp.int64)
+            for start in range(0, len(self), self.block_size):
+                merge(best_scores, best_ids, q @ self._vectors[start:start + self.block_size].T,
+                      start)
+            return self.backend.to_numpy(best_scores), self.backend.to_numpy(best_ids)
         best_scores = xp.full((q.shape[0], 0), -xp.inf, dtype=xp.float32)
         best_ids = xp.zeros((q.shape[0], 0), dtype=xp.int64)
         for start in range(0, len(self), self.block_size):

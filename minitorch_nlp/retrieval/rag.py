@@ -140,11 +140,7 @@ class RAG(Module):
         """The top ``n_docs`` passages of each question and log p_eta(z | x) over them: ``(ids
         (batch, k) int64, doc_log_probs (batch, k) Tensor)``, differentiable in the question
         encoder (eq 83 renormalised over the k)."""
-        q = self.retriever.encode_questions(questions)
-        _, ids = self.index.search(np.asarray(q.numpy()), self.n_docs)
-        docs = tensor(self.index.vectors[ids], dtype=q.dtype, backend=q.backend)
-        batch, k = ids.shape
-        scores = (q.reshape(batch, 1, q.shape[1]) * docs).sum(axis=-1)
+        ids, scores = self.retriever.scored_top_k(questions, self.index, self.n_docs)
         return ids, scores.log_softmax(axis=-1)
 
     def _sources(self, questions, doc_ids):

@@ -1,8 +1,16 @@
-"""Specs of section VII's function-level equations: REALM's marginal (eq 73), RAG-Sequence and
-RAG-Token (eq 81-82), DPR's retriever (eq 83) and loss (eq 84)."""
+"""Specs of section VII's function-level equations: GoldEn's query generator (eq 62) and context
+concatenation (eq 63), ORQA's retrieval score (eq 66), span score (eq 69, the reader's MLP run
+with the candidate's weights), ICT distribution (eq 70) and answer derivations (eq 71), REALM's
+retrieval distribution (eq 72), marginal (eq 73), masked-LM likelihood (eq 76) and span answer
+probability (eq 78), RAG-Sequence and RAG-Token (eq 81-82), DPR's retriever (eq 83) and loss
+(eq 84)."""
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import strategies as st
+
+from minitorch_nlp import nn
+from minitorch_nlp.retrieval.orqa import SpanScorer
 
 from .. import strategies as S
 from ..reference import retrieval as reference
@@ -36,11 +44,177 @@ def _marginal_cases(draw, with_tokens):
     return case
 
 
+@st.composite
+def _query_span_cases(draw):
+    batch, time = draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    allowed = draw(S.bool_masks((batch, time), all_false_row=False))
+    for row in allowed:   # a query needs at least one word
+        row[draw(st.integers(0, time - 1))] = True
+    starts, ends = (np.array([draw(st.sampled_from(np.flatnonzero(row).tolist()))
+                              for row in allowed]) for _ in range(2))
+    return {"start_logits": draw(S.arrays((batch, time))),
+            "end_logits": draw(S.arrays((batch, time))),
+            "starts": starts, "ends": ends, "allowed": allowed}
+
+
+@st.composite
+def _context_cases(draw):
+    batch, m, corpus, width = (draw(st.integers(lo, 4)) for lo in (1, 0, 1, 1))
+    return {"context": draw(S.arrays((batch, m, width))),
+            "passages": draw(S.arrays((corpus, width))),
+            "scores": draw(S.distinct_arrays((batch, corpus))),
+            "n": draw(st.integers(1, corpus))}
+
+
+def span_read_scores(hidden, W1, b1, W2, b2, *, starts, ends):
+    """S_read = MLP([h_start; h_end]) (eq 67-69): ``hidden`` (rows, time, H), the MLP's
+    ``W1`` (H, 2H), ``b1`` (H,), ``W2`` (1, H), ``b2`` (1,), ``starts``, ``ends`` int (rows,
+    spans). The library's :class:`~minitorch_nlp.retrieval.SpanScorer` run with these weights."""
+    scorer = SpanScorer(hidden.shape[2])
+    weights = {"hidden.weight": W1, "hidden.bias": b1, "output.weight": W2, "output.bias": b2}
+    with nn.replaced_tensors(scorer, weights):
+        return scorer(hidden, starts, ends)
+
+
+@st.composite
+def _span_read_cases(draw):
+    rows, time, width, spans = (draw(st.integers(1, 3)) for _ in range(4))
+    positions = st.integers(0, time - 1)
+    return {"hidden": draw(S.arrays((rows, time, width))),
+            "W1": draw(S.arrays((width, 2 * width))), "b1": draw(S.arrays((width,))),
+            "W2": draw(S.arrays((1, width))), "b2": draw(S.arrays((1,))),
+            "starts": np.array([[draw(positions) for _ in range(spans)] for _ in range(rows)]),
+            "ends": np.array([[draw(positions) for _ in range(spans)] for _ in range(rows)])}
+
+
+@st.composite
+def _retrieval_score_cases(draw):
+    batch, k, width = (draw(st.integers(1, 3)) for _ in range(3))
+    return {"query_vectors": draw(S.arrays((batch, width))),
+            "block_vectors": draw(S.arrays((batch, k, width)))}
+
+
+@st.composite
+def _derivation_cases(draw):
+    batch, k, spans = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    span_mask = draw(S.bool_masks((batch, k, spans), all_false_row=False))
+    answer_mask = span_mask & draw(S.bool_masks((batch, k, spans), all_false_row=False))
+    for b in range(batch):   # every question has a correct derivation, which is a real span
+        z, s = draw(st.integers(0, k - 1)), draw(st.integers(0, spans - 1))
+        span_mask[b, z, s] = answer_mask[b, z, s] = True
+    return {"retrieval_scores": draw(S.arrays((batch, k))),
+            "reader_scores": draw(S.arrays((batch, k, spans))),
+            "span_mask": span_mask, "answer_mask": answer_mask}
+
+
+@st.composite
+def _masked_lm_cases(draw):
+    rows, time, vocab = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 5))
+    labels = np.array([[draw(st.integers(0, vocab - 1)) if draw(st.booleans()) else -100
+                        for _ in range(time)] for _ in range(rows)])
+    return {"logits": draw(S.arrays((rows, time, vocab))), "labels": labels}
+
+
+@st.composite
+def _span_answer_cases(draw):
+    case = draw(_derivation_cases())
+    batch, k, _ = case["reader_scores"].shape
+    for b in range(batch):   # every document has the answer (a document without it has -inf)
+        for z in range(k):
+            s = draw(st.integers(0, case["span_mask"].shape[2] - 1))
+            case["span_mask"][b, z, s] = case["answer_mask"][b, z, s] = True
+    del case["retrieval_scores"]
+    return case
+
+
 _RAG_ARGS = (("doc_log_probs", "float64 (batch, k): log p_eta(z | x) of the top-k passages"),
              ("token_log_probs", "float64 (batch, k, T): log p_theta(y_i | x, z, y_<i)"),
              ("target_mask", "bool (batch, T): False on padded target positions"))
 
 SPECS = (
+    Spec(62, "query_span_log_likelihood",
+         (("start_logits", "float64 (batch, time): G_k's score of each token as the query's "
+                           "first"),
+          ("end_logits", "float64 (batch, time): G_k's score of each token as the query's last"),
+          ("starts", "int (batch,): the query's first token, an allowed one"),
+          ("ends", "int (batch,): the query's last token, an allowed one"),
+          ("allowed", "bool (batch, time): True on the tokens of the question and the context "
+                      "(at least one per row)")),
+         "float64 (batch,): log p(start) + log p(end), each a softmax over the allowed tokens",
+         ("start_logits", "end_logits"),
+         _query_span_cases,
+         reference.eq62_query_span,
+         "minitorch_nlp.retrieval.golden:query_span_log_likelihood",
+         "q_k = G_k(q, C_k): Qi et al. (2019, section 3.2) train the query generator as a span "
+         "reader on the oracle queries; this is the log-likelihood of one span."),
+    Spec(63, "extend_context",
+         (("context", "float64 (batch, m, d): C_k, one row per passage (m may be 0)"),
+          ("passages", "float64 (P, d): every passage of the corpus"),
+          ("scores", "float64 (batch, P): the search engine's score of each passage for q_k "
+                     "(no ties)"),
+          ("n", "int, 1 <= n <= P: the passages IR_n(q_k) adds")),
+         "float64 (batch, m + n, d): C_k followed by the n best-scored passages, best first",
+         ("context", "passages"),
+         _context_cases,
+         reference.eq63_context_concatenation,
+         "minitorch_nlp.retrieval.golden:extend_context",
+         "C_{k+1} = C_k concat IR_n(q_k) with the context held as vectors; golden_retrieve does "
+         "the same with passage texts."),
+    Spec(66, "retrieval_scores",
+         (("query_vectors", "float64 (batch, d): h_q, one row per question"),
+          ("block_vectors", "float64 (batch, k, d): h_b of each question's k blocks")),
+         "float64 (batch, k): S_retr(b, q) = h_q^T h_b",
+         ("query_vectors", "block_vectors"),
+         _retrieval_score_cases,
+         reference.eq66_retrieval_score,
+         "minitorch_nlp.retrieval.dpr:retrieval_scores"),
+    Spec(69, "span_read_scores",
+         (("hidden", "float64 (rows, time, H): BERT_R's token vectors"),
+          ("W1", "float64 (H, 2H): the MLP's hidden layer"), ("b1", "float64 (H,)"),
+          ("W2", "float64 (1, H): the MLP's output layer"), ("b2", "float64 (1,)"),
+          ("starts", "int (rows, spans): START(s), token positions"),
+          ("ends", "int (rows, spans): END(s), token positions")),
+         "float64 (rows, spans): W2 relu(W1 [h_start; h_end] + b1) + b2, h_start = "
+         "hidden[START(s)] (eq 67), h_end = hidden[END(s)] (eq 68)",
+         ("hidden", "W1", "b1", "W2", "b2"),
+         _span_read_cases,
+         reference.eq69_span_read_score,
+         "minitorch_nlp.testing.equation_specs.retrieval:span_read_scores",
+         "Lee et al. (2019, section 3.2): S_read(b, s, q) = MLP([h_start; h_end]). The "
+         "library's side is SpanScorer with these weights."),
+    Spec(70, "retrieval_log_probs",
+         (("query_vectors", "float64 (queries, d): h_q of each pseudo-question"),
+          ("passage_vectors", "float64 (blocks, d): h_b of the batch's blocks")),
+         "float64 (queries, blocks): log P_ICT(b | q), the softmax of S_retr(b, q) over BATCH",
+         ("query_vectors", "passage_vectors"),
+         lambda: _queries_and_passages(False),
+         reference.eq70_ict,
+         "minitorch_nlp.retrieval.dpr:retrieval_log_probs",
+         "The Inverse Cloze Task (Lee et al. 2019, section 4) trains the retriever to pick the "
+         "pseudo-question's own block among the batch's; the same function as eq 83's."),
+    Spec(71, "answer_derivation_log_likelihood",
+         (("retrieval_scores", "float64 (batch, k): S_retr(b, q) of the top k blocks"),
+          ("reader_scores", "float64 (batch, k, spans): S_read(b, s, q) of each block's spans"),
+          ("span_mask", "bool (batch, k, spans): True on real candidate spans"),
+          ("answer_mask", "bool (batch, k, spans): True on the spans whose text is the answer "
+                          "(at least one per row, each a real span)")),
+         "float64 (batch,): log sum over correct (b, s) of P_learn(b, s | q), P_learn the "
+         "softmax of S_retr + S_read over every real span of the top k blocks",
+         ("retrieval_scores", "reader_scores"),
+         _derivation_cases,
+         reference.eq71_answer_derivation,
+         "minitorch_nlp.retrieval.orqa:answer_derivation_log_likelihood"),
+    Spec(72, "retrieval_log_probs",
+         (("query_vectors", "float64 (queries, d): Embed_input(x), one row per input"),
+          ("passage_vectors", "float64 (documents, d): Embed_doc(z), one row per document")),
+         "float64 (queries, documents): log p(z | x), p(z | x) = exp f(x, z) / sum_z' "
+         "exp f(x, z'), f(x, z) = Embed_input(x)^T Embed_doc(z)",
+         ("query_vectors", "passage_vectors"),
+         lambda: _queries_and_passages(False),
+         reference.eq72_realm_retrieval,
+         "minitorch_nlp.retrieval.dpr:retrieval_log_probs",
+         "Guu et al. (2020, section 3.2); REALM sums over the top k of a MIPS index, "
+         "renormalised over them. The same function as eq 83's."),
     Spec(73, "marginal_log_likelihood",
          (("doc_log_probs", "float64 (batch, k): log p(z | x)"),
           ("answer_log_probs", "float64 (batch, k): log p(y | z, x)")),
@@ -49,6 +223,28 @@ SPECS = (
          lambda: _marginal_cases(False),
          reference.eq73_realm_marginal,
          "minitorch_nlp.retrieval.rag:marginal_log_likelihood"),
+    Spec(76, "masked_lm_log_likelihood",
+         (("logits", "float64 (rows, time, vocab): w^T BERT_MASK(j)(join(x, z_body)) for every "
+                     "word w (eq 77)"),
+          ("labels", "int (rows, time): y_j at the masked positions, -100 elsewhere")),
+         "float64 (rows,): log p(y | z, x) = sum_j log p(y_j | z, x), p(y_j | z, x) the softmax "
+         "of the logits (eq 77)",
+         ("logits",),
+         _masked_lm_cases,
+         reference.eq76_realm_mlm,
+         "minitorch_nlp.retrieval.realm:masked_lm_log_likelihood"),
+    Spec(78, "span_answer_log_probs",
+         (("reader_scores", "float64 (batch, k, spans): MLP([h_START(S); h_END(S)]) of each "
+                            "span of each document (eq 79-80)"),
+          ("span_mask", "bool (batch, k, spans): True on real spans"),
+          ("answer_mask", "bool (batch, k, spans): True on the spans matching y (here at least "
+                          "one per document, each a real span)")),
+         "float64 (batch, k): log p(y | z, x), the spans matching y against every span of z",
+         ("reader_scores",),
+         _span_answer_cases,
+         reference.eq78_realm_span,
+         "minitorch_nlp.retrieval.realm:span_answer_log_probs",
+         "A document without the answer has p(y | z, x) = 0: the library returns -inf there."),
     Spec(81, "rag_sequence_log_likelihood", _RAG_ARGS,
          "float64 (batch,): log sum_z p_eta(z | x) prod_i p_theta(y_i | x, z, y_<i), the "
          "product over the real positions",

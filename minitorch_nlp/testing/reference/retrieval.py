@@ -80,3 +80,122 @@ def eq82_rag_token(doc_log_probs, token_log_probs, target_mask):
                                             for z in range(doc_log_probs.shape[1])))
         out.append(total)
     return anp.stack(out)
+
+
+def eq62_query_span(start_logits, end_logits, starts, ends, allowed):
+    """log p(q_k = span) under GoldEn's query generator: for each row, the start token's and the
+    end token's probabilities, each an exponential over the sum of the exponentials of the
+    allowed tokens' logits: (batch,)."""
+    out = []
+    for b in range(start_logits.shape[0]):
+        total = 0.0
+        for logits, position in ((start_logits[b], starts[b]), (end_logits[b], ends[b])):
+            candidates = [logits[t] for t in range(logits.shape[0]) if allowed[b, t]]
+            total = total + logits[position] - _log_of_sum_of_exps(candidates)
+        out.append(total)
+    return anp.stack(out)
+
+
+def eq63_context_concatenation(context, passages, scores, n):
+    """C_{k+1} = C_k concat IR_n(q_k), one row at a time: the context's passages, then the n
+    passages of highest score, found by n rounds of "the best passage not yet taken"."""
+    rows = []
+    for b in range(context.shape[0]):
+        taken = []
+        for _ in range(n):
+            best = max((p for p in range(passages.shape[0]) if p not in taken),
+                       key=lambda p: scores[b, p])
+            taken.append(best)
+        rows.append(anp.concatenate([context[b], anp.stack([passages[p] for p in taken])]))
+    return anp.stack(rows)
+
+
+def eq66_retrieval_score(query_vectors, block_vectors):
+    """S_retr(b, q) = h_q^T h_b of each query with each of its own blocks: (batch, k)."""
+    return anp.stack([anp.stack([_inner(query_vectors[b], block)
+                                 for block in block_vectors[b]])
+                      for b in range(query_vectors.shape[0])])
+
+
+def eq69_span_read_score(hidden, W1, b1, W2, b2, starts, ends):
+    """MLP([h_start; h_end]) for each span: one hidden layer (W1 h + b1, then max(., 0)) and a
+    scalar output W2 . a + b2, one span at a time: (rows, spans)."""
+    rows = []
+    for r in range(hidden.shape[0]):
+        scores = []
+        for start, end in zip(starts[r], ends[r]):
+            h = anp.concatenate([hidden[r, start], hidden[r, end]])
+            units = [_inner(W1[u], h) + b1[u] for u in range(W1.shape[0])]
+            active = anp.stack([u * (u > 0) for u in units])
+            scores.append(_inner(W2[0], active) + b2[0])
+        rows.append(anp.stack(scores))
+    return anp.stack(rows)
+
+
+def eq70_ict(query_vectors, passage_vectors):
+    """log P_ICT(b | q) = log exp(S_retr(b, q)) / sum_{b' in BATCH} exp(S_retr(b', q)) for
+    every pseudo-question q and block b of the batch: (queries, blocks)."""
+    out = []
+    for q in query_vectors:
+        scores = [_inner(q, block) for block in passage_vectors]
+        normaliser = _log_of_sum_of_exps(scores)
+        out.append(anp.stack([s - normaliser for s in scores]))
+    return anp.stack(out)
+
+
+def eq71_answer_derivation(retrieval_scores, reader_scores, span_mask, answer_mask):
+    """log of the sum of P_learn(b, s | q) over the correct derivations, P_learn the
+    exponential of S_retr(b, q) + S_read(b, s, q) over its sum over every real span of every
+    block: (batch,)."""
+    out = []
+    for b in range(retrieval_scores.shape[0]):
+        every, correct = [], []
+        for z in range(retrieval_scores.shape[1]):
+            for s in range(reader_scores.shape[2]):
+                if span_mask[b, z, s]:
+                    every.append(retrieval_scores[b, z] + reader_scores[b, z, s])
+                if answer_mask[b, z, s]:
+                    correct.append(retrieval_scores[b, z] + reader_scores[b, z, s])
+        out.append(_log_of_sum_of_exps(correct) - _log_of_sum_of_exps(every))
+    return anp.stack(out)
+
+
+def eq72_realm_retrieval(query_vectors, passage_vectors):
+    """log p(z | x) = log exp f(x, z) / sum_z' exp f(x, z'), f(x, z) = Embed_input(x)^T
+    Embed_doc(z), written with the normaliser outside the logarithm's argument: (queries,
+    documents)."""
+    out = []
+    for x in query_vectors:
+        f = [_inner(x, z) for z in passage_vectors]
+        out.append(anp.stack([anp.log(anp.exp(v - f[0]) / sum(anp.exp(w - f[0]) for w in f))
+                              for v in f]))
+    return anp.stack(out)
+
+
+def eq76_realm_mlm(logits, labels):
+    """log p(y | z, x) = sum over the masked positions j of log p(y_j | z, x), each the
+    exponential of the label's logit over the sum of every word's: (rows,)."""
+    out = []
+    for r in range(logits.shape[0]):
+        total = 0.0
+        for t in range(logits.shape[1]):
+            if labels[r, t] >= 0:
+                words = [logits[r, t, v] for v in range(logits.shape[2])]
+                total = total + logits[r, t, labels[r, t]] - _log_of_sum_of_exps(words)
+        out.append(total)
+    return anp.stack(out)
+
+
+def eq78_realm_span(reader_scores, span_mask, answer_mask):
+    """log p(y | z, x): the log of the sum of exp(score) over the spans matching y, minus that
+    over every real span of z, one document at a time: (batch, k)."""
+    rows = []
+    for b in range(reader_scores.shape[0]):
+        docs = []
+        for z in range(reader_scores.shape[1]):
+            spans = range(reader_scores.shape[2])
+            correct = [reader_scores[b, z, s] for s in spans if answer_mask[b, z, s]]
+            every = [reader_scores[b, z, s] for s in spans if span_mask[b, z, s]]
+            docs.append(_log_of_sum_of_exps(correct) - _log_of_sum_of_exps(every))
+        rows.append(anp.stack(docs))
+    return anp.stack(rows)
