@@ -181,7 +181,7 @@ def _erf(z):
     az = abs(z)
     if az < _ERF_SPLIT:
         return z * _polynomial(_ERF_SMALL, z * z)
-    u = min(az, _ERF_END)
+    u = _ERF_END if az > _ERF_END else az  # NaN compares False and stays NaN
     return math.copysign(1.0 - math.exp(-u * u) * _polynomial(_ERF_TAIL, u - _ERF_CENTRE), z)
 
 
