@@ -172,6 +172,21 @@ def test_erf_of_drawn_floats_is_within_a_few_ulp(gpu_backend, x32, x64):
 
 
 # ---- GELU, bias + GELU ---------------------------------------------------------------------------
+def test_erf_gelu_is_the_erf_formula_to_a_few_ulp(gpu_backend):
+    """The erf GELU kernels, forward and backward, against x Phi(x) and Phi(x) + x phi(x) from
+    ``math.erf`` in float64, on [-12, 12] and beyond."""
+    for dtype, tol in ((np.float32, 4e-7), (np.float64, 1e-15)):
+        x = np.concatenate([np.linspace(-12, 12, 1201), [-40.0, 40.0]]).astype(dtype)
+        w = x.astype(np.float64)
+        cdf = 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in w]))
+        pdf = np.exp(-0.5 * w * w) / math.sqrt(2 * math.pi)
+        got = (run(gpu_backend, "gelu", x, "none"),
+               run(gpu_backend, "gelu_backward", x, np.ones_like(x), "none"))
+        for value, want in zip(got, (w * cdf, cdf + w * pdf)):
+            assert value.dtype == dtype
+            np.testing.assert_allclose(value, want, rtol=tol, atol=tol)
+
+
 @FEW
 @given(x=S.maybe_noncontiguous(S.arrays(S.shapes(min_dims=1, max_dims=3, max_side=5), -5, 5)),
        approximate=st.sampled_from(["none", "tanh"]), bias_along=st.sampled_from(["last", "rows"]),

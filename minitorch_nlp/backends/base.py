@@ -33,6 +33,9 @@ class Backend(Protocol):
     def erf(self, x: Any) -> Any:
         """The error function, elementwise."""
 
+    def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
+        """``xp.matmul(a, b, out=out)``, threaded as suits the backend."""
+
     # fused kernels, each with its backward
     def softmax(self, x: Any, axis: int) -> Any: ...
 

@@ -35,6 +35,8 @@ import math
 import numpy as np
 from numba import cuda
 
+from . import erf as erf_coefficients
+
 THREADS_PER_BLOCK = 128  # also the most threads a row kernel's block has
 TILE = 16  # threads per block side of the 2-D (matrix product) kernels
 # Full attention computes the scores of this many elements at a time (64 MB in float32): large
@@ -46,6 +48,11 @@ _SQRT_HALF = 1.0 / math.sqrt(2.0)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _GELU_TANH_C = 0.044715
+# erf.py's float64 polynomials (the kernels compute in float64): the same erf as the NumPy and
+# numba backends, rather than each GPU library's own
+_ERF = erf_coefficients.FLOAT64
+_ERF_SMALL, _ERF_TAIL = tuple(float(c) for c in _ERF.small), tuple(float(c) for c in _ERF.tail)
+_ERF_SPLIT, _ERF_CENTRE, _ERF_END = float(_ERF.split), float(_ERF.centre), float(_ERF.end)
 
 
 # ---- launching -----------------------------------------------------------------------------------
@@ -160,11 +167,30 @@ def _row_log_sum_exp(x, r, shared):
 
 
 @cuda.jit(device=True)
+def _polynomial(coefficients, u):
+    result = coefficients[len(coefficients) - 1]
+    for i in range(len(coefficients) - 2, -1, -1):
+        result = result * u + coefficients[i]
+    return result
+
+
+@cuda.jit(device=True)
+def _erf(z):
+    """erf(z) in float64 by ``erf.py``'s two forms: z P(z^2) near 0, 1 - exp(-z^2) Q(|z| - c)
+    beyond (|z| clamped where erf rounds to 1, which also sends +-inf to +-1; NaN stays NaN)."""
+    az = abs(z)
+    if az < _ERF_SPLIT:
+        return z * _polynomial(_ERF_SMALL, z * z)
+    u = _ERF_END if az > _ERF_END else az  # NaN compares False and stays NaN
+    return math.copysign(1.0 - math.exp(-u * u) * _polynomial(_ERF_TAIL, u - _ERF_CENTRE), z)
+
+
+@cuda.jit(device=True)
 def _gelu(v, use_tanh):
     if use_tanh:
         inner = _SQRT_2_OVER_PI * (v + _GELU_TANH_C * v * v * v)
         return 0.5 * v * (1.0 + math.tanh(inner))
-    return 0.5 * v * (1.0 + math.erf(v * _SQRT_HALF))
+    return 0.5 * v * (1.0 + _erf(v * _SQRT_HALF))
 
 
 @cuda.jit(device=True)
@@ -174,7 +200,7 @@ def _gelu_grad(v, use_tanh):
         du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_C * v * v)
         return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du
     # d/dx x Phi(x) = Phi(x) + x phi(x)
-    return 0.5 * (1.0 + math.erf(v * _SQRT_HALF)) + v * _INV_SQRT_2PI * math.exp(-0.5 * v * v)
+    return 0.5 * (1.0 + _erf(v * _SQRT_HALF)) + v * _INV_SQRT_2PI * math.exp(-0.5 * v * v)
 
 
 @cuda.jit(device=True)

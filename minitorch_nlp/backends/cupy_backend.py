@@ -68,6 +68,9 @@ class CupyBackend:
     def erf(self, x):
         return self._special.erf(x)
 
+    def matmul(self, a, b, out=None):
+        return self.xp.matmul(a, b, out=out)
+
     # ---- softmax family ----------------------------------------------------------------------
     def softmax(self, x, axis):
         return self._kernels.softmax(x, axis)

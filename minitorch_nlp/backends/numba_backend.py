@@ -386,10 +386,10 @@ class NumbaBackend(NumpyBackend):
         for p0, p1, i0, i1, keys in self._attention_blocks(pairs, tq, tk, causal and kept is None):
             scores = kept[p0:p1, i0:i1] if kept is not None else \
                 _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
-            np.matmul(q3[p0:p1, i0:i1], k3[p0:p1, :keys].swapaxes(1, 2), out=scores)
+            self.matmul(q3[p0:p1, i0:i1], k3[p0:p1, :keys].swapaxes(1, 2), out=scores)
             _run(kernels.attention_probs, scores.size, scores, mask, key_mask is not None, causal,
                  heads, p0, i0, tq, tk, peak, inv_total)
-            np.matmul(scores, v3[p0:p1, :keys], out=out[p0:p1, i0:i1])
+            self.matmul(scores, v3[p0:p1, :keys], out=out[p0:p1, i0:i1])
         state = _AttentionState(mask, peak, inv_total, kept, (q3, k3, v3))
         return out.reshape(q.shape[:3] + v.shape[3:]), state
 
@@ -414,18 +414,18 @@ class NumbaBackend(NumpyBackend):
                 probs = state.probs[p0:p1, i0:i1]
             else:
                 probs = _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
-                np.matmul(q_blk, k3[p0:p1, :keys].swapaxes(1, 2), out=probs)
+                self.matmul(q_blk, k3[p0:p1, :keys].swapaxes(1, 2), out=probs)
             dscores = _workspace(1, (p1 - p0, i1 - i0, keys), dtype)
-            np.matmul(g_blk, v3[p0:p1, :keys].swapaxes(1, 2), out=dscores)
+            self.matmul(g_blk, v3[p0:p1, :keys].swapaxes(1, 2), out=dscores)
             _run(kernels.attention_probs_backward, probs.size, probs, dscores, state.key_mask,
                  causal, heads, p0, i0, tq, tk, state.peak, state.inv_total, not kept)
-            np.matmul(dscores, k3[p0:p1, :keys], out=dq[p0:p1, i0:i1])
+            self.matmul(dscores, k3[p0:p1, :keys], out=dq[p0:p1, i0:i1])
             if whole_pairs:
-                np.matmul(probs.swapaxes(1, 2), g_blk, out=dv[p0:p1])
-                np.matmul(dscores.swapaxes(1, 2), q_blk, out=dk[p0:p1])
+                self.matmul(probs.swapaxes(1, 2), g_blk, out=dv[p0:p1])
+                self.matmul(dscores.swapaxes(1, 2), q_blk, out=dk[p0:p1])
             else:
-                dv[p0:p1, :keys] += np.matmul(probs.swapaxes(1, 2), g_blk)
-                dk[p0:p1, :keys] += np.matmul(dscores.swapaxes(1, 2), q_blk)
+                dv[p0:p1, :keys] += self.matmul(probs.swapaxes(1, 2), g_blk)
+                dk[p0:p1, :keys] += self.matmul(dscores.swapaxes(1, 2), q_blk)
         dq *= dtype.type(scale)   # dscores is the gradient of the scaled scores
         return tuple(grads)
 

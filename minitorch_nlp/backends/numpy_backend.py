@@ -10,10 +10,15 @@ import math
 import numpy as np
 
 from .erf import erf as _erf
+from .threads import one_blas_thread
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _GELU_TANH_C = 0.044715
+# A stack of matrix products each with at most this many multiply-adds runs on one BLAS thread
+# (``threads.one_blas_thread``): at 4M a product takes ~0.1 ms on one core, less than a busy
+# machine makes a BLAS helper thread wait to be scheduled.
+_SMALL_PRODUCT = 1 << 22
 
 
 def _max_for_shift(x, axis):
@@ -53,6 +58,24 @@ class NumpyBackend:
 
     def erf(self, x):
         return _erf(x)
+
+    # ---- matrix products ----------------------------------------------------------------------
+    @staticmethod
+    def _stack_of_small_products(a, b):
+        """Whether ``a @ b`` is several products of at most ``_SMALL_PRODUCT`` multiply-adds."""
+        if a.ndim < 3 and b.ndim < 3:
+            return False
+        m = a.shape[-2] if a.ndim > 1 else 1
+        n = b.shape[-1] if b.ndim > 1 else 1
+        stack = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        return stack > 1 and m * n * a.shape[-1] <= _SMALL_PRODUCT
+
+    def matmul(self, a, b, out=None):
+        """``np.matmul(a, b, out=out)``; a stack of small products runs on one BLAS thread."""
+        if self._stack_of_small_products(a, b):
+            with one_blas_thread():
+                return np.matmul(a, b, out=out)
+        return np.matmul(a, b, out=out)
 
     # ---- softmax family (last-axis or any axis) -------------------------------------------
     def softmax(self, x, axis):
@@ -115,40 +138,46 @@ class NumpyBackend:
     # ---- GELU ---------------------------------------------------------------------------------
     def gelu(self, x, approximate):
         if approximate == "tanh":
-            inner = x * x
-            inner *= _GELU_TANH_C
-            inner += 1
-            inner *= x
-            inner *= _SQRT_2_OVER_PI
-            np.tanh(inner, out=inner)
-        else:
-            inner = self.erf(x * (1.0 / math.sqrt(2.0)))
+            # 0.5 x (1 + tanh u) = x / (1 + exp(-2u)): six passes instead of ten
+            with np.errstate(over="ignore"):
+                denominator = self._exp_minus_2u(x, x * x)
+            denominator += 1
+            return np.divide(x, denominator, out=denominator)
+        inner = self.erf(x * (1.0 / math.sqrt(2.0)))
         inner += 1
         inner *= x
         inner *= 0.5
         return inner
 
+    @staticmethod
+    def _exp_minus_2u(x, x2):
+        """exp(-2u) of the tanh GELU, u = sqrt(2/pi) (x + c x^3), given x2 = x * x. It overflows
+        to inf for x below about -10 in float32 (-21 in float64), where the GELU and its
+        derivative, below 1e-37 (1e-296), come out as 0: callers silence NumPy's overflow
+        warning."""
+        out = np.multiply(x2, -2 * _SQRT_2_OVER_PI * _GELU_TANH_C)
+        out -= 2 * _SQRT_2_OVER_PI
+        out *= x
+        return np.exp(out, out=out)
+
     def gelu_backward(self, x, grad, approximate):
         if approximate == "tanh":
-            x2 = x * x
-            t = x2 * _GELU_TANH_C
-            t += 1
-            t *= x
-            t *= _SQRT_2_OVER_PI
-            np.tanh(t, out=t)
-            # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3c x^2)
-            du = x2
-            du *= 3 * _GELU_TANH_C
-            du += 1
-            du *= _SQRT_2_OVER_PI * 0.5
-            du *= x
-            one_minus_t2 = 1 - t * t
-            du *= one_minus_t2
-            t += 1
-            t *= 0.5
-            t += du
-            t *= grad
-            return t
+            # with s = sigmoid(2u) = 0.5 (1 + tanh u): d/dx x s = s (1 + 2x u'(x) (1 - s)),
+            # 2x u'(x) = x (2k + 6kc x^2), k = sqrt(2/pi)
+            with np.errstate(over="ignore"):
+                x2 = x * x
+                s = self._exp_minus_2u(x, x2)
+            s += 1
+            np.reciprocal(s, out=s)
+            slope = x2
+            slope *= 6 * _SQRT_2_OVER_PI * _GELU_TANH_C
+            slope += 2 * _SQRT_2_OVER_PI
+            slope *= x
+            slope *= np.subtract(1, s)
+            slope += 1
+            slope *= s
+            slope *= grad
+            return slope
         # d/dx = Phi(x) + x phi(x)
         cdf = self.erf(x * (1.0 / math.sqrt(2.0)))
         cdf += 1
@@ -259,21 +288,23 @@ class NumpyBackend:
         """softmax(q k^T * scale, masked) v; returns (output, state for backward).
 
         ``key_mask`` (B, Tk) is True for real keys. A query whose keys are all masked outputs 0."""
-        scores = q @ k.swapaxes(-1, -2)
-        scores *= scale
+        # the scale goes on q: Tq d multiplications rather than Tq Tk on the scores
+        scores = self.matmul(q * q.dtype.type(scale), k.swapaxes(-1, -2))
         allowed = self._allowed(q.shape[-2], k.shape[-2], causal, key_mask)
         if allowed is not None:
             np.copyto(scores, -np.inf, where=~allowed)
         probs = self.softmax(scores, -1)
-        return probs @ v, probs
+        return self.matmul(probs, v), probs
 
     def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask):
         probs = state
-        dv = probs.swapaxes(-1, -2) @ grad
-        dscores = grad @ v.swapaxes(-1, -2)
-        dscores = self.softmax_backward(probs, dscores, -1)
-        dscores *= scale
-        return dscores @ k, dscores.swapaxes(-1, -2) @ q, dv
+        dv = self.matmul(probs.swapaxes(-1, -2), grad)
+        dscores = self.softmax_backward(probs, self.matmul(grad, v.swapaxes(-1, -2)), -1)
+        dq = self.matmul(dscores, k)
+        dq *= scale  # the scale goes on the (T, d) products rather than on the (T, T) scores
+        dk = self.matmul(dscores.swapaxes(-1, -2), q)
+        dk *= scale
+        return dq, dk, dv
 
     # ---- banded (sliding-window, optionally dilated) self-attention ---------------------------
     @staticmethod

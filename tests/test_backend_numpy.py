@@ -1,0 +1,187 @@
+"""The NumPy backend's speed-minded forms, against the textbook ones they replace.
+
+* the tanh GELU as x / (1 + exp(-2u)) (four passes fewer than 0.5 x (1 + tanh u)), forward and
+  backward, as accurate as float32 allows and equal to the tanh formula in float64;
+* ``one_blas_thread``: OpenBLAS on one thread inside, the count it had restored after (nested,
+  concurrent and failing bodies included);
+* ``NumpyBackend.matmul``: ``np.matmul``'s values for every shape, with stacks of small products
+  (attention's per-head products) run on one BLAS thread and everything else left to OpenBLAS.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from minitorch_nlp.backends import numpy_backend, threads
+from minitorch_nlp.backends.numpy_backend import NumpyBackend
+from minitorch_nlp.testing import strategies as S
+
+pytestmark = pytest.mark.sec4
+
+NUMPY = NumpyBackend()
+K, C = math.sqrt(2 / math.pi), 0.044715
+
+
+def tanh_gelu_textbook(x):
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and its derivative, in x's precision."""
+    t = np.tanh(K * (x + C * x ** 3))
+    return 0.5 * x * (1 + t), 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * K * (1 + 3 * C * x * x)
+
+
+# ---- tanh GELU ------------------------------------------------------------------------------------
+def test_tanh_gelu_is_as_accurate_as_float32_allows():
+    """On [-10, 10] in float32, values and derivatives against the exact ones (long double): no
+    worse than twice the textbook tanh formula's worst absolute error, and within 2.5e-6."""
+    x = np.linspace(-10, 10, 400_001).astype(np.float32)
+    w = x.astype(np.longdouble)
+    u = np.sqrt(np.longdouble(2) / np.pi) * (w + np.longdouble(C) * w ** 3)
+    s = 1 / (1 + np.exp(-2 * u))
+    du = np.sqrt(np.longdouble(2) / np.pi) * (1 + 3 * np.longdouble(C) * w ** 2)
+    exact = (w * s, s + 2 * w * s * (1 - s) * du)
+    ours = (NUMPY.gelu(x, "tanh"), NUMPY.gelu_backward(x, np.ones_like(x), "tanh"))
+    for got, textbook, want in zip(ours, tanh_gelu_textbook(x), exact):
+        assert got.dtype == np.float32
+        worst = np.abs(got.astype(np.longdouble) - want).max()
+        assert worst <= 2 * np.abs(textbook.astype(np.longdouble) - want).max()
+        assert worst <= 2.5e-6
+
+
+@given(x=S.maybe_noncontiguous(S.arrays(S.shapes(min_dims=1, max_dims=3), -30, 30)),
+       seed=S.seeds())
+def test_tanh_gelu_is_the_textbook_formula_in_float64(x, seed):
+    g = np.random.default_rng(seed).standard_normal(x.shape)
+    value, slope = tanh_gelu_textbook(x)
+    np.testing.assert_allclose(NUMPY.gelu(x, "tanh"), value, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(NUMPY.gelu_backward(x, g, "tanh"), slope * g, rtol=1e-12,
+                               atol=1e-14)
+
+
+def test_tanh_gelu_of_large_inputs_is_exact_and_quiet():
+    """exp(-2u) overflows below about -9 (float32): the GELU and its derivative vanish there,
+    without NumPy's overflow warning; for large positive x, the GELU is x and its derivative 1."""
+    for dtype in (np.float32, np.float64):
+        x = np.array([-1e4, -100.0, -20.0, 20.0, 100.0, 1e4], dtype=dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            value = NUMPY.gelu(x, "tanh")
+            slope = NUMPY.gelu_backward(x, np.ones_like(x), "tanh")
+        negative = x < 0
+        assert np.abs(value[negative]).max() < 1e-30 and np.abs(slope[negative]).max() < 1e-30
+        assert np.array_equal(value[~negative], x[~negative])
+        assert np.all(slope[~negative] == 1)
+
+
+# ---- one BLAS thread --------------------------------------------------------------------------------
+def blas_thread_counts():
+    return [get() for _, get in threads._blas_thread_controls()]
+
+
+@pytest.fixture
+def two_blas_threads():
+    if not threads._blas_thread_controls():
+        pytest.skip("NumPy is not linked to an OpenBLAS whose thread count can be set")
+    before = blas_thread_counts()
+    for set_count, _ in threads._blas_thread_controls():  # OpenBLAS only: Numba's count stays
+        set_count(2)
+    yield
+    for (set_count, _), count in zip(threads._blas_thread_controls(), before):
+        set_count(count)
+
+
+def test_one_blas_thread_inside_and_the_count_restored_after(two_blas_threads):
+    with threads.one_blas_thread():
+        assert set(blas_thread_counts()) == {1}
+        with threads.one_blas_thread():  # nested: still one, and the outer one restores
+            assert set(blas_thread_counts()) == {1}
+        assert set(blas_thread_counts()) == {1}
+    assert set(blas_thread_counts()) == {2}
+    with pytest.raises(RuntimeError), threads.one_blas_thread():
+        raise RuntimeError("the body failed")
+    assert set(blas_thread_counts()) == {2}
+
+
+def test_one_blas_thread_restores_once_the_last_concurrent_user_leaves(two_blas_threads):
+    inside, leave = threading.Barrier(2), threading.Event()
+    counts = []
+
+    def user():
+        with threads.one_blas_thread():
+            inside.wait()
+            leave.wait()
+
+    worker = threading.Thread(target=user)
+    worker.start()
+    with threads.one_blas_thread():
+        inside.wait()
+        leave.set()
+        worker.join()
+        counts.append(blas_thread_counts())  # the worker has left, this user has not
+    assert set(counts[0]) == {1}
+    assert set(blas_thread_counts()) == {2}
+
+
+# ---- matmul ---------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def counting_one_thread_sections(monkeypatch):
+    entered = []
+
+    @contextlib.contextmanager
+    def recording():
+        entered.append(True)
+        yield
+
+    monkeypatch.setattr(numpy_backend, "one_blas_thread", recording)
+    yield entered
+
+
+@st.composite
+def matmul_operands(draw):
+    """Operands of any matmul: 1-D to 4-D, batch axes that broadcast, float32 or float64."""
+    m, k, n = (draw(st.integers(1, 6)) for _ in range(3))
+    batch = draw(S.shapes(min_dims=0, max_dims=2, max_side=4))
+    a_batch = tuple(draw(st.sampled_from([side, 1])) for side in batch)
+    b_batch = tuple(draw(st.sampled_from([side, 1])) for side in batch)[draw(st.integers(0, 1)):]
+    a_shape = draw(st.sampled_from([(k,), a_batch + (m, k)]))
+    b_shape = draw(st.sampled_from([(k,), b_batch + (k, n)]))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    rng = np.random.default_rng(draw(S.seeds()))
+    return (rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype))
+
+
+@given(operands=matmul_operands())
+def test_matmul_is_numpys(operands):
+    a, b = operands
+    want = np.matmul(a, b)
+    got = NUMPY.matmul(a, b)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    out = np.empty_like(want)
+    assert NUMPY.matmul(a, b, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
+def test_only_stacks_of_small_products_take_one_blas_thread(monkeypatch):
+    heads = np.ones((16, 4, 128, 32), np.float32)
+    with counting_one_thread_sections(monkeypatch) as entered:
+        NUMPY.matmul(heads, heads.swapaxes(-1, -2))                      # 64 products of 128^2 x 32
+        assert len(entered) == 1
+        NUMPY.matmul(np.ones((2048, 128)), np.ones((128, 512)))           # one product
+        NUMPY.matmul(np.ones((1, 128, 128)), np.ones((128, 64)))          # a stack of one
+        big = np.ones((2, 256, 256), np.float32)
+        NUMPY.matmul(big, big[:, :, :128])                                # 256 x 128 x 256 > 4M
+        assert len(entered) == 1
+
+
+def test_attention_takes_one_blas_thread_for_its_head_products(monkeypatch):
+    q = np.random.default_rng(0).standard_normal((2, 4, 16, 8))
+    with counting_one_thread_sections(monkeypatch) as entered:
+        out, probs = NUMPY.attention(q, q, q, 0.5, True, None)
+        assert len(entered) == 2
+        NUMPY.attention_backward(np.ones_like(out), q, q, q, probs, 0.5, True, None)
+        assert len(entered) == 6
