@@ -24,6 +24,7 @@ import minitorch_nlp as mt
 import minitorch_nlp.functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.attention import LSHAttention, bucket_mask
+from minitorch_nlp.testing import EquationMismatch, check_equation, specs
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import lsh as R
 from tests.attention_core_checks import TOL, t64
@@ -258,6 +259,46 @@ def test_a_reversible_lsh_decoder_learns_a_tiny_batch():
 
     losses = overfit(modules, loss, 60, lr=1e-2)
     assert losses[-1] < losses[0] / 2
+
+
+# ---- the check specs (eq 96-105) reject wrong candidates -------------------------------------------
+def lsh_attention_without_chunks(q, v, *, rotations, chunk_length, causal, key_mask):
+    return specs[100].library_function()(q, v, rotations=rotations, chunk_length=q.shape[2],
+                                         causal=causal, key_mask=key_mask)
+
+
+def lsh_attention_with_a_fresh_hash(q, v, *, rotations, chunk_length, causal, key_mask):
+    core = LSHAttention(2 * rotations.shape[-1], chunk_length, rotations.shape[0], seed=0)
+    return core(q, q, v, causal=causal, key_mask=key_mask)[0]
+
+
+def streams_as_the_survey_crosses_them(x1, x2, W_F, W_G):
+    """Y2 = X2 + G(X1): the survey's eq 104 read literally, not the RevNet block."""
+    y1 = x1 + (x2 @ W_F.mT).tanh()
+    return mt.stack([y1, x2 + (x1 @ W_G.mT).tanh()])
+
+
+def inverse_in_the_wrong_order(y1, y2, W_F, W_G):
+    """X1 first from Y2: eq 105 needs X2 first."""
+    x1 = y1 - (y2 @ W_F.mT).tanh()
+    return mt.stack([x1, y2 - (y1 @ W_G.mT).tanh()])
+
+
+@pytest.mark.eq(100)
+@pytest.mark.eq(104)
+@pytest.mark.eq(105)
+@pytest.mark.parametrize("number, candidate", [
+    (100, lsh_attention_without_chunks),
+    (100, lsh_attention_with_a_fresh_hash),
+    (104, streams_as_the_survey_crosses_them),
+    (105, inverse_in_the_wrong_order),
+])
+def test_the_specs_refuse_wrong_candidates(number, candidate):
+    """The spec's given rotations decide the buckets: ignoring the chunks or hashing with other
+    rotations is caught, and so are the survey's crossed streams and an inverse in the wrong
+    order."""
+    with pytest.raises(EquationMismatch, match=f"eq {number}: {candidate.__name__}"):
+        check_equation(number, candidate, max_examples=25)
 
 
 def test_streams_of_different_shapes_are_refused():
