@@ -307,3 +307,55 @@ def test_streams_of_different_shapes_are_refused():
         stack(mt.randn(1, 3, 4), mt.randn(1, 2, 4))
     with pytest.raises(ValueError, match="chunk_size"):
         nn.ChunkedFeedForward(nn.FeedForward(4, 8), 0)
+
+
+# ---- axial position embeddings -------------------------------------------------------------------
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(1, 3), st.data())
+def test_axial_positions_concatenate_a_row_and_a_column_vector(n1, n2, d1, d2, data):
+    """Position p = i1 n2 + i2 gets [rows[i1]; columns[i2]], values and float64 gradients of
+    both factors against a loop over the positions."""
+    embedding = nn.AxialPositionEmbedding((n1, n2), (d1, d2)).to(mt.float64)
+    time = data.draw(st.integers(1, n1 * n2))
+    start = data.draw(st.integers(0, n1 * n2 - time))
+    x = data.draw(S.arrays((2, time, d1 + d2)))
+    cotangent = np.random.default_rng(data.draw(S.seeds())).standard_normal(x.shape)
+    out = embedding(t64(x, False), start=start)
+    (out * mt.tensor(cotangent)).sum().backward()
+
+    def reference(rows, columns):
+        table = anp.stack([anp.concatenate([rows[p // n2], columns[p % n2]])
+                           for p in range(start, start + time)])
+        return x + table
+
+    rows, columns = embedding.rows.numpy(), embedding.columns.numpy()
+    np.testing.assert_allclose(out.numpy(), reference(rows, columns), **TOL)
+    loss = lambda *a: anp.sum(reference(*a) * cotangent)  # noqa: E731
+    np.testing.assert_allclose(embedding.rows.grad.numpy(), autograd.grad(loss, 0)(rows, columns),
+                               **TOL)
+    np.testing.assert_allclose(embedding.columns.grad.numpy(),
+                               autograd.grad(loss, 1)(rows, columns), **TOL)
+
+
+def test_axial_positions_take_far_fewer_numbers_than_a_full_table():
+    axial = nn.AxialPositionEmbedding((64, 32), (24, 40))
+    full = nn.LearnedPositionalEmbedding(64 * 32, 64)
+    assert sum(p.size for p in axial.parameters()) == 64 * 24 + 32 * 40      # 2816
+    assert sum(p.size for p in full.parameters()) == 2048 * 64               # 131072
+    ids = np.array([[0, 31, 32, 2047]])
+    table = axial.table.numpy()
+    out = axial(mt.zeros(1, 4, 64), position_ids=ids).numpy()[0]
+    np.testing.assert_array_equal(out, table[ids[0]])
+    np.testing.assert_array_equal(table[32, :24], table[63, :24])   # same row i1 = 1
+    np.testing.assert_array_equal(table[31, 24:], table[63, 24:])   # same column i2 = 31
+
+
+def test_axial_positions_refuse_bad_input():
+    with pytest.raises(ValueError, match=r"shape \(n1, n2\) and dims \(d1, d2\) need two"):
+        nn.AxialPositionEmbedding((4, 4, 4), (2, 2))
+    with pytest.raises(ValueError, match="dims must be a positive int, got 0"):
+        nn.AxialPositionEmbedding((4, 4), (0, 2))
+    embedding = nn.AxialPositionEmbedding((2, 3), (2, 2))
+    with pytest.raises(ValueError, match=r"positions 0 \.\. 6 do not fit max_len=6"):
+        embedding(mt.zeros(1, 7, 4))
+    with pytest.raises(ValueError, match=r"d_model=4\), got \(1, 3, 5\)"):
+        embedding(mt.zeros(1, 3, 5))

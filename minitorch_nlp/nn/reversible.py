@@ -1,5 +1,6 @@
 """Reversible residual layers (Gomez et al., 2017, RevNets; the Reformer, Kitaev et al., 2020,
-section 4; the survey's eq 104-105) and the Reformer's chunked feed-forward network.
+section 4; the survey's eq 104-105), the Reformer's chunked feed-forward network and its axial
+position embeddings.
 
 A reversible block keeps two streams and computes
 
@@ -19,13 +20,18 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+
 from .. import checks, cookbook
-from ..autograd import Function, Tensor, concatenate, enable_grad, grad, no_grad
+from ..autograd import Function, Tensor, concatenate, empty, enable_grad, grad, no_grad
 from ..autograd import random as mt_random
+from . import init
 from .containers import ModuleList
 from .module import Module
+from .parameter import Parameter
+from .transformer import _PositionTable
 
-__all__ = ["ChunkedFeedForward", "ReversibleBlock", "ReversibleStack"]
+__all__ = ["AxialPositionEmbedding", "ChunkedFeedForward", "ReversibleBlock", "ReversibleStack"]
 
 
 class ReversibleBlock(Module):
@@ -164,3 +170,40 @@ class ChunkedFeedForward(Module):
 
     def extra_repr(self):
         return f"chunk_size={self.chunk_size}"
+
+
+class AxialPositionEmbedding(_PositionTable):
+    """The Reformer's axial position embeddings: a table for n = n1 * n2 positions from two small
+    ones. Position p = i1 * n2 + i2 gets the concatenation [rows[i1]; columns[i2]] of a row
+    vector (``rows``, n1 x d1) and a column vector (``columns``, n2 x d2), d1 + d2 = d_model.
+    That is n1 d1 + n2 d2 numbers where a full table has n d_model (for 64K positions of 1024
+    features, 256 x 256 factors take 0.26M numbers where the full table would take 67M).
+
+    ``shape`` is (n1, n2), ``dims`` is (d1, d2), and the vectors start as N(0, std^2).
+    ``forward(x, start=0, position_ids=None)`` adds the rows of positions ``start .. start + time
+    - 1`` (or ``position_ids``), as ``LearnedPositionalEmbedding`` does. Any time up to n1 * n2
+    works (HuggingFace's Reformer asks for exactly n1 * n2 in training).
+    """
+
+    def __init__(self, shape, dims, std=0.02):
+        name = "AxialPositionEmbedding"
+        shape, dims = tuple(shape), tuple(dims)
+        if len(shape) != 2 or len(dims) != 2:
+            raise ValueError(f"{name}: shape (n1, n2) and dims (d1, d2) need two entries each, "
+                             f"got shape={shape}, dims={dims}")
+        n1, n2 = (checks.positive_int(n, "shape", name) for n in shape)
+        d1, d2 = (checks.positive_int(d, "dims", name) for d in dims)
+        super().__init__(n1 * n2, d1 + d2)
+        self.shape, self.dims = (n1, n2), (d1, d2)
+        self.rows = Parameter(init.normal_(empty(n1, d1), std=std))
+        self.columns = Parameter(init.normal_(empty(n2, d2), std=std))
+
+    @property
+    def table(self):
+        """The (n1 * n2, d1 + d2) table: row p is [rows[p // n2]; columns[p % n2]]."""
+        positions = np.arange(self.max_len)
+        return concatenate([self.rows[positions // self.shape[1]],
+                            self.columns[positions % self.shape[1]]], axis=1)
+
+    def extra_repr(self):
+        return f"shape={self.shape}, dims={self.dims}"
