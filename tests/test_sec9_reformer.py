@@ -359,3 +359,41 @@ def test_axial_positions_refuse_bad_input():
         embedding(mt.zeros(1, 7, 4))
     with pytest.raises(ValueError, match=r"d_model=4\), got \(1, 3, 5\)"):
         embedding(mt.zeros(1, 3, 5))
+
+
+# ---- a Performer that redraws its features inside a reversible stack -----------------------------
+def test_a_performer_redrawing_inside_a_reversible_stack_keeps_exact_gradients():
+    """The stack advances the redraw schedule once, before its blocks run, and the
+    recomputation in backward uses the features the forward pass used: the gradients equal the
+    recorded stack's, with features drawn from the core's own generator and redrawn at every
+    call."""
+    from minitorch_nlp.attention import PerformerAttention
+
+    mt.manual_seed(0)
+    cores = [PerformerAttention(4, 6, redraw_interval=1, generator=mt.Generator(i))
+             for i in range(2)]
+    blocks = [reversible_block(8, 0.0, core) for core in cores]
+    recomputing = nn.ReversibleStack(blocks).to(mt.float64)
+    recorded = nn.ReversibleStack(blocks, recompute=False)
+    x = np.random.default_rng(0).standard_normal((2, 6, 8))
+    first = [core.features.numpy() for core in cores]
+    results, calls = [], []
+    for stack in (recomputing, recorded):
+        for core, features, seed in zip(cores, first, range(2)):
+            core.features = mt.tensor(features)
+            core.generator, core.calls = mt.Generator(seed + 10), 1   # the next call redraws
+        a, b = t64(x), t64(x * 0.5)
+        y1, y2 = stack(a, b)
+        (y1 * 1.3 + y2 * y2).sum().backward()
+        results.append([y1.numpy(), y2.numpy(), a.grad.numpy(), b.grad.numpy()]
+                       + [None if p.grad is None else p.grad.numpy() for p in stack.parameters()]
+                       + [core.features.numpy() for core in cores])
+        calls.append([core.calls for core in cores])
+        stack.zero_grad()
+    for ours, expected in zip(*results):
+        assert (ours is None) == (expected is None)
+        if ours is not None:
+            np.testing.assert_allclose(ours, expected, rtol=1e-9, atol=1e-10)
+    for features, before in zip(results[0][-2:], first):
+        assert not np.allclose(features, before)                       # redrawn
+    assert calls == [[2, 2], [2, 2]]                                   # one redraw per step

@@ -15,9 +15,17 @@ forward without recording, keeps only the last outputs, and its backward walks t
 the top, rebuilding each block's inputs from its outputs and recomputing F and G to take their
 gradients. Activation memory is then flat in depth. (The survey writes eq 104-105 with f
 throughout and the streams crossed; this is the RevNet / Reformer form.)
+
+Recomputation needs F and G to compute, in backward, the same function they computed forward.
+Random draws are replayed from the default generator's saved state. A module that changes
+itself on a schedule of calls (a Performer redrawing its random features every k training
+calls) exposes ``advance_schedule()``: the stack calls it once per forward, before any block
+runs, and while the stack runs forward or recomputes, ``schedules_frozen()`` is True and such a
+module leaves its schedule alone.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import numpy as np
@@ -31,7 +39,25 @@ from .module import Module
 from .parameter import Parameter
 from .transformer import _PositionTable
 
-__all__ = ["AxialPositionEmbedding", "ChunkedFeedForward", "ReversibleBlock", "ReversibleStack"]
+__all__ = ["AxialPositionEmbedding", "ChunkedFeedForward", "ReversibleBlock", "ReversibleStack",
+           "schedules_frozen"]
+
+_frozen = [False]
+
+
+def schedules_frozen():
+    """True while a ``ReversibleStack`` runs its blocks forward or recomputes them in backward:
+    a module with ``advance_schedule()`` must not advance it then (the stack already has)."""
+    return _frozen[0]
+
+
+@contextlib.contextmanager
+def _frozen_schedules():
+    before, _frozen[0] = _frozen[0], True
+    try:
+        yield
+    finally:
+        _frozen[0] = before
 
 
 class ReversibleBlock(Module):
@@ -91,6 +117,11 @@ class _Reversible(Function):
 
     @staticmethod
     def backward(ctx, grads):
+        with _frozen_schedules():
+            return _Reversible._rebuild_and_differentiate(ctx, grads)
+
+    @staticmethod
+    def _rebuild_and_differentiate(ctx, grads):
         backend = ctx.backend
         y1, y2 = (Tensor._wrap(a, backend) for a in ctx.outputs)
         dy1, dy2 = (g if g is not None else Tensor._wrap(backend.xp.zeros_like(a), backend)
@@ -147,8 +178,13 @@ class ReversibleStack(Module):
             for block in self.blocks:
                 x1, x2 = block(x1, x2, **kwargs)
             return x1, x2
+        for module in self.modules():
+            advance = getattr(module, "advance_schedule", None)
+            if advance is not None:
+                advance()
         parameters = list(self.parameters())
-        return _Reversible.apply(x1, x2, *parameters, stack=self, kwargs=kwargs)
+        with _frozen_schedules():
+            return _Reversible.apply(x1, x2, *parameters, stack=self, kwargs=kwargs)
 
 
 class ChunkedFeedForward(Module):
