@@ -153,28 +153,6 @@ def scaling(cfg, seed):
     return results
 
 
-def slope(by_length, key):
-    lengths = sorted(by_length)
-    return float(np.polyfit(np.log(lengths), np.log([by_length[n][key] for n in lengths]), 1)[0])
-
-
-def plot_scaling(results, path):
-    figure = Figure(figsize=(11, 4.2), layout="constrained")
-    for ax, key, label in zip(figure.subplots(1, 2), ("seconds", "peak_mb"),
-                              ("forward + backward (s)", "peak NumPy memory (MB)")):
-        for name, by_length in results.items():
-            lengths = sorted(by_length)
-            ax.plot(lengths, [by_length[n][key] for n in lengths], marker="o",
-                    label=f"{name} (slope {slope(by_length, key):.2f})")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length n")
-        ax.set_ylabel(label)
-        ax.legend(fontsize="small")
-    figure.suptitle("cost of one attention call against n")
-    plots.save(figure, path)
-
-
 # %% [markdown]
 # ## A long-range task: retrieve a token planted far back
 #
@@ -295,13 +273,19 @@ def main(argv=None):
     pictures = attended(cfg, args.seed)
     A.draw_masks(pictures, out / "attended.png", columns=3)
     results = scaling(cfg, args.seed)
-    plot_scaling(results, out / "scaling.png")
+    plots.log_log_panels(results, [("seconds", "forward + backward (s)"),
+                                   ("peak_mb", "peak NumPy memory (MB)")],
+                         xlabel="sequence length n", path=out / "scaling.png",
+                         title="cost of one attention call against n")
+    slopes = {name: {"time": plots.log_log_slope(by_length, "seconds"),
+                     "memory": plots.log_log_slope(by_length, "peak_mb")}
+              for name, by_length in results.items()}
     print("core".ljust(26) + "".join(f"ms at n={n}".rjust(14) for n in cfg["lengths"])
           + "  time slope  memory slope")
     for name, by_length in results.items():
         print(name.ljust(26) + "".join(f"{by_length[n]['seconds'] * 1e3:>14.1f}"
                                        for n in cfg["lengths"])
-              + f"{slope(by_length, 'seconds'):>12.2f}{slope(by_length, 'peak_mb'):>14.2f}")
+              + f"{slopes[name]['time']:>12.2f}{slopes[name]['memory']:>14.2f}")
     accuracy = long_range(cfg, args.seed)
     plot_long_range(accuracy, out / "long_range.png")
     print("pattern".ljust(26) + "".join(f"acc at n={n}".rjust(14) for n in cfg["task_lengths"]))
@@ -315,9 +299,7 @@ def main(argv=None):
         "attended_fraction": {name: float(mask.mean()) for name, mask in pictures.items()},
         "scaling": {name: {str(n): v for n, v in by_length.items()}
                     for name, by_length in results.items()},
-        "slopes": {name: {"time": slope(by_length, "seconds"),
-                          "memory": slope(by_length, "peak_mb")}
-                   for name, by_length in results.items()},
+        "slopes": slopes,
     }
     scripting.write_metrics(out, summary)
     print(f"wrote attended.png, scaling.png, long_range.png and metrics.json to {out}")

@@ -47,8 +47,6 @@ import time
 import tracemalloc
 
 import numpy as np
-from matplotlib.figure import Figure
-
 import minitorch_nlp as mt
 from minitorch_nlp import nn, plots, scripting
 from minitorch_nlp.attention import LSHAttention
@@ -126,41 +124,24 @@ def measure(cfg, seed):
     return results
 
 
-def slope(by_depth, key):
-    depths = sorted(by_depth)
-    return float(np.polyfit(np.log(depths), np.log([by_depth[d][key] for d in depths]), 1)[0])
-
-
-def plot_memory(results, path):
-    figure = Figure(figsize=(11, 4.2), layout="constrained")
-    for ax, key, label in zip(figure.subplots(1, 2), ("peak_mb", "seconds"),
-                              ("peak memory of forward + backward (MB)",
-                               "forward + backward (s)")):
-        for name, by_depth in results.items():
-            depths = sorted(by_depth)
-            ax.plot(depths, [by_depth[d][key] for d in depths], marker="o",
-                    label=f"{name} (slope {slope(by_depth, key):.2f})")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("reversible blocks")
-        ax.set_ylabel(label)
-        ax.legend(fontsize="small")
-    figure.suptitle("Reformer blocks: recomputing from the outputs keeps memory nearly flat in "
-                    "depth")
-    plots.save(figure, path)
-
-
 # %%
 def main(argv=None):
     args = parse_args(argv)
     cfg, out = scripting.start(args, SETTINGS)
     results = measure(cfg, args.seed)
-    plot_memory(results, out / "memory.png")
+    plots.log_log_panels(results, [("peak_mb", "peak memory of forward + backward (MB)"),
+                                   ("seconds", "forward + backward (s)")],
+                         xlabel="reversible blocks", path=out / "memory.png",
+                         title="Reformer blocks: recomputing from the outputs keeps memory "
+                               "nearly flat in depth")
+    slopes = {name: {"memory": plots.log_log_slope(by_depth, "peak_mb"),
+                     "time": plots.log_log_slope(by_depth, "seconds")}
+              for name, by_depth in results.items()}
     print("stack".ljust(26) + "".join(f"MB at {d}".rjust(11) for d in cfg["depths"])
           + "  memory slope  time slope")
     for name, by_depth in results.items():
         print(name.ljust(26) + "".join(f"{by_depth[d]['peak_mb']:>11.2f}" for d in cfg["depths"])
-              + f"{slope(by_depth, 'peak_mb'):>14.2f}{slope(by_depth, 'seconds'):>12.2f}")
+              + f"{slopes[name]['memory']:>14.2f}{slopes[name]['time']:>12.2f}")
     deepest, shallowest = max(cfg["depths"]), min(cfg["depths"])
     summary = {
         "smoke": args.smoke, "seed": args.seed, "pictures": ["memory.png"],
@@ -169,9 +150,7 @@ def main(argv=None):
                     for name, by_depth in results.items()},
         "growth": {name: by_depth[deepest]["peak_mb"] / by_depth[shallowest]["peak_mb"]
                    for name, by_depth in results.items()},
-        "slopes": {name: {"memory": slope(by_depth, "peak_mb"),
-                          "time": slope(by_depth, "seconds")}
-                   for name, by_depth in results.items()},
+        "slopes": slopes,
     }
     scripting.write_metrics(out, summary)
     print(f"memory grows {summary['growth']['reversible (recomputed)']:.2f}x with recomputation "
