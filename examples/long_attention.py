@@ -25,18 +25,21 @@
 # keys each query really attends (from the cores' own weights, not from a mask builder), then
 # times forward + backward and traces the peak memory of each core as n grows, and fits the
 # log-log slope (2 for full attention, about 1.5 for sqrt(n) patterns, 1 for linear ones).
+# Last, it trains a small model with each pattern on a long-range task (retrieve a token planted
+# at the start of the sequence) and reports the accuracy against n.
 #
 # ```
-# python examples/long_attention.py            # about a minute
+# python examples/long_attention.py            # several minutes
 # python examples/long_attention.py --smoke    # seconds
 # ```
 #
-# Outputs go to `--out` (default `runs/long_attention`): `attended.png`, `scaling.png` and
-# `metrics.json`.
+# Outputs go to `--out` (default `runs/long_attention`): `attended.png`, `scaling.png`,
+# `long_range.png` and `metrics.json`.
 
 # %%
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import time
@@ -48,11 +51,13 @@ from matplotlib.figure import Figure
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
 from minitorch_nlp import attention as A
-from minitorch_nlp import plots, scripting
+from minitorch_nlp import nn, optim, plots, scripting
 
 SETTINGS = {
-    "full": dict(picture_time=32, lengths=[256, 512, 1024, 2048, 4096], head_dim=32),
-    "smoke": dict(picture_time=16, lengths=[128, 256, 512], head_dim=16),
+    "full": dict(picture_time=32, lengths=[256, 512, 1024, 2048, 4096], head_dim=32,
+                 task_lengths=[16, 32, 64], task_steps=150, task_layers=2),
+    "smoke": dict(picture_time=16, lengths=[128, 256, 512], head_dim=16,
+                  task_lengths=[8, 16], task_steps=3, task_layers=1),
 }
 
 
@@ -148,25 +153,116 @@ def scaling(cfg, seed):
     return results
 
 
-def slope(by_length, key):
-    lengths = sorted(by_length)
-    return float(np.polyfit(np.log(lengths), np.log([by_length[n][key] for n in lengths]), 1)[0])
+# %% [markdown]
+# ## A long-range task: retrieve a token planted far back
+#
+# Each sequence starts with one of 8 *value* tokens, continues with random filler tokens and
+# ends with a query token. The model must output the value at the query, n - 1 positions later
+# (chance: 1/8). The model is 2 pre-LN layers of 2 heads (d = 32) with learned positions, and a
+# linear head on the last position. It is trained for the same number of AdamW steps with each
+# pattern, then scored on 256 fresh sequences. What to expect:
+#
+# * Full attention, BigBird (global block 0), Linformer (k = 8) and the Performer can attend
+#   the first token from the last one directly.
+# * The strided pattern needs its two layers: position (n - 1) mod l sees position 0 in its
+#   window, and the last position sees that position in its column.
+# * LSH attention finds the value only when training makes the query and the value hash
+#   together.
+# * A sliding window of 2 on each side reaches 4 positions back in two layers, so it fails once
+#   n > 5.
+#
+# The Sparse Transformer runs causal (its patterns are causal); the others are bidirectional,
+# which changes nothing for the last position.
+
+# %%
+VALUES, FILLERS = 8, 8
+QUERY = VALUES + FILLERS
 
 
-def plot_scaling(results, path):
-    figure = Figure(figsize=(11, 4.2), layout="constrained")
-    for ax, key, label in zip(figure.subplots(1, 2), ("seconds", "peak_mb"),
-                              ("forward + backward (s)", "peak NumPy memory (MB)")):
-        for name, by_length in results.items():
-            lengths = sorted(by_length)
-            ax.plot(lengths, [by_length[n][key] for n in lengths], marker="o",
-                    label=f"{name} (slope {slope(by_length, key):.2f})")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length n")
-        ax.set_ylabel(label)
-        ax.legend(fontsize="small")
-    figure.suptitle("cost of one attention call against n")
+def retrieval_batch(rng, batch, n):
+    """(ids (batch, n), values (batch,)): a value token, n - 2 fillers, the query token."""
+    values = rng.integers(0, VALUES, batch)
+    ids = rng.integers(VALUES, VALUES + FILLERS, (batch, n))
+    ids[:, 0] = values
+    ids[:, -1] = QUERY
+    return ids, values
+
+
+def task_patterns(n, head_dim, seed):
+    """Pattern name -> (a function making one layer's core, causal)."""
+    return {
+        "full": (lambda: nn.FullAttention(), False),
+        "sliding window w=2": (lambda: nn.SlidingWindowAttention(2), False),
+        "strided l=sqrt(n)": (lambda: A.SparseTransformerAttention(max(1, round(math.sqrt(n)))),
+                              True),
+        "BigBird (global block 0)": (lambda: A.BlockSparseAttention(max(1, n // 8), 3, (0,), 1,
+                                                                    seed=seed), False),
+        "LSH 2 buckets": (lambda: A.LSHAttention(2, max(1, n // 4), seed=seed), False),
+        "Linformer k=8": (lambda: A.LinformerAttention(n, 8), False),
+        "Performer m=32": (lambda: A.PerformerAttention(head_dim, 32), False),
+    }
+
+
+class Retriever(nn.Module):
+    """Token and position embeddings, pre-LN layers around the given cores, and a linear head
+    that reads the last position."""
+
+    def __init__(self, make_core, causal, n, layers, d=32):
+        super().__init__()
+        self.embed = nn.Embedding(QUERY + 1, d)
+        self.positions = nn.LearnedPositionalEmbedding(n, d)
+        self.stack = nn.TransformerStack([nn.TransformerLayer(
+            nn.MultiHeadAttention(d, 2, core=make_core()), nn.FeedForward(d, 2 * d),
+            functools.partial(nn.LayerNorm, d), norm_first=True, causal=causal)
+            for _ in range(layers)])
+        self.head = nn.Linear(d, VALUES)
+
+    def forward(self, ids):
+        hidden = self.stack(self.positions(self.embed(mt.tensor(ids)))).last_hidden_state
+        return self.head(hidden[:, -1])
+
+
+def retrieval_accuracy(make_core, causal, n, steps, layers, seed):
+    """Train a ``Retriever`` for ``steps`` steps on batches of 32; its accuracy on 256 fresh
+    sequences."""
+    mt.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = Retriever(make_core, causal, n, layers)
+    optimizer = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+    for _ in range(steps):
+        ids, values = retrieval_batch(rng, 32, n)
+        loss = F.cross_entropy(model(ids), mt.tensor(values))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    ids, values = retrieval_batch(np.random.default_rng(seed + 1), 256, n)
+    with mt.no_grad():
+        return float((model(ids).numpy().argmax(axis=-1) == values).mean())
+
+
+def long_range(cfg, seed):
+    accuracy = {}
+    for n in cfg["task_lengths"]:
+        for name, (make_core, causal) in task_patterns(n, 16, seed).items():
+            accuracy.setdefault(name, {})[n] = retrieval_accuracy(
+                make_core, causal, n, cfg["task_steps"], cfg["task_layers"], seed)
+    return accuracy
+
+
+def plot_long_range(accuracy, path):
+    figure = Figure(figsize=(6.5, 4.2), layout="constrained")
+    ax = figure.subplots()
+    for name, by_length in accuracy.items():
+        lengths = sorted(by_length)
+        ax.plot(lengths, [by_length[n] for n in lengths], marker="o", label=name)
+    ax.axhline(1 / VALUES, color="grey", linestyle=":", label="chance")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("sequence length n (the value is n - 1 positions back)")
+    ax.set_ylabel("accuracy")
+    ax.legend(fontsize="small")
+    figure.suptitle("retrieving a token planted at the start, trained with each pattern")
     plots.save(figure, path)
 
 
@@ -177,24 +273,36 @@ def main(argv=None):
     pictures = attended(cfg, args.seed)
     A.draw_masks(pictures, out / "attended.png", columns=3)
     results = scaling(cfg, args.seed)
-    plot_scaling(results, out / "scaling.png")
+    plots.log_log_panels(results, [("seconds", "forward + backward (s)"),
+                                   ("peak_mb", "peak NumPy memory (MB)")],
+                         xlabel="sequence length n", path=out / "scaling.png",
+                         title="cost of one attention call against n")
+    slopes = {name: {"time": plots.log_log_slope(by_length, "seconds"),
+                     "memory": plots.log_log_slope(by_length, "peak_mb")}
+              for name, by_length in results.items()}
     print("core".ljust(26) + "".join(f"ms at n={n}".rjust(14) for n in cfg["lengths"])
           + "  time slope  memory slope")
     for name, by_length in results.items():
         print(name.ljust(26) + "".join(f"{by_length[n]['seconds'] * 1e3:>14.1f}"
                                        for n in cfg["lengths"])
-              + f"{slope(by_length, 'seconds'):>12.2f}{slope(by_length, 'peak_mb'):>14.2f}")
+              + f"{slopes[name]['time']:>12.2f}{slopes[name]['memory']:>14.2f}")
+    accuracy = long_range(cfg, args.seed)
+    plot_long_range(accuracy, out / "long_range.png")
+    print("pattern".ljust(26) + "".join(f"acc at n={n}".rjust(14) for n in cfg["task_lengths"]))
+    for name, by_length in accuracy.items():
+        print(name.ljust(26) + "".join(f"{by_length[n]:>14.2f}" for n in cfg["task_lengths"]))
     summary = {
-        "smoke": args.smoke, "seed": args.seed, "pictures": ["attended.png", "scaling.png"],
+        "smoke": args.smoke, "seed": args.seed,
+        "pictures": ["attended.png", "scaling.png", "long_range.png"],
+        "long_range_accuracy": {name: {str(n): value for n, value in by_length.items()}
+                                for name, by_length in accuracy.items()},
         "attended_fraction": {name: float(mask.mean()) for name, mask in pictures.items()},
         "scaling": {name: {str(n): v for n, v in by_length.items()}
                     for name, by_length in results.items()},
-        "slopes": {name: {"time": slope(by_length, "seconds"),
-                          "memory": slope(by_length, "peak_mb")}
-                   for name, by_length in results.items()},
+        "slopes": slopes,
     }
     scripting.write_metrics(out, summary)
-    print(f"wrote attended.png, scaling.png and metrics.json to {out}")
+    print(f"wrote attended.png, scaling.png, long_range.png and metrics.json to {out}")
     return summary
 
 

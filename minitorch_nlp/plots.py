@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["heatmap", "heatmap_panels", "loss_curves", "pyplot", "save", "shared_colorbar",
-           "visible"]
+__all__ = ["heatmap", "heatmap_panels", "log_log_panels", "log_log_slope", "loss_curves", "pyplot",
+           "save", "shared_colorbar", "visible"]
 
 SPACE = "\u2423"   # "␣": a space token drawn so that it can be seen
 
@@ -99,3 +99,31 @@ def save(fig, path, dpi=120):
     plt = pyplot()
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
+
+
+def log_log_slope(by_x, key):
+    """The least-squares slope of log(by_x[x][key]) against log(x): how a cost grows with x
+    (2 quadratic, 1 linear, 0 flat)."""
+    xs = sorted(by_x)
+    return float(np.polyfit(np.log(xs), np.log([by_x[x][key] for x in xs]), 1)[0])
+
+
+def log_log_panels(results, panels, *, xlabel, title, path):
+    """One log-log panel per (key, label) of ``panels``, each series of ``results`` (name -> x ->
+    {key: value}) with its ``log_log_slope`` in the legend, saved to ``path``."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(5.5 * len(panels), 4.2), layout="constrained")
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (key, label) in zip(axes, panels):
+        for name, by_x in results.items():
+            xs = sorted(by_x)
+            ax.plot(xs, [by_x[x][key] for x in xs], marker="o",
+                    label=f"{name} (slope {log_log_slope(by_x, key):.2f})")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(label)
+        ax.legend(fontsize="small")
+    figure.suptitle(title)
+    save(figure, path)

@@ -81,7 +81,8 @@ def test_loss_curves_have_a_legend_a_title_and_plain_ticks():
 def test_every_example_uses_the_shared_plumbing(script):
     source = script.read_text(encoding="utf-8")
     assert "scripting.example_parser(" in source and "scripting.start(" in source
-    assert "plots.save(" in source and "argparse.ArgumentParser" not in source
+    assert "plots.save(" in source or "plots.log_log_panels(" in source
+    assert "argparse.ArgumentParser" not in source
     assert "matplotlib.use" not in source
 
 
@@ -95,3 +96,15 @@ def test_an_example_opened_as_a_notebook_ignores_the_kernels_command_line(monkey
     assert (args.smoke, args.out, args.steps) == (False, "runs/demo_example", None)
     monkeypatch.setattr(sys, "argv", ["demo_example.py", "--smoke", "--steps", "3"])
     assert parser.parse_args().smoke and parser.parse_args().steps == 3
+
+
+def test_log_log_panels_show_each_series_with_its_slope(tmp_path):
+    results = {"quadratic": {n: {"cost": 3.0 * n * n, "flat": 5.0} for n in (2, 4, 8, 16)},
+               "linear": {n: {"cost": 7.0 * n, "flat": 5.0} for n in (2, 4, 8, 16)}}
+    assert plots.log_log_slope(results["quadratic"], "cost") == pytest.approx(2.0)
+    assert plots.log_log_slope(results["linear"], "cost") == pytest.approx(1.0)
+    assert plots.log_log_slope(results["linear"], "flat") == pytest.approx(0.0, abs=1e-12)
+    path = tmp_path / "scaling.png"
+    plots.log_log_panels(results, [("cost", "cost"), ("flat", "flat")], xlabel="n",
+                         title="growth", path=path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -24,6 +24,7 @@ import minitorch_nlp as mt
 import minitorch_nlp.functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.attention import LSHAttention, bucket_mask
+from minitorch_nlp.testing import EquationMismatch, check_equation, specs
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import lsh as R
 from tests.attention_core_checks import TOL, t64
@@ -260,9 +261,139 @@ def test_a_reversible_lsh_decoder_learns_a_tiny_batch():
     assert losses[-1] < losses[0] / 2
 
 
+# ---- the check specs (eq 96-105) reject wrong candidates -------------------------------------------
+def lsh_attention_without_chunks(q, v, *, rotations, chunk_length, causal, key_mask):
+    return specs[100].library_function()(q, v, rotations=rotations, chunk_length=q.shape[2],
+                                         causal=causal, key_mask=key_mask)
+
+
+def lsh_attention_with_a_fresh_hash(q, v, *, rotations, chunk_length, causal, key_mask):
+    core = LSHAttention(2 * rotations.shape[-1], chunk_length, rotations.shape[0], seed=0)
+    return core(q, q, v, causal=causal, key_mask=key_mask)[0]
+
+
+def streams_as_the_survey_crosses_them(x1, x2, W_F, W_G):
+    """Y2 = X2 + G(X1): the survey's eq 104 read literally, not the RevNet block."""
+    y1 = x1 + (x2 @ W_F.mT).tanh()
+    return mt.stack([y1, x2 + (x1 @ W_G.mT).tanh()])
+
+
+def inverse_in_the_wrong_order(y1, y2, W_F, W_G):
+    """X1 first from Y2: eq 105 needs X2 first."""
+    x1 = y1 - (y2 @ W_F.mT).tanh()
+    return mt.stack([x1, y2 - (y1 @ W_G.mT).tanh()])
+
+
+@pytest.mark.eq(100)
+@pytest.mark.eq(104)
+@pytest.mark.eq(105)
+@pytest.mark.parametrize("number, candidate", [
+    (100, lsh_attention_without_chunks),
+    (100, lsh_attention_with_a_fresh_hash),
+    (104, streams_as_the_survey_crosses_them),
+    (105, inverse_in_the_wrong_order),
+])
+def test_the_specs_refuse_wrong_candidates(number, candidate):
+    """The spec's given rotations decide the buckets: ignoring the chunks or hashing with other
+    rotations is caught, and so are the survey's crossed streams and an inverse in the wrong
+    order."""
+    with pytest.raises(EquationMismatch, match=f"eq {number}: {candidate.__name__}"):
+        check_equation(number, candidate, max_examples=25)
+
+
 def test_streams_of_different_shapes_are_refused():
     stack = nn.ReversibleStack([reversible_block(4)])
     with pytest.raises(ValueError, match="same shape"):
         stack(mt.randn(1, 3, 4), mt.randn(1, 2, 4))
     with pytest.raises(ValueError, match="chunk_size"):
         nn.ChunkedFeedForward(nn.FeedForward(4, 8), 0)
+
+
+# ---- axial position embeddings -------------------------------------------------------------------
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(1, 3), st.data())
+def test_axial_positions_concatenate_a_row_and_a_column_vector(n1, n2, d1, d2, data):
+    """Position p = i1 n2 + i2 gets [rows[i1]; columns[i2]], values and float64 gradients of
+    both factors against a loop over the positions."""
+    embedding = nn.AxialPositionEmbedding((n1, n2), (d1, d2)).to(mt.float64)
+    time = data.draw(st.integers(1, n1 * n2))
+    start = data.draw(st.integers(0, n1 * n2 - time))
+    x = data.draw(S.arrays((2, time, d1 + d2)))
+    cotangent = np.random.default_rng(data.draw(S.seeds())).standard_normal(x.shape)
+    out = embedding(t64(x, False), start=start)
+    (out * mt.tensor(cotangent)).sum().backward()
+
+    def reference(rows, columns):
+        table = anp.stack([anp.concatenate([rows[p // n2], columns[p % n2]])
+                           for p in range(start, start + time)])
+        return x + table
+
+    rows, columns = embedding.rows.numpy(), embedding.columns.numpy()
+    np.testing.assert_allclose(out.numpy(), reference(rows, columns), **TOL)
+    loss = lambda *a: anp.sum(reference(*a) * cotangent)  # noqa: E731
+    np.testing.assert_allclose(embedding.rows.grad.numpy(), autograd.grad(loss, 0)(rows, columns),
+                               **TOL)
+    np.testing.assert_allclose(embedding.columns.grad.numpy(),
+                               autograd.grad(loss, 1)(rows, columns), **TOL)
+
+
+def test_axial_positions_take_far_fewer_numbers_than_a_full_table():
+    axial = nn.AxialPositionEmbedding((64, 32), (24, 40))
+    full = nn.LearnedPositionalEmbedding(64 * 32, 64)
+    assert sum(p.size for p in axial.parameters()) == 64 * 24 + 32 * 40      # 2816
+    assert sum(p.size for p in full.parameters()) == 2048 * 64               # 131072
+    ids = np.array([[0, 31, 32, 2047]])
+    table = axial.table.numpy()
+    out = axial(mt.zeros(1, 4, 64), position_ids=ids).numpy()[0]
+    np.testing.assert_array_equal(out, table[ids[0]])
+    np.testing.assert_array_equal(table[32, :24], table[63, :24])   # same row i1 = 1
+    np.testing.assert_array_equal(table[31, 24:], table[63, 24:])   # same column i2 = 31
+
+
+def test_axial_positions_refuse_bad_input():
+    with pytest.raises(ValueError, match=r"shape \(n1, n2\) and dims \(d1, d2\) need two"):
+        nn.AxialPositionEmbedding((4, 4, 4), (2, 2))
+    with pytest.raises(ValueError, match="dims must be a positive int, got 0"):
+        nn.AxialPositionEmbedding((4, 4), (0, 2))
+    embedding = nn.AxialPositionEmbedding((2, 3), (2, 2))
+    with pytest.raises(ValueError, match=r"positions 0 \.\. 6 do not fit max_len=6"):
+        embedding(mt.zeros(1, 7, 4))
+    with pytest.raises(ValueError, match=r"d_model=4\), got \(1, 3, 5\)"):
+        embedding(mt.zeros(1, 3, 5))
+
+
+# ---- a Performer that redraws its features inside a reversible stack -----------------------------
+def test_a_performer_redrawing_inside_a_reversible_stack_keeps_exact_gradients():
+    """The stack advances the redraw schedule once, before its blocks run, and the
+    recomputation in backward uses the features the forward pass used: the gradients equal the
+    recorded stack's, with features drawn from the core's own generator and redrawn at every
+    call."""
+    from minitorch_nlp.attention import PerformerAttention
+
+    mt.manual_seed(0)
+    cores = [PerformerAttention(4, 6, redraw_interval=1, generator=mt.Generator(i))
+             for i in range(2)]
+    blocks = [reversible_block(8, 0.0, core) for core in cores]
+    recomputing = nn.ReversibleStack(blocks).to(mt.float64)
+    recorded = nn.ReversibleStack(blocks, recompute=False)
+    x = np.random.default_rng(0).standard_normal((2, 6, 8))
+    first = [core.features.numpy() for core in cores]
+    results, calls = [], []
+    for stack in (recomputing, recorded):
+        for core, features, seed in zip(cores, first, range(2)):
+            core.features = mt.tensor(features)
+            core.generator, core.calls = mt.Generator(seed + 10), 1   # the next call redraws
+        a, b = t64(x), t64(x * 0.5)
+        y1, y2 = stack(a, b)
+        (y1 * 1.3 + y2 * y2).sum().backward()
+        results.append([y1.numpy(), y2.numpy(), a.grad.numpy(), b.grad.numpy()]
+                       + [None if p.grad is None else p.grad.numpy() for p in stack.parameters()]
+                       + [core.features.numpy() for core in cores])
+        calls.append([core.calls for core in cores])
+        stack.zero_grad()
+    for ours, expected in zip(*results):
+        assert (ours is None) == (expected is None)
+        if ours is not None:
+            np.testing.assert_allclose(ours, expected, rtol=1e-9, atol=1e-10)
+    for features, before in zip(results[0][-2:], first):
+        assert not np.allclose(features, before)                       # redrawn
+    assert calls == [[2, 2], [2, 2]]                                   # one redraw per step

@@ -23,6 +23,7 @@ import minitorch_nlp.functional as F
 from minitorch_nlp import attention as A
 from minitorch_nlp import nn
 from minitorch_nlp.attention import SparseTransformerAttention, alternating_sparse_cores
+from minitorch_nlp.testing import EquationMismatch, check_equation
 from minitorch_nlp.testing import strategies as S
 from tests.attention_core_checks import TOL, stack_learns, t64
 from minitorch_nlp.testing.reference import sparse_transformer as R
@@ -122,6 +123,28 @@ def test_eq95_head_outputs_concatenate_through_the_output_projection():
                            sets[h]) for h in range(2)]
     expected = np.concatenate(heads, axis=1) @ attention.out_proj.weight.numpy().T
     np.testing.assert_allclose(out[0], expected + attention.out_proj.bias.numpy(), **TOL)
+
+
+# ---- the check specs (eq 92-95) reject wrong candidates ---------------------------------------------
+def attend_the_first_factor_only(q, k, v, *, pattern, stride, summary, key_mask):
+    return SparseTransformerAttention(stride, pattern, summary=summary, combine=1)(
+        q, k, v, causal=True, key_mask=key_mask)[0]
+
+
+def attend_the_other_factor(q, k, v, *, pattern, stride, summary, factor, key_mask):
+    return SparseTransformerAttention(stride, pattern, summary=summary, combine=3 - factor)(
+        q, k, v, causal=True, key_mask=key_mask)[0]
+
+
+@pytest.mark.eq(92)
+@pytest.mark.eq(94)
+def test_the_specs_refuse_a_wrong_index_set():
+    """The merged pattern's spec (eq 94) refuses A^(1) alone, eq 92's refuses the other factor:
+    the specs' cases reach queries whose two factors differ."""
+    with pytest.raises(EquationMismatch, match="eq 94: attend_the_first_factor_only differs"):
+        check_equation(94, attend_the_first_factor_only, max_examples=25)
+    with pytest.raises(EquationMismatch, match="eq 92: attend_the_other_factor differs"):
+        check_equation(92, attend_the_other_factor, max_examples=25)
 
 
 # ---- properties ----------------------------------------------------------------------------------

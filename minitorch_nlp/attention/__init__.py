@@ -9,10 +9,12 @@ products, see ``grouped``), ``LinformerAttention`` (keys and values projected to
 ``PerformerAttention`` (FAVOR+ positive random features), ``LSHAttention`` (the Reformer's
 hashed, sorted and chunked shared-QK attention) and ``BlockSparseAttention`` (BigBird's window,
 global and random blocks); ``LongformerSelfAttention`` is a ``MultiHeadAttention`` with a
-(dilated, per-head) window and global tokens with their own projections.
+(dilated, per-head) window and global tokens with their own projections; ``ETCAttention`` is
+one over ETC's two inputs, global and long tokens, with relative position labels.
 """
 from .bigbird import BlockSparseAttention
 from .drawing import draw_mask, draw_masks
+from .etc import ETCAttention
 from .linformer import LinformerAttention, linformer_cores
 from .longformer import LongformerSelfAttention
 from .lsh import LSHAttention
@@ -22,7 +24,7 @@ from .masks import (PermutationMasks, block_sparse_layout, block_sparse_mask, bu
 from .performer import PerformerAttention
 from .sparse_transformer import SparseTransformerAttention, alternating_sparse_cores
 
-__all__ = ["BlockSparseAttention", "LSHAttention", "LinformerAttention",
+__all__ = ["BlockSparseAttention", "ETCAttention", "LSHAttention", "LinformerAttention",
            "LongformerSelfAttention", "PerformerAttention", "PermutationMasks",
            "SparseTransformerAttention", "alternating_sparse_cores", "block_sparse_layout",
            "block_sparse_mask", "bucket_mask", "causal_mask", "combine", "draw_mask",

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import functional as F
-from ..autograd import stack
+from ..autograd import Tensor, stack
 
 __all__ = ["grouped_attention", "merge_attentions", "self_attention_inputs", "ungroup"]
 
@@ -60,7 +60,8 @@ def grouped_attention(q, k, v, query_index, key_index, allowed, *, scale, key_ma
     queries) and ``key_index`` (b|1, h|1, groups, keys) are positions; ``allowed`` is a bool
     array broadcastable to (batch, heads, groups, queries, keys), True where the query may attend
     the key; ``key_mask`` (batch, time), False on padding, is gathered with the keys. ``bias``
-    (a constant array broadcastable to the scores, or None) is added to the scaled scores.
+    (a constant array or a Tensor, broadcastable to the scores, or None) is added to the scaled
+    scores.
     ``dropout`` (a module or None) drops attention weights after the log-sum-exp is taken.
 
     Returns ``(out, lse)``: out (batch, heads, groups, queries, d) and lse (batch, heads, groups,
@@ -76,7 +77,9 @@ def grouped_attention(q, k, v, query_index, key_index, allowed, *, scale, key_ma
         allowed = allowed & real[..., None, :]
     qg, kg, vg = _flat_rows(q, query_index), _flat_rows(k, key_index), _flat_rows(v, key_index)
     scores = (qg @ kg.mT) * scale
-    if bias is not None:
+    if isinstance(bias, Tensor):
+        scores = scores + bias
+    elif bias is not None:
         scores = scores + xp.asarray(bias, dtype=scores.dtype)
     allowed = xp.broadcast_to(allowed, scores.shape)
     seen = allowed.any(axis=-1)

@@ -34,6 +34,11 @@ SELF_PENALTY = 1e5
 value the Reformer's implementations use)."""
 
 
+def _shared_keys(q):
+    """The shared-QK keys k_j = q_j / |q_j| (Kitaev et al., section 3)."""
+    return q / (q * q).sum(axis=-1, keepdims=True).sqrt()
+
+
 @cookbook.equation(96, 97, 99)
 class LSHAttention(FullAttention):
     """Shared-QK LSH attention (eq 96-103): ``num_buckets`` buckets (even, or 1), chunks of
@@ -120,19 +125,24 @@ class LSHAttention(FullAttention):
             raise ValueError(f"{name}: the sequence length {time} is not a multiple of "
                              f"chunk_length={self.chunk_length}; pad the sequence (with a "
                              "key_mask) or pick a chunk length that divides it")
-        keys = q / (q * q).sum(axis=-1, keepdims=True).sqrt()        # shared-QK: k = q / |q|
         rotations = self.rotations(q.shape[-1])
         if need_weights:
             allowed = self.pairs(q.numpy(), causal, rotations,
                                  None if key_mask is None else q.backend.to_numpy(key_mask))
             allowed = q.backend.asarray(allowed)
-            return super().forward(q, keys, v, mask=allowed, key_mask=key_mask,
+            return super().forward(q, _shared_keys(q), v, mask=allowed, key_mask=key_mask,
                                    need_weights=True)
+        return self.combine_rounds(self.rounds(q, v, rotations, causal, key_mask)), None
+
+    def rounds(self, q, v, rotations, causal, key_mask):
+        """[(o^(r), z(i, P_i^(r))) for every round r] (eq 103) of self-attention over ``q``,
+        ``v`` (batch, heads, time, d), the sequence a multiple of ``chunk_length``: hash with
+        ``rotations``, sort, chunk and attend each round; ``forward`` combines them."""
+        keys = _shared_keys(q)
         buckets = self.hash(q.numpy(), rotations)
         order, chunk = self.chunks(buckets)
-        rounds = [self.attend_round(q, keys, v, r, buckets, order, chunk, causal, key_mask)
-                  for r in range(self.num_rounds)]
-        return self.combine_rounds(rounds), None
+        return [self.attend_round(q, keys, v, r, buckets, order, chunk, causal, key_mask)
+                for r in range(self.num_rounds)]
 
     @cookbook.equation(103)
     def attend_round(self, q, keys, v, r, buckets, order, chunk, causal, key_mask):

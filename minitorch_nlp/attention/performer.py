@@ -27,6 +27,7 @@ import numpy as np
 from .. import checks
 from ..autograd import concatenate, tensor, zeros
 from ..autograd import random as mt_random
+from ..nn.reversible import schedules_frozen
 from ..nn.transformer import FullAttention
 from .grouped import self_attention_inputs
 
@@ -71,7 +72,9 @@ class PerformerAttention(FullAttention):
 
     The features are a buffer (saved with the model). While training they are redrawn every
     ``redraw_interval`` calls (None: never); ``redraw_features()`` draws new ones now, from
-    ``generator``. A general ``mask`` or ``bias`` needs the n x n scores the method avoids, and
+    ``generator``. Inside an ``nn.ReversibleStack`` the stack advances that schedule once per
+    forward, before its blocks run (``advance_schedule``), so that the recomputation in backward
+    uses the features the forward pass used and the gradients stay exact. A general ``mask`` or ``bias`` needs the n x n scores the method avoids, and
     is an error; ``need_weights`` returns the estimated (q_time, k_time) weights (n x n, for
     inspection).
     """
@@ -99,6 +102,15 @@ class PerformerAttention(FullAttention):
                                   generator=self.generator)
         self.features = tensor(drawn, dtype=self.features.dtype, backend=self.features.backend)
 
+    def advance_schedule(self):
+        """Count one training call, redrawing the features every ``redraw_interval``-th (after
+        the first). ``forward`` calls it, except inside a ``nn.ReversibleStack``, which calls it
+        once before its blocks so that the recomputation in backward sees the same features."""
+        if self.training and self.redraw_interval is not None:
+            if self.calls and self.calls % self.redraw_interval == 0:
+                self.redraw_features()
+            self.calls += 1
+
     def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
                 need_weights=False):
         name = "PerformerAttention"
@@ -109,10 +121,8 @@ class PerformerAttention(FullAttention):
         if q.shape[-1] != self.head_dim:
             raise ValueError(f"{name}: the core was built for head_dim={self.head_dim}, the "
                              f"queries have {q.shape[-1]} features per head")
-        if self.training and self.redraw_interval is not None:
-            if self.calls and self.calls % self.redraw_interval == 0:
-                self.redraw_features()
-            self.calls += 1
+        if not schedules_frozen():
+            self.advance_schedule()
         features = self.features.astype(q.dtype)
         scale = self.head_dim ** -0.25
         q_features = positive_random_features(q * scale, features, "query")

@@ -12,7 +12,8 @@ from .parameter import Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .outputs import ModelOutput
 from .moe import Experts, MixtureOfExperts
-from .reversible import ChunkedFeedForward, ReversibleBlock, ReversibleStack
+from .reversible import (AxialPositionEmbedding, ChunkedFeedForward, ReversibleBlock,
+                         ReversibleStack)
 from .transformer import (DecoderOnlyLayer, DecoderOnlyStack, FeedForward, FullAttention,
                           LearnedPositionalEmbedding, MultiHeadAttention,
                           SinusoidalPositionalEncoding, SlidingWindowAttention, TransformerDecoder,
@@ -28,5 +29,6 @@ __all__ = ["GELU", "Dropout", "Embedding", "Identity", "IncompatibleKeys", "Laye
            "SinusoidalPositionalEncoding", "SlidingWindowAttention", "TransformerDecoder",
            "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
            "TransformerLayer", "TransformerStack", "attention_weights", "functional_call",
-           "replaced_tensors", "ChunkedFeedForward", "ReversibleBlock", "ReversibleStack",
+           "replaced_tensors", "AxialPositionEmbedding", "ChunkedFeedForward", "ReversibleBlock",
+           "ReversibleStack",
            "Experts", "MixtureOfExperts"]

@@ -1,5 +1,6 @@
 """Reversible residual layers (Gomez et al., 2017, RevNets; the Reformer, Kitaev et al., 2020,
-section 4; the survey's eq 104-105) and the Reformer's chunked feed-forward network.
+section 4; the survey's eq 104-105), the Reformer's chunked feed-forward network and its axial
+position embeddings.
 
 A reversible block keeps two streams and computes
 
@@ -14,18 +15,49 @@ forward without recording, keeps only the last outputs, and its backward walks t
 the top, rebuilding each block's inputs from its outputs and recomputing F and G to take their
 gradients. Activation memory is then flat in depth. (The survey writes eq 104-105 with f
 throughout and the streams crossed; this is the RevNet / Reformer form.)
+
+Recomputation needs F and G to compute, in backward, the same function they computed forward.
+Random draws are replayed from the default generator's saved state. A module that changes
+itself on a schedule of calls (a Performer redrawing its random features every k training
+calls) exposes ``advance_schedule()``: the stack calls it once per forward, before any block
+runs, and while the stack runs forward or recomputes, ``schedules_frozen()`` is True and such a
+module leaves its schedule alone.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 
+import numpy as np
+
 from .. import checks, cookbook
-from ..autograd import Function, Tensor, concatenate, enable_grad, grad, no_grad
+from ..autograd import Function, Tensor, concatenate, empty, enable_grad, grad, no_grad
 from ..autograd import random as mt_random
+from . import init
 from .containers import ModuleList
 from .module import Module
+from .parameter import Parameter
+from .transformer import _PositionTable
 
-__all__ = ["ChunkedFeedForward", "ReversibleBlock", "ReversibleStack"]
+__all__ = ["AxialPositionEmbedding", "ChunkedFeedForward", "ReversibleBlock", "ReversibleStack",
+           "schedules_frozen"]
+
+_frozen = [False]
+
+
+def schedules_frozen():
+    """True while a ``ReversibleStack`` runs its blocks forward or recomputes them in backward:
+    a module with ``advance_schedule()`` must not advance it then (the stack already has)."""
+    return _frozen[0]
+
+
+@contextlib.contextmanager
+def _frozen_schedules():
+    before, _frozen[0] = _frozen[0], True
+    try:
+        yield
+    finally:
+        _frozen[0] = before
 
 
 class ReversibleBlock(Module):
@@ -85,6 +117,11 @@ class _Reversible(Function):
 
     @staticmethod
     def backward(ctx, grads):
+        with _frozen_schedules():
+            return _Reversible._rebuild_and_differentiate(ctx, grads)
+
+    @staticmethod
+    def _rebuild_and_differentiate(ctx, grads):
         backend = ctx.backend
         y1, y2 = (Tensor._wrap(a, backend) for a in ctx.outputs)
         dy1, dy2 = (g if g is not None else Tensor._wrap(backend.xp.zeros_like(a), backend)
@@ -141,8 +178,13 @@ class ReversibleStack(Module):
             for block in self.blocks:
                 x1, x2 = block(x1, x2, **kwargs)
             return x1, x2
+        for module in self.modules():
+            advance = getattr(module, "advance_schedule", None)
+            if advance is not None:
+                advance()
         parameters = list(self.parameters())
-        return _Reversible.apply(x1, x2, *parameters, stack=self, kwargs=kwargs)
+        with _frozen_schedules():
+            return _Reversible.apply(x1, x2, *parameters, stack=self, kwargs=kwargs)
 
 
 class ChunkedFeedForward(Module):
@@ -164,3 +206,40 @@ class ChunkedFeedForward(Module):
 
     def extra_repr(self):
         return f"chunk_size={self.chunk_size}"
+
+
+class AxialPositionEmbedding(_PositionTable):
+    """The Reformer's axial position embeddings: a table for n = n1 * n2 positions from two small
+    ones. Position p = i1 * n2 + i2 gets the concatenation [rows[i1]; columns[i2]] of a row
+    vector (``rows``, n1 x d1) and a column vector (``columns``, n2 x d2), d1 + d2 = d_model.
+    That is n1 d1 + n2 d2 numbers where a full table has n d_model (for 64K positions of 1024
+    features, 256 x 256 factors take 0.26M numbers where the full table would take 67M).
+
+    ``shape`` is (n1, n2), ``dims`` is (d1, d2), and the vectors start as N(0, std^2).
+    ``forward(x, start=0, position_ids=None)`` adds the rows of positions ``start .. start + time
+    - 1`` (or ``position_ids``), as ``LearnedPositionalEmbedding`` does. Any time up to n1 * n2
+    works (HuggingFace's Reformer asks for exactly n1 * n2 in training).
+    """
+
+    def __init__(self, shape, dims, std=0.02):
+        name = "AxialPositionEmbedding"
+        shape, dims = tuple(shape), tuple(dims)
+        if len(shape) != 2 or len(dims) != 2:
+            raise ValueError(f"{name}: shape (n1, n2) and dims (d1, d2) need two entries each, "
+                             f"got shape={shape}, dims={dims}")
+        n1, n2 = (checks.positive_int(n, "shape", name) for n in shape)
+        d1, d2 = (checks.positive_int(d, "dims", name) for d in dims)
+        super().__init__(n1 * n2, d1 + d2)
+        self.shape, self.dims = (n1, n2), (d1, d2)
+        self.rows = Parameter(init.normal_(empty(n1, d1), std=std))
+        self.columns = Parameter(init.normal_(empty(n2, d2), std=std))
+
+    @property
+    def table(self):
+        """The (n1 * n2, d1 + d2) table: row p is [rows[p // n2]; columns[p % n2]]."""
+        positions = np.arange(self.max_len)
+        return concatenate([self.rows[positions // self.shape[1]],
+                            self.columns[positions % self.shape[1]]], axis=1)
+
+    def extra_repr(self):
+        return f"shape={self.shape}, dims={self.dims}"

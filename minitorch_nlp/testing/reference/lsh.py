@@ -22,16 +22,17 @@ def lsh_buckets(x, rotation):
     return buckets
 
 
-def lsh_sets(x, rotations, chunk_length, causal=False, key_mask_row=None, num_buckets=2):
-    """P_i = union_r {j : h^(r)(x_i) = h^(r)(x_j), floor(s_i / m) - 1 <= floor(s_j / m) <=
-    floor(s_i / m)} (eq 98-99), j <= i when causal, real keys only; i itself only when P_i has
-    nothing else."""
+def round_sets(x, rotations, chunk_length, causal=False, key_mask_row=None, num_buckets=2):
+    """P_i^(r) for every round r: {j : h^(r)(x_i) = h^(r)(x_j), floor(s_i / m) - 1 <=
+    floor(s_j / m) <= floor(s_i / m)} (eq 98-99), j <= i when causal, real keys only; i itself
+    still in. A list (rounds) of lists (positions) of sets."""
     n = len(x)
-    sets = [set() for _ in range(n)]
+    rounds = []
     for rotation in rotations:
         buckets = lsh_buckets(x, rotation) if num_buckets > 1 else [0] * n
         order = sorted(range(n), key=lambda i: (buckets[i], i))
         place = {position: s for s, position in enumerate(order)}
+        sets = [set() for _ in range(n)]
         for i in range(n):
             for j in range(n):
                 same = buckets[i] == buckets[j]
@@ -40,7 +41,21 @@ def lsh_sets(x, rotations, chunk_length, causal=False, key_mask_row=None, num_bu
                 if same and near and (not causal or j <= i) and (
                         key_mask_row is None or key_mask_row[j]):
                     sets[i].add(j)
-    return [members - {i} if members - {i} else members for i, members in enumerate(sets)]
+        rounds.append(sets)
+    return rounds
+
+
+def without_self(members, i):
+    """The set without i, unless i is all it holds (Kitaev et al., section 3)."""
+    return members - {i} if members - {i} else members
+
+
+def lsh_sets(x, rotations, chunk_length, causal=False, key_mask_row=None, num_buckets=2):
+    """P_i = union_r P_i^(r) (eq 98, the rounds of ``round_sets``); i itself only when P_i has
+    nothing else."""
+    rounds = round_sets(x, rotations, chunk_length, causal, key_mask_row, num_buckets)
+    return [without_self(set().union(*(sets[i] for sets in rounds)), i)
+            for i in range(len(x))]
 
 
 def eq100_lsh_attention(q, v, sets):
@@ -57,4 +72,66 @@ def eq100_lsh_attention(q, v, sets):
             continue
         weights = [anp.exp(anp.sum(q[i] * keys[j]) / anp.sqrt(d)) for j in members]
         rows.append(sum(w * v[j] for w, j in zip(weights, members)) / sum(weights))
+    return anp.stack(rows)
+
+
+def _shared_keys(q):
+    return [q[j] / anp.sqrt(anp.sum(q[j] * q[j])) for j in range(q.shape[0])]
+
+
+def eq101_lsh_attention_by_rounds(q, v, rounds):
+    """Eq 101 read directly: each round's sum over its set with every pair weighted 1 / N_ij
+    (N_ij the number of rounds whose set holds j), normalised by its own partition function
+    Z_r = sum_j exp(q_i . k_j / sqrt(d)) / N_ij, then the rounds weighted by Z_r / sum_r Z_r
+    (= exp(z(i, P^(r)) - z(i, P))). ``rounds`` are ``round_sets``' sets; i itself leaves every
+    round's set when the union holds another key. A query with no key outputs zeros."""
+    d = q.shape[-1]
+    keys = _shared_keys(q)
+    rows = []
+    for i in range(q.shape[0]):
+        union = set().union(*(sets[i] for sets in rounds))
+        drop_self = bool(union - {i})
+        members = [sets[i] - {i} if drop_self else sets[i] for sets in rounds]
+        partitions, outputs = [], []
+        for found in members:
+            if not found:
+                continue
+            weights = [anp.exp(anp.sum(q[i] * keys[j]) / anp.sqrt(d))
+                       / sum(j in other for other in members) for j in sorted(found)]
+            partitions.append(sum(weights))
+            outputs.append(sum(w * v[j] for w, j in zip(weights, sorted(found))) / partitions[-1])
+        if not outputs:
+            rows.append(0.0 * v[i])
+            continue
+        rows.append(sum(z * o for z, o in zip(partitions, outputs)) / sum(partitions))
+    return anp.stack(rows)
+
+
+def eq103_round_output(q, v, rounds, r):
+    """o_i^(r) = sum_{j in P_i^(r)} exp(q_i . k_j / sqrt(d) - log N_ij - z(i, P_i^(r))) v_j
+    (eq 103, with eq 101's count N_ij of the rounds that found the pair, so that the rounds
+    combine by eq 102 into one softmax over the union); i itself leaves round r's set when that
+    set holds another key (the Reformer masks it per round). An empty set outputs zeros."""
+    d = q.shape[-1]
+    keys = _shared_keys(q)
+    rows = []
+    for i in range(q.shape[0]):
+        found = without_self(rounds[r][i], i)
+        if not found:
+            rows.append(0.0 * v[i])
+            continue
+        weights = [anp.exp(anp.sum(q[i] * keys[j]) / anp.sqrt(d))
+                   / sum(j in sets[i] for sets in rounds) for j in sorted(found)]
+        rows.append(sum(w * v[j] for w, j in zip(weights, sorted(found))) / sum(weights))
+    return anp.stack(rows)
+
+
+def eq102_combine_rounds(outputs, lses):
+    """o = sum_r exp(z_r - z) o^(r) with z = log sum_r exp(z_r) (eq 102), one query at a time:
+    ``outputs`` (rounds, n, d), ``lses`` (rounds, n)."""
+    rows = []
+    for i in range(outputs.shape[1]):
+        total = sum(anp.exp(lses[r, i]) for r in range(outputs.shape[0]))
+        rows.append(sum(anp.exp(lses[r, i]) / total * outputs[r, i]
+                        for r in range(outputs.shape[0])))
     return anp.stack(rows)
