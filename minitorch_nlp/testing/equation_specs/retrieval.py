@@ -415,8 +415,9 @@ SPECS = (
          "minitorch_nlp.testing.equation_specs.retrieval:masked_token_log_probs",
          "Guu et al. (2020, section 3.2). BERT is given (``hidden`` is its output at each "
          "position); the spec checks the masked positions' scores against the word embeddings "
-         "and their normalisation. The library's BertForMaskedLM puts a transform (dense, GELU, "
-         "LayerNorm) and a bias before these scores; ``hidden`` stands for the transform's output. "
+         "and their normalisation. The library's BertForMaskedLM applies a transform (dense, "
+         "GELU, LayerNorm) before these scores and adds a bias to them; ``hidden`` stands for "
+         "the transform's output. "
          "The sum over time of this output is eq 76."),
     Spec(78, "span_answer_log_probs",
          (("reader_scores", "float64 (batch, k, spans): MLP([h_START(S); h_END(S)]) of each "
