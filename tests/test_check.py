@@ -21,8 +21,10 @@ import minitorch_nlp as mt
 from minitorch_nlp import cli, cookbook, decoding, nn
 from minitorch_nlp.compress.lq_nets import lq_quantize
 from minitorch_nlp.models.xlnet import permutation_inputs
+from minitorch_nlp.retrieval.realm import join_bert
 from minitorch_nlp.testing.equation_specs.decoding import markov_step
 from minitorch_nlp.testing.equation_specs.elmo import bilstm_states
+from minitorch_nlp.testing.equation_specs.retrieval import span_start_vectors
 from minitorch_nlp.testing import EquationMismatch, TaskNotDone, check_equation, specs
 from minitorch_nlp.testing.check import load_candidate
 from minitorch_nlp.testing.course import format_grades, grade, new_workspace, parse_sections
@@ -94,14 +96,23 @@ ROOT = Path(__file__).resolve().parent.parent
     pytest.param(61, marks=[pytest.mark.eq(61), pytest.mark.sec6]),
     pytest.param(62, marks=[pytest.mark.eq(62), pytest.mark.sec7]),
     pytest.param(63, marks=[pytest.mark.eq(63), pytest.mark.sec7]),
+    pytest.param(64, marks=[pytest.mark.eq(64), pytest.mark.sec7]),
+    pytest.param(65, marks=[pytest.mark.eq(65), pytest.mark.sec7]),
     pytest.param(66, marks=[pytest.mark.eq(66), pytest.mark.sec7]),
+    pytest.param(67, marks=[pytest.mark.eq(67), pytest.mark.sec7]),
+    pytest.param(68, marks=[pytest.mark.eq(68), pytest.mark.sec7]),
     pytest.param(69, marks=[pytest.mark.eq(69), pytest.mark.sec7]),
     pytest.param(70, marks=[pytest.mark.eq(70), pytest.mark.sec7]),
     pytest.param(71, marks=[pytest.mark.eq(71), pytest.mark.sec7]),
     pytest.param(72, marks=[pytest.mark.eq(72), pytest.mark.sec7]),
     pytest.param(73, marks=[pytest.mark.eq(73), pytest.mark.sec7]),
+    pytest.param(74, marks=[pytest.mark.eq(74), pytest.mark.sec7]),
+    pytest.param(75, marks=[pytest.mark.eq(75), pytest.mark.sec7]),
     pytest.param(76, marks=[pytest.mark.eq(76), pytest.mark.sec7]),
+    pytest.param(77, marks=[pytest.mark.eq(77), pytest.mark.sec7]),
     pytest.param(78, marks=[pytest.mark.eq(78), pytest.mark.sec7]),
+    pytest.param(79, marks=[pytest.mark.eq(79), pytest.mark.sec7]),
+    pytest.param(80, marks=[pytest.mark.eq(80), pytest.mark.sec7]),
     pytest.param(81, marks=[pytest.mark.eq(81), pytest.mark.sec7]),
     pytest.param(82, marks=[pytest.mark.eq(82), pytest.mark.sec7]),
     pytest.param(83, marks=[pytest.mark.eq(83), pytest.mark.sec7]),
@@ -248,6 +259,36 @@ def test_states_concatenated_backward_first_fail_on_the_values():
 
     with pytest.raises(EquationMismatch, match="value: "):
         check_equation(16, backward_first, max_examples=20)
+
+
+@pytest.mark.eq(68)
+@pytest.mark.sec7
+def test_an_end_vector_taken_at_the_start_fails():
+    def at_the_start(hidden, *, starts, ends):
+        return span_start_vectors(hidden, starts=starts, ends=ends)
+
+    with pytest.raises(EquationMismatch, match="differs from the reference span_end_vectors"):
+        check_equation(68, at_the_start)
+
+
+@pytest.mark.eq(75)
+@pytest.mark.sec7
+def test_a_pair_joined_without_the_middle_separator_fails():
+    def one_separator(*, first_ids, second_ids, cls_id, sep_id):
+        return join_bert([*first_ids, *second_ids], cls_id=cls_id, sep_id=sep_id)
+
+    with pytest.raises(EquationMismatch, match=r"value\[0\]: "):
+        check_equation(75, one_separator)
+
+
+@pytest.mark.eq(64)
+@pytest.mark.sec7
+def test_a_question_vector_from_the_mean_token_instead_of_cls_fails():
+    def mean_pooled(hidden, W, b):
+        return mt.functional.linear(hidden.mean(axis=1), W, b)
+
+    with pytest.raises(EquationMismatch, match="differs from the reference cls_projection"):
+        check_equation(64, mean_pooled)
 
 
 @pytest.mark.eq(27)

@@ -1,16 +1,26 @@
-"""Specs of section VII's function-level equations: GoldEn's query generator (eq 62) and context
-concatenation (eq 63), ORQA's retrieval score (eq 66), span score (eq 69, the reader's MLP run
-with the candidate's weights), ICT distribution (eq 70) and answer derivations (eq 71), REALM's
-retrieval distribution (eq 72), marginal (eq 73), masked-LM likelihood (eq 76) and span answer
-probability (eq 78), RAG-Sequence and RAG-Token (eq 81-82), DPR's retriever (eq 83) and loss
-(eq 84)."""
+"""Specs of section VII's equations: GoldEn's query generator (eq 62) and context concatenation
+(eq 63), ORQA's question and block encoders (eq 64-65, the [CLS] row of BERT's output and its
+projection), retrieval score (eq 66), the reader's start and end vectors (eq 67-68) and span
+score (eq 69, the reader's MLP run with the candidate's weights), ICT distribution (eq 70) and
+answer derivations (eq 71), REALM's retrieval distribution (eq 72), marginal (eq 73), BERT
+joins (eq 74-75, on token ids), masked-LM likelihood (eq 76) and masked-token probability
+(eq 77), span answer probability (eq 78) and start and end vectors (eq 79-80), RAG-Sequence and
+RAG-Token (eq 81-82), DPR's retriever (eq 83) and loss (eq 84).
+
+Where the survey's equation applies a whole BERT, the spec takes BERT's output (its last hidden
+states) as the differentiable input and checks the part the equation defines: the library's
+module runs with BERT's output replaced by the given states (a forward hook)."""
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
 
+from minitorch_nlp import functional as F
 from minitorch_nlp import nn
+from minitorch_nlp.models.dpr import DPRConfig, DPREncoder
+from minitorch_nlp.nn.outputs import ModelOutput
 from minitorch_nlp.retrieval.orqa import SpanScorer
+from minitorch_nlp.retrieval.realm import masked_lm_log_likelihood
 
 from .. import strategies as S
 from ..reference import retrieval as reference
@@ -127,6 +137,111 @@ def _span_answer_cases(draw):
     return case
 
 
+def cls_projection(hidden, W, b):
+    """W BERT(x)[CLS] + b (eq 64-65): ``hidden`` (batch, time, H) BERT's last hidden states
+    (row 0 is [CLS]), ``W`` (d, H) and ``b`` (d,) the projection. Returns (batch, d).
+
+    The library's :class:`~minitorch_nlp.models.dpr.DPREncoder` (``projection_dim=d``) run with
+    this projection, its BERT's output replaced by ``hidden``."""
+    batch, time, width = hidden.shape
+    encoder = DPREncoder(DPRConfig.tiny(2, hidden_size=width, num_hidden_layers=1,
+                                        num_attention_heads=1, intermediate_size=1,
+                                        projection_dim=W.shape[0]))
+    handle = encoder.bert_model.register_forward_hook(
+        lambda module, args, output: ModelOutput(last_hidden_state=hidden))
+    try:
+        with nn.replaced_tensors(encoder, {"encode_proj.weight": W, "encode_proj.bias": b}):
+            return encoder(np.zeros((batch, time), dtype=np.int64)).pooler_output
+    finally:
+        handle.remove()
+
+
+@st.composite
+def _cls_cases(draw):
+    batch, time, width, d = (draw(st.integers(1, 3)) for _ in range(4))
+    return {"hidden": draw(S.arrays((batch, time, width))), "W": draw(S.arrays((d, width))),
+            "b": draw(S.arrays((d,)))}
+
+
+def _span_vectors(hidden, starts, ends):
+    """[h_start; h_end] (rows, spans, 2H): what the library's SpanScorer feeds its MLP."""
+    scorer = SpanScorer(hidden.shape[2])
+    fed = []
+    handle = scorer.hidden.register_forward_pre_hook(lambda module, args: fed.append(args[0]))
+    try:
+        scorer(hidden, starts, ends)
+    finally:
+        handle.remove()
+    return fed[0]
+
+
+def span_start_vectors(hidden, *, starts, ends):
+    """h_start = hidden[START(s)] (eq 67, 79): ``hidden`` (rows, time, H) BERT's token vectors,
+    ``starts``, ``ends`` int (rows, spans) positions. Returns (rows, spans, H): the first half
+    of what the library's :class:`~minitorch_nlp.retrieval.SpanScorer` feeds its MLP."""
+    return _span_vectors(hidden, starts, ends)[..., :hidden.shape[2]]
+
+
+def span_end_vectors(hidden, *, starts, ends):
+    """h_end = hidden[END(s)] (eq 68, 80): as :func:`span_start_vectors`, the second half."""
+    return _span_vectors(hidden, starts, ends)[..., hidden.shape[2]:]
+
+
+@st.composite
+def _span_vector_cases(draw):
+    case = draw(_span_read_cases())
+    return {name: case[name] for name in ("hidden", "starts", "ends")}
+
+
+def masked_token_log_probs(hidden, word_embeddings, *, labels):
+    """log p(y_j | z, x), p(y_j | z, x) proportional to exp(w_{y_j}^T h_j) (eq 77):
+    ``hidden`` (rows, time, H) BERT's output vectors, ``word_embeddings`` (vocab, H), ``labels``
+    int (rows, time), y_j at the masked positions and -100 elsewhere. Returns (rows, time), 0
+    at the positions not masked.
+
+    The scores are ``F.linear`` of the vectors with the word embeddings; the library's
+    :func:`~minitorch_nlp.retrieval.realm.masked_lm_log_likelihood` is run on each position
+    alone (eq 76's product over one masked token)."""
+    rows, time, _ = hidden.shape
+    logits = F.linear(hidden, word_embeddings).reshape(rows * time, 1, word_embeddings.shape[0])
+    return masked_lm_log_likelihood(logits, labels=labels.reshape(rows * time, 1)) \
+        .reshape(rows, time)
+
+
+@st.composite
+def _masked_token_cases(draw):
+    case = draw(_masked_lm_cases())
+    rows, time, vocab = case.pop("logits").shape
+    width = draw(st.integers(1, 3))
+    case.update(hidden=draw(S.arrays((rows, time, width))),
+                word_embeddings=draw(S.arrays((vocab, width))))
+    return case
+
+
+_TOKEN_IDS = st.lists(st.integers(0, 20), max_size=4)
+
+
+@st.composite
+def _join_cases(draw, pair):
+    cls_id = draw(st.integers(21, 25))
+    case = {"first_ids": draw(_TOKEN_IDS), "cls_id": cls_id,
+            "sep_id": draw(st.integers(21, 25).filter(lambda v: v != cls_id))}
+    if pair:
+        case["second_ids"] = draw(_TOKEN_IDS)
+    return case
+
+
+_CLS_ARGS = (("W", "float64 (d, H): the projection (d = 128 in ORQA)"), ("b", "float64 (d,)"))
+_SPAN_ARGS = (("hidden", "float64 (rows, time, H): BERT's token vectors of the joined question "
+                         "and block"),
+              ("starts", "int (rows, spans): START(s), token positions"),
+              ("ends", "int (rows, spans): END(s), token positions"))
+_SPAN_NOTE = ("The survey's BERT_R(q, b) is given: ``hidden`` is its output, and the spec checks "
+              "the row taken at each span's {}. The library's side is SpanScorer's input to its "
+              "MLP (eq 69), captured by a forward pre-hook.")
+_JOIN_NOTE = ("Token ids, so values only. The library also returns BERT's token types (segment "
+              "0, then 1 after the first [SEP]), which the reader and REALM's MLM feed to BERT.")
+
 _RAG_ARGS = (("doc_log_probs", "float64 (batch, k): log p_eta(z | x) of the top-k passages"),
              ("token_log_probs", "float64 (batch, k, T): log p_theta(y_i | x, z, y_<i)"),
              ("target_mask", "bool (batch, T): False on padded target positions"))
@@ -160,6 +275,27 @@ SPECS = (
          "minitorch_nlp.retrieval.golden:extend_context",
          "C_{k+1} = C_k concat IR_n(q_k) with the context held as vectors; golden_retrieve does "
          "the same with passage texts."),
+    Spec(64, "cls_projection",
+         (("hidden", "float64 (batch, time, H): BERT_Q(q), the question encoder's last hidden "
+                     "states, [CLS] first"), *_CLS_ARGS),
+         "float64 (batch, d): h_q = W_q BERT_Q(q)[CLS] (+ b)",
+         ("hidden", "W", "b"),
+         _cls_cases,
+         reference.eq64_cls_projection,
+         "minitorch_nlp.testing.equation_specs.retrieval:cls_projection",
+         "Lee et al. (2019, section 3.1). BERT_Q is given (its output is the argument); the spec "
+         "checks the [CLS] row and its projection, with the bias the library's Linear adds. The "
+         "library's side is DPREncoder(projection_dim=d) with BERT's output replaced."),
+    Spec(65, "cls_projection",
+         (("hidden", "float64 (batch, time, H): BERT_B(b), the block encoder's last hidden "
+                     "states, [CLS] first"), *_CLS_ARGS),
+         "float64 (batch, d): h_b = W_b BERT_B(b)[CLS] (+ b)",
+         ("hidden", "W", "b"),
+         _cls_cases,
+         reference.eq64_cls_projection,
+         "minitorch_nlp.testing.equation_specs.retrieval:cls_projection",
+         "The same maths as eq 64 with the block encoder's own BERT and projection (ORQA's "
+         "retriever has two DPREncoders)."),
     Spec(66, "retrieval_scores",
          (("query_vectors", "float64 (batch, d): h_q, one row per question"),
           ("block_vectors", "float64 (batch, k, d): h_b of each question's k blocks")),
@@ -168,6 +304,20 @@ SPECS = (
          _retrieval_score_cases,
          reference.eq66_retrieval_score,
          "minitorch_nlp.retrieval.dpr:retrieval_scores"),
+    Spec(67, "span_start_vectors", _SPAN_ARGS,
+         "float64 (rows, spans, H): h_start = BERT_R(q, b)[START(s)]",
+         ("hidden",),
+         _span_vector_cases,
+         reference.eq67_span_start,
+         "minitorch_nlp.testing.equation_specs.retrieval:span_start_vectors",
+         _SPAN_NOTE.format("first token")),
+    Spec(68, "span_end_vectors", _SPAN_ARGS,
+         "float64 (rows, spans, H): h_end = BERT_R(q, b)[END(s)]",
+         ("hidden",),
+         _span_vector_cases,
+         reference.eq68_span_end,
+         "minitorch_nlp.testing.equation_specs.retrieval:span_end_vectors",
+         _SPAN_NOTE.format("last token")),
     Spec(69, "span_read_scores",
          (("hidden", "float64 (rows, time, H): BERT_R's token vectors"),
           ("W1", "float64 (H, 2H): the MLP's hidden layer"), ("b1", "float64 (H,)"),
@@ -223,6 +373,26 @@ SPECS = (
          lambda: _marginal_cases(False),
          reference.eq73_realm_marginal,
          "minitorch_nlp.retrieval.rag:marginal_log_likelihood"),
+    Spec(74, "join_bert",
+         (("first_ids", "list of int: x's token ids (maybe empty)"),
+          ("cls_id", "int: the id of [CLS]"), ("sep_id", "int: the id of [SEP]")),
+         "(input_ids, token_type_ids): [CLS] x [SEP] and its token types (all 0)",
+         (),
+         lambda: _join_cases(False),
+         reference.eq74_join_single,
+         "minitorch_nlp.retrieval.realm:join_bert",
+         _JOIN_NOTE),
+    Spec(75, "join_bert",
+         (("first_ids", "list of int: x1's token ids (maybe empty)"),
+          ("second_ids", "list of int: x2's token ids (maybe empty)"),
+          ("cls_id", "int: the id of [CLS]"), ("sep_id", "int: the id of [SEP]")),
+         "(input_ids, token_type_ids): [CLS] x1 [SEP] x2 [SEP] and its token types (0 through "
+         "the first [SEP], 1 after)",
+         (),
+         lambda: _join_cases(True),
+         reference.eq75_join_pair,
+         "minitorch_nlp.retrieval.realm:join_bert",
+         _JOIN_NOTE),
     Spec(76, "masked_lm_log_likelihood",
          (("logits", "float64 (rows, time, vocab): w^T BERT_MASK(j)(join(x, z_body)) for every "
                      "word w (eq 77)"),
@@ -233,6 +403,22 @@ SPECS = (
          _masked_lm_cases,
          reference.eq76_realm_mlm,
          "minitorch_nlp.retrieval.realm:masked_lm_log_likelihood"),
+    Spec(77, "masked_token_log_probs",
+         (("hidden", "float64 (rows, time, H): BERT's output vectors of join_BERT(x, z_body)"),
+          ("word_embeddings", "float64 (vocab, H): w, one row per word"),
+          ("labels", "int (rows, time): y_j at the masked positions, -100 elsewhere")),
+         "float64 (rows, time): log p(y_j | z, x) at the masked positions, p(y_j | z, x) the "
+         "softmax over the vocabulary of w^T BERT_MASK(j); 0 elsewhere",
+         ("hidden", "word_embeddings"),
+         _masked_token_cases,
+         reference.eq77_masked_token,
+         "minitorch_nlp.testing.equation_specs.retrieval:masked_token_log_probs",
+         "Guu et al. (2020, section 3.2). BERT is given (``hidden`` is its output at each "
+         "position); the spec checks the masked positions' scores against the word embeddings "
+         "and their normalisation. The library's BertForMaskedLM applies a transform (dense, "
+         "GELU, LayerNorm) before these scores and adds a bias to them; ``hidden`` stands for "
+         "the transform's output. "
+         "The sum over time of this output is eq 76."),
     Spec(78, "span_answer_log_probs",
          (("reader_scores", "float64 (batch, k, spans): MLP([h_START(S); h_END(S)]) of each "
                             "span of each document (eq 79-80)"),
@@ -245,6 +431,21 @@ SPECS = (
          reference.eq78_realm_span,
          "minitorch_nlp.retrieval.realm:span_answer_log_probs",
          "A document without the answer has p(y | z, x) = 0: the library returns -inf there."),
+    Spec(79, "span_start_vectors", _SPAN_ARGS,
+         "float64 (rows, spans, H): h_START(S) = BERT_START(S)(join_BERT(x, z_body))",
+         ("hidden",),
+         _span_vector_cases,
+         reference.eq67_span_start,
+         "minitorch_nlp.testing.equation_specs.retrieval:span_start_vectors",
+         "REALM's reader (Guu et al. 2020, section 3.4) is ORQA's (eq 67): "
+         + _SPAN_NOTE.format("first token")),
+    Spec(80, "span_end_vectors", _SPAN_ARGS,
+         "float64 (rows, spans, H): h_END(S) = BERT_END(S)(join_BERT(x, z_body))",
+         ("hidden",),
+         _span_vector_cases,
+         reference.eq68_span_end,
+         "minitorch_nlp.testing.equation_specs.retrieval:span_end_vectors",
+         "REALM's reader is ORQA's (eq 68): " + _SPAN_NOTE.format("last token")),
     Spec(81, "rag_sequence_log_likelihood", _RAG_ARGS,
          "float64 (batch,): log sum_z p_eta(z | x) prod_i p_theta(y_i | x, z, y_<i), the "
          "product over the real positions",

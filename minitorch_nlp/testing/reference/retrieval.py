@@ -199,3 +199,59 @@ def eq78_realm_span(reader_scores, span_mask, answer_mask):
             docs.append(_log_of_sum_of_exps(correct) - _log_of_sum_of_exps(every))
         rows.append(anp.stack(docs))
     return anp.stack(rows)
+
+
+def eq64_cls_projection(hidden, W, b):
+    """W BERT(x)[CLS] + b: the first token's vector of each row, projected one output
+    coordinate at a time: (batch, d). ORQA's question (eq 64) and block (eq 65) encoders."""
+    return anp.stack([anp.stack([_inner(W[o], hidden[r, 0]) + b[o] for o in range(W.shape[0])])
+                      for r in range(hidden.shape[0])])
+
+
+def _span_boundary(hidden, positions):
+    return anp.stack([anp.stack([hidden[r, p] for p in positions[r]])
+                      for r in range(hidden.shape[0])])
+
+
+def eq67_span_start(hidden, starts, ends):
+    """h_start = BERT_R(q, b)[START(s)], the token vector at each span's first position:
+    (rows, spans, H); ``ends`` plays no part."""
+    return _span_boundary(hidden, starts)
+
+
+def eq68_span_end(hidden, starts, ends):
+    """h_end = BERT_R(q, b)[END(s)], the token vector at each span's last position:
+    (rows, spans, H); ``starts`` plays no part."""
+    return _span_boundary(hidden, ends)
+
+
+def eq74_join_single(first_ids, cls_id, sep_id):
+    """join_BERT(x) = [CLS] x [SEP]: the ids, and the token types (segment 0 throughout)."""
+    ids = anp.array([cls_id] + list(first_ids) + [sep_id])
+    return ids, anp.zeros(len(ids), dtype=int)
+
+
+def eq75_join_pair(first_ids, second_ids, cls_id, sep_id):
+    """join_BERT(x1, x2) = [CLS] x1 [SEP] x2 [SEP]: the ids, and the token types (0 up to the
+    first [SEP], 1 after it)."""
+    head, _ = eq74_join_single(first_ids, cls_id, sep_id)
+    ids = anp.array(list(head) + list(second_ids) + [sep_id])
+    types = anp.array([0 if p < len(head) else 1 for p in range(len(ids))])
+    return ids, types
+
+
+def eq77_masked_token(hidden, word_embeddings, labels):
+    """log p(y_j | z, x) at every masked position j (labels >= 0): the exponential of
+    w_{y_j}^T h_j over its sum over every word w of the vocabulary; 0 (log 1) at the other
+    positions: (rows, time)."""
+    rows = []
+    for r in range(hidden.shape[0]):
+        row = []
+        for t in range(hidden.shape[1]):
+            if labels[r, t] < 0:
+                row.append(0.0 * hidden[r, t, 0])
+                continue
+            scores = [_inner(w, hidden[r, t]) for w in word_embeddings]
+            row.append(scores[labels[r, t]] - _log_of_sum_of_exps(scores))
+        rows.append(anp.stack(row))
+    return anp.stack(rows)
