@@ -269,3 +269,12 @@ def test_bad_arguments_are_refused():
         UnigramTokenizer.train("abcd", 5)
     with pytest.raises(ValueError, match="character_coverage must lie in"):
         UnigramTokenizer.train("abcd", 50, character_coverage=0)
+
+
+def test_a_saved_file_of_another_tokenizer_is_refused(tmp_path):
+    from minitorch_nlp.data.tokenizers import CharTokenizer
+    (tmp_path / "unigram_tokenizer.json").write_text(
+        json.dumps(CharTokenizer.train("abc").state_dict()))
+    with pytest.raises(ValueError, match="unigram_tokenizer.json in .* does not hold a unigram "
+                                         "tokenizer"):
+        load_tokenizer(tmp_path)

@@ -448,6 +448,21 @@ class Tokenizer:
     def save(self, directory: str | os.PathLike) -> None:
         raise TypeError(f"{self.name} must define save(directory)")
 
+    def _save_state(self, directory: str | os.PathLike, file_name: str) -> None:
+        """Write the ``state_dict()`` as ``file_name`` (a tokenizer HuggingFace has no files
+        for)."""
+        os.makedirs(directory, exist_ok=True)
+        write_json(os.path.join(directory, file_name), self.state_dict())
+
+    @classmethod
+    def _from_state_file(cls, directory: str | os.PathLike, file_name: str) -> "Tokenizer":
+        """The tokenizer ``_save_state`` wrote."""
+        state = dict(read_json(os.path.join(os.fspath(directory), file_name)))
+        if state.pop("type", None) != cls.kind:
+            raise ValueError(f"{cls.__name__}: {file_name} in {os.fspath(directory)} does not "
+                             f"hold a {cls.kind} tokenizer")
+        return cls(**state)
+
     def _hf_config(self, tokenizer_class: str, default_template: dict) -> dict:
         """The special-token and length fields of HuggingFace's ``tokenizer_config.json``; our
         template too when it is not the one the class implies."""

@@ -43,7 +43,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .base import (PLAIN_TEMPLATE, Tokenizer, WordCache, hf_model_max_length,
-                   read_hf_special_tokens, read_json, roles_in, write_json)
+                   read_hf_special_tokens, read_json, roles_in)
 from .sentencepiece_model import SPACE_SYMBOL, Normalizer, read_sentencepiece_model
 from .training import texts_between
 
@@ -315,17 +315,12 @@ class UnigramTokenizer(Tokenizer):
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write ``unigram_tokenizer.json``: the ``state_dict()``."""
-        os.makedirs(directory, exist_ok=True)
-        write_json(os.path.join(directory, FILE_NAME), self.state_dict())
+        self._save_state(directory, FILE_NAME)
 
     @classmethod
     def from_file(cls, directory: str | os.PathLike) -> "UnigramTokenizer":
         """Read what ``save`` wrote."""
-        state = dict(read_json(os.path.join(os.fspath(directory), FILE_NAME)))
-        if state.pop("type", None) != cls.kind:
-            raise ValueError(f"{cls.__name__}: {FILE_NAME} in {os.fspath(directory)} does not "
-                             "hold a Unigram tokenizer")
-        return cls(**state)
+        return cls._from_state_file(directory, FILE_NAME)
 
     @classmethod
     def from_sentencepiece(cls, model: bytes | str | os.PathLike, **options) -> "UnigramTokenizer":
