@@ -31,6 +31,20 @@
 # (the small language) after pretraining, of German -> English (the fine-tuned pair), and of
 # French -> English and Spanish -> English (pairs never fine-tuned: the transfer claim).
 #
+# The full run (186 k parameters, 400 texts in each big language and 40 in Spanish, 1500
+# pretraining steps and 600 fine-tuning steps of 32 texts; 34 minutes on a busy 2-core machine),
+# on 100 held-out numbers, one seed:
+#
+# | pretraining | es share of pretraining | es denoising | de -> en | fr -> en | es -> en |
+# |---|---|---|---|---|---|
+# | eq 30 (alpha 0.7) | 0.061 | 0.160 | 0.980 | 0.010 | 0.010 |
+# | as the data (alpha 1) | 0.032 | 0.150 | 0.930 | 0.000 | 0.000 |
+# | none | - | - | 0.560 | 0.000 | 0.000 |
+#
+# Pretraining helps the fine-tuned pair (0.56 -> 0.93-0.98), and eq 30 doubles Spanish's share
+# of the pretraining batches. At this scale the transfer to pairs never fine-tuned does not
+# happen (at most 1 %).
+#
 # ```
 # python examples/mbart_numbers.py            # full run
 # python examples/mbart_numbers.py --smoke    # seconds: the pipeline end to end
