@@ -39,6 +39,7 @@ EXAMPLES = {
     "char_transformer_xl": (8, "VIII-B"),
     "electra_vs_bert": (9, "IX-D"),
     "t5_text_to_text": (5, None),
+    "mbart_numbers": (5, "V-C MULTILINGUAL"),
     "long_attention": (9, None),
     "reformer_memory": (9, "IX-B"),
     "distillation": (6, "VI-A DISTILLATION"),

@@ -539,7 +539,8 @@ def test_save_load_and_state_round_trips(tmp_path, trained_bpe, trained_wordpiec
 def test_load_tokenizer_says_what_it_looked_for(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(FileNotFoundError, match=r"looked for char_tokenizer.json, vocab.json \+ "
-                                                r"merges.txt, vocab.txt, tokenizer.json; found "
+                                                r"merges.txt, vocab.txt, unigram_tokenizer.json, "
+                                                r"spiece.model, tokenizer.json; found "
                                                 r"\['notes.txt'\]"):
         load_tokenizer(tmp_path)
     with pytest.raises(FileNotFoundError, match="is not a directory"):

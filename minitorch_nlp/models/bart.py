@@ -36,8 +36,9 @@ from ..nn import (Dropout, Embedding, LayerNorm, LearnedPositionalEmbedding, Mod
 from .encoder_decoder import (IGNORE_INDEX, conditional_generation_output, encode_and_decode,
                               seq2seq_output, shift_right)
 
-__all__ = ["BartConfig", "BartForConditionalGeneration", "BartModel", "BartStack",
-           "MBartConfig", "MBartForConditionalGeneration", "POSITION_OFFSET"]
+__all__ = ["BartConfig", "BartForConditionalGeneration", "BartForTranslation", "BartModel",
+           "BartStack", "MBartConfig", "MBartForConditionalGeneration", "POSITION_OFFSET",
+           "SourceEncoder"]
 
 POSITION_OFFSET = 2
 _HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}
@@ -305,6 +306,107 @@ class MBartForConditionalGeneration(BartForConditionalGeneration):
     """mBART with its output layer (HuggingFace's ``MBartForConditionalGeneration``)."""
 
     model_class = MBartModel
+
+
+# ---- the machine-translation recipe (Lewis et al., section 3.6; the survey's figure 12) ----------
+class SourceEncoder(Module):
+    """The new, randomly initialised encoder of BART's translation recipe: source-language token
+    embeddings (a vocabulary of its own), learned positions, and a small ``TransformerEncoder``.
+    Its output (batch, time, d_model) stands where BART's encoder read its token embeddings."""
+
+    def __init__(self, vocab_size, d_model, *, num_layers=1, num_heads=4, d_ff=None,
+                 max_positions=1024, pad_token_id=0, dropout=0.0):
+        super().__init__()
+        self.vocab_size = checks.positive_int(vocab_size, "vocab_size", "SourceEncoder")
+        self.embed = Embedding(vocab_size, d_model, padding_idx=pad_token_id)
+        self.positions = LearnedPositionalEmbedding(max_positions, d_model)
+        self.stack = TransformerEncoder(num_layers, d_model, num_heads, d_ff or 4 * d_model,
+                                        dropout=dropout, activation="gelu")
+
+    def forward(self, input_ids, key_mask=None):
+        return self.stack(self.positions(self.embed(input_ids)), key_mask=key_mask)\
+            .last_hidden_state
+
+
+class BartForTranslation(decoding.Seq2SeqGeneration, Module):
+    """A pretrained ``bart`` (``BartForConditionalGeneration``) with a new ``SourceEncoder`` in
+    front of its encoder, for translating a foreign language into BART's: the source encoder
+    maps foreign tokens to vectors that BART's encoder reads in place of its own token
+    embeddings (its positions, layers and everything after are BART's), so that BART can
+    "de-noise" them into its language. ``labels`` (in BART's vocabulary) give the cross-entropy
+    ``loss``; ``generate`` is BART's.
+
+    Training has two stages (``set_stage``): in stage 1 only the source encoder, BART's encoder
+    positions and the input projections (W^Q, W^K, W^V) of the self-attention of BART's first
+    encoder layer learn, everything else frozen; in stage 2 every parameter learns, for a few
+    steps. ``source_options`` go to ``SourceEncoder`` (``num_layers``, ``num_heads``, ``d_ff``,
+    ``pad_token_id``)."""
+
+    def __init__(self, bart, source_vocab_size, **source_options):
+        super().__init__()
+        if not isinstance(bart, BartForConditionalGeneration):
+            raise TypeError(f"BartForTranslation: expected a BartForConditionalGeneration, got "
+                            f"{type(bart).__name__}")
+        self.bart, self.config = bart, bart.config
+        self.source_encoder = SourceEncoder(
+            source_vocab_size, bart.config.d_model,
+            max_positions=bart.config.max_position_embeddings, **source_options)
+        self.stage = 2
+
+    @property
+    def encoder_decoder(self):
+        return self
+
+    def stage_one_parameters(self):
+        """(name, parameter) of what stage 1 trains."""
+        encoder = self.bart.model.encoder
+        attention = encoder.stack.layers[0].self_attn
+        modules = {"source_encoder": self.source_encoder,
+                   "bart.model.encoder.embed_positions": encoder.embed_positions,
+                   **{f"bart.model.encoder.stack.layers.0.self_attn.{name}":
+                      getattr(attention, name) for name in ("q_proj", "k_proj", "v_proj")}}
+        return [(f"{prefix}.{name}", parameter) for prefix, module in modules.items()
+                for name, parameter in module.named_parameters()]
+
+    def set_stage(self, stage):
+        """Stage 1: only ``stage_one_parameters`` require gradients; stage 2: all. Returns the
+        parameters that now learn (for the optimizer)."""
+        if stage not in (1, 2):
+            raise ValueError(f"BartForTranslation.set_stage: stage must be 1 (the new encoder, "
+                             f"BART's encoder positions and first self-attention input "
+                             f"projection) or 2 (everything), got {stage!r}")
+        self.stage = stage
+        self.requires_grad_(stage == 2)
+        if stage == 1:
+            for _, parameter in self.stage_one_parameters():
+                parameter.requires_grad_(True)
+        return [parameter for parameter in self.parameters() if parameter.requires_grad]
+
+    def encode(self, input_ids, attention_mask=None, output_hidden_states=False,
+               output_attentions=False):
+        """BART's encoder over the source encoder's output for ``input_ids`` (source
+        vocabulary)."""
+        ids = checks.token_ids(input_ids, self.source_encoder.vocab_size, "BartForTranslation")
+        mask = checks.attention_mask(attention_mask, ids.shape, "BartForTranslation")
+        return self.bart.model.encoder(self.source_encoder(ids, mask), key_mask=mask,
+                                       output_hidden_states=output_hidden_states,
+                                       output_attentions=output_attentions)
+
+    def decode(self, *args, **kwargs):
+        """BART's decoder (``BartModel.decode``)."""
+        return self.bart.model.decode(*args, **kwargs)
+
+    def new_cache(self):
+        return self.bart.model.new_cache()
+
+    def logits(self, hidden):
+        return self.bart.logits(hidden)
+
+    def forward(self, input_ids, attention_mask=None, decoder_input_ids=None,
+                decoder_attention_mask=None, labels=None):
+        return self.bart(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                         decoder_attention_mask=decoder_attention_mask, labels=labels,
+                         encoder_outputs=self.encode(input_ids, attention_mask))
 
 
 # ---- HuggingFace checkpoints ---------------------------------------------------------------------

@@ -507,32 +507,43 @@ def _span_corruption_batcher(tokenizer, mask_prob):
     return make_batch
 
 
+def _sentinel_ids(model, tokenizer):
+    """The id of each ``<extra_id_k>``, k = 0, 1 ...: the tokenizer's own sentinel tokens when
+    it has them (a HuggingFace T5 tokenizer), else the model's ids after the tokenizer's,
+    <extra_id_0> the last (as ``train t5`` lays them out)."""
+    ids = []
+    while f"<extra_id_{len(ids)}>" in tokenizer.vocab:
+        ids.append(tokenizer.vocab[f"<extra_id_{len(ids)}>"])
+    return ids or list(range(model.config.vocab_size - 1, len(tokenizer) - 1, -1))
+
+
 def _fill_spans(model, tokenizer, prompt, **options):
     """The prompt with each ``<extra_id_k>`` replaced by the span the model writes for it
     (greedy); a prompt without one gets <extra_id_0> at its end, so that the model continues
     it."""
-    vocab_size, sentinel_ids = model.config.vocab_size, model.config.vocab_size - len(tokenizer)
+    sentinel_ids = _sentinel_ids(model, tokenizer)
+    sentinel_of = {index: k for k, index in enumerate(sentinel_ids)}
     if not _SENTINEL.search(prompt):
         prompt += "<extra_id_0>"
     pieces, ids = _SENTINEL.split(prompt), []
     for i, piece in enumerate(pieces):
         if i % 2 == 0:
             ids += tokenizer.encode(piece, add_special_tokens=False)
-        elif not 0 <= int(piece) < sentinel_ids:
+        elif not 0 <= int(piece) < len(sentinel_ids):
             raise ValueError(f"generate: <extra_id_{piece}> is not one of this model's "
-                             f"{sentinel_ids} sentinels (<extra_id_0> .. "
-                             f"<extra_id_{sentinel_ids - 1}>)")
+                             f"{len(sentinel_ids)} sentinels (<extra_id_0> .. "
+                             f"<extra_id_{len(sentinel_ids) - 1}>)")
         else:
-            ids.append(vocab_size - 1 - int(piece))
+            ids.append(sentinel_ids[int(piece)])
     ids.append(tokenizer.eos_token_id)
     out = model.generate(np.asarray([ids]), max_new_tokens=options.get("max_new_tokens", 64))
     spans, current = {}, None
     for token in out[0, 1:].tolist():
         if token == tokenizer.eos_token_id:
             break
-        if token >= len(tokenizer):
-            current = spans.setdefault(vocab_size - 1 - token, [])
-        elif current is not None:
+        if token in sentinel_of:
+            current = spans.setdefault(sentinel_of[token], [])
+        elif current is not None and token < len(tokenizer):
             current.append(token)
     return "".join(tokenizer.decode(spans.get(int(piece), []), skip_special_tokens=True)
                    if i % 2 else piece for i, piece in enumerate(pieces))

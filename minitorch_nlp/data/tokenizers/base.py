@@ -193,8 +193,13 @@ class Tokenizer:
         """The tokens of ``text``: special tokens found in it are kept whole, the text between
         them goes through the tokenizer's algorithm (less the whitespace that an ``lstrip`` /
         ``rstrip`` token next to it takes)."""
+        return self._tokenize_around_specials(text, self._tokenize, "tokenize")
+
+    def _tokenize_around_specials(self, text: str, algorithm, where: str) -> list[str]:
+        """``tokenize`` with ``algorithm`` in place of ``_tokenize`` (a Unigram tokenizer's
+        sampled segmentation uses it)."""
         if not isinstance(text, str):
-            raise TypeError(f"{self.name}.tokenize: expected a str, got {type(text).__name__}")
+            raise TypeError(f"{self.name}.{where}: expected a str, got {type(text).__name__}")
         pieces = self._special_split.split(text) if self._special_split else [text]
         tokens = []
         for index, piece in enumerate(pieces):  # re.split puts the specials at odd indices
@@ -206,7 +211,7 @@ class Tokenizer:
             if index + 1 < len(pieces) and pieces[index + 1] in self.lstrip_tokens:
                 piece = piece.rstrip()
             if piece:
-                tokens.extend(self._tokenize(piece))
+                tokens.extend(algorithm(piece))
         return tokens
 
     def _tokenize(self, text: str) -> list[str]:
@@ -442,6 +447,21 @@ class Tokenizer:
 
     def save(self, directory: str | os.PathLike) -> None:
         raise TypeError(f"{self.name} must define save(directory)")
+
+    def _save_state(self, directory: str | os.PathLike, file_name: str) -> None:
+        """Write the ``state_dict()`` as ``file_name`` (a tokenizer HuggingFace has no files
+        for)."""
+        os.makedirs(directory, exist_ok=True)
+        write_json(os.path.join(directory, file_name), self.state_dict())
+
+    @classmethod
+    def _from_state_file(cls, directory: str | os.PathLike, file_name: str) -> "Tokenizer":
+        """The tokenizer ``_save_state`` wrote."""
+        state = dict(read_json(os.path.join(os.fspath(directory), file_name)))
+        if state.pop("type", None) != cls.kind:
+            raise ValueError(f"{cls.__name__}: {file_name} in {os.fspath(directory)} does not "
+                             f"hold a {cls.kind} tokenizer")
+        return cls(**state)
 
     def _hf_config(self, tokenizer_class: str, default_template: dict) -> dict:
         """The special-token and length fields of HuggingFace's ``tokenizer_config.json``; our

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from .base import Tokenizer, read_json, write_json
+from .base import Tokenizer
 from .training import texts_between
 
 CHAR_SPECIALS = {"pad": "<pad>", "unk": "<unk>", "bos": "<bos>", "eos": "<eos>"}
@@ -48,13 +48,8 @@ class CharTokenizer(Tokenizer):
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write ``char_tokenizer.json``: the ``state_dict()``."""
-        os.makedirs(directory, exist_ok=True)
-        write_json(os.path.join(directory, FILE_NAME), self.state_dict())
+        self._save_state(directory, FILE_NAME)
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike) -> "CharTokenizer":
-        state = dict(read_json(os.path.join(os.fspath(directory), FILE_NAME)))
-        if state.pop("type", None) != cls.kind:
-            raise ValueError(f"CharTokenizer: {FILE_NAME} in {os.fspath(directory)} does not hold "
-                             "a character tokenizer")
-        return cls(**state)
+        return cls._from_state_file(directory, FILE_NAME)

@@ -15,10 +15,11 @@ from .base import (Tokenizer, hf_model_max_length, read_hf_special_tokens, read_
                    tokens_by_id)
 from .bpe import STYLES, ByteLevelBPETokenizer, roberta_template
 from .char import FILE_NAME as CHAR_FILE_NAME, CharTokenizer
+from .unigram import FILE_NAME as UNIGRAM_FILE_NAME, UnigramTokenizer
 from .wordpiece import BERT_SPECIALS, WordPieceTokenizer, bert_template
 
 TOKENIZER_TYPES = {cls.kind: cls for cls in (CharTokenizer, WordPieceTokenizer,
-                                             ByteLevelBPETokenizer)}
+                                             ByteLevelBPETokenizer, UnigramTokenizer)}
 
 
 def tokenizer_from_state(state: dict) -> Tokenizer:
@@ -93,6 +94,8 @@ def _from_tokenizer_json(directory: str) -> Tokenizer:
 DIRECTORY_LAYOUTS = (((CHAR_FILE_NAME,), CharTokenizer.from_pretrained),
                      (("vocab.json", "merges.txt"), ByteLevelBPETokenizer.from_pretrained),
                      (("vocab.txt",), WordPieceTokenizer.from_pretrained),
+                     ((UNIGRAM_FILE_NAME,), UnigramTokenizer.from_file),
+                     (("spiece.model",), UnigramTokenizer.from_pretrained),
                      (("tokenizer.json",), _from_tokenizer_json))
 
 
@@ -101,7 +104,8 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     -> :class:`CharTokenizer`; ``vocab.json`` + ``merges.txt`` -> :class:`ByteLevelBPETokenizer`
     (GPT-2's template, or RoBERTa's when ``tokenizer_config.json`` names a Roberta tokenizer);
     ``vocab.txt`` -> :class:`WordPieceTokenizer` (lower-casing and accents as
-    ``tokenizer_config.json`` says); otherwise ``tokenizer.json``."""
+    ``tokenizer_config.json`` says); ``unigram_tokenizer.json`` or a T5 ``spiece.model`` ->
+    :class:`UnigramTokenizer`; otherwise ``tokenizer.json``."""
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"load_tokenizer: {directory!r} is not a directory")
