@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp.data import knowledge_base
 from minitorch_nlp.data.tokenizers import WordPieceTokenizer
 from minitorch_nlp.models.bert import BertConfig, BertForQuestionAnswering
 from minitorch_nlp.retrieval import BM25
@@ -17,13 +16,9 @@ from minitorch_nlp.retrieval.golden import (QueryGenerator, extend_context, gold
                                             oracle_query, query_span_log_likelihood)
 from minitorch_nlp.testing import EquationMismatch, check_equation
 from tests.model_checks import overfit
+from tests.retrieval_checks import kb  # noqa: F401
 
 pytestmark = pytest.mark.sec7
-
-
-@pytest.fixture(scope="module")
-def kb():
-    return knowledge_base(n_people=4, n_cities=2, seed=2)
 
 
 def oracle_examples(kb, bm25):

@@ -10,39 +10,17 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp.data import knowledge_base
-from minitorch_nlp.data.tokenizers import WordPieceTokenizer
-from minitorch_nlp.models.bert import BertConfig
-from minitorch_nlp.models.dpr import DPRConfig, DPRContextEncoder, DPRQuestionEncoder
-from minitorch_nlp.retrieval import (ORQA, DenseIndex, DenseRetriever, SpanReader, SpanScorer,
+from minitorch_nlp.retrieval import (ORQA, DenseIndex, SpanReader, SpanScorer,
                                      answer_derivation_log_likelihood, inverse_cloze_task,
                                      retrieval_scores, split_sentences)
 from tests.model_checks import overfit
+from tests.retrieval_checks import kb, make_retriever, reader_config, tokenizer  # noqa: F401
 
 pytestmark = pytest.mark.sec7
 
 
-@pytest.fixture(scope="module")
-def kb():
-    return knowledge_base(n_people=4, n_cities=2, seed=2)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(kb):
-    return WordPieceTokenizer.train(kb.texts + [q.text for q in kb.questions], 200)
-
-
-def make_retriever(tokenizer, seed=0):
-    mt.manual_seed(seed)
-    config = DPRConfig.tiny(len(tokenizer), projection_dim=128, initializer_range=0.2)
-    return DenseRetriever(DPRQuestionEncoder(config), DPRContextEncoder(config), tokenizer)
-
-
 def make_reader(tokenizer):
-    return SpanReader(BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, initializer_range=0.2))
+    return SpanReader(reader_config(tokenizer))
 
 
 @pytest.mark.eq(70)

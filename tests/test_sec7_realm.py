@@ -10,37 +10,20 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp.data import knowledge_base
-from minitorch_nlp.data.tokenizers import WordPieceTokenizer
-from minitorch_nlp.models.bert import BertConfig, BertForMaskedLM
-from minitorch_nlp.models.dpr import DPRConfig, DPRContextEncoder, DPRQuestionEncoder
-from minitorch_nlp.retrieval import (REALM, DenseIndex, DenseRetriever, IndexRefresher,
+from minitorch_nlp.models.bert import BertForMaskedLM
+from minitorch_nlp.retrieval import (REALM, DenseIndex, IndexRefresher,
                                      SpanReader, join_bert, marginal_log_likelihood,
                                      masked_lm_log_likelihood, salient_span_masking,
                                      salient_spans, span_answer_log_probs)
 from tests.model_checks import overfit
+from tests.retrieval_checks import kb, make_retriever, reader_config, tokenizer  # noqa: F401
 
 pytestmark = pytest.mark.sec7
 
 
-@pytest.fixture(scope="module")
-def kb():
-    return knowledge_base(n_people=4, n_cities=2, seed=2)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(kb):
-    return WordPieceTokenizer.train(kb.texts + [q.text for q in kb.questions], 200)
-
-
 def make_realm(kb, tokenizer, k=2):
-    mt.manual_seed(0)
-    config = DPRConfig.tiny(len(tokenizer), projection_dim=128, initializer_range=0.2)
-    retriever = DenseRetriever(DPRQuestionEncoder(config), DPRContextEncoder(config), tokenizer)
-    bert = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
-                      num_attention_heads=4, intermediate_size=64, max_position_embeddings=128,
-                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                      initializer_range=0.2)
+    retriever = make_retriever(tokenizer)
+    bert = reader_config(tokenizer)
     return REALM(retriever, retriever.index_passages(kb.texts), kb.texts, tokenizer,
                  mlm=BertForMaskedLM(bert), reader=SpanReader(bert), k=k, max_length=64,
                  max_span_length=4)
