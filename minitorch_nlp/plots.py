@@ -102,8 +102,8 @@ def save(fig, path, dpi=120):
 
 
 def log_log_slope(by_x, key):
-    """The least-squares slope of log(by_x[x][key]) against log(x): how a cost grows with x
-    (2 quadratic, 1 linear, 0 flat)."""
+    """The least-squares slope of ``log(by_x[x][key])`` against ``log(x)``: how a cost grows
+    with x (2 quadratic, 1 linear, 0 flat)."""
     xs = sorted(by_x)
     return float(np.polyfit(np.log(xs), np.log([by_x[x][key] for x in xs]), 1)[0])
 
