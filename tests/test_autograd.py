@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -245,6 +246,31 @@ def test_grad_mode_is_restored_after_an_exception():
         with mt.no_grad():
             1 / 0
     assert mt.is_grad_enabled()
+
+
+def test_grad_mode_belongs_to_the_thread():
+    """A no_grad block in another thread (a background index refresh) leaves this thread's
+    recording on, and a new thread starts with recording on whatever this thread's mode is."""
+    inside, started_under_no_grad = threading.Event(), []
+    release = threading.Event()
+    x = f64([1.0], requires_grad=True)
+
+    def background():
+        with mt.no_grad():
+            inside.set()
+            release.wait(5)
+
+    worker = threading.Thread(target=background)
+    worker.start()
+    inside.wait(5)
+    assert mt.is_grad_enabled() and (x * 2).requires_grad
+    release.set()
+    worker.join()
+    with mt.no_grad():
+        fresh = threading.Thread(target=lambda: started_under_no_grad.append(mt.is_grad_enabled()))
+        fresh.start()
+        fresh.join()
+    assert started_under_no_grad == [True]
 
 
 def test_detach_shares_data_but_not_the_graph():

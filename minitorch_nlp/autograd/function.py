@@ -267,7 +267,7 @@ class Function:
         ctx = Context()
         ctx.backend = backend
         ctx._inputs = inputs
-        if record and grad_mode._enabled and cls.differentiable:
+        if record and grad_mode._mode.enabled and cls.differentiable:
             ctx.needs_input_grad = needs = [isinstance(x, Tensor) and x.requires_grad
                                             for x in inputs]
         else:

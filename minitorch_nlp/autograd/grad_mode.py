@@ -1,31 +1,40 @@
-"""Whether operations record a graph: ``no_grad()`` / ``enable_grad()`` (context managers and decorators)."""
+"""Whether operations record a graph: ``no_grad()`` / ``enable_grad()`` (context managers and
+decorators).
+
+The mode belongs to the thread, as in PyTorch: a ``no_grad`` block in a background thread (an
+index refresh encoding passages while training goes on) does not stop the training thread from
+recording its graph. A new thread starts with recording on.
+"""
 from __future__ import annotations
 
 import functools
+import threading
 
-_enabled = True
+
+class _ThreadMode(threading.local):
+    enabled = True
+
+
+_mode = _ThreadMode()
 
 
 def is_grad_enabled() -> bool:
-    return _enabled
+    return _mode.enabled
 
 
 def set_grad_enabled(mode: bool) -> None:
-    global _enabled
-    _enabled = bool(mode)
+    _mode.enabled = bool(mode)
 
 
 class _GradMode:
     mode = True
 
     def __enter__(self):
-        global _enabled
-        self._previous = _enabled
-        _enabled = self.mode
+        self._previous = _mode.enabled
+        _mode.enabled = self.mode
 
     def __exit__(self, *exc):
-        global _enabled
-        _enabled = self._previous
+        _mode.enabled = self._previous
 
     def __call__(self, fn):
         @functools.wraps(fn)
