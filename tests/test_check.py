@@ -345,12 +345,16 @@ def test_a_candidate_that_raises_or_returns_no_tensor_is_reported():
         check_equation(10, lambda weights, memory: np.zeros(1), max_examples=5)
 
 
-def test_task_not_done_passes_through():
+def test_task_not_done_passes_through_after_one_example():
+    calls = []
+
     def stub(weights, memory):
+        calls.append(1)
         raise TaskNotDone("implement eq 10")
 
     with pytest.raises(TaskNotDone, match="implement eq 10"):
-        check_equation(10, stub, max_examples=5)
+        check_equation(10, stub, max_examples=50)
+    assert len(calls) == 1
 
 
 def test_bad_arguments_are_refused_with_a_clear_error(monkeypatch):
@@ -428,6 +432,22 @@ def test_an_untouched_workspace_grades_every_task_as_not_done(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"0 of {len(tasks)} tasks done" in out
     assert out.count("not done") == len(tasks)
+
+
+def test_equations_that_share_a_function_share_one_stub_naming_each(tmp_path):
+    new_workspace(tmp_path, "sec7")
+    source = (tmp_path / "sec7.py").read_text()
+    shared = {}
+    for number, spec in specs.items():
+        if cookbook.EQUATIONS[number].chapter == 7:
+            shared.setdefault(spec.function, []).append(number)
+    assert len(shared["retrieval_log_probs"]) > 1   # eq 70, 72 and 83
+    for function, numbers in shared.items():
+        assert source.count(f"\ndef {function}(") == 1
+        stub = source[source.index(f"\ndef {function}("):].split("\ndef ", 2)[1]
+        for number in numbers:
+            assert f"minitorch-nlp check {number} MODULE:{function}" in stub
+            assert f"eq {number} (" in stub.split("raise TaskNotDone(", 1)[1]
 
 
 def test_a_workspace_with_the_librarys_functions_pasted_in_grades_as_done(tmp_path):

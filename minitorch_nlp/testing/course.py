@@ -43,7 +43,7 @@ _STUB = '''
 def {function}{signature}:
     r"""{doc}
     """
-    raise TaskNotDone("implement eq {number} ({description})")
+    raise TaskNotDone("implement {task}")
 '''
 
 
@@ -62,15 +62,19 @@ def parse_sections(text: str) -> list[int]:
     return sorted(set(chapters))
 
 
-def _stub(spec) -> str:
-    library = spec.library_function()
+def _stub(numbered_specs) -> str:
+    """One stub for the specs that check the same library function (eq 64 and 65 both check
+    ``cls_projection``): its docstring carries every one of their contracts."""
+    first = numbered_specs[0]
+    library = first.library_function()
     doc = inspect.cleandoc(library.__doc__ or "")
-    contract = spec.describe()
-    doc = f"{doc}\n\nThe check (minitorch-nlp check {spec.number} MODULE:{spec.function}):\n\n" \
-          f"{contract}"
-    return _STUB.format(function=spec.function, signature=inspect.signature(library),
-                        doc=textwrap.indent(doc, "    ").lstrip(), number=spec.number,
-                        description=cookbook.EQUATIONS[spec.number].description)
+    for spec in numbered_specs:
+        doc += f"\n\nThe check (minitorch-nlp check {spec.number} MODULE:{spec.function}):\n\n" \
+               f"{spec.describe()}"
+    task = " and ".join(f"eq {spec.number} ({cookbook.EQUATIONS[spec.number].description})"
+                        for spec in numbered_specs)
+    return _STUB.format(function=first.function, signature=inspect.signature(library),
+                        doc=textwrap.indent(doc, "    ").lstrip(), task=task)
 
 
 def new_workspace(directory, sections) -> list[dict]:
@@ -87,7 +91,10 @@ def new_workspace(directory, sections) -> list[dict]:
         file = f"sec{chapter}.py"
         source = _HEADER.format(chapter=chapter, title=cookbook.CHAPTERS[chapter],
                                 directory=directory)
-        source += "".join(_stub(specs[n]) for n in numbers)
+        by_function = {}
+        for n in numbers:
+            by_function.setdefault(specs[n].function, []).append(specs[n])
+        source += "".join(_stub(shared) for shared in by_function.values())
         (directory / file).write_text(source)
         tasks += [{"equation": n, "file": file, "function": specs[n].function} for n in numbers]
     (directory / MANIFEST).write_text(json.dumps({"tasks": tasks}, indent=2) + "\n")
