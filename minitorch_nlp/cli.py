@@ -1,13 +1,18 @@
 """The ``minitorch-nlp`` command.
 
 ``minitorch-nlp demo``       the main job: train a small GPT on the built-in corpus, then sample
-``minitorch-nlp train``      train a GPT or a BERT on your own text (``--resume`` continues a run)
-``minitorch-nlp generate``   continue a prompt with a trained GPT (or fill [MASK]s with a BERT)
+``minitorch-nlp train``      train a registered model family (gpt, bert, t5, xl ...) on your own
+                             text (``--resume`` continues a run; ``--parallel`` under ``mpirun``)
+``minitorch-nlp generate``   continue a prompt with a trained model (or fill [MASK]s with a BERT)
 ``minitorch-nlp equations``  the paper's equations, the code that implements each and its tests
 ``minitorch-nlp example``    a worked example of the engine: an MLP learns the two-spirals task
 ``minitorch-nlp check``      property-test your own implementation of an equation
 ``minitorch-nlp course``     write a student workspace of stubs, or grade one
-"""
+``minitorch-nlp compress``   a smaller model of a trained run: layers dropped, heads pruned, int8
+``minitorch-nlp distill``    train a DistilBERT, TinyBERT or MobileBERT student from a BERT run
+``minitorch-nlp index``      build a passage index from a text file, or search one
+``minitorch-nlp ask``        answer a question from an index's best passages
+``minitorch-nlp plan``       memory and communication per device of a parallel layout"""
 
 from __future__ import annotations
 
