@@ -97,6 +97,14 @@ def build(model_class, seed=0, **overrides):
     return model_class(LongformerConfig(**{**TINY, **overrides})).to(mt.float64).eval()
 
 
+def test_one_window_serves_every_layer_and_survives_a_round_trip(tmp_path):
+    model = build(LongformerModel, attention_window=6).to(mt.float32)
+    assert model.config.layer_windows == (6, 6)
+    assert [layer.self_attn.window for layer in model.encoder.layers] == [3, 3]
+    mt.save_pretrained(model, tmp_path)
+    assert mt.from_pretrained(tmp_path).config == model.config
+
+
 def test_windows_as_long_as_the_sequence_are_roberta():
     longformer = build(LongformerModel, attention_window=16)
     roberta = RobertaModel(RobertaConfig(**{k: v for k, v in TINY.items()
