@@ -135,6 +135,28 @@ def test_global_flags_on_padding_change_nothing_and_no_flags_is_no_mask():
     assert not np.allclose(base[0], model(ids, mask).logits.numpy()[0])
 
 
+def test_output_attentions_are_each_layers_window_and_global_weights():
+    model = build(LongformerModel)
+    ids = np.random.default_rng(2).integers(3, 23, (1, 9))
+    is_global = np.zeros((1, 9), dtype=bool)
+    is_global[0, 4] = True
+    out = model(ids, global_attention_mask=is_global, output_attentions=True)
+    np.testing.assert_allclose(out.last_hidden_state.numpy(),
+                               model(ids, global_attention_mask=is_global).last_hidden_state
+                               .numpy(), rtol=1e-12, atol=1e-12)
+    offsets = np.abs(np.arange(9)[None, :] - np.arange(9)[:, None])
+    for weights, one_side in zip(out.attentions, (1, 2)):
+        weights = weights.numpy()[0]                              # (heads, 9, 9)
+        assert weights.shape == (2, 9, 9)
+        np.testing.assert_allclose(weights.sum(axis=-1), 1.0, rtol=1e-12)
+        local = np.ones(9, dtype=bool)
+        local[4] = False
+        seen = weights[:, local] > 0
+        np.testing.assert_array_equal(seen, np.broadcast_to(
+            (offsets[local] <= one_side) | (np.arange(9) == 4), seen.shape))
+        assert np.all(weights[:, 4] > 0)                         # the global row sees all
+
+
 def test_a_head_mask_switches_heads_off():
     mt.manual_seed(0)
     layer = LongformerSelfAttention(8, 2, 2).to(mt.float64)
