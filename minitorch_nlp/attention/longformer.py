@@ -59,9 +59,11 @@ class LongformerSelfAttention(MultiHeadAttention):
     time), True (or 1) for global tokens, with the projections ``query_global``, ``key_global``,
     ``value_global``.
 
-    ``forward(x, *, global_attention_mask=None, key_mask=None, causal=False,
+    ``forward(x, *, global_attention_mask=None, key_mask=None, causal=False, head_mask=None,
     need_weights=False)``; causal attention is the window only (global tokens see the future).
-    ``need_weights`` builds the (time, time) weights densely, for pictures and tests.
+    ``head_mask`` (heads,) or (batch, heads) scales each head's output, as in
+    ``MultiHeadAttention``. ``need_weights`` builds the (time, time) weights densely, for
+    pictures and tests.
     """
 
     def __init__(self, d_model, num_heads, window, dilation=1, bias=True, dropout=0.0):
@@ -90,7 +92,7 @@ class LongformerSelfAttention(MultiHeadAttention):
         return mask.astype(bool)
 
     def forward(self, query, key=None, value=None, *, global_attention_mask=None, key_mask=None,
-                causal=False, cache=None, need_weights=False):
+                causal=False, cache=None, head_mask=None, need_weights=False):
         name = "LongformerSelfAttention"
         if key is not None or value is not None or cache is not None:
             raise ValueError(f"{name}: is self-attention without a key/value cache; call it with "
@@ -108,6 +110,8 @@ class LongformerSelfAttention(MultiHeadAttention):
             z, weights = self.dense(query, q, k, v, is_global, causal, key_mask)
         else:
             z, weights = self.sparse(query, q, k, v, is_global, causal, key_mask), None
+        if head_mask is not None:
+            z, weights = self.mask_heads(z, weights, head_mask)
         out = self.out_proj(self.merge_heads(z))
         return (out, weights) if need_weights else out
 

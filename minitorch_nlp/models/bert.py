@@ -235,14 +235,17 @@ class BertModel(Module):
             activation_dropout=0.0)   # BERT drops the feed-forward output, not its hidden units
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                head_mask=None, output_hidden_states=False, output_attentions=False):
+                head_mask=None, output_hidden_states=False, output_attentions=False, *,
+                layer_inputs=None):
         """``input_ids`` (batch, time) ints in [0, vocab_size); ``attention_mask`` (batch, time),
         1/True on real tokens and 0/False on padding (None: every token is real);
         ``token_type_ids`` (batch, time) segment ids, 0 for sentence A and 1 for B (None: all
         0); ``position_ids`` (batch, time), None for the model's own. ``head_mask`` (layers,
         heads) scales each head's output (0 prunes it); ``output_hidden_states`` and
         ``output_attentions`` add ``hidden_states`` (the embeddings and every layer's output)
-        and ``attentions`` (every layer's weights) to the output, as in HuggingFace."""
+        and ``attentions`` (every layer's weights) to the output, as in HuggingFace.
+        ``layer_inputs``: a dict of further inputs every encoder layer's attention takes
+        (``LongformerModel`` passes its global attention mask this way)."""
         name = type(self).__name__
         config = self.config
         ids = checks.token_ids(input_ids, config.vocab_size, name)
@@ -258,7 +261,7 @@ class BertModel(Module):
         key_mask = checks.attention_mask(attention_mask, ids.shape, name)
         out = self.encoder(self.embeddings(ids, types, position_ids), key_mask=key_mask,
                            head_mask=head_mask, output_hidden_states=output_hidden_states,
-                           output_attentions=output_attentions)
+                           output_attentions=output_attentions, **(layer_inputs or {}))
         hidden = out.last_hidden_state
         pooled = None if self.pooler is None else self.pooler(hidden)
         return ModelOutput(last_hidden_state=hidden, pooler_output=pooled,
@@ -328,9 +331,9 @@ class _BertWithHead(Module):
         self._init_head(self.classifier)
 
     def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, head_mask=None,
-                output_hidden_states=False, output_attentions=False):
+                output_hidden_states=False, output_attentions=False, **base_inputs):
         return self.bert(input_ids, attention_mask, token_type_ids, position_ids, head_mask,
-                         output_hidden_states, output_attentions)
+                         output_hidden_states, output_attentions, **base_inputs)
 
     @property
     def word_embeddings(self):
@@ -341,7 +344,9 @@ class _BertWithHead(Module):
 class BertForMaskedLM(_BertWithHead):
     """BERT with the masked-LM head (no pooler, as in HuggingFace). With ``labels`` (the
     original ids at masked positions, -100 elsewhere; ``data.masking.MaskedLMCollator`` makes
-    them) the output has ``loss``, ``masked_lm_loss``; ``logits`` (batch, time, vocab_size)."""
+    them) the output has ``loss``, ``masked_lm_loss``; ``logits`` (batch, time, vocab_size).
+    Further keyword arguments go to the base model's ``forward`` (Longformer's
+    ``global_attention_mask``)."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -349,9 +354,10 @@ class BertForMaskedLM(_BertWithHead):
         self._init_head(self.mlm)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, head_mask=None, output_hidden_states=False, output_attentions=False):
+                labels=None, head_mask=None, output_hidden_states=False, output_attentions=False,
+                **base_inputs):
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, head_mask,
-                           output_hidden_states, output_attentions)
+                           output_hidden_states, output_attentions, **base_inputs)
         logits = self.mlm(out.last_hidden_state, self.word_embeddings)
         loss = None if labels is None else masked_lm_loss(logits, labels)
         return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,

@@ -1,0 +1,182 @@
+"""Longformer: The Long-Document Transformer (Beltagy et al., 2020), the survey's section VIII-C,
+as the released checkpoints and HuggingFace's ``LongformerModel`` have it.
+
+The model is RoBERTa (``models.roberta``: its embeddings, position ids and post-LN layers, the
+paper's section 5 starts from RoBERTa's checkpoint) with every self-attention replaced by
+``attention.LongformerSelfAttention``: each token attends a window of ``attention_window / 2``
+tokens on each side (the window can differ per layer, ``attention_window`` a list), and the
+tokens marked in ``global_attention_mask`` attend every token and are attended by every token,
+with their own projections ``query_global``, ``key_global``, ``value_global`` (section 3.1).
+Cost and memory grow as n * (window + global tokens), not n^2.
+
+HuggingFace pads the sequence to a multiple of the largest window before its chunked kernel and
+cuts the padding off afterwards. The padding is masked, so it changes no real token's output;
+our grouped window kernel takes any length, so no padding is added. (With per-layer windows
+HuggingFace fails unless the padded length is a multiple of every layer's window: windows 4 and
+6 fail on 13 tokens, padded to 18; ours have no such limit.)
+Padding tokens cannot be global (the global mask is combined with ``attention_mask``, as
+HuggingFace does). What a padded position outputs is left unspecified: HuggingFace zeroes
+its attention, we let it attend as a real query would; no real token reads it either way.
+
+Dilated windows and causal attention, which the paper uses for character-level language
+modelling (section 4) and HuggingFace does not implement, are options of
+``LongformerSelfAttention`` itself.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import checks
+from ..attention.longformer import LongformerSelfAttention
+from ..autograd import Tensor
+from .bert import bert_rules, register_bert_architecture, weight_and_bias
+from .roberta import LM_HEAD_RULES, RobertaConfig, RobertaForMaskedLM, RobertaModel
+
+__all__ = ["LongformerConfig", "LongformerForMaskedLM", "LongformerModel"]
+
+
+@dataclass
+class LongformerConfig(RobertaConfig):
+    """RoBERTa's fields plus ``attention_window``: one even window for every layer, or a list
+    of one per layer (the query sees ``attention_window / 2`` tokens on each side), and
+    ``sep_token_id``. The defaults are HuggingFace's ``LongformerConfig``'s (BERT-base sizes, a
+    window of 512, padding id 1); ``allenai/longformer-base-4096``'s ``config.json`` sets the
+    RoBERTa vocabulary of 50 265, 4 098 positions, one segment and LayerNorm eps 1e-5."""
+
+    vocab_size: int = 30522
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    attention_window: int | list = 512
+    sep_token_id: int = 2
+
+    model_type = "longformer"
+
+    def __post_init__(self):
+        super().__post_init__()
+        name, layers = type(self).__name__, self.num_hidden_layers
+        if not isinstance(self.attention_window, numbers.Integral):
+            self.attention_window = list(self.attention_window)
+            if len(self.attention_window) != layers:
+                raise ValueError(f"{name}: attention_window has {len(self.attention_window)} "
+                                 f"entries; give one per layer (num_hidden_layers={layers}) or "
+                                 "one int for all")
+        for layer, window in enumerate(self.layer_windows):
+            if (isinstance(window, (bool, np.bool_)) or not isinstance(window, numbers.Integral)
+                    or window <= 0 or window % 2):
+                raise ValueError(f"{name}: attention_window for layer {layer} must be a "
+                                 f"positive even int (the query sees attention_window / 2 "
+                                 f"tokens on each side), got {window!r}")
+
+    @property
+    def layer_windows(self):
+        """Each layer's ``attention_window``, a tuple of ``num_hidden_layers`` ints."""
+        if isinstance(self.attention_window, numbers.Integral):
+            return (self.attention_window,) * self.num_hidden_layers
+        return tuple(self.attention_window)
+
+
+class LongformerModel(RobertaModel):
+    """The Longformer encoder: ``RobertaModel`` whose layers attend with
+    ``LongformerSelfAttention`` (window ``attention_window[i] / 2`` on each side in layer i).
+    ``forward`` is ``BertModel.forward`` plus ``global_attention_mask`` (batch, time), keyword
+    only (HuggingFace also takes it as the third positional argument): 1 / True on tokens with
+    global attention ([CLS] for classification, the question for QA), 0 / False elsewhere. ``output_attentions`` gives each layer's (batch, heads, time, time) weights,
+    built densely (HuggingFace returns the window's band and the global columns instead)."""
+
+    config_class = LongformerConfig
+
+    def build_encoder(self, config):
+        """RoBERTa's layers, each with Longformer's self-attention in place of the full one."""
+        encoder = super().build_encoder(config)
+        for layer, window in zip(encoder.layers, config.layer_windows):
+            layer.self_attn = LongformerSelfAttention(
+                config.hidden_size, config.num_attention_heads, window // 2,
+                dropout=config.attention_probs_dropout_prob)
+        return encoder
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                head_mask=None, output_hidden_states=False, output_attentions=False, *,
+                global_attention_mask=None):
+        is_global = self.global_tokens(input_ids, attention_mask, global_attention_mask)
+        return super().forward(input_ids, attention_mask, token_type_ids, position_ids,
+                               head_mask, output_hidden_states, output_attentions,
+                               layer_inputs={"global_attention_mask": is_global})
+
+    def global_tokens(self, input_ids, attention_mask, global_attention_mask):
+        """The (batch, time) bool mask of global tokens: ``global_attention_mask`` on the real
+        tokens of ``attention_mask`` (HuggingFace's merged mask drops global flags on padding);
+        None when there are none."""
+        if global_attention_mask is None:
+            return None
+        name = type(self).__name__
+        shape = checks.ids_array(input_ids, "input_ids", name).shape
+        flags = np.asarray(global_attention_mask.numpy() if isinstance(global_attention_mask,
+                                                                       Tensor)
+                           else global_attention_mask)
+        if flags.shape != shape:
+            raise ValueError(f"{name}: global_attention_mask of shape {flags.shape} must be "
+                             f"(batch, time) = {shape}, as input_ids")
+        stray = flags[(flags != 0) & (flags != 1)]
+        if stray.size:
+            raise ValueError(f"{name}: global_attention_mask holds {stray[0].item()!r}; use 1 "
+                             "for tokens with global attention and 0 for the others")
+        real = checks.attention_mask(attention_mask, shape, name)
+        is_global = flags.astype(bool) if real is None else flags.astype(bool) & real
+        return is_global if is_global.any() else None
+
+
+class LongformerForMaskedLM(RobertaForMaskedLM):
+    """Longformer with RoBERTa's masked-LM head (HuggingFace's ``lm_head``); called as
+    ``RobertaForMaskedLM`` plus ``global_attention_mask=`` (see ``LongformerModel``)."""
+
+    base_model_class = LongformerModel
+
+
+# ---- HuggingFace checkpoints: RoBERTa's key map under "longformer.", and the global projections -
+def global_projection_rules(hf_prefix, prefix):
+    """Each layer's query_global, key_global and value_global."""
+    return [rule for projection in ("query_global", "key_global", "value_global")
+            for rule in weight_and_bias(
+                f"{hf_prefix}encoder.layer.{{i}}.attention.self.{projection}",
+                f"{prefix}encoder.layers.{{i}}.self_attn.{projection}")]
+
+
+# older checkpoints keep the position-id buffer; the decoder is a tied copy of the embeddings
+LONGFORMER_IGNORE = (r"(longformer\.)?embeddings\.position_ids",
+                     r"lm_head\.decoder\.(weight|bias)")
+register_bert_architecture(LongformerModel, bert_rules("", "", pooler=True)
+                           + global_projection_rules("", ""), default_for_type=True,
+                           ignore=LONGFORMER_IGNORE)
+register_bert_architecture(LongformerForMaskedLM, bert_rules("longformer.", "bert.", pooler=False)
+                           + global_projection_rules("longformer.", "bert.") + LM_HEAD_RULES,
+                           ignore=LONGFORMER_IGNORE)
+
+
+# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
+from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
+from .roberta import ROBERTA_TOKENIZERS  # noqa: E402
+from .roberta import _build_for_training as build_roberta_for_training  # noqa: E402
+
+
+def _build_for_training(settings, tokenizer):
+    """A Longformer with its masked-LM head for a run's ``settings``: RoBERTa's (see
+    ``models.roberta``, with the released checkpoint's one segment and LayerNorm eps), with a
+    window of block_size / 4 tokens on each side (at least one), so that at training sizes the
+    window, not the block, limits what a layer sees. No token is global: the masked-LM
+    objective has no token that must see the whole input."""
+    return build_roberta_for_training(
+        settings, tokenizer, LongformerForMaskedLM, type_vocab_size=1, layer_norm_eps=1e-5,
+        attention_window=2 * max(1, settings.block_size // 4),
+        sep_token_id=tokenizer.sep_token_id)
+
+
+register_family(ModelFamily(
+    name="longformer",
+    summary="a Longformer encoder: RoBERTa's masked LM with sliding-window attention "
+            "(Beltagy 3.1)",
+    objective=MASKED_LM, build=_build_for_training, default_tokenizer="bpe", bpe_style="roberta",
+    refused_tokenizers=ROBERTA_TOKENIZERS, hf_architectures=("LongformerForMaskedLM",)))
