@@ -27,8 +27,8 @@ The four share one interface (``base.py``), modelled on HuggingFace's::
 
 ``state_dict()`` / :func:`tokenizer_from_state` put a tokenizer inside a training checkpoint.
 ``load_tokenizer`` reads what ``save`` writes and HuggingFace directories (``vocab.txt``,
-``vocab.json`` + ``merges.txt``, a T5 ``spiece.model``, or a ``tokenizer.json`` with a WordPiece or
-byte-level BPE model).
+``vocab.json`` + ``merges.txt``, a T5 ``spiece.model``, or a ``tokenizer.json`` with a WordPiece,
+byte-level BPE or Unigram model).
 """
 from .base import BatchEncoding, Tokenizer
 from .bpe import ByteLevelBPETokenizer, bytes_to_unicode, pretokenize

@@ -126,8 +126,8 @@ def read_sentencepiece_model(data: bytes, where: str = "sentencepiece model") ->
 
 class CharsMap:
     """A compiled character map: ``longest_prefix(data, start)`` gives the longest key of the trie
-    that ``data[start:]`` (UTF-8 bytes) begins with, as ``(its length in bytes, the normalized
-    bytes)``, or None.
+    that ``data[start:]`` (UTF-8 bytes) begins with (sentencepiece's rule), as ``(its length in
+    bytes, the normalized bytes)``, or None; ``first_prefix`` the shortest.
 
     The blob is ``<trie size: uint32 little-endian><the trie><the replacement strings>``. The trie
     is a Darts-clone double array of uint32 units: a unit holds a label (the byte that leads to it;
@@ -144,22 +144,33 @@ class CharsMap:
         self.units = struct.unpack_from(f"<{trie_size // 4}I", blob, 4)
         self.strings = blob[4 + trie_size:]
 
-    def longest_prefix(self, data: bytes, start: int):
-        units, found = self.units, None
+    def prefixes(self, data: bytes, start: int):
+        """Every key of the trie that ``data[start:]`` begins with, shortest first, as
+        ``(its length in bytes, the normalized bytes)``."""
+        units = self.units
         position = (units[0] >> 10) << ((units[0] & (1 << 9)) >> 6)
         for index in range(start, len(data)):
             byte = data[index]
             position ^= byte
             if position >= len(units):
-                break
+                return
             unit = units[position]
             if unit & ((1 << 31) | 0xFF) != byte:
-                break
+                return
             position ^= (unit >> 10) << ((unit & (1 << 9)) >> 6)
             if (unit >> 8) & 1:
                 offset = units[position] & 0x7FFFFFFF
-                found = (index + 1 - start, self.strings[offset:self.strings.index(b"\0", offset)])
+                yield index + 1 - start, self.strings[offset:self.strings.index(b"\0", offset)]
+
+    def longest_prefix(self, data: bytes, start: int):
+        found = None
+        for found in self.prefixes(data, start):
+            pass
         return found
+
+    def first_prefix(self, data: bytes, start: int):
+        """The shortest key (HuggingFace's ``Precompiled`` takes it), or None."""
+        return next(self.prefixes(data, start), None)
 
 
 class Normalizer:

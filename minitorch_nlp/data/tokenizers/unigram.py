@@ -44,6 +44,7 @@ import numpy as np
 
 from .base import (PLAIN_TEMPLATE, Tokenizer, WordCache, hf_model_max_length,
                    read_hf_special_tokens, read_json, roles_in)
+from .hf_pipeline import HFPipeline
 from .sentencepiece_model import SPACE_SYMBOL, Normalizer, read_sentencepiece_model
 from .training import texts_between
 
@@ -149,7 +150,10 @@ class UnigramTokenizer(Tokenizer):
     ``byte_fallback``: a character no piece covers becomes its UTF-8 byte tokens (which must all
     be in the vocabulary) instead of the unk token. The normalizer's options are sentencepiece's
     (``charsmap``: a compiled character map, bytes or base64 text; ``add_dummy_prefix``,
-    ``remove_extra_whitespaces``, ``escape_whitespaces``). ``decode(encode(text))`` gives back the
+    ``remove_extra_whitespaces``, ``escape_whitespaces``). ``hf_pipeline`` (the ``normalizer``,
+    ``pre_tokenizer`` and ``decoder`` sections of a HuggingFace ``tokenizer.json``, see
+    ``hf_pipeline.py``) replaces them: the text is then normalized and cut into words as
+    HuggingFace's ``tokenizers`` does. ``decode(encode(text))`` gives back the
     normalized text (``normalize``, with ``▁`` read as a space and the dummy prefix removed) when
     every character is covered. ``special_tokens`` default to T5's (``<pad>``, ``</s>``,
     ``<unk>``) when the vocabulary has them; the template to adding none.
@@ -163,7 +167,8 @@ class UnigramTokenizer(Tokenizer):
                  model_max_length: int | None = None, lstrip_tokens: Iterable[str] = (),
                  rstrip_tokens: Iterable[str] = (), byte_fallback: bool = False,
                  charsmap: bytes | str = b"", add_dummy_prefix: bool = True,
-                 remove_extra_whitespaces: bool = True, escape_whitespaces: bool = True):
+                 remove_extra_whitespaces: bool = True, escape_whitespaces: bool = True,
+                 hf_pipeline: dict | None = None):
         vocab = list(vocab)
         if special_tokens is None:
             special_tokens = roles_in(T5_SPECIALS, vocab)
@@ -195,18 +200,29 @@ class UnigramTokenizer(Tokenizer):
         self.charsmap = base64.b64decode(charsmap) if isinstance(charsmap, str) else bytes(charsmap)
         self.normalizer = Normalizer(self.charsmap, add_dummy_prefix, remove_extra_whitespaces,
                                      escape_whitespaces)
+        self.pipeline = None if hf_pipeline is None else HFPipeline(hf_pipeline, self.name)
         self.max_piece_length = max(map(len, self.piece_scores))
         self.unk_score = min(self.piece_scores.values()) - UNK_PENALTY
         # A text cuts into words at each ▁ when no piece holds a ▁ after its first character:
         # then words can be segmented (and cached) one at a time.
+        # (A tokenizer.json's pre-tokenizer says itself where words end.)
         self._word_split = (re.compile(f"(?={SPACE_SYMBOL})") if escape_whitespaces and not any(
             SPACE_SYMBOL in piece[1:] for piece in self.piece_scores) else None)
         self._pieces = WordCache(lambda word: self._tokens(word, self._lattice(word).viterbi()))
 
     # ---- segmentation --------------------------------------------------------------------------
     def normalize(self, text: str) -> str:
-        """The text as segmentation sees it (sentencepiece's ``normalize``)."""
-        return self.normalizer(text)
+        """The text as segmentation sees it (sentencepiece's ``normalize``; with ``hf_pipeline``,
+        the words of the pre-tokenizer joined)."""
+        return "".join(self._words(text))
+
+    def _words(self, text: str, first: bool = True) -> list[str]:
+        """The pieces of ``text`` that are segmented one at a time (``first``: ``text`` starts the
+        input, which a Metaspace pre-tokenizer with prepend_scheme "first" asks)."""
+        if self.pipeline is not None:
+            return self.pipeline.words(text, first)
+        normalized = self.normalizer(text)
+        return self._word_split.split(normalized) if self._word_split else [normalized]
 
     def _lattice(self, normalized: str) -> Lattice:
         return Lattice(normalized, self.piece_scores, self.max_piece_length, self.unk_score)
@@ -235,16 +251,24 @@ class UnigramTokenizer(Tokenizer):
                              "token (nor byte_fallback) to stand for it")
         return [self.unk_token]
 
-    def _segment(self, normalized: str, cut) -> list[str]:
-        words = self._word_split.split(normalized) if self._word_split else [normalized]
+    def _segment(self, text: str, cut, first: bool = True) -> list[str]:
         tokens = []
-        for word in words:
+        for word in self._words(text, first):
             if word:
                 tokens += cut(word)
         return tokens
 
-    def _tokenize(self, text: str) -> list[str]:
-        return self._segment(self.normalize(text), self._pieces.__getitem__)
+    def _tokenize_with(self, text: str, cut, where: str) -> list[str]:
+        """The tokens of ``text`` around its special tokens, each stretch between them cut into
+        words and each word by ``cut``; only the stretch at the very start counts as ``first``."""
+        calls = iter(range(len(text) + 1))
+        return self._tokenize_around_specials(
+            text, lambda piece: self._segment(piece, cut, next(calls) == 0
+                                              and text.startswith(piece)), where)
+
+    def tokenize(self, text: str) -> list[str]:
+        """The tokens of ``text`` (see ``Tokenizer.tokenize``): each word's best cut, cached."""
+        return self._tokenize_with(text, self._pieces.__getitem__, "tokenize")
 
     def sample(self, text: str, alpha: float = 0.1,
                rng: np.random.Generator | int | None = None) -> list[str]:
@@ -259,8 +283,7 @@ class UnigramTokenizer(Tokenizer):
 
         def draw(word):
             return self._tokens(word, self._lattice(word).sample(alpha, rng))
-        return self._tokenize_around_specials(
-            text, lambda piece: self._segment(self.normalize(piece), draw), "sample")
+        return self._tokenize_with(text, draw, "sample")
 
     def _decode(self, ids: list[int]) -> str:
         out = bytearray()
@@ -271,6 +294,9 @@ class UnigramTokenizer(Tokenizer):
             else:
                 out.append(byte)
         text = out.decode("utf-8", "replace")
+        if self.pipeline is not None:
+            text = text.replace(self.pipeline.replacement, " ")
+            return text[1:] if self.pipeline.strips_prefix and text.startswith(" ") else text
         if self.normalizer.escape_whitespaces:
             text = text.replace(SPACE_SYMBOL, " ")
         return text[1:] if self.normalizer.add_dummy_prefix and text.startswith(" ") else text
@@ -311,7 +337,8 @@ class UnigramTokenizer(Tokenizer):
                 "charsmap": base64.b64encode(self.charsmap).decode("ascii"),
                 "add_dummy_prefix": self.normalizer.add_dummy_prefix,
                 "remove_extra_whitespaces": self.normalizer.remove_extra_whitespaces,
-                "escape_whitespaces": self.normalizer.escape_whitespaces}
+                "escape_whitespaces": self.normalizer.escape_whitespaces,
+                "hf_pipeline": None if self.pipeline is None else self.pipeline.spec}
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write ``unigram_tokenizer.json``: the ``state_dict()``."""

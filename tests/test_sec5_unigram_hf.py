@@ -1,0 +1,122 @@
+"""HuggingFace's Unigram tokenizer files: ``tokenizer.json`` (T5's and mBART's layouts) read by
+``load_tokenizer`` give the ids of HuggingFace's fast tokenizer, and the errors for what is not
+read. Fixtures: ``tests/fixtures/hf/tokenizers/{t5,t5-hub,mbart}/``, made by
+``tests/fixtures/hf/make_unigram_tokenizer_fixtures.py`` with ``expected.json`` holding
+HuggingFace's ids."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from minitorch_nlp.data.tokenizers import UnigramTokenizer, load_tokenizer, tokenizer_from_state
+
+pytestmark = pytest.mark.sec5
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf" / "tokenizers"
+JSON_LAYOUTS = ("t5", "t5-hub", "mbart")
+
+
+def expected(name):
+    return json.loads((FIXTURES / name / "expected.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", JSON_LAYOUTS)
+def test_tokenizer_json_gives_huggingfaces_ids_and_text(name):
+    tok, want = load_tokenizer(FIXTURES / name), expected(name)
+    assert isinstance(tok, UnigramTokenizer)
+    got = [tok.encode(text) for text in want["texts"]]
+    wrong = [(text, ids, ours) for text, ids, ours in zip(want["texts"], want["ids"], got)
+             if ids != ours]
+    assert not wrong, f"{len(wrong)} of {len(got)} texts differ, first {wrong[0]}"
+    decoded = [tok.decode(tok.encode(text, add_special_tokens=False))
+               for text in want["texts"][:len(want["decoded"])]]
+    assert decoded == want["decoded"]
+
+
+def test_the_layouts_special_tokens_and_templates_are_read():
+    t5, mbart = load_tokenizer(FIXTURES / "t5"), load_tokenizer(FIXTURES / "mbart")
+    assert (t5.pad_token_id, t5.eos_token_id, t5.unk_token_id) == (0, 1, 2)
+    assert t5.convert_tokens_to_ids(["<extra_id_0>", "<extra_id_2>"]) == [len(t5) - 1,
+                                                                         len(t5) - 3]
+    assert t5.template["single"] == "$A </s>"
+    assert (mbart.bos_token_id, mbart.pad_token_id, mbart.eos_token_id, mbart.unk_token_id) == (
+        0, 1, 2, 3)
+    assert mbart.template["single"] == "$A </s> en_XX"
+    assert mbart.mask_token == "<mask>" and mbart.id_to_token[-1] == "<mask>"
+    assert mbart.tokenize("hello <mask> x") == (mbart.tokenize("hello") + ["<mask>"]
+                                                + mbart.tokenize("x"))
+
+
+@pytest.mark.parametrize("scheme", ["first", "never"])
+def test_metaspace_prepend_schemes_match_huggingface(tmp_path, scheme):
+    shutil.copytree(FIXTURES / "t5-hub", tmp_path / "tok")
+    path = tmp_path / "tok" / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["pre_tokenizer"]["prepend_scheme"] = scheme
+    path.write_text(json.dumps(data), encoding="utf-8")
+    tok, want = load_tokenizer(tmp_path / "tok"), expected("t5-hub")
+    texts = want["texts"][len(want["decoded"]):]
+    assert [tok.encode(text) for text in texts] == want["prepend_schemes"][scheme]
+
+
+@pytest.mark.parametrize("name", JSON_LAYOUTS)
+def test_save_and_state_keep_the_pipeline(tmp_path, name):
+    tok = load_tokenizer(FIXTURES / name)
+    tok.save(tmp_path)
+    again, rebuilt = load_tokenizer(tmp_path), tokenizer_from_state(tok.state_dict())
+    texts = expected(name)["texts"]
+    assert [again.encode(t) for t in texts] == [rebuilt.encode(t) for t in texts] == [
+        tok.encode(t) for t in texts]
+
+
+def test_sampling_runs_the_pipeline_and_keeps_special_tokens():
+    tok = load_tokenizer(FIXTURES / "t5-hub")
+    text = "the   quick brown  fox</s> jumps  "
+    best = tok.tokenize(text)
+    samples = [tok.sample(text, alpha=0.2, rng=seed) for seed in range(20)]
+    assert all("".join(cut) == "".join(best) and "</s>" in cut for cut in samples)
+    assert any(cut != best for cut in samples)
+    assert tok.sample(text, alpha=1e6, rng=0) == best
+
+
+def _edited(tmp_path, edit):
+    shutil.copytree(FIXTURES / "t5-hub", tmp_path / "tok", dirs_exist_ok=True)
+    path = tmp_path / "tok" / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return tmp_path / "tok"
+
+
+@pytest.mark.parametrize("section, value, message", [
+    ("normalizer", {"type": "BertNormalizer"}, "'BertNormalizer' normalizer"),
+    ("normalizer", {"type": "Sequence", "normalizers": [{"type": "StripAccents"}]},
+     "'StripAccents' normalizer"),
+    ("pre_tokenizer", {"type": "ByteLevel"}, "'ByteLevel' pre_tokenizer"),
+    ("pre_tokenizer", {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"},
+     "prepend_scheme is 'sometimes'"),
+    ("pre_tokenizer", {"type": "Metaspace", "replacement": "__"}, "one character"),
+    ("decoder", {"type": "WordPiece"}, "'WordPiece' decoder"),
+    ("decoder", None, "None decoder"),
+    ("normalizer", {"type": "Replace", "pattern": {"Regex": "(?<x"}, "content": ""},
+     "not a regular expression"),
+])
+def test_unknown_components_are_refused_by_name(tmp_path, section, value, message):
+    directory = _edited(tmp_path, lambda data: data.update({section: value}))
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        load_tokenizer(directory)
+
+
+def test_added_tokens_that_are_not_special_are_refused(tmp_path):
+    def edit(data):
+        data["added_tokens"][-1]["special"] = False
+    with pytest.raises(ValueError, match="not special.*<extra_id_0>"):
+        load_tokenizer(_edited(tmp_path, edit))
+
+
+def test_hf_pipeline_with_another_section_is_refused():
+    with pytest.raises(ValueError, match="hf_pipeline holds \\['model'\\]"):
+        UnigramTokenizer(["a", "b"], [-1.0, -2.0], hf_pipeline={"model": {}})
