@@ -1,6 +1,8 @@
 """HuggingFace's Unigram tokenizer files: ``tokenizer.json`` (T5's and mBART's layouts) read by
-``load_tokenizer`` give the ids of HuggingFace's fast tokenizer, and the errors for what is not
-read. Fixtures: ``tests/fixtures/hf/tokenizers/{t5,t5-hub,mbart}/``, made by
+``load_tokenizer`` give the ids of HuggingFace's fast tokenizer; an mBART directory with
+``sentencepiece.bpe.model`` gives fairseq's ids with the language codes (``MBartTokenizer``); the
+errors for what is not read. Fixtures: ``tests/fixtures/hf/tokenizers/{t5,t5-hub,mbart,
+mbart-spm}/``, made by
 ``tests/fixtures/hf/make_unigram_tokenizer_fixtures.py`` with ``expected.json`` holding
 HuggingFace's ids."""
 from __future__ import annotations
@@ -11,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from minitorch_nlp.data.tokenizers import UnigramTokenizer, load_tokenizer, tokenizer_from_state
+from minitorch_nlp.data.tokenizers import (MBartTokenizer, UnigramTokenizer, load_tokenizer,
+                                           tokenizer_from_state)
+from minitorch_nlp.data.tokenizers.mbart import MBART_LANGUAGE_CODES
 
 pytestmark = pytest.mark.sec5
 
@@ -120,3 +124,79 @@ def test_added_tokens_that_are_not_special_are_refused(tmp_path):
 def test_hf_pipeline_with_another_section_is_refused():
     with pytest.raises(ValueError, match="hf_pipeline holds \\['model'\\]"):
         UnigramTokenizer(["a", "b"], [-1.0, -2.0], hf_pipeline={"model": {}})
+
+
+# ---- mBART's sentencepiece.bpe.model: fairseq's ids and the language codes -----------------------
+MBART_SPM = FIXTURES / "mbart-spm"
+
+
+def test_mbart_directory_gives_sentencepiece_ids_with_fairseqs_offset():
+    spm = pytest.importorskip("sentencepiece")
+    tok = load_tokenizer(MBART_SPM)
+    assert isinstance(tok, MBartTokenizer)
+    model = spm.SentencePieceProcessor(model_file=str(MBART_SPM / "sentencepiece.bpe.model"))
+    texts = [text for text in expected("mbart-spm")["texts"] if "<" not in text]
+    en = tok.convert_tokens_to_ids("en_XX")
+    # HuggingFace's MBartTokenizer (transformers 4): spm id + 1, sentencepiece's unk 0 -> 3
+    assert [tok.encode(text) for text in texts] == [
+        [index + 1 if index else 3 for index in model.encode(text)] + [2, en] for text in texts]
+
+
+def test_mbart_directory_matches_transformers_on_the_corpus():
+    """transformers 5 rebuilds the tokenizer without sentencepiece's normalizer, so only text
+    that normalization leaves alone (the corpus lines) is compared."""
+    tok, want = load_tokenizer(MBART_SPM), expected("mbart-spm")
+    lines = len(want["decoded"])
+    assert [tok.encode(text) for text in want["texts"][:lines]] == want["ids"][:lines]
+    assert tok.tgt_lang == "ro_RO"
+    assert [tok.encode_target(text) for text in want["target_texts"]] == want["target_ids"]
+
+
+def test_mbart_layout_special_tokens_and_language_codes():
+    tok = load_tokenizer(MBART_SPM)
+    assert tok.id_to_token[:4] == ["<s>", "<pad>", "</s>", "<unk>"]
+    assert tok.id_to_token[-26:] == [*MBART_LANGUAGE_CODES, "<mask>"]
+    assert (tok.bos_token_id, tok.pad_token_id, tok.eos_token_id, tok.unk_token_id,
+            tok.mask_token_id) == (0, 1, 2, 3, len(tok) - 1)
+    assert tok.tokenize("a <mask> b") == tok.tokenize("a") + ["<mask>"] + tok.tokenize("b")
+    ids = tok.encode("hello world", "again")
+    assert ids[-2:] == [2, tok.convert_tokens_to_ids("en_XX")]
+    assert tok.decode(ids, skip_special_tokens=True) == "hello world again"
+    tok.src_lang = "de_DE"
+    assert tok.encode("x")[-1] == tok.convert_tokens_to_ids("de_DE")
+    assert tok.template == {"single": "$A </s> de_DE", "pair": "$A $B </s> de_DE"}
+
+
+def test_mbart_save_and_state_round_trip(tmp_path):
+    tok = load_tokenizer(MBART_SPM)
+    tok.src_lang = "fr_XX"
+    tok.save(tmp_path)
+    again, rebuilt = load_tokenizer(tmp_path), tokenizer_from_state(tok.state_dict())
+    texts = expected("mbart-spm")["texts"]
+    for other in (again, rebuilt):
+        assert isinstance(other, MBartTokenizer)
+        assert (other.src_lang, other.tgt_lang) == ("fr_XX", "ro_RO")
+        assert [other.encode(t) for t in texts] == [tok.encode(t) for t in texts]
+
+
+def test_mbart_errors_name_the_language_code_and_the_file(tmp_path):
+    tok = load_tokenizer(MBART_SPM)
+    with pytest.raises(ValueError, match="src_lang 'xx_XX' is not a language code.*en_XX"):
+        tok.src_lang = "xx_XX"
+    assert tok.src_lang == "en_XX" and tok.encode("x")[-1] == tok.convert_tokens_to_ids("en_XX")
+    tok.tgt_lang = None
+    with pytest.raises(ValueError, match="encode_target: set tgt_lang first"):
+        tok.encode_target("x")
+    tok.tgt_lang = "qq_QQ"
+    with pytest.raises(ValueError, match="src_lang 'qq_QQ' is not a language code"):
+        tok.encode_target("x")
+    (tmp_path / "t5").mkdir()
+    shutil.copy(FIXTURES.parent.parent / "sentencepiece" / "spiece.model",
+                tmp_path / "t5" / "sentencepiece.bpe.model")
+    with pytest.raises(ValueError, match="starts with \\['<pad>', '</s>', '<unk>'\\]"):
+        load_tokenizer(tmp_path / "t5")
+    shutil.copytree(MBART_SPM, tmp_path / "xlmr")
+    (tmp_path / "xlmr" / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "XLMRobertaTokenizer"}))
+    with pytest.raises(ValueError, match="XLMRobertaTokenizer sentencepiece.bpe.model"):
+        load_tokenizer(tmp_path / "xlmr")

@@ -17,11 +17,13 @@ from .base import (Tokenizer, hf_model_max_length, read_hf_special_tokens, read_
                    tokens_by_id)
 from .bpe import STYLES, ByteLevelBPETokenizer, roberta_template
 from .char import FILE_NAME as CHAR_FILE_NAME, CharTokenizer
+from .mbart import SPM_FILE_NAME as MBART_SPM_FILE_NAME, MBartTokenizer
 from .unigram import FILE_NAME as UNIGRAM_FILE_NAME, T5_SPECIALS, UnigramTokenizer
 from .wordpiece import BERT_SPECIALS, WordPieceTokenizer, bert_template
 
 TOKENIZER_TYPES = {cls.kind: cls for cls in (CharTokenizer, WordPieceTokenizer,
-                                             ByteLevelBPETokenizer, UnigramTokenizer)}
+                                             ByteLevelBPETokenizer, UnigramTokenizer,
+                                             MBartTokenizer)}
 
 
 def tokenizer_from_state(state: dict) -> Tokenizer:
@@ -129,8 +131,10 @@ DIRECTORY_LAYOUTS = (((CHAR_FILE_NAME,), CharTokenizer.from_pretrained),
                      (("vocab.json", "merges.txt"), ByteLevelBPETokenizer.from_pretrained),
                      (("vocab.txt",), WordPieceTokenizer.from_pretrained),
                      ((UNIGRAM_FILE_NAME,), UnigramTokenizer.from_file),
+                     ((MBartTokenizer.file_name,), MBartTokenizer.from_file),
                      (("spiece.model",), UnigramTokenizer.from_pretrained),
-                     (("tokenizer.json",), _from_tokenizer_json))
+                     (("tokenizer.json",), _from_tokenizer_json),
+                     ((MBART_SPM_FILE_NAME,), MBartTokenizer.from_pretrained))
 
 
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
@@ -140,7 +144,8 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     ``vocab.txt`` -> :class:`WordPieceTokenizer` (lower-casing and accents as
     ``tokenizer_config.json`` says); ``unigram_tokenizer.json`` or a T5 ``spiece.model`` ->
     :class:`UnigramTokenizer`; otherwise ``tokenizer.json`` (WordPiece, byte-level BPE or
-    Unigram)."""
+    Unigram); otherwise an mBART ``sentencepiece.bpe.model`` -> :class:`MBartTokenizer`
+    (fairseq's ids and the language codes, as HuggingFace's ``MBartTokenizer``)."""
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"load_tokenizer: {directory!r} is not a directory")

@@ -160,6 +160,7 @@ class UnigramTokenizer(Tokenizer):
     """
 
     kind = "unigram"
+    file_name = FILE_NAME  # what save writes
 
     def __init__(self, vocab: Sequence[str], scores: Sequence[float | None], *,
                  special_tokens: dict[str, str] | None = None,
@@ -341,13 +342,14 @@ class UnigramTokenizer(Tokenizer):
                 "hf_pipeline": None if self.pipeline is None else self.pipeline.spec}
 
     def save(self, directory: str | os.PathLike) -> None:
-        """Write ``unigram_tokenizer.json``: the ``state_dict()``."""
-        self._save_state(directory, FILE_NAME)
+        """Write ``unigram_tokenizer.json`` (a subclass: its ``file_name``): the
+        ``state_dict()``."""
+        self._save_state(directory, self.file_name)
 
     @classmethod
     def from_file(cls, directory: str | os.PathLike) -> "UnigramTokenizer":
         """Read what ``save`` wrote."""
-        return cls._from_state_file(directory, FILE_NAME)
+        return cls._from_state_file(directory, cls.file_name)
 
     @classmethod
     def from_sentencepiece(cls, model: bytes | str | os.PathLike, **options) -> "UnigramTokenizer":
