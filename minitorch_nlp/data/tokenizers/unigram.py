@@ -34,6 +34,7 @@ plus the best-scored pieces.
 from __future__ import annotations
 
 import base64
+import functools
 import math
 import os
 import re
@@ -66,31 +67,49 @@ class Lattice:
     one-character piece starts from gets an unknown node (piece None) of ``unk_score`` over its
     character, so that every text has a cut. Nodes are listed in sentencepiece's order (by start,
     then by length), which decides ties. ``skip_whole`` leaves out the piece that is the whole
-    text (pruning asks for the best cut of a piece without itself)."""
+    text (pruning asks for the best cut of a piece without itself). ``prefixes`` (the proper
+    prefixes of the pieces) lets the search for pieces at a position stop at the first substring
+    that starts no piece."""
 
     def __init__(self, text: str, scores: dict, max_length: int, unk_score: float,
-                 skip_whole: bool = False):
-        self.text = text
-        self.ending = [[] for _ in range(len(text) + 1)]
+                 skip_whole: bool = False, prefixes: set | None = None):
+        self.text, self.scores, self.max_length = text, scores, max_length
+        self.unk_score, self.skip_whole, self.prefixes = unk_score, skip_whole, prefixes
+
+    def _nodes(self):
+        """(start, end, piece or None, score) of every node, in sentencepiece's order."""
+        text, scores, prefixes = self.text, self.scores, self.prefixes
         for start in range(len(text)):
             single = False
-            for end in range(start + 1, min(len(text), start + max_length) + 1):
-                score = scores.get(text[start:end])
-                if score is not None and not (skip_whole and end - start == len(text)):
-                    self.ending[end].append((start, text[start:end], score))
+            for end in range(start + 1, min(len(text), start + self.max_length) + 1):
+                piece = text[start:end]
+                score = scores.get(piece)
+                if score is None:
+                    if prefixes is not None and piece not in prefixes:
+                        break
+                    continue
+                if not (self.skip_whole and end - start == len(text)):
+                    yield start, end, piece, score
                     single = single or end == start + 1
             if not single:
-                self.ending[start + 1].append((start, None, unk_score))
+                yield start, start + 1, None, self.unk_score
+
+    @functools.cached_property
+    def ending(self) -> list[list[tuple[int, str | None, float]]]:
+        """For each end position, the (start, piece, score) of the nodes ending there."""
+        ending = [[] for _ in range(len(self.text) + 1)]
+        for start, end, piece, score in self._nodes():
+            ending[end].append((start, piece, score))
+        return ending
 
     def viterbi(self) -> list[tuple[int, str | None]]:
         """The best cut, as (start, piece or None) nodes in text order. Scores add left to
-        right; a later node replaces the best so far only when strictly better, as in
-        sentencepiece."""
+        right, each node offered to its end position as the nodes come (by start); a later node
+        replaces the best so far only when strictly better, as in sentencepiece."""
         best, back = [0.0] + [-math.inf] * (len(self.text)), [None] * (len(self.text) + 1)
-        for end in range(1, len(self.text) + 1):
-            for start, piece, score in self.ending[end]:
-                if best[start] + score > best[end]:
-                    best[end], back[end] = best[start] + score, (start, piece)
+        for start, end, piece, score in self._nodes():
+            if best[start] + score > best[end]:
+                best[end], back[end] = best[start] + score, (start, piece)
         return self._path(back)
 
     def _path(self, back):
@@ -203,6 +222,8 @@ class UnigramTokenizer(Tokenizer):
                                      escape_whitespaces)
         self.pipeline = None if hf_pipeline is None else HFPipeline(hf_pipeline, self.name)
         self.max_piece_length = max(map(len, self.piece_scores))
+        self._prefixes = {piece[:end] for piece in self.piece_scores
+                          for end in range(1, len(piece))}
         self.unk_score = min(self.piece_scores.values()) - UNK_PENALTY
         # A text cuts into words at each ▁ when no piece holds a ▁ after its first character:
         # then words can be segmented (and cached) one at a time.
@@ -226,7 +247,8 @@ class UnigramTokenizer(Tokenizer):
         return self._word_split.split(normalized) if self._word_split else [normalized]
 
     def _lattice(self, normalized: str) -> Lattice:
-        return Lattice(normalized, self.piece_scores, self.max_piece_length, self.unk_score)
+        return Lattice(normalized, self.piece_scores, self.max_piece_length, self.unk_score,
+                       prefixes=self._prefixes)
 
     def _tokens(self, text: str, nodes: list[tuple[int, str | None]]) -> list[str]:
         """The tokens of a cut of ``text``: each run of unknown characters one unk token (or
