@@ -7,14 +7,18 @@ mbart-spm}/``, made by
 HuggingFace's ids."""
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from minitorch_nlp.data.tokenizers import (MBartTokenizer, UnigramTokenizer, load_tokenizer,
                                            tokenizer_from_state)
+from minitorch_nlp.data.tokenizers.hf_pipeline import _Precompiled
 from minitorch_nlp.data.tokenizers.mbart import MBART_LANGUAGE_CODES
 
 pytestmark = pytest.mark.sec5
@@ -200,3 +204,12 @@ def test_mbart_errors_name_the_language_code_and_the_file(tmp_path):
         json.dumps({"tokenizer_class": "XLMRobertaTokenizer"}))
     with pytest.raises(ValueError, match="XLMRobertaTokenizer sentencepiece.bpe.model"):
         load_tokenizer(tmp_path / "xlmr")
+
+
+@given(text=st.text(alphabet=st.sampled_from(list("ab e\u0301\u0308\u200d😀ﬁ①Ｈ\t")), max_size=20))
+def test_the_chunked_precompiled_normalizer_equals_the_whole_text_mapping(text):
+    """Precompiled maps space-separated chunks (cached); it must give what the mapping of the
+    whole text gives, also where a combining mark or a joiner meets a space."""
+    data = json.loads((FIXTURES / "t5" / "tokenizer.json").read_text(encoding="utf-8"))
+    normalizer = _Precompiled(base64.b64decode(data["normalizer"]["precompiled_charsmap"]))
+    assert normalizer(text) == normalizer._whole(text)

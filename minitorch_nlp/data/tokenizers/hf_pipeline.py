@@ -25,9 +25,11 @@ normalization tables hold; Python has no full UAX #29 segmentation.
 from __future__ import annotations
 
 import base64
+import functools
 import re
 import unicodedata
 
+from .base import CharMap, char_class
 from .sentencepiece_model import CharsMap
 
 # Rust's char::is_whitespace (Unicode White_Space), which WhitespaceSplit cuts at.
@@ -37,12 +39,22 @@ ZERO_WIDTH_JOINER = "\u200d"
 PREPEND_SCHEMES = ("always", "first", "never")
 
 
+@functools.lru_cache(maxsize=None)
+def _joiners() -> re.Pattern:
+    """The characters that join the one before them into a cluster."""
+    return re.compile(f"[{char_class('M')}{ZERO_WIDTH_JOINER}]")
+
+
+def _joins_before(char: str) -> bool:
+    """Whether ``char`` joins the cluster of the character before it."""
+    return unicodedata.category(char)[0] == "M" or char == ZERO_WIDTH_JOINER
+
+
 def _graphemes(text: str) -> list[str]:
     """``text`` cut into (approximate) grapheme clusters; see the module docstring."""
     clusters = []
     for char in text:
-        if clusters and (unicodedata.category(char)[0] == "M" or char == ZERO_WIDTH_JOINER
-                         or clusters[-1].endswith(ZERO_WIDTH_JOINER)
+        if clusters and (_joins_before(char) or clusters[-1].endswith(ZERO_WIDTH_JOINER)
                          or (clusters[-1] == "\r" and char == "\n")):
             clusters[-1] += char
         else:
@@ -56,14 +68,37 @@ def _unknown(section: str, spec: dict, known, where: str) -> ValueError:
 
 
 class _Precompiled:
+    """HuggingFace's ``Precompiled`` normalizer. The text is mapped one space-separated chunk at a
+    time, each chunk's result cached, and a chunk of one-character clusters (no combining mark,
+    joiner or CR LF) by ``str.translate``; a chunk that would join the space before it into a
+    grapheme cluster (it starts with a combining mark) or the space after it (it ends with a
+    zero-width joiner) sends its text through the mapping of the whole text."""
+
     def __init__(self, charsmap: bytes):
         self.charsmap = CharsMap(charsmap)
+        self.space = self._first(" ") or " "
+        self._chunks = {}
+        self._char_table = CharMap(lambda char: self._first(char) or char)
 
     def _first(self, text: str) -> str | None:
         found = self.charsmap.first_prefix(text.encode("utf-8"), 0)
         return None if found is None else found[1].decode("utf-8")
 
     def __call__(self, text: str) -> str:
+        chunks, out = text.split(" "), []
+        for index, chunk in enumerate(chunks):
+            if (index and chunk and _joins_before(chunk[0])) or chunk.endswith(ZERO_WIDTH_JOINER):
+                return self._whole(text)
+            if chunk not in self._chunks:
+                if len(self._chunks) >= 100_000:
+                    self._chunks.clear()
+                self._chunks[chunk] = (self._whole(chunk) if "\r\n" in chunk
+                                       or _joiners().search(chunk)
+                                       else chunk.translate(self._char_table))
+            out.append(self._chunks[chunk])
+        return self.space.join(out)
+
+    def _whole(self, text: str) -> str:
         out = []
         for cluster in _graphemes(text):
             whole = self._first(cluster) if len(cluster.encode("utf-8")) < 6 else None
