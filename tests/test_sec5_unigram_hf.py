@@ -53,6 +53,9 @@ def test_the_layouts_special_tokens_and_templates_are_read():
     assert (mbart.bos_token_id, mbart.pad_token_id, mbart.eos_token_id, mbart.unk_token_id) == (
         0, 1, 2, 3)
     assert mbart.template["single"] == "$A </s> en_XX"
+    assert isinstance(mbart, MBartTokenizer) and (mbart.src_lang, mbart.tgt_lang) == ("en_XX",
+                                                                                      "ro_RO")
+    assert mbart.encode_target("x")[-2:] == [2, mbart.convert_tokens_to_ids("ro_RO")]
     assert mbart.mask_token == "<mask>" and mbart.id_to_token[-1] == "<mask>"
     assert mbart.tokenize("hello <mask> x") == (mbart.tokenize("hello") + ["<mask>"]
                                                 + mbart.tokenize("x"))

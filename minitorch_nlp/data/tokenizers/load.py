@@ -11,13 +11,14 @@ pre-tokenizer and the post-processor (the template). Both are read here; a Unigr
 """
 from __future__ import annotations
 
+import functools
 import os
 
 from .base import (Tokenizer, hf_model_max_length, read_hf_special_tokens, read_json, roles_in,
                    tokens_by_id)
 from .bpe import STYLES, ByteLevelBPETokenizer, roberta_template
 from .char import FILE_NAME as CHAR_FILE_NAME, CharTokenizer
-from .mbart import SPM_FILE_NAME as MBART_SPM_FILE_NAME, MBartTokenizer
+from .mbart import MBART_LANGUAGE_CODES, SPM_FILE_NAME as MBART_SPM_FILE_NAME, MBartTokenizer
 from .unigram import FILE_NAME as UNIGRAM_FILE_NAME, T5_SPECIALS, UnigramTokenizer
 from .wordpiece import BERT_SPECIALS, WordPieceTokenizer, bert_template
 
@@ -57,10 +58,13 @@ def _template_from_post_processor(processor: dict | None) -> dict | None:
 
 
 def _unigram_from_tokenizer_json(directory: str, data: dict, tokens: list[str], common: dict,
-                                 specials) -> UnigramTokenizer:
+                                 specials, config: dict) -> UnigramTokenizer:
     """A Unigram ``tokenizer.json`` (T5, mBART): the pieces' scores, the unk id, byte fallback,
     and the normalizer / pre-tokenizer / decoder sections run as HuggingFace runs them. The added
-    tokens are split off first, so they are never pieces; they must be special tokens."""
+    tokens are split off first, so they are never pieces; they must be special tokens. An mBART
+    directory (``tokenizer_class`` MBartTokenizer) gives an :class:`MBartTokenizer` with the
+    language codes of its vocabulary and ``tokenizer_config.json``'s ``src_lang`` /
+    ``tgt_lang``."""
     model, added = data["model"], data.get("added_tokens", [])
     plain = [token["content"] for token in added if not token.get("special")]
     if plain:
@@ -73,7 +77,15 @@ def _unigram_from_tokenizer_json(directory: str, data: dict, tokens: list[str], 
         roles["unk"] = tokens[model["unk_id"]]
     extras = [token["content"] for token in added
               if token["content"] not in roles.values()] + found["extra_special_tokens"]
-    return UnigramTokenizer(
+    if config.get("tokenizer_class", "").startswith("MBartTokenizer"):
+        make = functools.partial(
+            MBartTokenizer, src_lang=config.get("src_lang") or "en_XX",
+            tgt_lang=config.get("tgt_lang"),
+            language_codes=[code for code in MBART_LANGUAGE_CODES if code in tokens])
+        common = {key: value for key, value in common.items() if key != "template"}
+    else:
+        make = UnigramTokenizer
+    return make(
         tokens, [None if token in {t["content"] for t in added} else scores.get(token)
                  for token in tokens],
         special_tokens=roles, extra_special_tokens=list(dict.fromkeys(extras)),
@@ -101,7 +113,7 @@ def _from_tokenizer_json(directory: str) -> Tokenizer:
                                       data.get("added_tokens", []))._asdict()
 
     if model["type"] == "Unigram":
-        return _unigram_from_tokenizer_json(directory, data, tokens, common, specials)
+        return _unigram_from_tokenizer_json(directory, data, tokens, common, specials, config)
     normalizer, pre = data.get("normalizer") or {}, (data.get("pre_tokenizer") or {}).get("type")
     if (model["type"] == "WordPiece" and pre == "BertPreTokenizer"
             and normalizer.get("type", "BertNormalizer") == "BertNormalizer"):
