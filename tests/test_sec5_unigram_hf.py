@@ -110,8 +110,10 @@ def _edited(tmp_path, edit):
     ("pre_tokenizer", {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"},
      "prepend_scheme is 'sometimes'"),
     ("pre_tokenizer", {"type": "Metaspace", "replacement": "__"}, "one character"),
-    ("decoder", {"type": "WordPiece"}, "'WordPiece' decoder"),
-    ("decoder", None, "None decoder"),
+    ("decoder", {"type": "WordPiece"}, "decoder is WordPiece, which"),
+    ("decoder", None, "decoder is None, which"),
+    ("decoder", {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Strip"}]},
+     "decoder is ByteFallback \\+ Strip, which"),
     ("normalizer", {"type": "Replace", "pattern": {"Regex": "(?<x"}, "content": ""},
      "not a regular expression"),
 ])

@@ -207,20 +207,19 @@ def _pre_tokenizer(spec: dict | None, where: str) -> list:
     raise _unknown("pre_tokenizer", spec, PRE_TOKENIZERS, where)
 
 
-DECODERS = ("Metaspace", "Sequence of Metaspace, ByteFallback and Fuse")
+DECODER_PARTS = ("Metaspace", "ByteFallback", "Fuse")
 
 
 def _decoder(spec: dict | None, where: str) -> _Metaspace:
     """The Metaspace step of a ``decoder`` section (ByteFallback and Fuse beside it are what our
     decoding does anyway)."""
-    parts = (spec or {}).get("decoders", [spec]) if (spec or {}).get("type") == "Sequence" \
-        else [spec]
-    metaspace = [part for part in parts if (part or {}).get("type") == "Metaspace"]
-    others = [part for part in parts if (part or {}).get("type") not in ("Metaspace",
-                                                                         "ByteFallback", "Fuse")]
-    if len(metaspace) != 1 or others:
-        raise _unknown("decoder", (others or [spec or {}])[0] or {"type": None}, DECODERS, where)
-    return _Metaspace(metaspace[0], where)
+    parts = spec["decoders"] if spec and spec.get("type") == "Sequence" else [spec or {}]
+    kinds = [part.get("type") for part in parts]
+    if kinds.count("Metaspace") != 1 or not set(kinds) <= set(DECODER_PARTS):
+        raise ValueError(f"{where}: tokenizer.json's decoder is {' + '.join(map(str, kinds))}, "
+                         "which minitorch_nlp does not read (it reads a Metaspace decoder, alone "
+                         "or in a Sequence with ByteFallback and Fuse)")
+    return _Metaspace(parts[kinds.index("Metaspace")], where)
 
 
 class HFPipeline:
