@@ -491,15 +491,17 @@ def train_unigram(words: dict[str, int], num_pieces: int, *, character_coverage:
     scores = {piece: math.log(value) - log_total for piece, value in seed.items()}
     desired = int(num_pieces * 1.1)
 
-    def lattice(word, scores, skip_whole=False):
-        return Lattice(word, scores, max_piece_length, min(scores.values()) - UNK_PENALTY,
-                       skip_whole)
+    def lattices(scores):
+        """word, skip_whole -> its Lattice under ``scores`` (the unknown score found once)."""
+        unk_score = min(scores.values()) - UNK_PENALTY
+        return lambda word, skip_whole=False: Lattice(word, scores, max_piece_length, unk_score,
+                                                      skip_whole)
 
     while True:
         for _ in range(num_sub_iterations):
-            expected = Counter()
+            expected, lattice = Counter(), lattices(scores)
             for word, count in words.items():
-                _, nodes = lattice(word, scores).marginals()
+                _, nodes = lattice(word).marginals()
                 for piece, probability in nodes:
                     if piece is not None:
                         expected[piece] += count * probability
@@ -512,7 +514,8 @@ def train_unigram(words: dict[str, int], num_pieces: int, *, character_coverage:
                       for piece, d in zip(kept_pieces, digammas[:-1])}
         if len(scores) <= desired:
             break
-        pruned = _prune(words, scores, lattice, max(desired, int(shrinking_factor * len(scores))))
+        pruned = _prune(words, scores, lattices(scores),
+                        max(desired, int(shrinking_factor * len(scores))))
         if len(pruned) == len(scores):
             break  # every piece left must stay (characters, pieces without another cut)
         scores = pruned
@@ -528,10 +531,11 @@ def train_unigram(words: dict[str, int], num_pieces: int, *, character_coverage:
 
 def _prune(words, scores, lattice, size):
     """The ``size`` pieces whose removal would cost the corpus most likelihood (Kudo's pruning,
-    as sentencepiece computes it from the Viterbi cuts)."""
+    as sentencepiece computes it from the Viterbi cuts); ``lattice(word, skip_whole=False)``
+    gives a word's lattice under ``scores``."""
     frequency = Counter()
     for word, count in words.items():
-        for _, piece in lattice(word, scores).viterbi():
+        for _, piece in lattice(word).viterbi():
             if piece is not None:
                 frequency[piece] += count
     total = sum(frequency.values())
@@ -542,10 +546,10 @@ def _prune(words, scores, lattice, size):
             continue
         if frequency[piece] == 0:
             continue  # in no best cut: removing it costs nothing
-        best = lattice(piece, scores).viterbi()
+        best = lattice(piece).viterbi()
         if len(best) > 1:
             continue  # its own best cut does not use it
-        alternative = [p for _, p in lattice(piece, scores, skip_whole=True).viterbi()]
+        alternative = [p for _, p in lattice(piece, skip_whole=True).viterbi()]
         if None in alternative:
             keep.append(piece)
             continue
