@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import itertools
 import math
 import os
 import re
@@ -284,7 +285,7 @@ class UnigramTokenizer(Tokenizer):
     def _tokenize_with(self, text: str, cut, where: str) -> list[str]:
         """The tokens of ``text`` around its special tokens, each stretch between them cut into
         words and each word by ``cut``; only the stretch at the very start counts as ``first``."""
-        calls = iter(range(len(text) + 1))
+        calls = itertools.count()
         return self._tokenize_around_specials(
             text, lambda piece: self._segment(piece, cut, next(calls) == 0
                                               and text.startswith(piece)), where)
