@@ -79,17 +79,17 @@ class Lattice:
 
     def _nodes(self):
         """(start, end, piece or None, score) of every node, in sentencepiece's order."""
-        text, scores, prefixes = self.text, self.scores, self.prefixes
-        for start in range(len(text)):
+        text, get, prefixes, length = self.text, self.scores.get, self.prefixes, len(self.text)
+        whole = length if self.skip_whole else -1  # the length of the one piece left out
+        for start in range(length):
             single = False
-            for end in range(start + 1, min(len(text), start + self.max_length) + 1):
+            for end in range(start + 1, min(length, start + self.max_length) + 1):
                 piece = text[start:end]
-                score = scores.get(piece)
+                score = get(piece)
                 if score is None:
                     if prefixes is not None and piece not in prefixes:
                         break
-                    continue
-                if not (self.skip_whole and end - start == len(text)):
+                elif end - start != whole:
                     yield start, end, piece, score
                     single = single or end == start + 1
             if not single:
