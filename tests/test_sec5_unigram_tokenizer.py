@@ -81,6 +81,16 @@ def test_the_model_files_pieces_scores_and_specials_are_read(pair):
 
 
 # ---- properties ----------------------------------------------------------------------------------
+@given(text=TEXT)
+def test_the_chunked_normalizer_equals_the_walk_over_the_whole_text(text):
+    """Normalization maps space-separated chunks (cached, by str.translate where no key spans two
+    characters); it must give what the charsmap walk over the whole text gives."""
+    for name in MODELS:
+        normalizer = ours(name).normalizer
+        for variant in (text, text + " e\u0301 ﬁ", "\u00a0".join(text.split(" "))):
+            assert normalizer(variant) == normalizer._walk_whole(variant)
+
+
 def _decoded_normal_form(tok, text):
     return tok.normalize(text).replace("\u2581", " ")[1:]
 

@@ -540,7 +540,8 @@ def test_load_tokenizer_says_what_it_looked_for(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(FileNotFoundError, match=r"looked for char_tokenizer.json, vocab.json \+ "
                                                 r"merges.txt, vocab.txt, unigram_tokenizer.json, "
-                                                r"spiece.model, tokenizer.json; found "
+                                                r"mbart_tokenizer.json, spiece.model, "
+                                                r"tokenizer.json, sentencepiece.bpe.model; found "
                                                 r"\['notes.txt'\]"):
         load_tokenizer(tmp_path)
     with pytest.raises(FileNotFoundError, match="is not a directory"):

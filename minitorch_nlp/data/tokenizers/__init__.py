@@ -12,7 +12,8 @@ trade-off between a small vocabulary with long sequences and a big vocabulary wi
 * :class:`UnigramTokenizer`: the Unigram language model of SentencePiece (T5, mBART), Viterbi
   segmentation and sampled segmentations for subword regularization, trained by EM with pruning;
   it reads sentencepiece's ``.model`` files (``unigram.py``, ``sentencepiece_model.py``; Kudo
-  2018).
+  2018), HuggingFace's Unigram ``tokenizer.json`` (``hf_pipeline.py``) and mBART's layout with
+  fairseq's ids and language codes (:class:`MBartTokenizer`, ``mbart.py``).
 
 The four share one interface (``base.py``), modelled on HuggingFace's::
 
@@ -27,18 +28,19 @@ The four share one interface (``base.py``), modelled on HuggingFace's::
 
 ``state_dict()`` / :func:`tokenizer_from_state` put a tokenizer inside a training checkpoint.
 ``load_tokenizer`` reads what ``save`` writes and HuggingFace directories (``vocab.txt``,
-``vocab.json`` + ``merges.txt``, a T5 ``spiece.model``, or a ``tokenizer.json`` with a WordPiece or
-byte-level BPE model).
+``vocab.json`` + ``merges.txt``, a T5 ``spiece.model``, or a ``tokenizer.json`` with a WordPiece,
+byte-level BPE or Unigram model).
 """
 from .base import BatchEncoding, Tokenizer
 from .bpe import ByteLevelBPETokenizer, bytes_to_unicode, pretokenize
 from .char import CharTokenizer
 from .load import load_tokenizer, tokenizer_from_state
+from .mbart import MBartTokenizer
 from .training import learn_merges
 from .unigram import UnigramTokenizer, train_unigram
 from .wordpiece import WordPieceTokenizer, basic_tokenize
 
-__all__ = ["BatchEncoding", "ByteLevelBPETokenizer", "CharTokenizer", "Tokenizer",
+__all__ = ["BatchEncoding", "ByteLevelBPETokenizer", "CharTokenizer", "MBartTokenizer", "Tokenizer",
            "UnigramTokenizer", "WordPieceTokenizer", "basic_tokenize", "bytes_to_unicode",
            "learn_merges", "load_tokenizer", "pretokenize", "tokenizer_from_state",
            "train_unigram"]

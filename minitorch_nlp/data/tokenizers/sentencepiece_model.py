@@ -21,10 +21,14 @@ The normalizer (``Normalizer``) rewrites the text before segmentation, as senten
 """
 from __future__ import annotations
 
+import re
 import struct
+
+from .base import CharMap
 from typing import NamedTuple
 
 SPACE_SYMBOL = "\u2581"  # ▁, sentencepiece's visible space
+MULTIPLE_SPACES = re.compile(" {2,}")
 
 # sentencepiece_model.proto: ModelProto.SentencePiece.Type and TrainerSpec.ModelType
 PIECE_TYPES = {1: "normal", 2: "unknown", 3: "control", 4: "user_defined", 5: "unused",
@@ -126,8 +130,8 @@ def read_sentencepiece_model(data: bytes, where: str = "sentencepiece model") ->
 
 class CharsMap:
     """A compiled character map: ``longest_prefix(data, start)`` gives the longest key of the trie
-    that ``data[start:]`` (UTF-8 bytes) begins with, as ``(its length in bytes, the normalized
-    bytes)``, or None.
+    that ``data[start:]`` (UTF-8 bytes) begins with (sentencepiece's rule), as ``(its length in
+    bytes, the normalized bytes)``, or None; ``first_prefix`` the shortest.
 
     The blob is ``<trie size: uint32 little-endian><the trie><the replacement strings>``. The trie
     is a Darts-clone double array of uint32 units: a unit holds a label (the byte that leads to it;
@@ -144,27 +148,68 @@ class CharsMap:
         self.units = struct.unpack_from(f"<{trie_size // 4}I", blob, 4)
         self.strings = blob[4 + trie_size:]
 
-    def longest_prefix(self, data: bytes, start: int):
-        units, found = self.units, None
-        position = (units[0] >> 10) << ((units[0] & (1 << 9)) >> 6)
+    def _child(self, position: int, byte: int):
+        """(the position below the node at ``position`` along ``byte``, whether a key ends
+        there), or None when there is no such child."""
+        units = self.units
+        position ^= byte
+        if position >= len(units) or units[position] & ((1 << 31) | 0xFF) != byte:
+            return None
+        unit = units[position]
+        return position ^ ((unit >> 10) << ((unit & (1 << 9)) >> 6)), (unit >> 8) & 1
+
+    def _walk(self, data: bytes, start: int):
+        """(end, position, has a key ending there) for each byte of ``data[start:]`` the trie
+        follows."""
+        position = (self.units[0] >> 10) << ((self.units[0] & (1 << 9)) >> 6)
         for index in range(start, len(data)):
-            byte = data[index]
-            position ^= byte
-            if position >= len(units):
-                break
-            unit = units[position]
-            if unit & ((1 << 31) | 0xFF) != byte:
-                break
-            position ^= (unit >> 10) << ((unit & (1 << 9)) >> 6)
-            if (unit >> 8) & 1:
-                offset = units[position] & 0x7FFFFFFF
-                found = (index + 1 - start, self.strings[offset:self.strings.index(b"\0", offset)])
+            child = self._child(position, data[index])
+            if child is None:
+                return
+            position, leaf = child
+            yield index + 1, position, leaf
+
+    def prefixes(self, data: bytes, start: int):
+        """Every key of the trie that ``data[start:]`` begins with, shortest first, as
+        ``(its length in bytes, the normalized bytes)``."""
+        for end, position, leaf in self._walk(data, start):
+            if leaf:
+                offset = self.units[position] & 0x7FFFFFFF
+                yield end - start, self.strings[offset:self.strings.index(b"\0", offset)]
+
+    def continues(self, data: bytes, start: int, byte: int) -> bool:
+        """Whether a key begins with ``data[start:]`` followed by ``byte``."""
+        position = (self.units[0] >> 10) << ((self.units[0] & (1 << 9)) >> 6)
+        for index in range(start, len(data) + 1):
+            child = self._child(position, data[index] if index < len(data) else byte)
+            if child is None:
+                return False
+            position = child[0]
+        return True
+
+    def longest_prefix(self, data: bytes, start: int):
+        found = None
+        for found in self.prefixes(data, start):
+            pass
         return found
+
+    def first_prefix(self, data: bytes, start: int):
+        """The shortest key (HuggingFace's ``Precompiled`` takes it), or None."""
+        return next(self.prefixes(data, start), None)
 
 
 class Normalizer:
     """sentencepiece's text normalization (see the module docstring). ``charsmap``: the compiled
-    character map's bytes (empty: no character is rewritten)."""
+    character map's bytes (empty: no character is rewritten).
+
+    Walking the trie at every character in Python is slow. So the text is mapped one
+    space-separated chunk at a time, each chunk's result cached (a text repeats its words), and a
+    chunk in which no key goes on from one character into the next (each pair of neighbours is
+    looked up once, then cached) is mapped character by character by ``str.translate``. That
+    gives the walk's text when no key runs across a space and no replacement holds a space; the
+    spaces are then squeezed by string operations. A chunk for which that is not certain (a key
+    that goes on with a space after it, a replacement with a space, as NFKC's for odd spaces)
+    sends its text through the walk over the whole text."""
 
     def __init__(self, charsmap: bytes = b"", add_dummy_prefix: bool = True,
                  remove_extra_whitespaces: bool = True, escape_whitespaces: bool = True):
@@ -172,6 +217,52 @@ class Normalizer:
         self.add_dummy_prefix = add_dummy_prefix
         self.remove_extra_whitespaces = remove_extra_whitespaces
         self.escape_whitespaces = escape_whitespaces
+        space = self.charsmap and self.charsmap.longest_prefix(b" ", 0)
+        self._by_chunk = self.charsmap is None or (
+            space in (None, (1, b" ")) and not any(self.charsmap.continues(b" ", 0, byte)
+                                                   for byte in range(1, 256)))
+        self._chunks = {}  # chunk -> its mapped text, or None when the chunk is not safe alone
+        self._char_table = CharMap(self._map_char)
+        self._pairs = {}  # two characters -> whether a key goes on from the first into the second
+
+    def _map_char(self, char: str) -> str:
+        data = char.encode("utf-8")
+        match = self.charsmap.longest_prefix(data, 0)
+        return match[1].decode("utf-8") if match and match[0] == len(data) else char
+
+    def _goes_on(self, pair: str) -> bool:
+        if pair not in self._pairs:
+            self._pairs[pair] = self.charsmap.continues(pair[0].encode("utf-8"), 0,
+                                                        pair[1].encode("utf-8")[0])
+        return self._pairs[pair]
+
+    def _map_chunk(self, chunk: str) -> str | None:
+        joined = [chunk[i:i + 2] for i in range(len(chunk) - 1)] + [chunk[-1:] + " "]
+        if any(map(self._goes_on, joined[:-1])):
+            mapped = "".join(self._pieces(chunk))
+        else:
+            mapped = chunk.translate(self._char_table)
+        if " " in mapped or (chunk and self._goes_on(joined[-1])):
+            return None
+        return mapped
+
+    def _mapped(self, text: str) -> str | None:
+        """The text with the charsmap applied chunk by chunk, or None where that is not safe."""
+        if self.charsmap is None:
+            return text
+        if not self._by_chunk:
+            return None
+        chunks, out = self._chunks, []
+        for chunk in text.split(" "):
+            if chunk not in chunks:
+                if len(chunks) >= 100_000:
+                    chunks.clear()
+                chunks[chunk] = self._map_chunk(chunk)
+            mapped = chunks[chunk]
+            if mapped is None:
+                return None
+            out.append(mapped)
+        return " ".join(out)
 
     def _pieces(self, text: str):
         """The text cut into (normalized piece) strings: the charsmap's longest matches, and each
@@ -191,6 +282,18 @@ class Normalizer:
             start += match[0]
 
     def __call__(self, text: str) -> str:
+        mapped = self._mapped(text)
+        if mapped is None:
+            return self._walk_whole(text)
+        if self.remove_extra_whitespaces:
+            mapped = MULTIPLE_SPACES.sub(" ", mapped).strip(" ")
+        if not mapped:
+            return ""
+        normalized = " " + mapped if self.add_dummy_prefix else mapped
+        return normalized.replace(" ", SPACE_SYMBOL) if self.escape_whitespaces else normalized
+
+    def _walk_whole(self, text: str) -> str:
+        """sentencepiece's normalization piece by piece (the charsmap's matches)."""
         pieces = list(self._pieces(text))
         first = 0
         while self.remove_extra_whitespaces and first < len(pieces) and pieces[first] == " ":

@@ -34,6 +34,8 @@ plus the best-scored pieces.
 from __future__ import annotations
 
 import base64
+import functools
+import itertools
 import math
 import os
 import re
@@ -44,6 +46,7 @@ import numpy as np
 
 from .base import (PLAIN_TEMPLATE, Tokenizer, WordCache, hf_model_max_length,
                    read_hf_special_tokens, read_json, roles_in)
+from .hf_pipeline import HFPipeline
 from .sentencepiece_model import SPACE_SYMBOL, Normalizer, read_sentencepiece_model
 from .training import texts_between
 
@@ -65,31 +68,49 @@ class Lattice:
     one-character piece starts from gets an unknown node (piece None) of ``unk_score`` over its
     character, so that every text has a cut. Nodes are listed in sentencepiece's order (by start,
     then by length), which decides ties. ``skip_whole`` leaves out the piece that is the whole
-    text (pruning asks for the best cut of a piece without itself)."""
+    text (pruning asks for the best cut of a piece without itself). ``prefixes`` (the proper
+    prefixes of the pieces) lets the search for pieces at a position stop at the first substring
+    that starts no piece."""
 
     def __init__(self, text: str, scores: dict, max_length: int, unk_score: float,
-                 skip_whole: bool = False):
-        self.text = text
-        self.ending = [[] for _ in range(len(text) + 1)]
-        for start in range(len(text)):
+                 skip_whole: bool = False, prefixes: set | None = None):
+        self.text, self.scores, self.max_length = text, scores, max_length
+        self.unk_score, self.skip_whole, self.prefixes = unk_score, skip_whole, prefixes
+
+    def _nodes(self):
+        """(start, end, piece or None, score) of every node, in sentencepiece's order."""
+        text, get, prefixes, length = self.text, self.scores.get, self.prefixes, len(self.text)
+        whole = length if self.skip_whole else -1  # the length of the one piece left out
+        for start in range(length):
             single = False
-            for end in range(start + 1, min(len(text), start + max_length) + 1):
-                score = scores.get(text[start:end])
-                if score is not None and not (skip_whole and end - start == len(text)):
-                    self.ending[end].append((start, text[start:end], score))
+            for end in range(start + 1, min(length, start + self.max_length) + 1):
+                piece = text[start:end]
+                score = get(piece)
+                if score is None:
+                    if prefixes is not None and piece not in prefixes:
+                        break
+                elif end - start != whole:
+                    yield start, end, piece, score
                     single = single or end == start + 1
             if not single:
-                self.ending[start + 1].append((start, None, unk_score))
+                yield start, start + 1, None, self.unk_score
+
+    @functools.cached_property
+    def ending(self) -> list[list[tuple[int, str | None, float]]]:
+        """For each end position, the (start, piece, score) of the nodes ending there."""
+        ending = [[] for _ in range(len(self.text) + 1)]
+        for start, end, piece, score in self._nodes():
+            ending[end].append((start, piece, score))
+        return ending
 
     def viterbi(self) -> list[tuple[int, str | None]]:
         """The best cut, as (start, piece or None) nodes in text order. Scores add left to
-        right; a later node replaces the best so far only when strictly better, as in
-        sentencepiece."""
+        right, each node offered to its end position as the nodes come (by start); a later node
+        replaces the best so far only when strictly better, as in sentencepiece."""
         best, back = [0.0] + [-math.inf] * (len(self.text)), [None] * (len(self.text) + 1)
-        for end in range(1, len(self.text) + 1):
-            for start, piece, score in self.ending[end]:
-                if best[start] + score > best[end]:
-                    best[end], back[end] = best[start] + score, (start, piece)
+        for start, end, piece, score in self._nodes():
+            if best[start] + score > best[end]:
+                best[end], back[end] = best[start] + score, (start, piece)
         return self._path(back)
 
     def _path(self, back):
@@ -149,13 +170,17 @@ class UnigramTokenizer(Tokenizer):
     ``byte_fallback``: a character no piece covers becomes its UTF-8 byte tokens (which must all
     be in the vocabulary) instead of the unk token. The normalizer's options are sentencepiece's
     (``charsmap``: a compiled character map, bytes or base64 text; ``add_dummy_prefix``,
-    ``remove_extra_whitespaces``, ``escape_whitespaces``). ``decode(encode(text))`` gives back the
+    ``remove_extra_whitespaces``, ``escape_whitespaces``). ``hf_pipeline`` (the ``normalizer``,
+    ``pre_tokenizer`` and ``decoder`` sections of a HuggingFace ``tokenizer.json``, see
+    ``hf_pipeline.py``) replaces them: the text is then normalized and cut into words as
+    HuggingFace's ``tokenizers`` does. ``decode(encode(text))`` gives back the
     normalized text (``normalize``, with ``▁`` read as a space and the dummy prefix removed) when
     every character is covered. ``special_tokens`` default to T5's (``<pad>``, ``</s>``,
     ``<unk>``) when the vocabulary has them; the template to adding none.
     """
 
     kind = "unigram"
+    file_name = FILE_NAME  # what save writes
 
     def __init__(self, vocab: Sequence[str], scores: Sequence[float | None], *,
                  special_tokens: dict[str, str] | None = None,
@@ -163,7 +188,8 @@ class UnigramTokenizer(Tokenizer):
                  model_max_length: int | None = None, lstrip_tokens: Iterable[str] = (),
                  rstrip_tokens: Iterable[str] = (), byte_fallback: bool = False,
                  charsmap: bytes | str = b"", add_dummy_prefix: bool = True,
-                 remove_extra_whitespaces: bool = True, escape_whitespaces: bool = True):
+                 remove_extra_whitespaces: bool = True, escape_whitespaces: bool = True,
+                 hf_pipeline: dict | None = None):
         vocab = list(vocab)
         if special_tokens is None:
             special_tokens = roles_in(T5_SPECIALS, vocab)
@@ -195,21 +221,35 @@ class UnigramTokenizer(Tokenizer):
         self.charsmap = base64.b64decode(charsmap) if isinstance(charsmap, str) else bytes(charsmap)
         self.normalizer = Normalizer(self.charsmap, add_dummy_prefix, remove_extra_whitespaces,
                                      escape_whitespaces)
+        self.pipeline = None if hf_pipeline is None else HFPipeline(hf_pipeline, self.name)
         self.max_piece_length = max(map(len, self.piece_scores))
+        self._prefixes = {piece[:end] for piece in self.piece_scores
+                          for end in range(1, len(piece))}
         self.unk_score = min(self.piece_scores.values()) - UNK_PENALTY
         # A text cuts into words at each ▁ when no piece holds a ▁ after its first character:
         # then words can be segmented (and cached) one at a time.
+        # (A tokenizer.json's pre-tokenizer says itself where words end.)
         self._word_split = (re.compile(f"(?={SPACE_SYMBOL})") if escape_whitespaces and not any(
             SPACE_SYMBOL in piece[1:] for piece in self.piece_scores) else None)
         self._pieces = WordCache(lambda word: self._tokens(word, self._lattice(word).viterbi()))
 
     # ---- segmentation --------------------------------------------------------------------------
     def normalize(self, text: str) -> str:
-        """The text as segmentation sees it (sentencepiece's ``normalize``)."""
-        return self.normalizer(text)
+        """The text as segmentation sees it (sentencepiece's ``normalize``; with ``hf_pipeline``,
+        the words of the pre-tokenizer joined)."""
+        return "".join(self._words(text))
+
+    def _words(self, text: str, first: bool = True) -> list[str]:
+        """The pieces of ``text`` that are segmented one at a time (``first``: ``text`` starts the
+        input, which a Metaspace pre-tokenizer with prepend_scheme "first" asks)."""
+        if self.pipeline is not None:
+            return self.pipeline.words(text, first)
+        normalized = self.normalizer(text)
+        return self._word_split.split(normalized) if self._word_split else [normalized]
 
     def _lattice(self, normalized: str) -> Lattice:
-        return Lattice(normalized, self.piece_scores, self.max_piece_length, self.unk_score)
+        return Lattice(normalized, self.piece_scores, self.max_piece_length, self.unk_score,
+                       prefixes=self._prefixes)
 
     def _tokens(self, text: str, nodes: list[tuple[int, str | None]]) -> list[str]:
         """The tokens of a cut of ``text``: each run of unknown characters one unk token (or
@@ -235,16 +275,24 @@ class UnigramTokenizer(Tokenizer):
                              "token (nor byte_fallback) to stand for it")
         return [self.unk_token]
 
-    def _segment(self, normalized: str, cut) -> list[str]:
-        words = self._word_split.split(normalized) if self._word_split else [normalized]
+    def _segment(self, text: str, cut, first: bool = True) -> list[str]:
         tokens = []
-        for word in words:
+        for word in self._words(text, first):
             if word:
                 tokens += cut(word)
         return tokens
 
-    def _tokenize(self, text: str) -> list[str]:
-        return self._segment(self.normalize(text), self._pieces.__getitem__)
+    def _tokenize_with(self, text: str, cut, where: str) -> list[str]:
+        """The tokens of ``text`` around its special tokens, each stretch between them cut into
+        words and each word by ``cut``; only the stretch at the very start counts as ``first``."""
+        calls = itertools.count()
+        return self._tokenize_around_specials(
+            text, lambda piece: self._segment(piece, cut, next(calls) == 0
+                                              and text.startswith(piece)), where)
+
+    def tokenize(self, text: str) -> list[str]:
+        """The tokens of ``text`` (see ``Tokenizer.tokenize``): each word's best cut, cached."""
+        return self._tokenize_with(text, self._pieces.__getitem__, "tokenize")
 
     def sample(self, text: str, alpha: float = 0.1,
                rng: np.random.Generator | int | None = None) -> list[str]:
@@ -259,8 +307,7 @@ class UnigramTokenizer(Tokenizer):
 
         def draw(word):
             return self._tokens(word, self._lattice(word).sample(alpha, rng))
-        return self._tokenize_around_specials(
-            text, lambda piece: self._segment(self.normalize(piece), draw), "sample")
+        return self._tokenize_with(text, draw, "sample")
 
     def _decode(self, ids: list[int]) -> str:
         out = bytearray()
@@ -271,6 +318,9 @@ class UnigramTokenizer(Tokenizer):
             else:
                 out.append(byte)
         text = out.decode("utf-8", "replace")
+        if self.pipeline is not None:
+            text = text.replace(self.pipeline.replacement, " ")
+            return text[1:] if self.pipeline.strips_prefix and text.startswith(" ") else text
         if self.normalizer.escape_whitespaces:
             text = text.replace(SPACE_SYMBOL, " ")
         return text[1:] if self.normalizer.add_dummy_prefix and text.startswith(" ") else text
@@ -311,16 +361,18 @@ class UnigramTokenizer(Tokenizer):
                 "charsmap": base64.b64encode(self.charsmap).decode("ascii"),
                 "add_dummy_prefix": self.normalizer.add_dummy_prefix,
                 "remove_extra_whitespaces": self.normalizer.remove_extra_whitespaces,
-                "escape_whitespaces": self.normalizer.escape_whitespaces}
+                "escape_whitespaces": self.normalizer.escape_whitespaces,
+                "hf_pipeline": None if self.pipeline is None else self.pipeline.spec}
 
     def save(self, directory: str | os.PathLike) -> None:
-        """Write ``unigram_tokenizer.json``: the ``state_dict()``."""
-        self._save_state(directory, FILE_NAME)
+        """Write ``unigram_tokenizer.json`` (a subclass: its ``file_name``): the
+        ``state_dict()``."""
+        self._save_state(directory, self.file_name)
 
     @classmethod
     def from_file(cls, directory: str | os.PathLike) -> "UnigramTokenizer":
         """Read what ``save`` wrote."""
-        return cls._from_state_file(directory, FILE_NAME)
+        return cls._from_state_file(directory, cls.file_name)
 
     @classmethod
     def from_sentencepiece(cls, model: bytes | str | os.PathLike, **options) -> "UnigramTokenizer":
@@ -440,15 +492,17 @@ def train_unigram(words: dict[str, int], num_pieces: int, *, character_coverage:
     scores = {piece: math.log(value) - log_total for piece, value in seed.items()}
     desired = int(num_pieces * 1.1)
 
-    def lattice(word, scores, skip_whole=False):
-        return Lattice(word, scores, max_piece_length, min(scores.values()) - UNK_PENALTY,
-                       skip_whole)
+    def lattices(scores):
+        """word, skip_whole -> its Lattice under ``scores`` (the unknown score found once)."""
+        unk_score = min(scores.values()) - UNK_PENALTY
+        return lambda word, skip_whole=False: Lattice(word, scores, max_piece_length, unk_score,
+                                                      skip_whole)
 
     while True:
         for _ in range(num_sub_iterations):
-            expected = Counter()
+            expected, lattice = Counter(), lattices(scores)
             for word, count in words.items():
-                _, nodes = lattice(word, scores).marginals()
+                _, nodes = lattice(word).marginals()
                 for piece, probability in nodes:
                     if piece is not None:
                         expected[piece] += count * probability
@@ -461,7 +515,8 @@ def train_unigram(words: dict[str, int], num_pieces: int, *, character_coverage:
                       for piece, d in zip(kept_pieces, digammas[:-1])}
         if len(scores) <= desired:
             break
-        pruned = _prune(words, scores, lattice, max(desired, int(shrinking_factor * len(scores))))
+        pruned = _prune(words, scores, lattices(scores),
+                        max(desired, int(shrinking_factor * len(scores))))
         if len(pruned) == len(scores):
             break  # every piece left must stay (characters, pieces without another cut)
         scores = pruned
@@ -477,10 +532,11 @@ def train_unigram(words: dict[str, int], num_pieces: int, *, character_coverage:
 
 def _prune(words, scores, lattice, size):
     """The ``size`` pieces whose removal would cost the corpus most likelihood (Kudo's pruning,
-    as sentencepiece computes it from the Viterbi cuts)."""
+    as sentencepiece computes it from the Viterbi cuts); ``lattice(word, skip_whole=False)``
+    gives a word's lattice under ``scores``."""
     frequency = Counter()
     for word, count in words.items():
-        for _, piece in lattice(word, scores).viterbi():
+        for _, piece in lattice(word).viterbi():
             if piece is not None:
                 frequency[piece] += count
     total = sum(frequency.values())
@@ -491,10 +547,10 @@ def _prune(words, scores, lattice, size):
             continue
         if frequency[piece] == 0:
             continue  # in no best cut: removing it costs nothing
-        best = lattice(piece, scores).viterbi()
+        best = lattice(piece).viterbi()
         if len(best) > 1:
             continue  # its own best cut does not use it
-        alternative = [p for _, p in lattice(piece, scores, skip_whole=True).viterbi()]
+        alternative = [p for _, p in lattice(piece, skip_whole=True).viterbi()]
         if None in alternative:
             keep.append(piece)
             continue
