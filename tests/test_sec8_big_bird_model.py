@@ -82,7 +82,7 @@ def reference_attention(q, k, v, lists, real):
 @given(data=st.data())
 def test_the_core_matches_the_reference_with_repeated_blocks(training, data):
     block, r = data.draw(st.sampled_from([1, 2])), data.draw(st.integers(0, 2))
-    blocks = 2 * r + 6 + data.draw(st.integers(0, 2))
+    blocks = 2 * r + 6 + data.draw(st.integers(0, 1))
     time = block * blocks - data.draw(st.integers(0, block - 1))      # padded to a multiple
     heads, d = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3))
     core = BigBirdBlockSparseAttention(block, r, seed=data.draw(st.integers(0, 9)),
@@ -103,10 +103,10 @@ def test_the_core_matches_the_reference_with_repeated_blocks(training, data):
     def reference(q, k, v):
         return reference_attention(q, k, v, lists, real)
 
-    np.testing.assert_allclose(out.numpy(), reference(q, k, v), **TOL)
-    for i, t in enumerate(tensors):
-        expected = autograd.grad(lambda *a: anp.sum(reference(*a) * cotangent), i)(q, k, v)
-        np.testing.assert_allclose(t.grad.numpy(), expected, **TOL)
+    vjp, expected = autograd.make_vjp(lambda qkv: reference(*qkv))((q, k, v))
+    np.testing.assert_allclose(out.numpy(), expected, **TOL)
+    for t, grad in zip(tensors, vjp(cotangent)):
+        np.testing.assert_allclose(t.grad.numpy(), grad, **TOL)
 
 
 @pytest.mark.parametrize("training", [False, True])
@@ -238,8 +238,8 @@ class TestBigBirdForMaskedLMChecks(ModelChecks):
     spec = dataclasses.replace(encoder_spec(
         "BigBirdForMaskedLM", build_with_dropout(BigBirdForMaskedLM), vocab=(4, 23),
         skips={"padding_left": "absolute positions count from the first column"},
-        learning=Learning(masked_batch, lambda model, inputs: model(**inputs).loss, steps=100,
-                          factor=20, lr=1e-2)), forward=sparse_forward("logits"))
+        learning=Learning(masked_batch, lambda model, inputs: model(**inputs).loss, steps=80,
+                          factor=10, lr=1e-2)), forward=sparse_forward("logits"))
 
 
 class TestBigBirdForPreTrainingChecks(ModelChecks):
