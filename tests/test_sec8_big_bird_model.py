@@ -1,7 +1,8 @@
 """Section VIII-E: BigBird as a model (Zaheer et al., 2020) with HuggingFace's checkpoints.
 
 ``BigBirdBlockSparseAttention`` against a position-by-position reference that lists each
-query's keys with their multiplicity (float64 values and gradients), in evaluation (every random
+query's keys with their multiplicity (``minitorch_nlp/testing/reference/big_bird.py``; float64
+values and gradients), in evaluation (every random
 block is block 0, counted r + 1 times, as HuggingFace) and in training (HuggingFace's seeded
 plan); ``random_block_plan`` against the plans HuggingFace draws; the tiny HuggingFace models of
 ``tests/fixtures/hf/make_big_bird_fixtures.py`` (block-sparse on 45 positions padded to 12 blocks
@@ -16,7 +17,6 @@ import json
 from pathlib import Path
 
 import autograd
-import autograd.numpy as anp
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -27,6 +27,7 @@ from minitorch_nlp.attention.bigbird import (BigBirdBlockSparseAttention, random
 from minitorch_nlp.models.big_bird import (BigBirdConfig, BigBirdForMaskedLM,
                                            BigBirdForPreTraining, BigBirdModel)
 from minitorch_nlp.testing import strategies as S
+from minitorch_nlp.testing.reference import big_bird as R
 from tests.model_checks import (Learning, ModelChecks, assert_saves_fixture_tensors,
                                 check_train_resume_generate, close_to_fixture, encoder_spec)
 
@@ -38,46 +39,6 @@ TOL = dict(rtol=1e-7, atol=1e-9)
 
 
 # ---- the attention core against a reference with explicit key lists -----------------------------
-def key_lists(time, block, plan):
-    """For each head and query position, the keys it attends, a key listed once per time its
-    block is counted: global rows (first and last block) all keys; other rows the window of 3
-    blocks and the two global blocks (once each), then the row's random blocks from ``plan``
-    (heads, blocks - 2, r)."""
-    blocks = time // block
-    lists = []
-    for head_plan in plan:
-        rows = []
-        for i in range(time):
-            row = i // block
-            if row in (0, blocks - 1):
-                chosen = list(range(blocks))
-            else:
-                chosen = sorted({0, blocks - 1, row - 1, row, row + 1}) + list(head_plan[row - 1])
-            rows.append([b * block + j for b in chosen for j in range(block)])
-        lists.append(rows)
-    return lists
-
-
-def reference_attention(q, k, v, lists, real):
-    """softmax over each query's key list (repeats weigh as copies), padded keys left out;
-    padded queries give zeros (HuggingFace multiplies them out)."""
-    d = q.shape[-1]
-    out = []
-    for b in range(q.shape[0]):
-        heads = []
-        for h in range(q.shape[1]):
-            rows = []
-            for i, keys in enumerate(lists[h]):
-                keys = [j for j in keys if real[b, j]]
-                scores = anp.stack([anp.sum(q[b, h, i] * k[b, h, j]) / anp.sqrt(d) for j in keys])
-                weights = anp.exp(scores - anp.max(scores))
-                row = sum(w * v[b, h, j] for w, j in zip(weights, keys)) / anp.sum(weights)
-                rows.append(row * float(real[b, i]))
-            heads.append(anp.stack(rows))
-        out.append(anp.stack(heads))
-    return anp.stack(out)
-
-
 @pytest.mark.parametrize("training", [False, True])
 @given(data=st.data())
 def test_the_core_matches_the_reference_with_repeated_blocks(training, data):
@@ -94,14 +55,14 @@ def test_the_core_matches_the_reference_with_repeated_blocks(training, data):
     plan = (random_block_plan(padded_time, block, r, heads, core.seed, max_positions=64)
             if training else np.zeros((heads, blocks - 2, r), dtype=np.int64))
     lists = [[[j for j in keys if j < time] for keys in rows[:time]]
-             for rows in key_lists(padded_time, block, plan)]
+             for rows in R.bigbird_key_lists(padded_time, block, plan)]
     cotangent = np.random.default_rng(data.draw(S.seeds())).standard_normal(q.shape)
     tensors = [mt.tensor(a, dtype=mt.float64, requires_grad=True) for a in (q, k, v)]
     out, _ = core(*tensors, key_mask=real)
     (out * mt.tensor(cotangent)).sum().backward()
 
     def reference(q, k, v):
-        return reference_attention(q, k, v, lists, real)
+        return R.attend_key_lists(q, k, v, lists, real)
 
     vjp, expected = autograd.make_vjp(lambda qkv: reference(*qkv))((q, k, v))
     np.testing.assert_allclose(out.numpy(), expected, **TOL)

@@ -259,11 +259,11 @@ class BigBirdBlockSparseAttention(BlockSparseAttention):
     outputs match; in training it uses the seeded plan.
 
     Sequences of at most ``sparse_threshold(block, r)`` positions get full attention (with
-    dropout ``dropout``), and so do queries fewer than the keys (a key/value cache); longer ones are padded to a multiple of ``block`` (the padding hidden by
-    the key mask, its outputs dropped), attended sparsely without attention dropout, and the
-    outputs of padded queries are zero, as HuggingFace's. ``max_positions`` (the model's
-    ``max_position_embeddings``) matters only for the paper's lengths (see
-    ``random_block_plan``).
+    dropout ``dropout``), and so do queries fewer than the keys (a key/value cache). Longer ones
+    are padded to a multiple of ``block`` (the padding hidden by the key mask, its outputs
+    dropped), attended sparsely without attention dropout, and the outputs of padded queries
+    are zero, as HuggingFace's. ``max_positions`` (the model's ``max_position_embeddings``)
+    matters only for the paper's lengths (see ``random_block_plan``).
     """
 
     drops_sparse_weights = False
