@@ -6,6 +6,11 @@ around it, the g global blocks and r random blocks (BigBird-ITC); the global blo
 everything. The work is dense products per block: every non-global query block is one group
 against the key blocks of its row of the pattern (w + g + r blocks), the global query blocks one
 group against all keys, so the memory is O(n (w + g + r) b + g b n), never n x n.
+
+``BigBirdBlockSparseAttention`` is the same computation as HuggingFace's ``BigBirdModel`` does
+it (per-head random blocks from ``random_block_plan``, the released code's seeded numpy draw;
+full attention for short inputs; padding to a block multiple), the core of
+``models/big_bird.py``.
 """
 from __future__ import annotations
 
@@ -27,7 +32,9 @@ class BlockSparseAttention(FullAttention):
     that attend and are attended by all, and ``num_random_blocks`` drawn per query block among
     the rest (``masks.block_sparse_layout``), at every call from ``generator`` (the default
     generator when None), or the same at every call with ``seed``. ``layout(time)`` gives the
-    (blocks, blocks) pattern the next call would use when seeded.
+    (blocks, blocks) pattern the next call would use when seeded; a call works from
+    ``block_counts(time, heads)``, the pattern as counts per head, which subclasses override
+    (``BigBirdBlockSparseAttention``: HuggingFace's per-head random blocks).
 
     The sequence length must be a multiple of ``block``. ``causal=True`` also hides later
     positions. A general ``mask``, a ``bias`` or ``need_weights`` take the full core with the
