@@ -150,9 +150,9 @@ from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
 
 
 def _build_big_bird_for_training(settings, tokenizer):
-    """BERT's training build with BigBird's attention: blocks of block_size / 8 positions and one
-    random block, so that a context of ``block_size`` tokens (above 7 blocks) is attended
-    sparsely."""
+    """BERT's training build with BigBird's attention: blocks of block_size // 8 positions and
+    one random block, so that a context of ``block_size`` >= 8 tokens (8 blocks or more, above
+    the 7 attended in full) is attended sparsely."""
     return _build_for_training(settings, tokenizer, BigBirdForMaskedLM,
                                block_size=max(1, settings.block_size // 8), num_random_blocks=1)
 
