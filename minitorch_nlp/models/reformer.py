@@ -427,9 +427,13 @@ def _attention(config, kind):
 class ReformerModel(Module):
     """The Reformer body: embeddings (tokens, axial positions), a reversible stack of
     attention / feed-forward blocks (eq 104-105) and the LayerNorm of the two output streams
-    side by side. ``forward(input_ids, attention_mask=None, output_hidden_states=False)`` returns
-    ``last_hidden_state`` (batch, time, 2 * hidden_size) and, when asked, ``hidden_states``:
-    the embeddings (one stream) and the last block's two streams [Y1; Y2]."""
+    side by side. ``forward(input_ids, attention_mask=None)`` returns ``last_hidden_state``
+    (batch, time, 2 * hidden_size).
+
+    Dropout (training only) acts on the token embeddings, the attention weights, the
+    feed-forward hidden units and the output; HuggingFace also drops each attention block's and
+    feed-forward network's output and whole axial position vectors, so training noise differs
+    while evaluation is the same."""
 
     def __init__(self, config):
         super().__init__()
@@ -475,7 +479,7 @@ class ReformerModel(Module):
             if isinstance(module, ReformerLSHAttention):
                 module.given_rotations = None if rotations is None else np.asarray(rotations)
 
-    def forward(self, input_ids, attention_mask=None, output_hidden_states=False):
+    def forward(self, input_ids, attention_mask=None):
         name = type(self).__name__
         config = self.config
         ids = checks.token_ids(input_ids, config.vocab_size, name)
@@ -494,11 +498,8 @@ class ReformerModel(Module):
             mask = np.concatenate([real, np.zeros((batch, padding), dtype=bool)], axis=1)
         x = self.position_embeddings(self.dropout(self.word_embeddings(ids)))
         y1, y2 = self.encoder(x, x, key_mask=mask, causal=config.is_decoder)       # eq 104
-        streams = concatenate([y1, y2], axis=-1)
-        hidden = self.dropout(self.norm(streams))[:, :time]
-        return ModelOutput(last_hidden_state=hidden,
-                           hidden_states=(x[:, :time], streams[:, :time])
-                           if output_hidden_states else None)
+        hidden = self.dropout(self.norm(concatenate([y1, y2], axis=-1)))
+        return ModelOutput(last_hidden_state=hidden[:, :time])
 
 
 class ReformerModelWithLMHead(Module):
@@ -522,8 +523,8 @@ class ReformerModelWithLMHead(Module):
         init.normal_(self.lm_head.weight, std=config.initializer_range)
         init.zeros_(self.lm_head.bias)
 
-    def forward(self, input_ids, attention_mask=None, labels=None, output_hidden_states=False):
-        out = self.reformer(input_ids, attention_mask, output_hidden_states)
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        out = self.reformer(input_ids, attention_mask)
         chunk = self.config.chunk_size_lm_head
         hidden = out.last_hidden_state
         if chunk and hidden.shape[1] > chunk:
@@ -532,7 +533,7 @@ class ReformerModelWithLMHead(Module):
         else:
             logits = self.lm_head(hidden)
         loss = None if labels is None else causal_lm_loss(logits, labels)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        return ModelOutput(loss=loss, logits=logits)
 
     def generate(self, input_ids, max_new_tokens=20, *, do_sample=False, temperature=1.0,
                  top_k=None, top_p=None, repetition_penalty=1.0, eos_token_id=None,
