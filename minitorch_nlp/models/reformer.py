@@ -34,11 +34,12 @@ normalised, i.e. q . (q_j / |q_j|) as in the paper. Local attention wraps round 
 chunk looks back at the last (masked when causal).
 
 **The hash rotations.** HuggingFace draws them with torch's generator, (heads, head_dim,
-num_hashes, num_buckets / 2) at every call, after ``torch.manual_seed(hash_seed)`` when a seed is
-set. Our generator is not torch's, so with the same ``hash_seed`` we draw other rotations (fixed
-by that seed, the same in every layer, as in HuggingFace) and find other buckets: a loaded
-checkpoint computes a Reformer, not HuggingFace's numbers. To reproduce HuggingFace exactly,
-give the model its rotations: ``model.set_hash_rotations(rotations)`` (the fixture script
+num_hashes, num_buckets / 2) at every call (for a factorised hash, the factors' sum / 2), after
+``torch.manual_seed(hash_seed)`` when a seed is set. Our generator is not torch's, so with the same
+``hash_seed`` we draw other rotations (fixed by that seed, the same in every layer, as in
+HuggingFace) and find other buckets: a loaded checkpoint computes a Reformer, not HuggingFace's
+numbers. To reproduce HuggingFace exactly, give the model its rotations:
+``model.set_hash_rotations(rotations)`` (the fixture script
 ``tests/fixtures/hf/make_reformer_fixtures.py`` draws and stores them the way HuggingFace does);
 ``set_hash_rotations(None)`` goes back to drawing.
 """
@@ -78,14 +79,15 @@ _HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh"}
 @dataclass
 class ReformerConfig:
     """The sizes and switches of a Reformer, with HuggingFace's field names and defaults (except
-    ``num_buckets``, which HuggingFace may leave None to pick at the first call; here it is an
-    even int). ``attn_layers`` lists each layer's attention, ``"lsh"`` or ``"local"``; the
-    number of layers is its length. ``attention_head_size`` is d_k, apart from hidden_size /
-    heads. ``axial_pos_shape`` (n1, n2) and ``axial_pos_embds_dim`` (d1, d2, summing to
-    hidden_size) shape the axial position table when ``axial_pos_embds``, else a learned table of
-    ``max_position_embeddings`` rows. ``chunk_size_feed_forward`` / ``chunk_size_lm_head``: 0 runs
-    the whole sequence at once. ``hash_seed`` fixes the LSH rotations (see the module
-    docstring). ``is_decoder``: causal attention in every layer.
+    ``num_buckets``, which HuggingFace may leave None to pick at the first call; here it is an even
+    int, or a list of even ints whose product is the number of buckets: HuggingFace's factorised
+    hash, which the pretrained checkpoints use). ``attn_layers`` lists each layer's attention,
+    ``"lsh"`` or ``"local"``; the number of layers is its length. ``attention_head_size`` is d_k,
+    apart from hidden_size / heads. ``axial_pos_shape`` (n1, n2) and ``axial_pos_embds_dim`` (d1,
+    d2, summing to hidden_size) shape the axial position table when ``axial_pos_embds``, else a
+    learned table of ``max_position_embeddings`` rows. ``chunk_size_feed_forward`` /
+    ``chunk_size_lm_head``: 0 runs the whole sequence at once. ``hash_seed`` fixes the LSH
+    rotations (see the module docstring). ``is_decoder``: causal attention in every layer.
     """
 
     vocab_size: int = 320
@@ -93,7 +95,7 @@ class ReformerConfig:
     num_attention_heads: int = 12
     attention_head_size: int = 64
     attn_layers: tuple = ("local", "lsh", "local", "lsh", "local", "lsh")
-    num_buckets: int = 32
+    num_buckets: int | tuple = 32
     num_hashes: int = 1
     lsh_attn_chunk_length: int = 64
     local_attn_chunk_length: int = 64
@@ -135,11 +137,9 @@ class ReformerConfig:
         if not self.attn_layers or any(kind not in ATTENTION_TYPES for kind in self.attn_layers):
             raise ValueError(f"{name}: attn_layers must list 'lsh' or 'local' for each layer, "
                              f"got {list(self.attn_layers)}")
-        if isinstance(self.num_buckets, bool) or not isinstance(self.num_buckets, int) \
-                or self.num_buckets < 2 or self.num_buckets % 2:
-            raise ValueError(f"{name}: num_buckets must be an even int >= 2 (h(x) = argmax([xR; "
-                             f"-xR]) gives two buckets per rotation column; HuggingFace's None "
-                             f"and factorised lists are not supported), got {self.num_buckets!r}")
+        if isinstance(self.num_buckets, list):
+            self.num_buckets = tuple(self.num_buckets)
+        _bucket_factors(self.num_buckets, name)
         if self.hidden_act not in _HF_ACTIVATIONS:
             raise ValueError(f"{name}: hidden_act must be one of {sorted(_HF_ACTIVATIONS)}, got "
                              f"{self.hidden_act!r}")
@@ -215,6 +215,18 @@ class ReformerConfig:
 
 
 # ---- attention -----------------------------------------------------------------------------------
+def _bucket_factors(num_buckets, where):
+    """``num_buckets`` (an even int, or a sequence of them: a factorised hash) as a tuple."""
+    factors = (num_buckets,) if isinstance(num_buckets, int) else num_buckets
+    if not isinstance(factors, (tuple, list)) or not factors or any(
+            isinstance(f, bool) or not isinstance(f, int) or f < 2 or f % 2 for f in factors):
+        raise ValueError(f"{where}: num_buckets must be an even int >= 2, or a list of them (a "
+                         f"factorised hash); h(x) = argmax([xR; -xR]) gives two buckets per "
+                         f"rotation column, and HuggingFace's None is not supported; got "
+                         f"{num_buckets!r}")
+    return tuple(factors)
+
+
 def _adjacent_chunks(chunks, before, after):
     """(..., chunks, m) positions -> (..., chunks, (before + 1 + after) m): each chunk's own
     positions with those of ``before`` chunks back and ``after`` ahead, wrapping round at the
@@ -294,10 +306,11 @@ def _check_chunks(name, time, chunk_length):
 class ReformerLSHAttention(LSHAttention):
     """HuggingFace's LSH attention (see the module docstring for how it differs from the paper's
     ``LSHAttention``): ``num_rounds`` hashing rounds with per-head rotations (heads, head_dim,
-    rounds, num_buckets / 2), the rounds' sorted sequences one after another in chunks of
-    ``chunk_length``, each chunk attending all keys of itself, ``chunks_before`` chunks back and
-    ``chunks_after`` ahead, a query its own position only when it has nothing else. Keys are the
-    queries (use it in a ``SharedQKAttention``).
+    rounds, num_buckets / 2, or the bucket factors' sum / 2), the rounds' sorted sequences one
+    after another in chunks of ``chunk_length``, each chunk attending all keys of itself,
+    ``chunks_before`` chunks back and ``chunks_after`` ahead, a query its own position only when
+    it has nothing else. ``num_buckets``: an even int, or a list of them (a factorised hash, see
+    ``hash``). Keys are the queries (use it in a ``SharedQKAttention``).
 
     ``given_rotations`` (set by ``ReformerModel.set_hash_rotations``): rotations to use at every
     call instead of drawing them; otherwise they are drawn as ``LSHAttention`` draws them, from
@@ -305,21 +318,25 @@ class ReformerLSHAttention(LSHAttention):
 
     def __init__(self, num_heads, num_buckets, chunk_length, num_rounds=1, *, chunks_before=1,
                  chunks_after=0, seed=None, dropout=0.0):
-        super().__init__(num_buckets, chunk_length, num_rounds, seed=seed, dropout=dropout)
         name = type(self).__name__
+        factors = _bucket_factors(num_buckets, name)
+        super().__init__(math.prod(factors), chunk_length, num_rounds, seed=seed,
+                         dropout=dropout)
+        self.bucket_factors = factors
         self.num_heads = checks.positive_int(num_heads, "num_heads", name)
         self.chunks_before = checks.int_at_least(chunks_before, 0, "chunks_before", name)
         self.chunks_after = checks.int_at_least(chunks_after, 0, "chunks_after", name)
         self.given_rotations = None
 
     def rotations(self, head_dim):
-        """(heads, head_dim, rounds, num_buckets / 2): ``given_rotations``, or fresh draws."""
-        shape = (self.num_heads, head_dim, self.num_rounds, max(1, self.num_buckets // 2))
+        """(heads, head_dim, rounds, sum of the bucket factors / 2): ``given_rotations``, or
+        fresh draws."""
+        shape = (self.num_heads, head_dim, self.num_rounds, sum(self.bucket_factors) // 2)
         if self.given_rotations is not None:
             if self.given_rotations.shape != shape:
                 raise ValueError(f"{type(self).__name__}: the given rotations have shape "
                                  f"{self.given_rotations.shape}, this layer needs {shape} "
-                                 "(heads, head_dim, num_hashes, num_buckets / 2)")
+                                 "(heads, head_dim, num_hashes, sum of the bucket factors / 2)")
             return self.given_rotations
         rng = np.random.default_rng(self.seed) if self.seed is not None else mt_random.rng(
             self.generator)
@@ -327,10 +344,16 @@ class ReformerLSHAttention(LSHAttention):
 
     def hash(self, x, rotations, key_mask=None):
         """h^(r)(x) = argmax([x R_hr; -x R_hr]) per head h and round r (eq 98): (batch, heads,
-        rounds, time) bucket ids; padded positions (``key_mask`` False) get the extra bucket
-        ``num_buckets``."""
+        rounds, time) bucket ids. With factors b_1, b_2 ... the rotation's columns are cut in
+        pieces of b_f / 2, each piece hashes into b_f buckets, and the bucket is the mixed-radix
+        number h_1 + b_1 h_2 + b_1 b_2 h_3 ... Padded positions (``key_mask`` False) get the
+        extra bucket ``num_buckets`` (the product)."""
         rotated = np.einsum("bhtd,hdrc->bhrtc", x, rotations)
-        buckets = np.concatenate([rotated, -rotated], axis=-1).argmax(axis=-1)
+        buckets, radix, start = 0, 1, 0
+        for factor in self.bucket_factors:
+            piece = rotated[..., start:start + factor // 2]
+            buckets = buckets + radix * np.concatenate([piece, -piece], axis=-1).argmax(axis=-1)
+            radix, start = radix * factor, start + factor // 2
         if key_mask is not None:
             buckets = np.where(np.asarray(key_mask, dtype=bool)[:, None, None, :], buckets,
                                self.num_buckets)
@@ -472,7 +495,8 @@ class ReformerModel(Module):
                     init.zeros_(module.bias)
 
     def set_hash_rotations(self, rotations):
-        """Use ``rotations`` (heads, attention_head_size, num_hashes, num_buckets / 2), a NumPy
+        """Use ``rotations`` (heads, attention_head_size, num_hashes, num_buckets / 2, or the
+        bucket factors' sum / 2), a NumPy
         array, in every LSH layer at every call (None: draw them again). This is how the tests
         reproduce HuggingFace's buckets, which come from torch's generator."""
         for module in self.encoder.modules():

@@ -11,32 +11,48 @@ key; a round where it has no other key gets no weight unless every round is like
 """
 from __future__ import annotations
 
+import math
+
 import autograd.numpy as anp
 
 from .lsh import lsh_buckets
 
-__all__ = ["chunked_attention", "eq100_hf_lsh_attention", "local_attention", "local_key_lists",
-           "lsh_key_lists"]
+__all__ = ["chunked_attention", "eq100_hf_lsh_attention", "factored_buckets", "local_attention",
+           "local_key_lists", "lsh_key_lists"]
 
 NORM_EPSILON = 1e-6
 
 
+def factored_buckets(x, rotation, factors):
+    """Each row's bucket under a factorised hash: the columns of ``rotation`` (d, sum(factors) /
+    2) cut in pieces of b / 2, a bucket in [0, b) from each piece, read as a mixed-radix number
+    (the first factor the lowest digit)."""
+    buckets, radix, start = [0] * len(x), 1, 0
+    for factor in factors:
+        digits = lsh_buckets(x, rotation[:, start:start + factor // 2])
+        buckets = [b + radix * digit for b, digit in zip(buckets, digits)]
+        radix, start = radix * factor, start + factor // 2
+    return buckets
+
+
 def lsh_key_lists(x, rotation, chunk_length, chunks_before=1, chunks_after=0,
-                  key_mask_row=None, num_buckets=2):
+                  key_mask_row=None, factors=(2,)):
     """For each round r and position i, the key positions (repeats kept) that i's chunk sees:
     the rounds' orders sorted by (bucket, position) laid end to end, cut in chunks of
     ``chunk_length``, each chunk with ``chunks_before`` chunks back and ``chunks_after`` ahead,
-    counted round the ends. ``x`` (n, d) values, ``rotation`` (d, rounds, num_buckets / 2);
-    padded positions (``key_mask_row`` False) hash to bucket ``num_buckets``. A sequence no
-    longer than a chunk: every position, once, in one round."""
+    counted round the ends. ``x`` (n, d) values, ``rotation`` (d, rounds, sum(factors) / 2);
+    padded positions (``key_mask_row`` False) hash to the extra bucket prod(factors). A sequence no
+    longer than a chunk: every position, once, in one round. ``factors``: the bucket counts of
+    a factorised hash (one entry: a plain hash)."""
     n = len(x)
     if n <= chunk_length:
         return [[list(range(n)) for _ in range(n)]]
     laid = []
     for r in range(rotation.shape[1]):
-        buckets = lsh_buckets(x, rotation[:, r, :])
+        buckets = factored_buckets(x, rotation[:, r, :], factors)
         if key_mask_row is not None:
-            buckets = [b if key_mask_row[i] else num_buckets for i, b in enumerate(buckets)]
+            buckets = [b if key_mask_row[i] else math.prod(factors)
+                       for i, b in enumerate(buckets)]
         laid += sorted(range(n), key=lambda i: (buckets[i], i))
     count = len(laid) // chunk_length
     lists = [[None] * n for _ in range(rotation.shape[1])]
