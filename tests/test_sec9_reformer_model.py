@@ -84,6 +84,28 @@ def test_hf_lsh_attention_matches_reference(data):
     _compare_with_reference(out, reference, (tq, tv), (q, v), real, data.draw(S.seeds()))
 
 
+@pytest.mark.eq(98)
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 3), st.booleans(), S.seeds())
+def test_pairs_are_the_keys_of_a_querys_chunks_in_any_round(chunk, chunks, rounds, causal,
+                                                            seed):
+    rng = np.random.default_rng(seed)
+    time = chunk * chunks
+    q = rng.standard_normal((2, 2, time, 3))
+    key_mask = rng.random((2, time)) < 0.8
+    core = ReformerLSHAttention(2, (2, 4), chunk, rounds, seed=seed % 1000)
+    rotations = core.rotations(3)
+    pairs = core.pairs(q, causal, key_mask=key_mask)
+    for b in range(2):
+        for h in range(2):
+            lists = R.lsh_key_lists(q[b, h], rotations[h], chunk, key_mask_row=key_mask[b],
+                                    factors=(2, 4))
+            for i in range(time):
+                found = {j for per_round in lists for j in per_round[i]
+                         if key_mask[b, j] and (not causal or j <= i)}
+                expected = found - {i} if found - {i} else found
+                assert set(np.flatnonzero(pairs[b, h, i])) == expected
+
+
 @given(st.data())
 def test_local_attention_matches_reference(data):
     chunk, chunks = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 4))

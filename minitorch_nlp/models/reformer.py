@@ -53,8 +53,8 @@ import numpy as np
 
 from .. import checks, cookbook
 from ..attention.grouped import grouped_attention, merge_attentions, self_attention_inputs, ungroup
-from ..attention.lsh import SELF_PENALTY, LSHAttention
-from ..autograd import concatenate
+from ..attention.lsh import SELF_PENALTY, LSHAttention, restrict_pairs
+from ..autograd import Tensor, concatenate
 from ..autograd import random as mt_random
 from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (AxialPositionEmbedding, ChunkedFeedForward, Dropout, Embedding, FeedForward,
@@ -359,35 +359,65 @@ class ReformerLSHAttention(LSHAttention):
                                self.num_buckets)
         return buckets
 
+    def groups(self, x, rotations=None, key_mask=None):
+        """(query_index (b|1, h|1, groups, m), key_index (b|1, h|1, groups, keys)) for ``x``
+        (batch, heads, time, d), a NumPy array: a sequence that fits one chunk is one group of
+        every position; a longer one is hashed (with ``rotations``, drawn when None; padding,
+        ``key_mask`` False, in its own bucket), each round sorted by (bucket, position), the
+        rounds laid end to end in chunks (round r's are groups r * time / m onwards), each with
+        the keys of ``chunks_before`` chunks back and ``chunks_after`` ahead."""
+        batch, heads, time, head_dim = x.shape
+        if time <= self.chunk_length:
+            index = np.arange(time).reshape(1, 1, 1, time)
+            return index, index
+        _check_chunks(type(self).__name__, time, self.chunk_length)
+        rotations = self.rotations(head_dim) if rotations is None else rotations
+        order, _ = self.chunks(self.hash(x, rotations, key_mask))        # (B, H, rounds, time)
+        query_index = order.reshape(batch, heads, -1, self.chunk_length)
+        return query_index, _adjacent_chunks(query_index, self.chunks_before, self.chunks_after)
+
+    def pairs(self, q, causal=False, rotations=None, key_mask=None):
+        """The attended pairs as a bool (batch, heads, time, time) array (n x n: for pictures
+        and tests): j among the keys of i's chunk in some round, earlier only when causal, real
+        only, and not i itself unless it has no other key. (A key seen twice, once from each of
+        two chunks, is weighed twice by the attention; a picture shows it once.)"""
+        x = q.numpy() if isinstance(q, Tensor) else np.asarray(q)
+        query_index, key_index = self.groups(x, rotations, key_mask)
+        batch, heads, time = x.shape[:3]
+        shape = (batch, heads) + query_index.shape[2:] + key_index.shape[-1:]
+        found = np.zeros((batch, heads, time, time), dtype=bool)
+        found[np.arange(batch)[:, None, None, None, None], np.arange(heads)[:, None, None, None],
+              np.broadcast_to(query_index[..., :, None], shape),
+              np.broadcast_to(key_index[..., None, :], shape)] = True
+        return restrict_pairs(found, causal, key_mask)
+
     def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
                 need_weights=False):
         name = type(self).__name__
         _refuse_mask_and_weights(name, mask, bias, need_weights)
         q, _, v, key_mask = self_attention_inputs(q, k, v, key_mask, name)
-        batch, heads, time, head_dim = q.shape
-        # the keys: each query scaled to unit root-mean-square (then scored with 1/sqrt(d))
+        if q.shape[2] > self.chunk_length:
+            _check_chunks(name, q.shape[2], self.chunk_length)
+        return self.combine_rounds(self.rounds(q, v, None, causal, key_mask)), None
+
+    def rounds(self, q, v, rotations, causal, key_mask):
+        """[(o^(r), z(i, P_i^(r))) for every round r] (eq 103 without eq 101's log N_ij) of
+        self-attention over ``q``, ``v`` (batch, heads, time, d) in ``groups``, the keys the
+        queries scaled to unit root-mean-square; one part when the sequence fits a chunk."""
+        time = q.shape[2]
         keys = q / ((q * q).mean(axis=-1, keepdims=True) + NORM_EPSILON).sqrt()
-        if time <= self.chunk_length:
-            index = np.arange(time).reshape(1, 1, 1, time)
-            out, _ = _attend_groups(self, q, keys, v, index, index, causal, key_mask,
-                                    penalise_self=True)
-            return ungroup(out, index, time), None
-        _check_chunks(name, time, self.chunk_length)
-        mask_numpy = None if key_mask is None else q.backend.to_numpy(key_mask)
-        buckets = self.hash(q.numpy(), self.rotations(head_dim), mask_numpy)
-        order, _ = self.chunks(buckets)                             # (B, H, rounds, time)
-        per_round = time // self.chunk_length
-        query_index = order.reshape(batch, heads, self.num_rounds * per_round, self.chunk_length)
-        key_index = _adjacent_chunks(query_index, self.chunks_before, self.chunks_after)
+        query_index, key_index = self.groups(
+            q.numpy(), rotations, None if key_mask is None else q.backend.to_numpy(key_mask))
         out, lse = _attend_groups(self, q, keys, v, query_index, key_index, causal, key_mask,
                                   penalise_self=True)
-        rounds = []
-        for r in range(self.num_rounds):
-            part = slice(r * per_round, (r + 1) * per_round)
+        per_round = 1 if time <= self.chunk_length else time // self.chunk_length
+        parts = []
+        for start in range(0, query_index.shape[2], per_round):
+            part = slice(start, start + per_round)
             index = query_index[:, :, part]
-            rounds.append((ungroup(out[:, :, part], index, time),
-                           ungroup(lse[:, :, part, :, None], index, time)[..., 0]))
-        return self.combine_rounds(rounds), None
+            parts.append((ungroup(out[:, :, part], index, time),
+                          ungroup(lse[:, :, part, :, None], index, time)[..., 0]))
+        return parts
 
     def extra_repr(self):
         return (super().extra_repr() + f", num_heads={self.num_heads}, chunks_before="
