@@ -704,17 +704,15 @@ def _axial_shape(positions):
 
 
 def _build_for_training(settings, tokenizer):
-    """A causal Reformer for a run's ``settings``: layers alternating local and LSH attention,
-    chunks of a quarter of the context, 2n/m buckets (the paper's advice), two hashing rounds,
-    axial positions over the context."""
-    width = settings.n_embd
-    if width % settings.n_head:
-        raise ValueError(f"reformer: n_head={settings.n_head} must divide n_embd={width}")
+    """A causal Reformer for a run's ``settings``: layers alternating LSH and local attention
+    (LSH first, so that a one-layer model hashes too), chunks of a quarter of the context, 2n/m
+    buckets (the paper's advice), two hashing rounds, axial positions over the context."""
+    width = settings.n_embd          # TrainConfig checks that n_head divides it
     chunk = max(1, settings.block_size // 4)
     return ReformerModelWithLMHead(ReformerConfig(
         vocab_size=len(tokenizer), hidden_size=width, num_attention_heads=settings.n_head,
         attention_head_size=width // settings.n_head,
-        attn_layers=tuple(ATTENTION_TYPES[(i + 1) % 2] for i in range(settings.n_layer)),
+        attn_layers=tuple(ATTENTION_TYPES[i % 2] for i in range(settings.n_layer)),
         num_buckets=max(2, 2 * (settings.block_size // chunk)), num_hashes=2,
         lsh_attn_chunk_length=chunk, local_attn_chunk_length=chunk,
         feed_forward_size=4 * width, hidden_dropout_prob=settings.dropout,
