@@ -27,11 +27,26 @@ from ..autograd import random as mt_random
 from ..nn.transformer import FullAttention
 from .grouped import grouped_attention, merge_attentions, self_attention_inputs, ungroup
 
-__all__ = ["LSHAttention", "SELF_PENALTY"]
+__all__ = ["LSHAttention", "SELF_PENALTY", "restrict_pairs"]
 
 SELF_PENALTY = 1e5
 """Subtracted from a query's score with itself: it gets no weight unless it is its only key (the
 value the Reformer's implementations use)."""
+
+
+def restrict_pairs(found, causal, key_mask):
+    """The pairs an LSH core attends among the bool (batch, heads, time, time) pairs its chunks
+    ``found``: earlier keys only when ``causal``, real keys only (``key_mask`` (batch, time)),
+    and no query with itself unless it has no other key."""
+    time = found.shape[-1]
+    allowed = found.copy()
+    if causal:
+        allowed &= np.tril(np.ones((time, time), dtype=bool))
+    if key_mask is not None:
+        allowed &= np.asarray(key_mask, dtype=bool)[:, None, None, :]
+    itself = np.eye(time, dtype=bool)
+    others = (allowed & ~itself).any(axis=-1, keepdims=True)
+    return allowed & ~(itself & others)
 
 
 def _shared_keys(q):
@@ -103,15 +118,7 @@ class LSHAttention(FullAttention):
         same = buckets[..., :, None] == buckets[..., None, :]
         near = (chunk[..., None, :] <= chunk[..., :, None]) & (
             chunk[..., None, :] >= chunk[..., :, None] - 1)
-        allowed = (same & near).any(axis=2)
-        time = x.shape[2]
-        if causal:
-            allowed &= np.tril(np.ones((time, time), dtype=bool))
-        if key_mask is not None:
-            allowed &= np.asarray(key_mask, dtype=bool)[:, None, None, :]
-        itself = np.eye(time, dtype=bool)
-        others = (allowed & ~itself).any(axis=-1, keepdims=True)
-        return allowed & ~(itself & others)
+        return restrict_pairs((same & near).any(axis=2), causal, key_mask)
 
     def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
                 need_weights=False):
