@@ -1,0 +1,114 @@
+"""ETC as a model (``models/etc.py``): the encoder whose layers attend with ``ETCAttention``,
+its masked-LM head, the global input made of fixed blocks, the shared model checks, and
+``minitorch-nlp train etc`` with exact resume. (The attention itself, against a dense reference
+with the pattern as a mask, is tested in ``test_sec8_etc.py``.)
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch_nlp as mt
+from minitorch_nlp.models.etc import (ETCConfig, ETCForMaskedLM, ETCModel,
+                                      blocks_as_global_input)
+from tests.model_checks import (ENCODER_SKIPS, Learning, ModelChecks, ModelSpec,
+                                check_train_resume_generate, masked_lm_batch)
+
+pytestmark = [pytest.mark.sec8]
+
+TINY = dict(vocab_size=23, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=32, local_radius=2, max_distance=2, long_per_global=3)
+
+
+def build(model_class=ETCForMaskedLM, seed=0, **overrides):
+    mt.manual_seed(seed)
+    return model_class(ETCConfig(**{**TINY, "hidden_dropout_prob": 0.0,
+                                    "attention_probs_dropout_prob": 0.0, **overrides}))
+
+
+def build_with_dropout(dropout=0.0):
+    return ETCForMaskedLM(ETCConfig(**TINY, hidden_dropout_prob=dropout,
+                                    attention_probs_dropout_prob=dropout))
+
+
+class TestETCForMaskedLMChecks(ModelChecks):
+    """Right padding (its blocks' global tokens are padding too), round trips, learning, dtypes,
+    backends, dropout."""
+
+    spec = ModelSpec(
+        name="ETCForMaskedLM", build=build_with_dropout,
+        forward=lambda model, ids, mask: model(ids, attention_mask=mask).logits, vocab=(4, 23),
+        learning=Learning(masked_lm_batch, lambda model, batch: model(
+            batch["input_ids"], batch["attention_mask"], labels=batch["labels"]).loss,
+            steps=100, factor=10, lr=1e-2),
+        skips={**ENCODER_SKIPS,
+               "padding_left": "the global tokens' blocks are counted from the first column, so "
+                               "left padding moves every block boundary",
+               "hf_round_trip": "HuggingFace has no ETC model"})
+
+
+@pytest.mark.parametrize("long_per_global, lengths", [(3, [8, 6, 3]), (4, [8, 1, 5])])
+def test_blocks_as_global_input_give_one_global_token_per_block(long_per_global, lengths):
+    mask = np.arange(8)[None, :] < np.array(lengths)[:, None]
+    ids, segments, global_mask = blocks_as_global_input(3, 8, long_per_global, mask)
+    n_global = -(-8 // long_per_global)
+    assert ids.shape == (3, n_global) and (ids == 0).all()
+    for row, length in enumerate(lengths):
+        for j in range(8):
+            assert segments[row, j] == j // long_per_global
+        for g in range(n_global):   # real when its block holds a real token
+            assert global_mask[row, g] == (g * long_per_global < length)
+
+
+def test_in_one_layer_a_long_token_sees_the_long_tokens_within_the_radius_only():
+    """One layer: the long output at i changes when a long token within the local radius
+    changes, and not when one further away does (it reaches i only through the global tokens,
+    a layer later); every global output changes."""
+    model = build(ETCModel, num_hidden_layers=1).to(mt.float64).eval()
+    ids = np.random.default_rng(0).integers(4, 23, (1, 9))
+    base = model(ids)
+    for j in range(9):
+        changed = ids.copy()
+        changed[0, j] = 4 + (ids[0, j] - 3) % 19
+        out = model(changed)
+        moved = np.abs(out.last_hidden_state.numpy() - base.last_hidden_state.numpy()).max(-1)[0]
+        for i in range(9):
+            assert (moved[i] > 1e-9) == (abs(i - j) <= TINY["local_radius"]), (i, j)
+        assert (np.abs(out.global_hidden_state.numpy()
+                       - base.global_hidden_state.numpy()).max(-1) > 1e-9).all()
+
+
+def test_a_given_global_input_and_mapping_are_used():
+    """Global ids of their own vocabulary and an explicit global-local mapping: the labels
+    "own" and "other" differ, so moving a long token to another segment changes the output."""
+    model = build(ETCModel, global_vocab_size=3).to(mt.float64).eval()
+    ids = np.random.default_rng(1).integers(4, 23, (1, 6))
+    segments = np.array([[0, 0, 0, 1, 1, 1]])
+    out = model(ids, global_ids=np.array([[1, 2]]), segment_ids=segments)
+    assert out.global_hidden_state.shape == (1, 2, 16)
+    moved = model(ids, global_ids=np.array([[1, 2]]), segment_ids=np.array([[0, 0, 1, 1, 1, 1]]))
+    assert np.abs(moved.last_hidden_state.numpy() - out.last_hidden_state.numpy()).max() > 1e-9
+    blocks = model(ids)   # two blocks of 3, global id 0
+    assert np.abs(blocks.last_hidden_state.numpy() - out.last_hidden_state.numpy()).max() > 1e-9
+
+
+def test_bad_inputs_and_configurations_are_errors():
+    model = build(ETCModel)
+    ids = np.array([[4, 5, 6]])
+    with pytest.raises(ValueError, match="segment_ids and global_mask describe global_ids"):
+        model(ids, segment_ids=np.array([[0, 0, 0]]))
+    with pytest.raises(ValueError, match=r"global_ids holds 5, outside \[0, "
+                                         r"global_vocab_size=2\)"):
+        model(ids, global_ids=np.array([[5]]))
+    with pytest.raises(ValueError, match="input_ids holds 99, outside the vocabulary"):
+        model(np.array([[99]]))
+    with pytest.raises(ValueError, match="ETCConfig: local_radius must be a positive int"):
+        ETCConfig(**{**TINY, "local_radius": 0})
+    with pytest.raises(ValueError, match="hidden_size=16 is not a multiple of "
+                                         "num_attention_heads=3"):
+        ETCConfig(**{**TINY, "num_attention_heads": 3})
+
+
+def test_train_etc_resumes_exactly_and_generate_fills_masks(tmp_path, capsys):
+    check_train_resume_generate("etc", tmp_path, capsys, "etc.word_embeddings.weight",
+                                prompt="the [MASK] fox")
