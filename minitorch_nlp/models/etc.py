@@ -16,8 +16,9 @@ makes the paper's choice for text without structure: one global token (id 0) per
 * ``ETCModel``: the two embeddings, then the layers; returns the long and the global hidden
   states;
 * ``ETCForMaskedLM``: BERT's masked-LM head (``BertLMHead``, tied to the long word embeddings)
-  and ``masked_lm_loss`` (eq 25), the paper's MLM pretraining objective. (The paper's second
-  pretraining loss, contrastive predictive coding, is not implemented.)
+  and ``masked_lm_loss`` (eq 25), the paper's MLM pretraining objective;
+* ``cpc_loss``: the paper's second pretraining loss, contrastive predictive coding: the global
+  token of a masked-out segment predicts the encoding of that segment read alone.
 
 Registered as the family ``etc``, so ``minitorch-nlp train etc`` trains it with masked-LM.
 """
@@ -30,13 +31,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import checks
+from .. import functional as F
 from ..attention.etc import ETCAttention
 from ..autograd import concatenate
 from ..nn import Dropout, Embedding, FeedForward, LayerNorm, Module, ModuleList, TransformerLayer
 from ..nn.outputs import ModelOutput
 from .bert import BertLMHead, init_bert_weights, masked_lm_loss
 
-__all__ = ["ETCConfig", "ETCForMaskedLM", "ETCLayer", "ETCModel", "blocks_as_global_input"]
+__all__ = ["ETCConfig", "ETCForMaskedLM", "ETCLayer", "ETCModel", "blocks_as_global_input",
+           "cpc_loss"]
 
 
 @dataclass
@@ -186,6 +189,54 @@ class ETCForMaskedLM(Module):
         logits = self.mlm(out.last_hidden_state, self.etc.word_embeddings.weight)
         loss = None if labels is None else masked_lm_loss(logits, labels)
         return ModelOutput(loss=loss, logits=logits, global_hidden_state=out.global_hidden_state)
+
+
+def cpc_loss(model, input_ids, global_ids, segment_ids, masked, mask_token_id,
+             attention_mask=None):
+    """ETC's contrastive predictive coding loss (Ainslie et al., section 3.4, after van den Oord
+    et al., 2018): the long tokens of the segments chosen by ``masked`` (batch, n_g) bool are
+    replaced by ``mask_token_id``, and the final state of each chosen segment's global token
+    must pick out, among all chosen segments of the batch, the encoding of its own segment read
+    alone: each segment's tokens with its global token and nothing else, in a second pass of the
+    same ``model`` (an ``ETCModel``). With P (M, d) the predictions and T (M, d) the encodings
+    of the M chosen segments, the loss is the InfoNCE mean_m -log softmax(P T^T)_mm (the other
+    chosen segments are the negatives).
+
+    ``input_ids``, ``attention_mask`` (batch, n_l); ``global_ids`` (batch, n_g);
+    ``segment_ids`` (batch, n_l), the global token of each long token. Needs at least two chosen
+    segments, each with at least one real token."""
+    name = "cpc_loss"
+    ids = checks.token_ids(input_ids, model.config.vocab_size, name)
+    globals_ = checks.ids_array(global_ids, "global_ids", name, axes="(batch, n_g)")
+    segments = checks.ids_array(segment_ids, "segment_ids", name, shape=ids.shape,
+                                axes="(batch, n_l)")
+    chosen = np.asarray(masked)
+    if chosen.dtype != np.bool_ or chosen.shape != globals_.shape:
+        raise ValueError(f"{name}: masked must be a bool array of shape (batch, n_g) = "
+                         f"{globals_.shape}, True for the segments to predict; got {chosen.dtype} "
+                         f"{chosen.shape}")
+    real = np.ones(ids.shape, dtype=bool) if attention_mask is None else \
+        checks.attention_mask(attention_mask, ids.shape, name)
+    rows, columns = np.nonzero(chosen)
+    members = [(segments[b] == g) & real[b] for b, g in zip(rows, columns)]
+    if len(members) < 2 or not all(m.any() for m in members):
+        raise ValueError(f"{name}: needs at least two chosen segments, each with a real long "
+                         f"token (the other chosen segments are the negatives); got "
+                         f"{len(members)} with token counts {[int(m.sum()) for m in members]}")
+    hidden = np.zeros(ids.shape, dtype=bool)
+    for b, m in zip(rows, members):
+        hidden[b] |= m
+    predicted = model(np.where(hidden, mask_token_id, ids), attention_mask, globals_, segments)
+    predictions = predicted.global_hidden_state[rows, columns]                    # (M, d)
+    width = max(int(m.sum()) for m in members)
+    alone = np.full((len(members), width), model.config.pad_token_id, dtype=np.int64)
+    alone_mask = np.zeros((len(members), width), dtype=bool)
+    for r, (b, m) in enumerate(zip(rows, members)):
+        alone[r, :m.sum()], alone_mask[r, :m.sum()] = ids[b, m], True
+    encodings = model(alone, alone_mask, globals_[rows, columns][:, None],
+                      np.zeros_like(alone), np.ones((len(members), 1), dtype=bool))
+    targets = encodings.global_hidden_state[:, 0]                                 # (M, d)
+    return F.cross_entropy(predictions @ targets.mT, np.arange(len(members)))
 
 
 # ---- the model registry (minitorch_nlp.models.registry): training, command line ------------------
