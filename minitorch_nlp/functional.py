@@ -698,15 +698,22 @@ def scaled_dot_product_attention(q, k, v, *, mask=None, bias=None, causal=False,
     (drawn from ``generator``); k and v may have fewer heads than q (grouped-query attention).
     A query with no visible key outputs zeros.
 
-    The choice of path is made here, once: causal and key masks alone run the backend's fused
-    kernel, which applies them inside without materialising an n x n mask and keeps no
-    probabilities it can recompute; a general mask, a bias or dropout take the composite
+    The choice of path is made here, once: without dropout, the backend's fused kernel, which
+    applies the causal and key masks inside without materialising an n x n mask, adds the bias
+    inside (its gradient is the scores' gradient, summed over the axes the bias was broadcast
+    along) and keeps no probabilities it can recompute; a general mask joins the bias as -inf
+    entries. Dropout, or a bias of another dtype than q, take the composite
     ``dropout(attention_weights(...)) @ v``, differentiable in every input (bias included)."""
     op = "scaled_dot_product_attention"
     q, k, v, key_mask, mask, bias = _attention_arguments(q, k, v, key_mask, mask, bias, op)
     _check_probability(dropout_p, op, name="dropout_p")
-    if mask is None and bias is None and dropout_p == 0:
-        return _Attention.apply(q, k, v, key_mask, scale=_scale(q, scale), causal=bool(causal))
+    if dropout_p == 0 and (bias is None or bias.dtype == q.dtype):
+        if mask is not None:
+            hidden = as_tensor(q.backend.xp.where(mask, 0.0, -np.inf), dtype=q.dtype,
+                               backend=q.backend.name)
+            bias = hidden if bias is None else bias + hidden
+        return _Attention.apply(q, k, v, key_mask, bias, scale=_scale(q, scale),
+                                causal=bool(causal))
     weights = _attention_weights(q, k, mask, bias, causal, key_mask, scale)
     return dropout(weights, dropout_p, generator=generator) @ v
 

@@ -283,7 +283,8 @@ def _attention_pair(backend, inputs, scale, causal, seed):
     device = [backend.asarray(a) for a in (q, k, v, g)]
     mask = None if key_mask is None else backend.asarray(key_mask)
     out, state = backend.attention(*device[:3], scale, causal, mask)
-    grads = backend.attention_backward(device[3], *device[:3], state, scale, causal, mask)
+    *grads, dbias = backend.attention_backward(device[3], *device[:3], state, scale, causal, mask)
+    assert dbias is None
     return backend.to_numpy(out), tuple(backend.to_numpy(a) for a in grads)
 
 
@@ -303,6 +304,38 @@ def test_attention_matches_numpy(gpu_backend, inputs, causal, one_pair_blocks, s
         out, grads = _attention_pair(gpu_backend, inputs, scale, causal, seed)
     want_out, want_grads = _attention_pair(REFERENCE, inputs, scale, causal, seed)
     assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
+    assert_same(out, want_out)
+    assert_same(grads, want_grads)
+
+
+def _attention_bias_pair(backend, inputs, bias, scale, causal, seed):
+    """(output, (dq, dk, dv, dbias)) of attention with a score bias on ``backend``."""
+    q, k, v, key_mask = inputs
+    g = cotangent(seed, q.shape[:-1] + v.shape[-1:])
+    device = [backend.asarray(a) for a in (q, k, v, g, bias)]
+    mask = None if key_mask is None else backend.asarray(key_mask)
+    out, state = backend.attention(*device[:3], scale, causal, mask, device[4])
+    grads = backend.attention_backward(device[3], *device[:3], state, scale, causal, mask, True)
+    return backend.to_numpy(out), tuple(backend.to_numpy(a) for a in grads)
+
+
+@FEW
+@given(inputs=attention_inputs(), causal=st.booleans(), one_pair_blocks=st.booleans(),
+       seed=S.seeds(), data=st.data())
+def test_attention_with_a_score_bias_matches_numpy(gpu_backend, inputs, causal, one_pair_blocks,
+                                                   seed, data):
+    """The bias (broadcast shapes, -inf entries, queries that see no key) added inside the
+    kernels; its gradient summed over the axes it was broadcast along."""
+    from minitorch_nlp.backends import cuda_kernels
+
+    q, k = inputs[:2]
+    bias = data.draw(S.score_biases(q.shape[:3] + k.shape[2:3]))
+    block = 1 if one_pair_blocks else cuda_kernels.ATTENTION_BLOCK
+    with mock.patch.object(cuda_kernels, "ATTENTION_BLOCK", block):
+        out, grads = _attention_bias_pair(gpu_backend, inputs, bias, 0.7, causal, seed)
+    want_out, want_grads = _attention_bias_pair(REFERENCE, inputs, bias, 0.7, causal, seed)
+    assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
+    assert grads[3].shape == bias.shape
     assert_same(out, want_out)
     assert_same(grads, want_grads)
 
@@ -415,7 +448,7 @@ def tiny_transformer_step(backend, seed=0):
     h = fused.LayerNorm.apply(x, p["ln_w"], p["ln_b"], eps=1e-5)
     q, k, v = split(h @ p["wq"]), split(h @ p["wk"]), split(h @ p["wv"])
     scale = 1.0 / math.sqrt(width // heads)
-    a = fused.Attention.apply(q, k, v, key_mask, scale=scale, causal=True)
+    a = fused.Attention.apply(q, k, v, key_mask, None, scale=scale, causal=True)
     a = a + fused.BandedAttention.apply(q, k, v, key_mask, scale=scale, window=1, dilation=1,
                                         causal=False)
     x = x + merge(a) @ p["wo"]

@@ -389,6 +389,37 @@ def attention_inputs(draw, same_length=False):
 
 
 @given(attention_inputs(), st.booleans(), st.sampled_from([1 << 20, 7, 3]),
+       st.sampled_from([128, 2, 1]), parallel, st.data())
+def test_attention_with_a_score_bias(inputs, keep_probs, block, causal_rows, parallel, data):
+    """As ``test_attention``, with a bias added to the scores inside the kernel; its gradient
+    (the scores' gradient summed over the axes it was broadcast along) against the NumPy
+    backend's."""
+    q, k, v, grad, key_mask, scale, causal = inputs
+    bias = data.draw(S.score_biases(q.shape[:3] + k.shape[2:3], q.dtype))
+    expected, ref_state = REF.attention(q, k, v, scale, causal, key_mask, bias)
+    keep = (1 << 20) * keep_probs
+    with mock.patch.multiple(numba_backend, _KEEP_PROBS=keep, _CAUSAL_KEEP_PROBS=keep,
+                             _ATTENTION_BLOCK=block, _CAUSAL_ROWS=causal_rows), \
+            on_threads(parallel):
+        actual, state = NUMBA.attention(q, k, v, scale, causal, key_mask, bias)
+        grads = NUMBA.attention_backward(grad, q, k, v, state, scale, causal, key_mask, True)
+    assert isinstance(state, numba_backend._AttentionState)  # the kernels ran, no fallback
+    assert_same(actual, expected)
+    assert np.isfinite(actual).all() and all(np.isfinite(g).all() for g in grads)
+    assert grads[3].shape == bias.shape
+    assert_all_same(grads, REF.attention_backward(grad, q, k, v, ref_state, scale, causal,
+                                                  key_mask, True), cond=max(1.0, scale))
+
+
+def test_attention_bias_of_another_dtype_falls_back_to_numpy():
+    q = np.ones((1, 1, 2, 2), np.float32)
+    bias = np.zeros((2, 2))
+    out, state = NUMBA.attention(q, q, q, 1.0, False, None, bias)
+    assert not isinstance(state, numba_backend._AttentionState)
+    assert_same(out, REF.attention(q, q, q, 1.0, False, None, bias)[0])
+
+
+@given(attention_inputs(), st.booleans(), st.sampled_from([1 << 20, 7, 3]),
        st.sampled_from([128, 2, 1]), parallel)
 def test_attention(inputs, keep_probs, block, causal_rows, parallel):
     """Without ``keep_probs`` the backward recomputes the probabilities. A small ``block`` splits
@@ -414,7 +445,10 @@ def test_attention_all_masked_query_gives_zero_output_and_gradient():
     key_mask = np.zeros((1, 3), dtype=bool)
     out, state = NUMBA.attention(q, k, v, 1.0, False, key_mask)
     np.testing.assert_array_equal(out, 0)
-    for g in NUMBA.attention_backward(np.ones_like(out), q, k, v, state, 1.0, False, key_mask):
+    *grads, dbias = NUMBA.attention_backward(np.ones_like(out), q, k, v, state, 1.0, False,
+                                             key_mask)
+    assert dbias is None
+    for g in grads:
         np.testing.assert_array_equal(g, 0)
 
 
@@ -498,8 +532,13 @@ def _fused_cases(dtype):
                       [normal(3, 4, 7), normal(7)]),
         "cross_entropy": (lambda x: CrossEntropy.apply(x, target, ignore_index=-100,
                                                        label_smoothing=0.1), [normal(6, 7)]),
-        "attention": (lambda q, k, v: Attention.apply(q, k, v, key_mask, scale=0.5, causal=True),
+        "attention": (lambda q, k, v: Attention.apply(q, k, v, key_mask, None, scale=0.5,
+                                                      causal=True),
                       [normal(2, 3, 5, 4), normal(2, 3, 5, 4), normal(2, 3, 5, 3)]),
+        "attention_bias": (lambda q, k, v, b: Attention.apply(q, k, v, key_mask, b, scale=0.5,
+                                                              causal=True),
+                           [normal(2, 3, 5, 4), normal(2, 3, 5, 4), normal(2, 3, 5, 3),
+                            normal(3, 5, 5)]),
         "banded_attention": (lambda q, k, v: BandedAttention.apply(
             q, k, v, key_mask, scale=0.5, window=2, dilation=1, causal=False),
             [normal(2, 3, 5, 4), normal(2, 3, 5, 4), normal(2, 3, 5, 3)]),
@@ -518,7 +557,8 @@ def test_fused_functions_match_the_numpy_backend(case, dtype, threads):
 
 
 @pytest.mark.parametrize("case", ["softmax", "layer_norm", "gelu_tanh", "bias_gelu",
-                                  "cross_entropy", "attention", "banded_attention"])
+                                  "cross_entropy", "attention", "attention_bias",
+                                  "banded_attention"])
 def test_second_order_on_the_numba_backend(case):
     """Under create_graph the fused functions differentiate their composite path."""
     fn, inputs = _fused_cases(np.float64)[case]
@@ -535,7 +575,7 @@ def test_banded_attention_with_a_wide_window_is_full_attention(causal):
         banded = _values_and_grads("numba", lambda q, k, v: BandedAttention.apply(
             q, k, v, key_mask, scale=0.4, window=window, dilation=1, causal=causal), [q, k, v])
         full = _values_and_grads("numba", lambda q, k, v: Attention.apply(
-            q, k, v, key_mask, scale=0.4, causal=causal), [q, k, v])
+            q, k, v, key_mask, None, scale=0.4, causal=causal), [q, k, v])
         assert_all_same(banded, full)
 
 
@@ -548,7 +588,7 @@ def test_key_mask_given_as_a_tensor():
         with mt.backend(name):
             key_mask = mt.tensor(mask)
             results.append(_values_and_grads(name, lambda q, k, v: Attention.apply(
-                q, k, v, key_mask, scale=0.5, causal=False), [q, k, v]))
+                q, k, v, key_mask, None, scale=0.5, causal=False), [q, k, v]))
     assert_all_same(*reversed(results))
 
 
@@ -578,7 +618,7 @@ def test_a_tiny_transformer_block_trains_the_same_on_both_backends():
             x = layers["norm"](layers["embed"](mt.tensor(ids)))
             q, k, v = (t.reshape(batch, length, heads, -1).transpose(0, 2, 1, 3)
                        for t in layers["qkv"](x).chunk(3, axis=-1))
-            attended = Attention.apply(q, k, v, key_mask, scale=0.5, causal=True)
+            attended = Attention.apply(q, k, v, key_mask, None, scale=0.5, causal=True)
             x = x + attended.transpose(0, 2, 1, 3).reshape(batch, length, d_model)
             hidden = BiasGelu.apply(layers["up"](x), up_bias, approximate="tanh")
             logits = layers["down"](hidden)

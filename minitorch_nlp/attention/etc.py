@@ -10,7 +10,8 @@ Attention is cut into four pieces:
 
 A global token's softmax runs over g2g and g2l together, a long token's over l2g and l2l
 together. Scores carry relative position labels (Shaw et al., 2018): a learned vector a_l per
-label l, e_ij = q_i . (k_j + a_label(i,j)) / sqrt(d_k), the vectors shared by the heads. Between
+label l and head, e_ij = q_i . (k_j + a_label(i,j)) / sqrt(d_k) (each head its own vectors, as
+the paper's code, ``relative_emb_table`` [labels, heads, d_k]). Between
 two tokens of the same input the label is the distance j - i clipped to [-k, k] (k =
 ``max_distance``, 2k + 1 labels). Between a global and a long token it comes from the
 *global-local mapping*: ``segment_ids`` gives for each long token the global token that stands
@@ -46,7 +47,7 @@ class ETCAttention(MultiHeadAttention):
     """ETC's global-local attention over ``d_model`` features in ``num_heads`` heads, long tokens
     attending each other within ``local_radius``, relative positions clipped at ``max_distance``
     (default: the radius). One set of projections Q, K, V and output serves both inputs; the
-    relative vectors are ``relative_keys`` (num_labels, head_dim), labels 0 .. 2k for the
+    relative vectors are ``relative_keys`` (num_heads, num_labels, head_dim), labels 0 .. 2k for the
     distances -k .. k, then ``own_label`` and ``other_label`` for the global-long pairs.
 
     ``forward(global_x, long_x, *, segment_ids=None, global_mask=None, long_mask=None)`` takes
@@ -65,7 +66,8 @@ class ETCAttention(MultiHeadAttention):
             max_distance, 0, "max_distance", name)
         self.own_label, self.other_label = 2 * self.max_distance + 1, 2 * self.max_distance + 2
         self.num_labels = 2 * self.max_distance + 3
-        self.relative_keys = Parameter(init.normal_(empty(self.num_labels, self.head_dim),
+        self.relative_keys = Parameter(init.normal_(empty(num_heads, self.num_labels,
+                                                          self.head_dim),
                                                     std=0.02))
 
     def labels(self, queries, keys, segments, n_global):
@@ -101,7 +103,7 @@ class ETCAttention(MultiHeadAttention):
         key_mask = self.key_mask(global_mask, long_mask, batch, n_global, n_long)
         q, k, v = self.project(concatenate([global_x, long_x], axis=1), None, None, None)
         scale = 1.0 / float(np.sqrt(self.head_dim))
-        relative = (q @ self.relative_keys.mT) * scale          # q_i . a_l / sqrt(d_k), every l
+        relative = (q @ self.relative_keys.mT) * scale   # q_i . a_l / sqrt(d_k), every l, per head
 
         def attend(queries, keys, allowed):
             labels = self.labels(queries, keys, segments, n_global)

@@ -211,28 +211,36 @@ def visible_keys(xp, q_time, k_time, causal, key_mask):
 
 
 class Attention(FusedFunction):
-    """Scaled dot-product attention softmax(q k^T * scale) v on (B, H, T, D) arrays (Vaswani et
-    al., 2017, eq. 1), with a causal mask and a key mask (B, Tk; True = real token) applied inside
-    the kernel. A query whose keys are all masked gets output 0 and gradient 0."""
+    """Scaled dot-product attention softmax(q k^T * scale + bias) v on (B, H, T, D) arrays
+    (Vaswani et al., 2017, eq. 1), with a causal mask and a key mask (B, Tk; True = real token)
+    applied inside the kernel, and an additive score bias (None, or a tensor broadcastable to
+    (B, H, Tq, Tk) of q's dtype: T5's position bias, Transformer-XL's positional terms, a mask
+    as -inf entries) added inside it too. The bias's gradient is the scores' gradient summed
+    over the axes it was broadcast along. A query whose keys are all masked gets output 0 and
+    gradient 0."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_mask, *, scale, causal):
-        ctx.save_inputs(0, 1, 2, 3)
+    def forward(ctx, q, k, v, key_mask, bias, *, scale, causal):
+        ctx.save_inputs(0, 1, 2, 3, 4)
         ctx.static = {"scale": scale, "causal": causal}
-        out, ctx.kernel_state = ctx.backend.attention(q, k, v, scale, causal, key_mask)
+        out, ctx.kernel_state = ctx.backend.attention(q, k, v, scale, causal, key_mask, bias)
         return out
 
     @staticmethod
     def fast_backward(ctx, grad):
-        q, k, v, key_mask = ctx.saved_tensors
-        return ctx.backend.attention_backward(grad, q.data, k.data, v.data, ctx.kernel_state,
-                                              ctx.static["scale"], ctx.static["causal"],
-                                              key_mask) + (None,)
+        q, k, v, key_mask, _ = ctx.saved_tensors
+        dq, dk, dv, dbias = ctx.backend.attention_backward(
+            grad, q.data, k.data, v.data, ctx.kernel_state, ctx.static["scale"],
+            ctx.static["causal"], key_mask, ctx.needs_input_grad[4])
+        return dq, dk, dv, None, dbias
 
     @staticmethod
-    def composite(q, k, v, key_mask, *, scale, causal):
+    def composite(q, k, v, key_mask, bias, *, scale, causal):
         allowed = visible_keys(q.backend.xp, q.shape[-2], k.shape[-2], causal, key_mask)
-        return ((q @ k.mT) * scale).masked_fill(~allowed, -math.inf).softmax(-1) @ v
+        scores = (q @ k.mT) * scale
+        if bias is not None:
+            scores = scores + bias
+        return scores.masked_fill(~allowed, -math.inf).softmax(-1) @ v
 
 
 class BandedAttention(FusedFunction):

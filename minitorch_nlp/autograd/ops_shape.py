@@ -7,6 +7,7 @@ otherwise, never the slow ``np.add.at``.
 """
 from __future__ import annotations
 
+from ..backends.numpy_backend import sum_to_shape
 from . import dtypes, function
 from .function import Function
 
@@ -90,11 +91,7 @@ class SumTo(Function):
     @staticmethod
     def forward(ctx, x, *, shape):
         ctx.input_shape = x.shape
-        lead = x.ndim - len(shape)
-        axes = tuple(range(lead)) + tuple(
-            lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
-        out = x.sum(axis=axes, keepdims=True) if axes else x
-        return out.reshape(shape)
+        return sum_to_shape(x, shape)
 
     @staticmethod
     def backward(ctx, grad):

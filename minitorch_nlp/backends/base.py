@@ -65,12 +65,15 @@ class Backend(Protocol):
     def cross_entropy_backward(self, state: Any, target: Any, grad_rows: Any, ignore_index: int,
                                label_smoothing: float) -> Any: ...
 
-    # attention on (B, H, T, D) arrays; ``state`` is whatever the forward kernel keeps for backward
-    def attention(self, q: Any, k: Any, v: Any, scale: float, causal: bool,
-                  key_mask: Any) -> tuple: ...
+    # attention on (B, H, T, D) arrays; ``state`` is whatever the forward kernel keeps for
+    # backward; ``bias`` (None or broadcastable to (B, H, Tq, Tk)) is added to the scaled scores.
+    # The backward returns (dq, dk, dv, dbias), dbias in the bias's shape when ``bias_grad``
+    # (the forward had a bias), else None.
+    def attention(self, q: Any, k: Any, v: Any, scale: float, causal: bool, key_mask: Any,
+                  bias: Any = None) -> tuple: ...
 
     def attention_backward(self, grad: Any, q: Any, k: Any, v: Any, state: Any, scale: float,
-                           causal: bool, key_mask: Any) -> tuple: ...
+                           causal: bool, key_mask: Any, bias_grad: bool = False) -> tuple: ...
 
     def band_offsets(self, window: int, dilation: int, causal: bool) -> Any: ...
 

@@ -36,6 +36,7 @@ import numpy as np
 from numba import cuda
 
 from . import erf as erf_coefficients
+from .numpy_backend import sum_to_shape
 
 THREADS_PER_BLOCK = 128  # also the most threads a row kernel's block has
 TILE = 16  # threads per block side of the 2-D (matrix product) kernels
@@ -553,14 +554,26 @@ def _query(row, q_len, k_len, causal, first_pair, heads):
     return h, i, (first_pair + h) // heads, end
 
 
+@cuda.jit(device=True)
+def _add_bias(scores, bias, has_bias, h, i, b, end, first_pair, heads):
+    """scores[h, i, :end] += the bias row of query i of pair first_pair + h (batch b), when
+    ``has_bias``; ``bias`` is broadcast to (batch, heads, q_len, k_len)."""
+    if has_bias:
+        head = (first_pair + h) % heads
+        for j in range(cuda.threadIdx.x, end, cuda.blockDim.x):
+            scores[h, i, j] += bias[b, head, i, j]
+
+
 @cuda.jit(cache=True)
-def _attention_softmax_kernel(scores, mask, has_mask, causal, heads, first_pair, lse):
+def _attention_softmax_kernel(scores, mask, has_mask, bias, has_bias, causal, heads, first_pair,
+                              lse):
     """In place: a block of scores (scale q) k^T of the pairs from ``first_pair`` becomes the
-    masked softmax; ``lse`` (all pairs, q_len) gets each row's log-sum-exp, inf for a query with
-    no allowed key (whose probabilities are then 0)."""
+    masked softmax of the scores plus the bias; ``lse`` (all pairs, q_len) gets each row's
+    log-sum-exp, inf for a query with no allowed key (whose probabilities are then 0)."""
     shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
     q_len, k_len = scores.shape[1], scores.shape[2]
     h, i, b, end = _query(cuda.blockIdx.x, q_len, k_len, causal, first_pair, heads)
+    _add_bias(scores, bias, has_bias, h, i, b, end, first_pair, heads)  # each thread its own j
     m = -math.inf
     for j in range(cuda.threadIdx.x, end, cuda.blockDim.x):
         if (not has_mask or mask[b, j]) and scores[h, i, j] > m:
@@ -583,14 +596,16 @@ def _attention_softmax_kernel(scores, mask, has_mask, causal, heads, first_pair,
 
 
 @cuda.jit(cache=True)
-def _attention_softmax_backward_kernel(scores, dprobs, mask, has_mask, causal, heads, first_pair,
-                                       lse):
+def _attention_softmax_backward_kernel(scores, dprobs, mask, has_mask, bias, has_bias, causal,
+                                       heads, first_pair, lse):
     """In place, on a block laid out as in ``_attention_softmax_kernel``: the recomputed scores
-    become the probabilities exp(s - lse) (0 where masked) and dprobs = g v^T becomes
-    dscores = p (dprobs - sum(p dprobs)), the gradient of the scaled scores."""
+    (plus the bias) become the probabilities exp(s - lse) (0 where masked) and dprobs = g v^T
+    becomes dscores = p (dprobs - sum(p dprobs)), the gradient of the scaled scores (and of the
+    bias)."""
     shared = cuda.shared.array(THREADS_PER_BLOCK, np.float64)
     q_len, k_len = scores.shape[1], scores.shape[2]
     h, i, b, end = _query(cuda.blockIdx.x, q_len, k_len, causal, first_pair, heads)
+    _add_bias(scores, bias, has_bias, h, i, b, end, first_pair, heads)
     row_lse = lse[first_pair + h, i]
     part = 0.0
     for j in range(cuda.threadIdx.x, k_len, cuda.blockDim.x):
@@ -760,39 +775,57 @@ def _pair_blocks(h):
     return [(p0, min(pairs, p0 + step)) for p0 in range(0, pairs, step)]
 
 
-def attention(q, k, v, scale, causal, key_mask):
-    """(softmax(q k^T * scale, masked) v, lse of each query row (B*H, Tq) float64).
+def _bias_view(h, bias):
+    """The score bias broadcast to (B*H pairs' batch, heads, q_len, k_len) without a copy (strides
+    0 where it was broadcast), and whether there is one (zeros stand in when not)."""
+    shape = h.lead + (h.q.shape[1], h.k.shape[1])
+    if bias is None:
+        return h.xp.broadcast_to(h.xp.zeros((), dtype=h.q.dtype), shape), False
+    return h.xp.broadcast_to(bias, shape), True
 
-    ``key_mask`` (B, Tk) is True for real keys; causal queries are the last Tq of Tk positions.
-    A query whose keys are all masked outputs 0. The products are the array module's (cuBLAS)."""
+
+def attention(q, k, v, scale, causal, key_mask, bias=None):
+    """(softmax(q k^T * scale + bias, masked) v, lse of each query row (B*H, Tq) float64).
+
+    ``key_mask`` (B, Tk) is True for real keys; causal queries are the last Tq of Tk positions;
+    ``bias`` (None or broadcastable to (B, H, Tq, Tk)) is added to the scaled scores. A query
+    whose keys are all masked outputs 0. The products are the array module's (cuBLAS)."""
     h = _Heads(q, k, v, key_mask)
     xp, q_scaled = h.xp, h.q * scale
+    bias, has_bias = _bias_view(h, bias)
     out = xp.empty(h.q.shape[:2] + h.v.shape[2:], dtype=h.q.dtype)
     lse = xp.empty(h.q.shape[:2], dtype=np.float64)
     for p0, p1 in _pair_blocks(h):
         scores = xp.matmul(q_scaled[p0:p1], h.k[p0:p1].transpose(0, 2, 1))
         _run_rows(_attention_softmax_kernel, scores.shape[0] * scores.shape[1], scores.shape[2],
-                  scores, h.mask, h.has_mask, bool(causal), h.heads, p0, lse)
+                  scores, h.mask, h.has_mask, bias, has_bias, bool(causal), h.heads, p0, lse)
         out[p0:p1] = xp.matmul(scores, h.v[p0:p1])
     return h.unflatten(out), lse
 
 
-def attention_backward(grad, q, k, v, lse, scale, causal, key_mask):
-    """(dq, dk, dv) of ``attention``, recomputing the scores block by block from ``lse``."""
+def attention_backward(grad, q, k, v, lse, scale, causal, key_mask, bias=None, bias_grad=False):
+    """(dq, dk, dv, dbias) of ``attention``, recomputing the scores block by block from ``lse``;
+    dbias (the bias's gradient in its own shape) only when ``bias_grad``, else None."""
     h = _Heads(q, k, v, key_mask)
     xp, q_scaled, g = h.xp, h.q * scale, h.flatten(grad)
+    bias_view, has_bias = _bias_view(h, bias)
     dq, dk, dv = xp.empty_like(h.q), xp.empty_like(h.k), xp.empty_like(h.v)
+    dscores_all = xp.empty((h.q.shape[0], h.q.shape[1], h.k.shape[1]), dtype=h.q.dtype) \
+        if bias_grad else None
     for p0, p1 in _pair_blocks(h):
         blk = slice(p0, p1)
         scores = xp.matmul(q_scaled[blk], h.k[blk].transpose(0, 2, 1))
         dscores = xp.matmul(g[blk], h.v[blk].transpose(0, 2, 1))
         _run_rows(_attention_softmax_backward_kernel, scores.shape[0] * scores.shape[1],
-                  scores.shape[2], scores, dscores, h.mask, h.has_mask, bool(causal), h.heads, p0,
-                  lse)
+                  scores.shape[2], scores, dscores, h.mask, h.has_mask, bias_view, has_bias,
+                  bool(causal), h.heads, p0, lse)
+        if bias_grad:
+            dscores_all[blk] = dscores
         dq[blk] = xp.matmul(dscores, h.k[blk]) * scale
         dk[blk] = xp.matmul(dscores.transpose(0, 2, 1), q_scaled[blk])
         dv[blk] = xp.matmul(scores.transpose(0, 2, 1), g[blk])
-    return h.unflatten(dq), h.unflatten(dk), h.unflatten(dv)
+    dbias = sum_to_shape(h.unflatten(dscores_all), bias.shape) if bias_grad else None
+    return h.unflatten(dq), h.unflatten(dk), h.unflatten(dv), dbias
 
 
 def _check_self_attention(q, k, op):

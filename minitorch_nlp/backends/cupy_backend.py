@@ -117,15 +117,16 @@ class CupyBackend:
     # ---- the Adam / AdamW update: NumPy's whole-array expressions, run by CuPy (through xp) ------
     adam_update = NumpyBackend.adam_update
 
-    # ---- attention: the state is (log-sum-exp per query row, the forward's key mask) -----------
+    # ---- attention: the state is (log-sum-exp per query row, the forward's key mask and bias) ---
     # The backward uses the mask the forward saw (a raw array), not the ``key_mask`` it is handed.
-    def attention(self, q, k, v, scale, causal, key_mask):
-        out, lse = self._kernels.attention(q, k, v, scale, causal, key_mask)
-        return out, (lse, key_mask)
+    def attention(self, q, k, v, scale, causal, key_mask, bias=None):
+        out, lse = self._kernels.attention(q, k, v, scale, causal, key_mask, bias)
+        return out, (lse, key_mask, bias)
 
-    def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask):
-        lse, forward_mask = state
-        return self._kernels.attention_backward(grad, q, k, v, lse, scale, causal, forward_mask)
+    def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask, bias_grad=False):
+        lse, forward_mask, bias = state
+        return self._kernels.attention_backward(grad, q, k, v, lse, scale, causal, forward_mask,
+                                                bias, bias_grad)
 
     def band_offsets(self, window, dilation, causal):
         return self.xp.asarray(NumpyBackend.band_offsets(window, dilation, causal))

@@ -12,9 +12,11 @@ several passes, each with its own temporary:
   one parallel pass per row instead of five to ten whole-array passes;
 * cross-entropy from logits: the forward keeps only two numbers per row (the shift and the log of
   the sum of exponentials) and the backward writes softmax - onehot in one pass;
-* attention: the matmuls stay with BLAS; between them a kernel applies the causal and key masks
-  (no n x n mask is built) and the softmax in place. Both run over blocks of (batch, head) pairs
-  and query rows whose scores fit in the L2 cache, so a block is still there for the next step.
+* attention: the matmuls stay with BLAS; between them a kernel adds the score bias (read
+  through a broadcast view, never copied), applies the causal and key masks (no n x n mask is
+  built) and the softmax in place; the backward hands back the bias's gradient. Both run over
+  blocks of (batch, head) pairs and query rows whose scores fit in the L2 cache, so a block is
+  still there for the next step.
   Small problems keep the probabilities for the backward. Larger ones keep only each row's shift
   and 1 / sum, and recompute the scores in the backward (as FlashAttention does), so the saved
   state is O(n) instead of O(n^2); with a causal mask, keys that no query of a block can see are
@@ -38,7 +40,7 @@ import numba
 import numpy as np
 
 from . import numba_kernels as kernels
-from .numpy_backend import NumpyBackend
+from .numpy_backend import NumpyBackend, sum_to_shape
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _LAUNCH = threading.Lock()  # the workqueue threading layer must not be entered concurrently
@@ -100,6 +102,8 @@ def _as_rows(x):
 
 class _AttentionState(NamedTuple):
     key_mask: np.ndarray  # (B, Tk) bool, all True when there is none
+    bias: np.ndarray      # the score bias broadcast to (B, H, Tq, Tk) (zeros when there is none)
+    bias_shape: tuple | None  # the bias's own shape, None when there is none
     peak: np.ndarray      # (B*H, Tq) row shift of the scaled, masked scores
     inv_total: np.ndarray  # (B*H, Tq) 1 / sum of exponentials
     probs: np.ndarray | None  # (B*H, Tq, Tk) when small enough to keep, else recomputed
@@ -354,6 +358,20 @@ class NumbaBackend(NumpyBackend):
         return as_pairs(q), as_pairs(k), as_pairs(v), mask
 
     @staticmethod
+    def _attention_bias(bias, q, k):
+        """The score bias as the kernels read it: a view broadcast to (B, H, Tq, Tk) (strides 0
+        where it was broadcast: nothing is copied), zeros when there is none; None when the
+        kernels cannot take it (another dtype than q's, a shape that does not broadcast)."""
+        if bias is None:
+            bias = np.zeros((), q.dtype)
+        elif bias.dtype != q.dtype:
+            return None
+        try:
+            return np.broadcast_to(bias, q.shape[:3] + k.shape[2:3])
+        except ValueError:
+            return None
+
+    @staticmethod
     def _attention_blocks(pairs, tq, tk, causal):
         """(first pair, end pair, first query, end query, keys used) of each score block: whole
         pairs when their scores fit in ``_ATTENTION_BLOCK`` elements, else blocks of query rows
@@ -368,10 +386,11 @@ class NumbaBackend(NumpyBackend):
             for p0 in range(0, pairs, step):
                 yield p0, min(pairs, p0 + step), i0, i1, keys
 
-    def attention(self, q, k, v, scale, causal, key_mask):
+    def attention(self, q, k, v, scale, causal, key_mask, bias=None):
         inputs = self._attention_inputs(q, k, v, key_mask)
-        if inputs is None:
-            return super().attention(q, k, v, scale, causal, key_mask)
+        bias_view = None if inputs is None else self._attention_bias(bias, q, k)
+        if bias_view is None:
+            return super().attention(q, k, v, scale, causal, key_mask, bias)
         q3, k3, v3, mask = inputs
         dtype = q3.dtype
         q3 = np.multiply(q3, dtype.type(scale))   # (scale q) k^T: tk / d_k fewer multiplications
@@ -387,15 +406,17 @@ class NumbaBackend(NumpyBackend):
             scores = kept[p0:p1, i0:i1] if kept is not None else \
                 _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
             self.matmul(q3[p0:p1, i0:i1], k3[p0:p1, :keys].swapaxes(1, 2), out=scores)
-            _run(kernels.attention_probs, scores.size, scores, mask, key_mask is not None, causal,
-                 heads, p0, i0, tq, tk, peak, inv_total)
+            _run(kernels.attention_probs, scores.size, scores, mask, key_mask is not None,
+                 bias_view, bias is not None, causal, heads, p0, i0, tq, tk, peak, inv_total)
             self.matmul(scores, v3[p0:p1, :keys], out=out[p0:p1, i0:i1])
-        state = _AttentionState(mask, peak, inv_total, kept, (q3, k3, v3))
+        state = _AttentionState(mask, bias_view, None if bias is None else bias.shape, peak,
+                                inv_total, kept, (q3, k3, v3))
         return out.reshape(q.shape[:3] + v.shape[3:]), state
 
-    def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask):
+    def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask, bias_grad=False):
         if not isinstance(state, _AttentionState):
-            return super().attention_backward(grad, q, k, v, state, scale, causal, key_mask)
+            return super().attention_backward(grad, q, k, v, state, scale, causal, key_mask,
+                                              bias_grad)
         q3, k3, v3 = state.qkv   # q3 is scale q
         dtype = q3.dtype
         pairs, tq, tk, heads = q3.shape[0], q3.shape[1], k3.shape[1], q.shape[1]
@@ -408,6 +429,12 @@ class NumbaBackend(NumpyBackend):
         grads = [(np.empty if whole_pairs or x is q else np.zeros)(x.shape, dtype=dtype)
                  for x in (q, k, v)]
         dq, dk, dv = (g.reshape(x3.shape) for g, x3 in zip(grads, (q3, k3, v3)))
+        # the bias's gradient is the scores' gradient: every block's is written into one array
+        # (directly, when the blocks are whole pairs), then summed over the broadcast axes
+        dscores_all = None
+        direct = whole_pairs and all(keys == tk for *_, keys in blocks)
+        if bias_grad:
+            dscores_all = (np.empty if direct else np.zeros)((pairs, tq, tk), dtype=dtype)
         for p0, p1, i0, i1, keys in blocks:
             q_blk, g_blk = q3[p0:p1, i0:i1], g3[p0:p1, i0:i1]
             if kept:
@@ -415,10 +442,14 @@ class NumbaBackend(NumpyBackend):
             else:
                 probs = _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
                 self.matmul(q_blk, k3[p0:p1, :keys].swapaxes(1, 2), out=probs)
-            dscores = _workspace(1, (p1 - p0, i1 - i0, keys), dtype)
+            dscores = dscores_all[p0:p1] if bias_grad and direct else \
+                _workspace(1, (p1 - p0, i1 - i0, keys), dtype)
             self.matmul(g_blk, v3[p0:p1, :keys].swapaxes(1, 2), out=dscores)
             _run(kernels.attention_probs_backward, probs.size, probs, dscores, state.key_mask,
-                 causal, heads, p0, i0, tq, tk, state.peak, state.inv_total, not kept)
+                 state.bias, state.bias_shape is not None, causal, heads, p0, i0, tq, tk,
+                 state.peak, state.inv_total, not kept)
+            if bias_grad and not direct:
+                dscores_all[p0:p1, i0:i1, :keys] = dscores
             self.matmul(dscores, k3[p0:p1, :keys], out=dq[p0:p1, i0:i1])
             if whole_pairs:
                 self.matmul(probs.swapaxes(1, 2), g_blk, out=dv[p0:p1])
@@ -427,7 +458,9 @@ class NumbaBackend(NumpyBackend):
                 dv[p0:p1, :keys] += self.matmul(probs.swapaxes(1, 2), g_blk)
                 dk[p0:p1, :keys] += self.matmul(dscores.swapaxes(1, 2), q_blk)
         dq *= dtype.type(scale)   # dscores is the gradient of the scaled scores
-        return tuple(grads)
+        dbias = None if not bias_grad else sum_to_shape(
+            dscores_all.reshape(q.shape[:3] + (tk,)), state.bias_shape)
+        return (*grads, dbias)
 
     # ---- banded attention -----------------------------------------------------------------------
     def banded_attention(self, q, k, v, scale, window, dilation, causal, key_mask):

@@ -672,13 +672,24 @@ def _row_max(line, end, minus_inf):
     return m2 if m2 > m0 else m0
 
 
+@register_jitable
+def _add_bias(line, bias, use_bias, heads, pair, b, i, end):
+    """line[:end] += the bias row of query i of pair (batch b, head pair % heads), when
+    ``use_bias``; ``bias`` is broadcast to (batch, heads, tq, tk)."""
+    if use_bias:
+        added = bias[b, pair - b * heads, i]
+        for j in range(end):
+            line[j] += added[j]
+
+
 @_rows
-def _attention_probs_row(scores, key_mask, use_mask, causal, heads, first_pair, first_query, tq,
-                         tk, peak, inv_total, row):
+def _attention_probs_row(scores, key_mask, use_mask, bias, use_bias, causal, heads, first_pair,
+                         first_query, tq, tk, peak, inv_total, row):
     h, r, pair, i, b, end = _attention_row(scores, causal, heads, first_pair, first_query, tq,
                                            tk, row)
     minus_inf = scores.dtype.type(-np.inf)
     line, allowed = scores[h, r], key_mask[b]   # 1-D views: loops LLVM can vectorise
+    _add_bias(line, bias, use_bias, heads, pair, b, i, end)
     if use_mask:
         for j in range(end):
             line[j] = line[j] if allowed[j] else minus_inf
@@ -706,11 +717,12 @@ def _attention_probs_row(scores, key_mask, use_mask, causal, heads, first_pair, 
 
 
 @_kernel
-def attention_probs(parallel, scores, key_mask, use_mask, causal, heads, first_pair, first_query,
-                    tq, tk, peak, inv_total):
+def attention_probs(parallel, scores, key_mask, use_mask, bias, use_bias, causal, heads,
+                    first_pair, first_query, tq, tk, peak, inv_total):
     """In place: the scores (scale q) k^T of a block (pairs, queries, keys) become their softmax
-    with the causal mask and, when ``use_mask``, the key mask (batch, tk; True = real token)
-    applied (the scale is applied to q, a factor tk / d_k fewer multiplications). The block holds
+    with, when ``use_bias``, the score bias (broadcast to (batch, heads, tq, tk)) added, the causal
+    mask and, when ``use_mask``, the key mask (batch, tk; True = real token) applied (the scale
+    is applied to q, a factor tk / d_k fewer multiplications). The block holds
     the (batch * head) pairs from ``first_pair`` and the queries from ``first_query`` of
     (pairs, tq, tk) attention, and possibly only the first keys (when the others are causally
     masked for every query of the block). Saves each row's shift and 1 / sum of
@@ -718,19 +730,22 @@ def attention_probs(parallel, scores, key_mask, use_mask, causal, heads, first_p
     rows = scores.shape[0] * scores.shape[1]
     if parallel:
         for row in prange(rows):
-            _attention_probs_row(scores, key_mask, use_mask, causal, heads, first_pair,
-                                 first_query, tq, tk, peak, inv_total, row)
+            _attention_probs_row(scores, key_mask, use_mask, bias, use_bias, causal, heads,
+                                 first_pair, first_query, tq, tk, peak, inv_total, row)
     else:
         for row in range(rows):
-            _attention_probs_row(scores, key_mask, use_mask, causal, heads, first_pair,
-                                 first_query, tq, tk, peak, inv_total, row)
+            _attention_probs_row(scores, key_mask, use_mask, bias, use_bias, causal, heads,
+                                 first_pair, first_query, tq, tk, peak, inv_total, row)
 
 
 @_rows
-def _attention_probs_backward_row(scores, dprobs, key_mask, causal, heads, first_pair,
-                                  first_query, tq, tk, peak, inv_total, recompute, row):
+def _attention_probs_backward_row(scores, dprobs, key_mask, bias, use_bias, causal, heads,
+                                  first_pair, first_query, tq, tk, peak, inv_total, recompute,
+                                  row):
     h, r, pair, i, b, end = _attention_row(scores, causal, heads, first_pair, first_query, tq,
                                            tk, row)
+    if recompute:
+        _add_bias(scores[h, r], bias, use_bias, heads, pair, b, i, end)
     zero = scores.dtype.type(0)
     top = peak[pair, i]
     inv = inv_total[pair, i]
@@ -760,22 +775,24 @@ def _attention_probs_backward_row(scores, dprobs, key_mask, causal, heads, first
 
 
 @_kernel
-def attention_probs_backward(parallel, scores, dprobs, key_mask, causal, heads, first_pair,
-                             first_query, tq, tk, peak, inv_total, recompute):
+def attention_probs_backward(parallel, scores, dprobs, key_mask, bias, use_bias, causal, heads,
+                             first_pair, first_query, tq, tk, peak, inv_total, recompute):
     """On a block laid out as in ``attention_probs``: dprobs = g v^T becomes, in place,
-    dscores = (dprobs - sum(dprobs p)) p, the gradient of the scaled scores, where p is
-    ``scores`` itself (the saved probabilities) or, when ``recompute``, the forward's
-    probabilities computed again in place from the scores (scale q) k^T and the saved shift and
-    1 / sum."""
+    dscores = (dprobs - sum(dprobs p)) p, the gradient of the scaled scores (and of the bias),
+    where p is ``scores`` itself (the saved probabilities) or, when ``recompute``, the forward's
+    probabilities computed again in place from the scores (scale q) k^T, the bias and the saved
+    shift and 1 / sum."""
     rows = scores.shape[0] * scores.shape[1]
     if parallel:
         for row in prange(rows):
-            _attention_probs_backward_row(scores, dprobs, key_mask, causal, heads, first_pair,
-                                          first_query, tq, tk, peak, inv_total, recompute, row)
+            _attention_probs_backward_row(scores, dprobs, key_mask, bias, use_bias, causal,
+                                          heads, first_pair, first_query, tq, tk, peak,
+                                          inv_total, recompute, row)
     else:
         for row in range(rows):
-            _attention_probs_backward_row(scores, dprobs, key_mask, causal, heads, first_pair,
-                                          first_query, tq, tk, peak, inv_total, recompute, row)
+            _attention_probs_backward_row(scores, dprobs, key_mask, bias, use_bias, causal,
+                                          heads, first_pair, first_query, tq, tk, peak,
+                                          inv_total, recompute, row)
 
 
 # ---- banded (sliding-window, dilated) self-attention -------------------------------------------

@@ -21,6 +21,20 @@ _GELU_TANH_C = 0.044715
 _SMALL_PRODUCT = 1 << 22
 
 
+def sum_to_shape(x, shape):
+    """``x`` summed over the axes along which ``shape`` was broadcast to ``x.shape`` (the inverse
+    of broadcasting): the gradient of an input that was broadcast. ``x`` itself when the shapes
+    agree. Works on any array with NumPy's methods (CuPy's too)."""
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
+    out = x.sum(axis=axes, keepdims=True) if axes else x
+    return out.reshape(shape)
+
+
 def _max_for_shift(x, axis):
     """Row maxima used to shift logits before ``exp``; rows that are all ``-inf`` shift by 0."""
     m = x.max(axis=axis, keepdims=True)
@@ -284,27 +298,35 @@ class NumpyBackend:
             allowed = keys if allowed is None else allowed & keys
         return allowed
 
-    def attention(self, q, k, v, scale, causal, key_mask):
-        """softmax(q k^T * scale, masked) v; returns (output, state for backward).
+    def attention(self, q, k, v, scale, causal, key_mask, bias=None):
+        """softmax(q k^T * scale + bias, masked) v; returns (output, state for backward).
 
-        ``key_mask`` (B, Tk) is True for real keys. A query whose keys are all masked outputs 0."""
+        ``key_mask`` (B, Tk) is True for real keys; ``bias`` (None, or broadcastable to (B, H,
+        Tq, Tk)) is added to the scaled scores, -inf entries hiding a key. A query whose keys
+        are all masked outputs 0."""
         # the scale goes on q: Tq d multiplications rather than Tq Tk on the scores
         scores = self.matmul(q * q.dtype.type(scale), k.swapaxes(-1, -2))
+        if bias is not None:
+            scores += bias
         allowed = self._allowed(q.shape[-2], k.shape[-2], causal, key_mask)
         if allowed is not None:
             np.copyto(scores, -np.inf, where=~allowed)
         probs = self.softmax(scores, -1)
-        return self.matmul(probs, v), probs
+        return self.matmul(probs, v), (probs, None if bias is None else bias.shape)
 
-    def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask):
-        probs = state
+    def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask, bias_grad=False):
+        """(dq, dk, dv, dbias): dbias, the gradient of the forward's bias in its shape (the
+        scores' gradient summed over the axes it was broadcast along), only when ``bias_grad``
+        (the forward had a bias), else None."""
+        probs, bias_shape = state
         dv = self.matmul(probs.swapaxes(-1, -2), grad)
         dscores = self.softmax_backward(probs, self.matmul(grad, v.swapaxes(-1, -2)), -1)
+        dbias = sum_to_shape(dscores, bias_shape) if bias_grad else None
         dq = self.matmul(dscores, k)
         dq *= scale  # the scale goes on the (T, d) products rather than on the (T, T) scores
         dk = self.matmul(dscores.swapaxes(-1, -2), q)
         dk *= scale
-        return dq, dk, dv
+        return dq, dk, dv, dbias
 
     # ---- banded (sliding-window, optionally dilated) self-attention ---------------------------
     @staticmethod

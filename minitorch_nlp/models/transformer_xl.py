@@ -51,6 +51,7 @@ import numpy as np
 from .. import checks, cookbook, decoding
 from .. import functional as F
 from ..autograd import Tensor, concatenate, pad, tensor, zeros
+from ..autograd.ops_fused import FusedFunction
 from ..io.huggingface import HFArchitecture, Rule, register_architecture, transpose
 from ..nn import (Dropout, Embedding, FeedForward, FullAttention, LayerNorm, Linear, Module,
                   ModuleDict, ModuleList, MultiHeadAttention, Parameter, TransformerLayer, init)
@@ -200,15 +201,47 @@ def relative_shift(scores, k_time):
 
     ``scores`` (..., q_time, width): column m holds distance k_time - m (k_time, k_time - 1, ...).
     The result (..., q_time, k_time): column j holds the distance (k_time - q_time) + i - j from
-    query i (the last q_time of the k_time positions) to key j. The trick: read the (q_time,
-    width) block as (width, q_time), drop the first row, read the rest as (q_time, width - 1) and
-    keep the first k_time columns. Transformer-XL's distances k_time - 1 .. 0 get a zero column
-    in front (``pad``) first; XLNet's k_time .. 1 - q_time cover every (i, j). Entries whose
-    distance ``scores`` does not hold (keys after the query, for Transformer-XL, masked by
-    causality) hold other values."""
+    query i (the last q_time of the k_time positions) to key j, i.e. row i is the window of row i
+    of ``scores`` that starts at column q_time - i. The trick: read the (q_time, width) block as
+    (width, q_time), drop the first row, read the rest as (q_time, width - 1) and keep the first
+    k_time columns. Transformer-XL's distances k_time - 1 .. 0 get a zero column in front
+    (``pad``) first; XLNet's k_time .. 1 - q_time cover every (i, j). Entries whose distance
+    ``scores`` does not hold (keys after the query, for Transformer-XL, masked by causality) hold
+    other values.
+
+    The result is a view of ``scores`` (nothing is copied); its gradient is written into the
+    windows of a zero array in one pass (``_RelativeShift``)."""
+    return _RelativeShift.apply(scores, k_time=k_time)
+
+
+def _shifted(scores, k_time):
+    """The reshapes and slices of ``relative_shift``, on an array (views) or on a tensor."""
     *lead, q_time, width = scores.shape
     rows = scores.reshape(*lead, width, q_time)[..., 1:, :]
     return rows.reshape(*lead, q_time, width - 1)[..., :k_time]
+
+
+class _RelativeShift(FusedFunction):
+    """``relative_shift`` as one node: the forward is a view, the backward one pass that writes
+    the gradient of row i into the window of row i it came from (the chain of reshapes and
+    slices, ``composite``, would scatter it into zeros twice)."""
+
+    @staticmethod
+    def forward(ctx, scores, *, k_time):
+        ctx.save_inputs(0)
+        ctx.static = {"k_time": k_time}
+        return _shifted(ctx.backend.xp.ascontiguousarray(scores), k_time)
+
+    @staticmethod
+    def fast_backward(ctx, grad):
+        (scores,) = ctx.saved_tensors
+        out = ctx.backend.xp.zeros(scores.shape, dtype=grad.dtype)
+        _shifted(out, ctx.static["k_time"])[...] = grad   # views of ``out``: written in place
+        return (out,)
+
+    @staticmethod
+    def composite(scores, *, k_time):
+        return _shifted(scores, k_time)
 
 
 @cookbook.equation(90)

@@ -208,6 +208,23 @@ def index_arrays_for(draw, shape, axis=0, allow_negative=True):
 
 
 @st.composite
+def score_biases(draw, scores_shape, dtype=np.float64):
+    """An additive attention score bias broadcastable to ``scores_shape`` (batch, heads, q_time,
+    k_time): each axis full or 1, leading axes sometimes left out; sometimes with -inf entries (a
+    mask given as a bias) and a query row that is -inf throughout (a query that sees no key);
+    sometimes a non-contiguous view."""
+    shape = tuple(n if draw(st.booleans()) else 1 for n in scores_shape)
+    shape = shape[draw(st.integers(0, len(shape) - 1)):]
+    bias = draw(arrays(shape, dtype=dtype))
+    if draw(st.booleans()):
+        bias[draw(hnp.arrays(np.bool_, shape))] = -np.inf
+        rows = bias.reshape(-1, shape[-1])
+        rows[draw(st.integers(0, rows.shape[0] - 1))] = -np.inf
+    layout = draw(st.sampled_from((None,) + LAYOUTS))
+    return bias if layout is None else relayout(bias, layout)
+
+
+@st.composite
 def bool_masks(draw, shape=None, all_false_row=None):
     """Boolean arrays of ``shape``; some (or, with ``all_false_row=True``, always one) row along
     the first axis is all False, the case that breaks naive masked softmax and boolean indexing."""

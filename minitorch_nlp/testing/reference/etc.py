@@ -32,7 +32,7 @@ def etc_attention(global_x, long_x, params, relative_keys, num_heads, radius, ma
                   segments, key_mask=None):
     """ETC's attention over the joint sequence [global_x; long_x] (batch, n_g + n_l, d_model),
     with one set of projections ``params`` (q, k, v, o -> (weight (out, in), bias)), the
-    relative vectors ``relative_keys`` (labels, d_k) shared by the heads, ``segments`` (batch,
+    relative vectors ``relative_keys`` (heads, labels, d_k), ``segments`` (batch,
     n_l) the global token of each long token (-1 none) and ``key_mask`` (batch, n_g + n_l),
     False on padding. Returns the outputs of the joint sequence (batch, n_g + n_l, d_model)."""
     def project(name, x_b):
@@ -57,7 +57,7 @@ def etc_attention(global_x, long_x, params, relative_keys, num_heads, radius, ma
                 if not members:
                     rows.append(0.0 * v[0, cols])
                     continue
-                weights = [anp.exp(anp.sum(q[i, cols] * (k[j, cols] + relative_keys[
+                weights = [anp.exp(anp.sum(q[i, cols] * (k[j, cols] + relative_keys[h][
                     etc_label(i, j, n_global, segments[b], max_distance)])) / anp.sqrt(d_k))
                     for j in members]
                 rows.append(sum(w * v[j, cols] for w, j in zip(weights, members)) / sum(weights))
