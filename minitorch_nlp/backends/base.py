@@ -81,6 +81,13 @@ class Backend(Protocol):
                                   scale: float, window: int, dilation: int, causal: bool,
                                   key_mask: Any) -> tuple: ...
 
+    # the sparse patterns' groups of queries and keys (``attention.grouped.GroupedAttention``)
+    def grouped_attention(self, q: Any, k: Any, v: Any, query_index: Any, key_index: Any,
+                          allowed: Any, key_mask: Any, bias: Any, scale: float) -> tuple: ...
+
+    def grouped_attention_backward(self, grad: Any, q: Any, k: Any, v: Any, state: Any,
+                                   query_index: Any, key_index: Any, scale: float) -> tuple: ...
+
     # low-precision products (no gradient)
     def matmul_int8(self, a: Any, b: Any) -> Any: ...
 

@@ -21,6 +21,9 @@ several passes, each with its own temporary:
   then never multiplied;
 * banded attention: dot products over the band only, O(n * window) memory, the key/value
   gradients gathered per key so that rows are independent;
+* grouped attention, the engine under every sparse pattern (``numba_sparse_kernels.py``): the
+  rows of each group of queries and keys read in place through the index arrays, in parallel
+  over groups, and the gradients gathered per position;
 * ``np.add.at``-style scatter-add of embedding gradients, int8 and xnor-popcount matmuls;
 * the Adam / AdamW update (``optim.Adam``, ``optim.AdamW``) in one pass over each parameter.
 
@@ -38,6 +41,7 @@ import numba
 import numpy as np
 
 from . import numba_kernels as kernels
+from . import numba_sparse_kernels as sparse_kernels
 from .numpy_backend import NumpyBackend
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -509,3 +513,81 @@ class NumbaBackend(NumpyBackend):
             scores = scores.astype(best_scores.dtype)
         _run(kernels.merge_top_k, scores.size, best_scores, best_ids,
              np.ascontiguousarray(scores), offset)
+
+    # ---- grouped attention (numba_sparse_kernels) -----------------------------------------------
+    def grouped_attention(self, q, k, v, query_index, key_index, allowed, key_mask, bias, scale):
+        dtype = _float_dtype(q, k, v)
+        if dtype is None:
+            return super().grouped_attention(q, k, v, query_index, key_index, allowed, key_mask,
+                                             bias, scale)
+        batch, heads, time, _ = q.shape
+        query_index, key_index = _group_index(query_index), _group_index(key_index)
+        groups, per_query, per_key = query_index.shape[2], query_index.shape[3], key_index.shape[3]
+        shape = (batch, heads, groups, per_query, per_key)
+        visible = np.broadcast_to(np.asarray(allowed, dtype=bool), shape)
+        bias = np.broadcast_to(np.asarray(0.0 if bias is None else bias, dtype=dtype), shape)
+        key_mask = _read_only(np.ones((batch, time), dtype=bool) if key_mask is None
+                              else np.ascontiguousarray(key_mask, dtype=bool))
+        q3, k3, v3 = _pairs(q, k, v)
+        probs = np.empty((batch * heads, groups, per_query, per_key), dtype=dtype)
+        out = np.empty((batch * heads, groups, per_query, v.shape[3] + 1), dtype=dtype)
+        _run(sparse_kernels.grouped_attention_forward, probs.size * q.shape[3], q3, k3, v3,
+             query_index, key_index, visible, key_mask, bias, heads, dtype.type(scale), probs, out)
+        return out.reshape(shape[:4] + (out.shape[3],)), probs
+
+    def grouped_attention_backward(self, grad, q, k, v, state, query_index, key_index, scale):
+        probs = state
+        dtype = _float_dtype(q, k, v)
+        if dtype is None or probs.dtype != dtype:
+            return super().grouped_attention_backward(grad, q, k, v, state, query_index,
+                                                      key_index, scale)
+        batch, heads, time, _ = q.shape
+        query_index, key_index = _group_index(query_index), _group_index(key_index)
+        q3, k3, v3 = _pairs(q, k, v)
+        g4 = _read_only(np.ascontiguousarray(grad, dtype=dtype).reshape(
+            probs.shape[:3] + (grad.shape[-1],)))
+        probs = _read_only(probs)
+        dscores = np.empty_like(probs)
+        work = probs.size * q.shape[3]
+        _run(sparse_kernels.grouped_attention_score_gradients, work, g4, v3, key_index, probs,
+             heads, dtype.type(scale), dscores)
+        dscores = _read_only(dscores)
+        dq, dk, dv = (np.empty(x.shape, dtype=dtype) for x in (q3, k3, v3))
+        _run(sparse_kernels.grouped_attention_position_gradients, work, g4, q3, k3, query_index,
+             key_index, probs, dscores, *_slots_by_position(query_index, time),
+             *_slots_by_position(key_index, time), heads, dq, dk, dv)
+        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+
+def _read_only(array):
+    """A read-only view of ``array``. The sparse kernels take every input read-only, so that
+    each compiles once per dtype: a graph locks the arrays it saves, and Numba compiles
+    read-only and writable arrays apart."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def _pairs(*arrays):
+    """(batch, heads, time, d) arrays as read-only C-contiguous (batch * heads, time, d)."""
+    return tuple(_read_only(np.ascontiguousarray(x).reshape((-1,) + x.shape[2:])) for x in arrays)
+
+
+def _group_index(index):
+    """Positions (b|1, h|1, G, slots) as the read-only C-contiguous int64 array the kernels
+    index with."""
+    return _read_only(np.ascontiguousarray(index, dtype=np.int64))
+
+
+def _slots_by_position(index, time):
+    """The inverse of ``index`` (b|1, h|1, G, S): for each (b, h) row, the flat slots g * S + s
+    sorted by the position they hold, and where each position's run starts (b|1, h|1, time + 1),
+    so that a kernel visits every slot of position t as slots[starts[t]:starts[t + 1]]."""
+    flat = index.reshape(index.shape[0] * index.shape[1], -1)
+    slots = np.argsort(flat, axis=-1, kind="stable")
+    counts = np.bincount((np.arange(flat.shape[0])[:, None] * time + flat).reshape(-1),
+                         minlength=flat.shape[0] * time).reshape(flat.shape[0], time)
+    starts = np.zeros((flat.shape[0], time + 1), dtype=np.int64)
+    np.cumsum(counts, axis=1, out=starts[:, 1:])
+    return (_read_only(slots.reshape(index.shape[:2] + (-1,))),
+            _read_only(starts.reshape(index.shape[:2] + (time + 1,))))

@@ -371,3 +371,74 @@ class NumpyBackend:
         differing = np.bitwise_count(a_bits[:, None, :] ^ b_bits[None, :, :]).sum(
             axis=-1, dtype=np.int32)
         return (k - 2 * differing).astype(np.int32)
+
+    # ---- grouped attention (the sparse patterns' groups of queries and keys) --------------------
+    def grouped_attention(self, q, k, v, query_index, key_index, allowed, key_mask, bias, scale):
+        """Each group's queries ``query_index`` (b|1, h|1, G, Q) attend its keys ``key_index``
+        (b|1, h|1, G, K) of q, k, v (B, H, T, d), where ``allowed`` (broadcastable to
+        (B, H, G, Q, K)) and ``key_mask`` (B, T; None = all real) let them; ``bias`` (a constant
+        broadcastable to the scores, or None) is added to the scaled scores.
+
+        Returns (B, H, G, Q, d_v + 1): the output with each query's log-sum-exp of its scores
+        as the last column (-inf, output 0, where a query sees no key), and the probabilities
+        (B, H, G, Q, K) as the state for the backward."""
+        xp = self.xp
+        batch, heads, time, _ = q.shape
+        query_rows = xp.asarray(pair_rows(batch, heads, time, query_index))
+        key_rows = xp.asarray(pair_rows(batch, heads, time, key_index))
+        queries = q.reshape(-1, q.shape[-1])[query_rows]
+        keys = k.reshape(-1, k.shape[-1])[key_rows]
+        scores = self.matmul(queries * q.dtype.type(scale), keys.swapaxes(-1, -2))
+        if bias is not None:
+            scores += xp.asarray(bias, dtype=scores.dtype)
+        visible = self._group_visible(allowed, key_index, key_mask, scores.shape)
+        scores = xp.where(visible, scores, -xp.inf)
+        shift = _max_for_shift(scores, -1)
+        probs = xp.exp(scores - shift)
+        total = probs.sum(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore"):
+            lse = xp.log(total) + shift
+        probs /= xp.where(total == 0, 1, total)
+        out = self.matmul(probs, v.reshape(-1, v.shape[-1])[key_rows])
+        return xp.concatenate([out, lse.astype(out.dtype)], axis=-1), probs
+
+    def grouped_attention_backward(self, grad, q, k, v, state, query_index, key_index, scale):
+        """dq, dk, dv of ``grouped_attention`` from the gradient (B, H, G, Q, d_v + 1) of its
+        output and log-sum-exp column: d lse / d score = probability, so
+        dscores = p * (g.v - sum p g.v + g_lse) * scale; the grouped row gradients are then
+        scatter-added into the positions they came from."""
+        xp = self.xp
+        probs = state
+        batch, heads, time, _ = q.shape
+        query_rows = pair_rows(batch, heads, time, query_index)
+        key_rows = pair_rows(batch, heads, time, key_index)
+        grad_out, grad_lse = grad[..., :-1], grad[..., -1:]
+        values = v.reshape(-1, v.shape[-1])[xp.asarray(key_rows)]
+        dprobs = self.matmul(grad_out, values.swapaxes(-1, -2))
+        dscores = probs * (dprobs - (probs * dprobs).sum(axis=-1, keepdims=True) + grad_lse)
+        dscores *= scale
+        keys = k.reshape(-1, k.shape[-1])[xp.asarray(key_rows)]
+        queries = q.reshape(-1, q.shape[-1])[xp.asarray(query_rows)]
+        rows = batch * heads * time
+        dq = self.scatter_add_rows(query_rows, self.matmul(dscores, keys), rows)
+        dk = self.scatter_add_rows(key_rows, self.matmul(dscores.swapaxes(-1, -2), queries), rows)
+        dv = self.scatter_add_rows(key_rows, self.matmul(probs.swapaxes(-1, -2), grad_out), rows)
+        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+    def _group_visible(self, allowed, key_index, key_mask, shape):
+        """``allowed`` and, gathered at each group's keys, ``key_mask``: (B, H, G, Q, K) bool."""
+        xp = self.xp
+        visible = xp.asarray(allowed, dtype=bool)
+        if key_mask is not None:
+            keys = np.broadcast_to(key_index, (shape[0],) + key_index.shape[1:])
+            batch = np.arange(shape[0]).reshape((-1,) + (1,) * (keys.ndim - 1))
+            visible = visible & xp.asarray(key_mask)[xp.asarray(batch), xp.asarray(keys)][..., None, :]
+        return xp.broadcast_to(visible, shape)
+
+
+def pair_rows(batch, heads, time, index):
+    """Positions ``index`` (b|1, h|1, ...) as row numbers of a (batch * heads * time, d) view of
+    a (batch, heads, time, d) array: (batch, heads, ...) NumPy ints."""
+    index = np.broadcast_to(index, (batch, heads) + index.shape[2:])
+    base = (np.arange(batch)[:, None] * heads + np.arange(heads)[None, :]) * time
+    return base.reshape((batch, heads) + (1,) * (index.ndim - 2)) + index
