@@ -24,6 +24,8 @@ several passes, each with its own temporary:
 * grouped attention, the engine under every sparse pattern (``numba_sparse_kernels.py``): the
   rows of each group of queries and keys read in place through the index arrays, in parallel
   over groups, and the gradients gathered per position;
+* causal linear attention (the Performer's prefix sums, ``numba_linear_kernels.py``): running
+  sums per (batch, head) pair, O(features x d_v) state instead of chunk products;
 * ``np.add.at``-style scatter-add of embedding gradients, int8 and xnor-popcount matmuls;
 * the Adam / AdamW update (``optim.Adam``, ``optim.AdamW``) in one pass over each parameter.
 
@@ -41,6 +43,7 @@ import numba
 import numpy as np
 
 from . import numba_kernels as kernels
+from . import numba_linear_kernels as linear_kernels
 from . import numba_sparse_kernels as sparse_kernels
 from .numpy_backend import NumpyBackend
 
@@ -557,6 +560,30 @@ class NumbaBackend(NumpyBackend):
              key_index, probs, dscores, *_slots_by_position(query_index, time),
              *_slots_by_position(key_index, time), heads, dq, dk, dv)
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+    # ---- causal linear attention (numba_linear_kernels) -----------------------------------------
+    def causal_linear_attention(self, qf, kf, v, chunk):
+        dtype = _float_dtype(qf, kf, v)
+        if dtype is None:
+            return super().causal_linear_attention(qf, kf, v, chunk)
+        q3, k3, v3 = _pairs(qf, kf, v)
+        out = np.empty(v3.shape, dtype=dtype)
+        den = np.empty(q3.shape[:2], dtype=dtype)
+        _run(linear_kernels.causal_linear_attention_forward, q3.size * v3.shape[2], q3, k3, v3,
+             out, den)
+        out = out.reshape(v.shape)
+        return out, (out, den)
+
+    def causal_linear_attention_backward(self, grad, qf, kf, v, state, chunk):
+        dtype = _float_dtype(qf, kf, v)
+        out, den = state
+        if dtype is None or den.ndim != 2:       # a state the NumPy backend made
+            return super().causal_linear_attention_backward(grad, qf, kf, v, state, chunk)
+        q3, k3, v3, g3, o3 = _pairs(qf, kf, v, np.asarray(grad, dtype=dtype), out)
+        dqf, dkf, dv = (np.empty(x.shape, dtype=dtype) for x in (q3, k3, v3))
+        _run(linear_kernels.causal_linear_attention_backward, 2 * q3.size * v3.shape[2], g3, q3,
+             k3, v3, o3, _read_only(den), dqf, dkf, dv)
+        return dqf.reshape(qf.shape), dkf.reshape(kf.shape), dv.reshape(v.shape)
 
 
 def _read_only(array):

@@ -435,6 +435,62 @@ class NumpyBackend:
             visible = visible & xp.asarray(key_mask)[xp.asarray(batch), xp.asarray(keys)][..., None, :]
         return xp.broadcast_to(visible, shape)
 
+    # ---- causal linear attention (the Performer's prefix sums) ----------------------------------
+    def causal_linear_attention(self, qf, kf, v, chunk):
+        """out_i = qf_i S_i / (qf_i . z_i) with S_i = sum_{j<=i} kf_j v_j^T, z_i = sum_{j<=i} kf_j,
+        on (B, H, T, m) features and (B, H, T, d_v) values, ``chunk`` positions at a time: the
+        masked (chunk x chunk) product inside a chunk, the running sums of the earlier ones.
+        Returns out and the state (out, denominators) for the backward."""
+        xp = self.xp
+        batch, heads, time, width = qf.shape
+        state = xp.zeros((batch, heads, width, v.shape[-1]), dtype=v.dtype)
+        normaliser = xp.zeros((batch, heads, width, 1), dtype=v.dtype)
+        out = xp.empty(qf.shape[:3] + v.shape[3:], dtype=v.dtype)
+        den = xp.empty(qf.shape[:3] + (1,), dtype=v.dtype)
+        for start in range(0, time, chunk):
+            window = slice(start, start + chunk)
+            qc, kc, vc = qf[:, :, window], kf[:, :, window], v[:, :, window]
+            local = xp.tril(self.matmul(qc, kc.swapaxes(-1, -2)))
+            den[:, :, window] = local.sum(axis=-1, keepdims=True) + self.matmul(qc, normaliser)
+            out[:, :, window] = (self.matmul(local, vc) + self.matmul(qc, state)) / den[:, :, window]
+            state += self.matmul(kc.swapaxes(-1, -2), vc)
+            normaliser += kc.sum(axis=2)[..., None]
+        return out, (out, den)
+
+    def causal_linear_attention_backward(self, grad, qf, kf, v, state, chunk):
+        """dqf, dkf, dv of ``causal_linear_attention``. With a_i = g_i / den_i and
+        b_i = -(g_i . out_i) / den_i, and M_ij = a_i . v_j + b_i for j <= i:
+        dqf_i = sum_{j<=i} M_ij kf_j, dkf_j = sum_{i>=j} M_ij qf_i, dv_j = sum_{i>=j} (qf_i . kf_j) a_i,
+        the earlier (later) chunks' share through running sums."""
+        xp = self.xp
+        out, den = state
+        time, width = qf.shape[2], qf.shape[3]
+        a = grad / den
+        b = -(a * out).sum(axis=-1, keepdims=True)
+        dqf, dkf, dv = xp.empty_like(qf), xp.empty_like(kf), xp.empty_like(v)
+        chunks = [slice(start, start + chunk) for start in range(0, time, chunk)]
+        running = xp.zeros(qf.shape[:2] + (width, v.shape[-1]), dtype=v.dtype)  # S, then R
+        totals = xp.zeros(qf.shape[:2] + (1, width), dtype=v.dtype)             # z, then r
+        for window in chunks:
+            qc, kc, vc, ac, bc = (x[:, :, window] for x in (qf, kf, v, a, b))
+            mixed = xp.tril(self.matmul(ac, vc.swapaxes(-1, -2)) + bc)
+            dqf[:, :, window] = (self.matmul(mixed, kc)
+                                 + self.matmul(ac, running.swapaxes(-1, -2)) + bc * totals)
+            running += self.matmul(kc.swapaxes(-1, -2), vc)
+            totals += kc.sum(axis=2, keepdims=True)
+        running[...], totals[...] = 0, 0
+        for window in reversed(chunks):
+            qc, kc, vc, ac, bc = (x[:, :, window] for x in (qf, kf, v, a, b))
+            mixed = xp.tril(self.matmul(ac, vc.swapaxes(-1, -2)) + bc)
+            dkf[:, :, window] = (self.matmul(mixed.swapaxes(-1, -2), qc)
+                                 + self.matmul(vc, running.swapaxes(-1, -2)) + totals)
+            local = xp.tril(self.matmul(qc, kc.swapaxes(-1, -2)))
+            dv[:, :, window] = (self.matmul(local.swapaxes(-1, -2), ac)
+                                + self.matmul(kc, running))
+            running += self.matmul(qc.swapaxes(-1, -2), ac)
+            totals += (bc * qc).sum(axis=2, keepdims=True)
+        return dqf, dkf, dv
+
 
 def pair_rows(batch, heads, time, index):
     """Positions ``index`` (b|1, h|1, ...) as row numbers of a (batch * heads * time, d) view of
