@@ -28,6 +28,7 @@ def _causal_linear_pair(qf, kf, v, out, den, p):
     width, values = qf.shape[2], v.shape[2]
     state = np.zeros((width, values))
     normaliser = np.zeros(width)
+    numerator = np.empty(values)
     for i in range(qf.shape[1]):
         for f in range(width):
             normaliser[f] += kf[p, i, f]
@@ -37,11 +38,12 @@ def _causal_linear_pair(qf, kf, v, out, den, p):
         for f in range(width):
             total += qf[p, i, f] * normaliser[f]
         den[p, i] = total
+        numerator[:] = 0
+        for f in range(width):              # rows of the state, so the inner loop is contiguous
+            for e in range(values):
+                numerator[e] += qf[p, i, f] * state[f, e]
         for e in range(values):
-            acc = 0.0
-            for f in range(width):
-                acc += qf[p, i, f] * state[f, e]
-            out[p, i, e] = acc / total if total != 0 else math.nan
+            out[p, i, e] = numerator[e] / total if total != 0 else math.nan
 
 
 @_kernel
@@ -60,6 +62,7 @@ def causal_linear_attention_forward(parallel, qf, kf, v, out, den):
 def _causal_linear_backward_pair(grad, qf, kf, v, out, den, dqf, dkf, dv, p):
     time, width, values = qf.shape[1], qf.shape[2], v.shape[2]
     a = np.empty(values)
+    column = np.empty(values)
     running = np.zeros((width, values))
     totals = np.zeros(width)
     for i in range(time):                       # dqf_i = S_i a_i + z_i b_i
@@ -94,11 +97,12 @@ def _causal_linear_backward_pair(grad, qf, kf, v, out, den, dqf, dkf, dv, p):
             for e in range(values):
                 acc += running[f, e] * v[p, j, e]
             dkf[p, j, f] = acc
+        column[:] = 0
+        for f in range(width):
+            for e in range(values):
+                column[e] += running[f, e] * kf[p, j, f]
         for e in range(values):
-            acc = 0.0
-            for f in range(width):
-                acc += running[f, e] * kf[p, j, f]
-            dv[p, j, e] = acc
+            dv[p, j, e] = column[e]
 
 
 @_kernel
