@@ -410,15 +410,15 @@ class NumpyBackend:
         xp = self.xp
         probs = state
         batch, heads, time, _ = q.shape
-        query_rows = pair_rows(batch, heads, time, query_index)
-        key_rows = pair_rows(batch, heads, time, key_index)
+        query_rows = xp.asarray(pair_rows(batch, heads, time, query_index))
+        key_rows = xp.asarray(pair_rows(batch, heads, time, key_index))
         grad_out, grad_lse = grad[..., :-1], grad[..., -1:]
-        values = v.reshape(-1, v.shape[-1])[xp.asarray(key_rows)]
+        values = v.reshape(-1, v.shape[-1])[key_rows]
         dprobs = self.matmul(grad_out, values.swapaxes(-1, -2))
         dscores = probs * (dprobs - (probs * dprobs).sum(axis=-1, keepdims=True) + grad_lse)
         dscores *= scale
-        keys = k.reshape(-1, k.shape[-1])[xp.asarray(key_rows)]
-        queries = q.reshape(-1, q.shape[-1])[xp.asarray(query_rows)]
+        keys = k.reshape(-1, k.shape[-1])[key_rows]
+        queries = q.reshape(-1, q.shape[-1])[query_rows]
         rows = batch * heads * time
         dq = self.scatter_add_rows(query_rows, self.matmul(dscores, keys), rows)
         dk = self.scatter_add_rows(key_rows, self.matmul(dscores.swapaxes(-1, -2), queries), rows)
