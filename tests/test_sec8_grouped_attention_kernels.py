@@ -5,7 +5,8 @@
 in HIPS autograd (values, log-sum-exps and float64 gradients); the numba kernels against the
 NumPy backend's (float32 and float64, the parallel and the single-thread path, repeated
 positions, all-hidden queries, indices shared over the batch or the heads); second derivatives
-(which run the composite) equal the composite's own; the sparse cores (BigBird's block-sparse,
+(which run the composite) equal the composite's own; LSH's chunk masks and pair counts from the
+numba kernel equal the NumPy backend's; the sparse cores (BigBird's block-sparse,
 the Sparse Transformer's strided and fixed patterns, LSH) give the same values and gradients on
 both backends; the errors.
 """
@@ -20,6 +21,7 @@ from hypothesis import given, strategies as st
 import minitorch_nlp as mt
 from minitorch_nlp.attention import BlockSparseAttention, LSHAttention, SparseTransformerAttention
 from minitorch_nlp.attention.grouped import GroupedAttention, grouped_attention
+from minitorch_nlp.attention.lsh import SELF_PENALTY
 from minitorch_nlp.backends import get_backend
 from tests.test_backend_numba import on_threads
 
@@ -200,6 +202,29 @@ def test_sparse_cores_agree_between_numpy_and_numba(name, causal):
             assert got is None
         else:
             np.testing.assert_allclose(got, want, **TOL64)
+
+
+@given(data=st.data(), causal=st.booleans(), parallel=st.booleans())
+def test_lsh_round_masks_match_the_numpy_backend(data, causal, parallel):
+    """The numba kernel against the NumPy backend on the buckets and chunks LSH really draws."""
+    chunk_length, chunks = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 4))
+    time, rounds = chunk_length * chunks, data.draw(st.integers(1, 3))
+    lsh = LSHAttention(data.draw(st.sampled_from([1, 2, 4])), chunk_length, rounds,
+                       seed=data.draw(st.integers(0, 99)))
+    x = np.random.default_rng(data.draw(st.integers(0, 99))).standard_normal((2, 2, time, 3))
+    buckets = lsh.hash(x, lsh.rotations(3))
+    order, chunk = lsh.chunks(buckets)
+    r = data.draw(st.integers(0, rounds - 1))
+    queries = order[:, :, r].reshape(2, 2, chunks, chunk_length)
+    key_index = np.concatenate([np.roll(queries, 1, axis=2), queries], axis=-1)
+    has_previous = np.ones((chunks, 2 * chunk_length), dtype=bool)
+    has_previous[0, :chunk_length] = False
+    args = (buckets, chunk, queries, key_index, has_previous, r, causal, SELF_PENALTY)
+    expected = NUMPY.lsh_round_masks(*args)
+    with on_threads(parallel):
+        got = NUMBA.lsh_round_masks(*args)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-15, atol=0)
 
 
 def test_bad_indices_are_refused_with_the_shapes():

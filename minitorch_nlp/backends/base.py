@@ -88,6 +88,9 @@ class Backend(Protocol):
     def grouped_attention_backward(self, grad: Any, q: Any, k: Any, v: Any, state: Any,
                                    query_index: Any, key_index: Any, scale: float) -> tuple: ...
 
+    def lsh_round_masks(self, buckets: Any, chunk: Any, queries: Any, key_index: Any,
+                        has_previous: Any, r: int, causal: bool, self_penalty: float) -> tuple: ...
+
     def causal_linear_attention(self, qf: Any, kf: Any, v: Any, chunk: int) -> tuple: ...
 
     def causal_linear_attention_backward(self, grad: Any, qf: Any, kf: Any, v: Any, state: Any,

@@ -148,6 +148,7 @@ class CupyBackend:
     _group_visible = NumpyBackend._group_visible
     causal_linear_attention = NumpyBackend.causal_linear_attention
     causal_linear_attention_backward = NumpyBackend.causal_linear_attention_backward
+    lsh_round_masks = staticmethod(NumpyBackend.lsh_round_masks)   # NumPy index arrays
 
     # ---- low-precision products -------------------------------------------------------------
     def matmul_int8(self, a, b):

@@ -23,7 +23,8 @@ several passes, each with its own temporary:
   gradients gathered per key so that rows are independent;
 * grouped attention, the engine under every sparse pattern (``numba_sparse_kernels.py``): the
   rows of each group of queries and keys read in place through the index arrays, in parallel
-  over groups, and the gradients gathered per position;
+  over groups, and the gradients gathered per position; LSH's chunk masks and pair counts
+  of eq 97-101 pair by pair, with no (..., rounds) temporaries;
 * causal linear attention (the Performer's prefix sums, ``numba_linear_kernels.py``): running
   sums per (batch, head) pair, O(features x d_v) state instead of chunk products;
 * ``np.add.at``-style scatter-add of embedding gradients, int8 and xnor-popcount matmuls;
@@ -560,6 +561,22 @@ class NumbaBackend(NumpyBackend):
              key_index, probs, dscores, *_slots_by_position(query_index, time),
              *_slots_by_position(key_index, time), heads, dq, dk, dv)
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+    def lsh_round_masks(self, buckets, chunk, queries, key_index, has_previous, r, causal,
+                        self_penalty):
+        batch, heads, chunks, per_chunk = queries.shape
+        if (buckets.shape[:2] != (batch, heads) or chunk.shape != buckets.shape
+                or key_index.shape[:3] != queries.shape[:3]
+                or has_previous.shape != (chunks, key_index.shape[3])):
+            return super().lsh_round_masks(buckets, chunk, queries, key_index, has_previous, r,
+                                           causal, self_penalty)
+        shape = queries.shape + (key_index.shape[3],)
+        allowed, bias = np.empty(shape, dtype=bool), np.empty(shape, dtype=np.float64)
+        _run(sparse_kernels.lsh_chunk_masks, allowed.size * buckets.shape[2],
+             *(_group_index(a) for a in (buckets, chunk, queries, key_index)),
+             _read_only(np.ascontiguousarray(has_previous, dtype=bool)), int(r), bool(causal),
+             float(self_penalty), allowed, bias)
+        return allowed, bias
 
     # ---- causal linear attention (numba_linear_kernels) -----------------------------------------
     def causal_linear_attention(self, qf, kf, v, chunk):

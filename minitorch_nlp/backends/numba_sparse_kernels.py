@@ -179,3 +179,43 @@ def grouped_attention_position_gradients(parallel, grad, q, k, query_index, key_
         for row in range(rows):
             _position_gradients(grad, q, k, query_index, key_index, probs, dscores, query_slots,
                                 query_starts, key_slots, key_starts, heads, dq, dk, dv, row)
+
+
+@_rows
+def _lsh_chunk(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
+               allowed, bias, unit):
+    chunks = queries.shape[2]
+    pair, c = unit // chunks, unit % chunks
+    b, h = pair // queries.shape[1], pair % queries.shape[1]
+    for i in range(queries.shape[3]):
+        t = queries[b, h, c, i]
+        for j in range(key_index.shape[3]):
+            u = key_index[b, h, c, j]
+            found = 0
+            for rr in range(buckets.shape[2]):
+                if (buckets[b, h, rr, t] == buckets[b, h, rr, u]
+                        and chunk[b, h, rr, t] - 1 <= chunk[b, h, rr, u] <= chunk[b, h, rr, t]):
+                    found += 1
+            allowed[b, h, c, i, j] = (buckets[b, h, r, t] == buckets[b, h, r, u]
+                                      and has_previous[c, j] and not (causal and u > t))
+            score = -math.log(found) if found > 1 else 0.0
+            if u == t:
+                score -= self_penalty
+            bias[b, h, c, i, j] = score
+
+
+@_kernel
+def lsh_chunk_masks(parallel, buckets, chunk, queries, key_index, has_previous, r, causal,
+                    self_penalty, allowed, bias):
+    """LSH round ``r``'s ``allowed`` and score bias (B, H, C, m, 2m) from every round's buckets
+    and chunks (B, H, R, T), in parallel over (pair, chunk): the counts N_ij of rounds that
+    share a bucket within neighbouring chunks are taken pair by pair, with no (..., R) array."""
+    units = queries.shape[0] * queries.shape[1] * queries.shape[2]
+    if parallel:
+        for unit in prange(units):
+            _lsh_chunk(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
+                       allowed, bias, unit)
+    else:
+        for unit in range(units):
+            _lsh_chunk(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
+                       allowed, bias, unit)

@@ -435,6 +435,38 @@ class NumpyBackend:
             visible = visible & xp.asarray(key_mask)[xp.asarray(batch), xp.asarray(keys)][..., None, :]
         return xp.broadcast_to(visible, shape)
 
+    # ---- LSH attention's chunk masks (NumPy index arrays on every backend) -----------------------
+    @staticmethod
+    def lsh_round_masks(buckets, chunk, queries, key_index, has_previous, r, causal,
+                        self_penalty):
+        """Round ``r``'s pattern over its chunks (Kitaev et al., 2020, eq 97-101): ``buckets`` and
+        ``chunk`` (B, H, R, T) are each position's bucket and chunk in every round; ``queries``
+        (B, H, C, m) and ``key_index`` (B, H, C, 2m) the positions of each chunk and of it with
+        the previous one; ``has_previous`` (C, 2m) False on the first chunk's missing previous.
+
+        Returns ``allowed`` (B, H, C, m, 2m): same bucket in round r (and not a later key when
+        ``causal``), and the score bias: -``self_penalty`` on a query's own position, and
+        -log N_ij, N_ij the rounds in which the pair shares a bucket within neighbouring chunks."""
+        batch, heads = queries.shape[:2]
+
+        def at(values, index):     # values (B, H, R, time) at positions index -> (..., R)
+            flat = index.reshape(batch, heads, 1, -1)
+            picked = np.take_along_axis(values, np.broadcast_to(
+                flat, (batch, heads, values.shape[2], flat.shape[-1])), axis=-1)
+            return np.moveaxis(picked, 2, -1).reshape(index.shape + (values.shape[2],))
+
+        query_buckets, key_buckets = at(buckets, queries), at(buckets, key_index)
+        query_chunks, key_chunks = at(chunk, queries), at(chunk, key_index)
+        shared = query_buckets[..., :, None, :] == key_buckets[..., None, :, :]
+        near = ((key_chunks[..., None, :, :] <= query_chunks[..., :, None, :])
+                & (key_chunks[..., None, :, :] >= query_chunks[..., :, None, :] - 1))
+        found = (shared & near).sum(axis=-1)                          # N_ij over the rounds
+        allowed = shared[..., r] & has_previous[None, None, :, None, :]
+        if causal:
+            allowed &= key_index[..., None, :] <= queries[..., :, None]
+        itself = key_index[..., None, :] == queries[..., :, None]
+        return allowed, -self_penalty * itself - np.log(np.maximum(found, 1))
+
     # ---- causal linear attention (the Performer's prefix sums) ----------------------------------
     def causal_linear_attention(self, qf, kf, v, chunk):
         """out_i = qf_i S_i / (qf_i . z_i) with S_i = sum_{j<=i} kf_j v_j^T, z_i = sum_{j<=i} kf_j,
