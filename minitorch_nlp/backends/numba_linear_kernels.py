@@ -59,6 +59,17 @@ def causal_linear_attention_forward(parallel, qf, kf, v, out, den):
 
 
 @_rows
+def _output_gradients(grad, out, den, p, i, a):
+    """a = g_i / den_i, written into ``a``; returns b = -(g_i . out_i) / den_i."""
+    inv = 1.0 / den[p, i] if den[p, i] != 0 else math.nan
+    b = 0.0
+    for e in range(a.shape[0]):
+        a[e] = grad[p, i, e] * inv
+        b -= a[e] * out[p, i, e]
+    return b
+
+
+@_rows
 def _causal_linear_backward_pair(grad, qf, kf, v, out, den, dqf, dkf, dv, p):
     time, width, values = qf.shape[1], qf.shape[2], v.shape[2]
     a = np.empty(values)
@@ -70,11 +81,7 @@ def _causal_linear_backward_pair(grad, qf, kf, v, out, den, dqf, dkf, dv, p):
             totals[f] += kf[p, i, f]
             for e in range(values):
                 running[f, e] += kf[p, i, f] * v[p, i, e]
-        inv = 1.0 / den[p, i] if den[p, i] != 0 else math.nan
-        b = 0.0
-        for e in range(values):
-            a[e] = grad[p, i, e] * inv
-            b -= a[e] * out[p, i, e]
+        b = _output_gradients(grad, out, den, p, i, a)
         for f in range(width):
             acc = b * totals[f]
             for e in range(values):
@@ -83,11 +90,7 @@ def _causal_linear_backward_pair(grad, qf, kf, v, out, den, dqf, dkf, dv, p):
     running[:] = 0
     totals[:] = 0
     for j in range(time - 1, -1, -1):           # R_j, r_j over the queries i >= j
-        inv = 1.0 / den[p, j] if den[p, j] != 0 else math.nan
-        b = 0.0
-        for e in range(values):
-            a[e] = grad[p, j, e] * inv
-            b -= a[e] * out[p, j, e]
+        b = _output_gradients(grad, out, den, p, j, a)
         for f in range(width):
             totals[f] += b * qf[p, j, f]
             for e in range(values):
