@@ -32,7 +32,8 @@ largest n, each runner's speedup over full attention on the numba backend and it
 computes (full causal: n (n + 1) / 2 per head; banded: the band; a grouped core: the slots of
 its groups, counted by running it once; Linformer and Performer visit none).
 
-A quiet-machine run of the issue's table (about 5 minutes):
+The issue's table on a quiet machine (one thread setting with ``--repeats 1`` took 7 minutes
+on a loaded 2-core machine; PyTorch's column needs a Python that also has torch):
 
     python benchmarks/long_attention.py --threads 1 2 --repeats 3 --budget 10
 """
