@@ -372,6 +372,46 @@ def test_banded_attention_with_a_wide_window_is_full_attention(gpu_backend, inpu
     assert_same(banded[1], full[1])
 
 
+# ---- grouped attention, causal linear attention (the NumPy backend's array-module code) -----------
+def _moved(backend, arrays):
+    return [None if a is None else backend.asarray(a) for a in arrays]
+
+
+@FEW
+@given(inputs=attention_inputs(self_attention=True), seed=S.seeds())
+def test_grouped_attention_matches_numpy(gpu_backend, inputs, seed):
+    q, k, v, key_mask = inputs
+    (batch, heads, time), rng = q.shape[:3], np.random.default_rng(seed)
+    query_index = rng.integers(0, time, (1, heads, 2, 2))           # index arrays stay NumPy
+    key_index = rng.integers(0, time, (batch, 1, 2, 3))
+    allowed = rng.random((batch, heads, 2, 2, 3)) < 0.7
+    results = []
+    for backend in (gpu_backend, REFERENCE):
+        q_, k_, v_, mask = _moved(backend, (q, k, v, key_mask))
+        out, state = backend.grouped_attention(q_, k_, v_, query_index, key_index, allowed, mask,
+                                               None, 0.7)
+        grad = backend.asarray(cotangent(seed, out.shape))
+        grads = backend.grouped_attention_backward(grad, q_, k_, v_, state, query_index,
+                                                   key_index, 0.7)
+        results.append([backend.to_numpy(a) for a in (out,) + tuple(grads)])
+    assert_same(tuple(results[0]), tuple(results[1]))
+
+
+@FEW
+@given(inputs=attention_inputs(self_attention=True), chunk=st.integers(1, 3), seed=S.seeds())
+def test_causal_linear_attention_matches_numpy(gpu_backend, inputs, chunk, seed):
+    q, k, v, _ = inputs
+    q_features, k_features = np.exp(np.tanh(q)), np.exp(np.tanh(k))   # positive, as phi makes them
+    results = []
+    for backend in (gpu_backend, REFERENCE):
+        arrays = _moved(backend, (q_features, k_features, v))
+        out, state = backend.causal_linear_attention(*arrays, chunk)
+        grad = backend.asarray(cotangent(seed, out.shape))
+        grads = backend.causal_linear_attention_backward(grad, *arrays, state, chunk)
+        results.append([backend.to_numpy(a) for a in (out,) + tuple(grads)])
+    assert_same(tuple(results[0]), tuple(results[1]))
+
+
 # ---- dtype: float32 in, float32 out --------------------------------------------------------------
 def test_float32_kernels_keep_float32(gpu_backend):
     rng = np.random.default_rng(0)

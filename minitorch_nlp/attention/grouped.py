@@ -26,9 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import functional as F
-from ..autograd import Tensor, stack
+from ..autograd import Tensor, concatenate, stack
+from ..autograd.ops_fused import FusedFunction
+from ..backends.numpy_backend import pair_rows
 
-__all__ = ["grouped_attention", "merge_attentions", "self_attention_inputs", "ungroup"]
+__all__ = ["GroupedAttention", "grouped_attention", "merge_attentions", "self_attention_inputs", "ungroup"]
 
 
 def self_attention_inputs(q, k, v, key_mask, op):
@@ -46,10 +48,63 @@ def _flat_rows(x, index):
     """``x`` (batch, heads, time, d) gathered at positions ``index`` (b|1, h|1, ...) ->
     (batch, heads, ..., d): one integer index on the first axis of (batch*heads*time, d)."""
     batch, heads, time, width = x.shape
-    index = np.broadcast_to(index, (batch, heads) + index.shape[2:])
-    base = (np.arange(batch)[:, None] * heads + np.arange(heads)[None, :]) * time
-    rows = base.reshape((batch, heads) + (1,) * (index.ndim - 2)) + index
+    rows = pair_rows(batch, heads, time, index)
     return x.reshape(batch * heads * time, width)[x.backend.asarray(rows)]
+
+
+class GroupedAttention(FusedFunction):
+    """Each group's queries against its keys as one kernel (``backend.grouped_attention``): the
+    output with each query's log-sum-exp as an extra last column, (B, H, G, Q, d_v + 1), so that
+    both are one differentiable result (the rounds and factors are merged by their
+    log-sum-exps). ``composite`` is the same attention from the engine's primitives."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, *, query_index, key_index, allowed, key_mask, bias, scale):
+        ctx.save_inputs(0, 1, 2)
+        ctx.static = {"query_index": query_index, "key_index": key_index, "allowed": allowed,
+                      "key_mask": key_mask, "bias": bias, "scale": scale}
+        out, ctx.kernel_state = ctx.backend.grouped_attention(
+            q, k, v, query_index, key_index, allowed, key_mask, bias, scale)
+        return out
+
+    @staticmethod
+    def fast_backward(ctx, grad):
+        q, k, v = ctx.saved_tensors
+        st = ctx.static
+        return ctx.backend.grouped_attention_backward(grad, q.data, k.data, v.data,
+                                                      ctx.kernel_state, st["query_index"],
+                                                      st["key_index"], st["scale"])
+
+    @staticmethod
+    def composite(q, k, v, *, query_index, key_index, allowed, key_mask, bias, scale):
+        out, lse = _grouped_composite(q, k, v, query_index, key_index, allowed, scale=scale,
+                                      key_mask=key_mask, bias=bias)
+        return concatenate([out, lse[..., None]], axis=-1)
+
+
+def _group_indices(query_index, key_index, q, k):
+    """The two index arrays as NumPy ints of one number of groups, after checking that they fit
+    (b|1, h|1, groups, slots) and hold positions of the sequence."""
+    batch, heads, time = q.shape[0], q.shape[1], k.shape[2]
+    indices = []
+    for name, index in (("query_index", query_index), ("key_index", key_index)):
+        index = np.asarray(index)
+        if (index.ndim != 4 or index.shape[0] not in (1, batch)
+                or index.shape[1] not in (1, heads)):
+            raise ValueError(f"grouped_attention: {name} has shape {index.shape}; it must be "
+                             f"(1 or {batch}, 1 or {heads}, groups, slots)")
+        if index.size and (index.min() < 0 or index.max() >= time):
+            raise ValueError(f"grouped_attention: {name} holds positions from {index.min()} to "
+                             f"{index.max()}; the sequence has positions 0 to {time - 1}")
+        indices.append(index)
+    query_index, key_index = indices
+    if query_index.shape[2] != key_index.shape[2] and 1 not in (query_index.shape[2],
+                                                                 key_index.shape[2]):
+        raise ValueError(f"grouped_attention: query_index has {query_index.shape[2]} groups, "
+                         f"key_index {key_index.shape[2]}")
+    groups = max(query_index.shape[2], key_index.shape[2])
+    return tuple(np.broadcast_to(index, index.shape[:2] + (groups, index.shape[3]))
+                 for index in indices)
 
 
 def grouped_attention(q, k, v, query_index, key_index, allowed, *, scale, key_mask=None,
@@ -67,7 +122,25 @@ def grouped_attention(q, k, v, query_index, key_index, allowed, *, scale, key_ma
     Returns ``(out, lse)``: out (batch, heads, groups, queries, d) and lse (batch, heads, groups,
     queries), the log of the sum of exp(scores) over the allowed keys (-inf where a query has
     none; its output is zero).
+
+    Without dropout (or in ``eval()``) and with a constant bias, this is one fused kernel
+    (``GroupedAttention``: the numba backend gathers the rows inside, in parallel over groups);
+    a Tensor bias (ETC's relative labels) or active dropout runs the composite.
     """
+    query_index, key_index = _group_indices(query_index, key_index, q, k)
+    dropping = dropout is not None and dropout.training and dropout.p > 0
+    if dropping or isinstance(bias, Tensor):
+        return _grouped_composite(q, k, v, query_index, key_index, allowed, scale=scale,
+                                  key_mask=key_mask, bias=bias, dropout=dropout)
+    both = GroupedAttention.apply(q, k, v, query_index=query_index, key_index=key_index,
+                                  allowed=allowed, key_mask=key_mask, bias=bias, scale=scale)
+    return both[..., :-1], both[..., -1]
+
+
+def _grouped_composite(q, k, v, query_index, key_index, allowed, *, scale, key_mask=None,
+                       bias=None, dropout=None):
+    """``grouped_attention`` from the engine's differentiable operations (gathers, products,
+    masked log-sum-exp), the readable reference of the fused kernel."""
     xp = q.backend.xp
     allowed = xp.asarray(allowed)
     if key_mask is not None:

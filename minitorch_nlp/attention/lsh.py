@@ -164,24 +164,8 @@ class LSHAttention(FullAttention):
         first_chunk = np.arange(time // m)[:, None] == 0               # has no previous chunk
         has_previous = np.concatenate([np.broadcast_to(~first_chunk, (time // m, m)),
                                        np.ones((time // m, m), dtype=bool)], axis=-1)
-
-        def at(values, index):     # values (B, H, R, time) at positions index -> (..., R)
-            flat = index.reshape(batch, heads, 1, -1)
-            picked = np.take_along_axis(values, np.broadcast_to(
-                flat, (batch, heads, values.shape[2], flat.shape[-1])), axis=-1)
-            return np.moveaxis(picked, 2, -1).reshape(index.shape + (values.shape[2],))
-
-        query_buckets, key_buckets = at(buckets, queries), at(buckets, key_index)
-        query_chunks, key_chunks = at(chunk, queries), at(chunk, key_index)
-        shared = query_buckets[..., :, None, :] == key_buckets[..., None, :, :]
-        near = ((key_chunks[..., None, :, :] <= query_chunks[..., :, None, :])
-                & (key_chunks[..., None, :, :] >= query_chunks[..., :, None, :] - 1))
-        found = (shared & near).sum(axis=-1)                          # N_ij over the rounds
-        allowed = shared[..., r] & has_previous[None, None, :, None, :]
-        if causal:
-            allowed &= key_index[..., None, :] <= queries[..., :, None]
-        itself = key_index[..., None, :] == queries[..., :, None]
-        score_bias = -SELF_PENALTY * itself - np.log(np.maximum(found, 1))
+        allowed, score_bias = q.backend.lsh_round_masks(buckets, chunk, queries, key_index,
+                                                        has_previous, r, causal, SELF_PENALTY)
         out, lse = grouped_attention(q, keys, v, queries, key_index, allowed,
                                      scale=1.0 / float(np.sqrt(q.shape[-1])), key_mask=key_mask,
                                      bias=score_bias, dropout=self.dropout)

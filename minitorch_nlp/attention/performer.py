@@ -25,10 +25,11 @@ import math
 import numpy as np
 
 from .. import checks
-from ..autograd import concatenate, tensor, zeros
+from ..autograd import tensor
 from ..autograd import random as mt_random
 from ..nn.reversible import schedules_frozen
 from ..nn.transformer import FullAttention
+from .causal_linear import causal_linear_attention
 from .grouped import self_attention_inputs
 
 __all__ = ["PerformerAttention", "gaussian_features", "positive_random_features"]
@@ -142,22 +143,9 @@ class PerformerAttention(FullAttention):
         return numerator / denominator, None
 
     def causal_linear_attention(self, q_features, k_features, v):
-        """out_i = phi(q_i) S_i / phi(q_i) z_i with the prefix sums S_i, z_i, a chunk at a time:
-        the masked (chunk x chunk) product inside a chunk, the running sums of earlier chunks."""
-        batch, heads, time, width = q_features.shape
-        state = zeros(batch, heads, width, v.shape[-1], dtype=v.dtype, backend=v.backend.name)
-        normaliser = zeros(batch, heads, width, 1, dtype=v.dtype, backend=v.backend.name)
-        outputs = []
-        for start in range(0, time, self.chunk):
-            window = slice(start, start + self.chunk)
-            qc, kc, vc = q_features[:, :, window], k_features[:, :, window], v[:, :, window]
-            local = (qc @ kc.mT).tril()
-            numerator = local @ vc + qc @ state
-            denominator = local.sum(axis=-1, keepdims=True) + qc @ normaliser
-            outputs.append(numerator / denominator)
-            state = state + kc.mT @ vc
-            normaliser = normaliser + kc.sum(axis=2)[..., None]
-        return concatenate(outputs, axis=2)
+        """out_i = phi(q_i) S_i / phi(q_i) z_i with the prefix sums S_i, z_i (one fused
+        operation, ``attention.causal_linear``)."""
+        return causal_linear_attention(q_features, k_features, v, self.chunk)
 
     def extra_repr(self):
         return (f"head_dim={self.head_dim}, num_features={self.num_features}, "

@@ -142,6 +142,15 @@ class CupyBackend:
         return self._kernels.banded_attention_backward(grad, q, k, v, lse, scale, window,
                                                        dilation, causal, forward_mask)
 
+    # ---- grouped attention, causal linear attention: the NumPy backend's array-module code, its
+    # products run by cuBLAS (no numba.cuda kernel of their own yet)
+    grouped_attention = NumpyBackend.grouped_attention
+    grouped_attention_backward = NumpyBackend.grouped_attention_backward
+    _group_visible = NumpyBackend._group_visible
+    causal_linear_attention = NumpyBackend.causal_linear_attention
+    causal_linear_attention_backward = NumpyBackend.causal_linear_attention_backward
+    lsh_round_masks = staticmethod(NumpyBackend.lsh_round_masks)   # NumPy index arrays
+
     # ---- low-precision products -------------------------------------------------------------
     def matmul_int8(self, a, b):
         return self._kernels.matmul_int8(a, b)

@@ -23,6 +23,12 @@ several passes, each with its own temporary:
   then never multiplied;
 * banded attention: dot products over the band only, O(n * window) memory, the key/value
   gradients gathered per key so that rows are independent;
+* grouped attention, the engine under every sparse pattern (``numba_sparse_kernels.py``): the
+  rows of each group of queries and keys read in place through the index arrays, in parallel
+  over groups, and the gradients gathered per position; LSH's chunk masks and pair counts
+  of eq 97-101 pair by pair, with no (..., rounds) temporaries;
+* causal linear attention (the Performer's prefix sums, ``numba_linear_kernels.py``): running
+  sums per (batch, head) pair, O(features x d_v) state instead of chunk products;
 * ``np.add.at``-style scatter-add of embedding gradients, int8 and xnor-popcount matmuls;
 * the Adam / AdamW update (``optim.Adam``, ``optim.AdamW``) in one pass over each parameter.
 
@@ -40,6 +46,8 @@ import numba
 import numpy as np
 
 from . import numba_kernels as kernels
+from . import numba_linear_kernels as linear_kernels
+from . import numba_sparse_kernels as sparse_kernels
 from .numpy_backend import NumpyBackend, sum_to_shape
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -542,3 +550,121 @@ class NumbaBackend(NumpyBackend):
             scores = scores.astype(best_scores.dtype)
         _run(kernels.merge_top_k, scores.size, best_scores, best_ids,
              np.ascontiguousarray(scores), offset)
+
+    # ---- grouped attention (numba_sparse_kernels) -----------------------------------------------
+    def grouped_attention(self, q, k, v, query_index, key_index, allowed, key_mask, bias, scale):
+        dtype = _float_dtype(q, k, v)
+        if dtype is None:
+            return super().grouped_attention(q, k, v, query_index, key_index, allowed, key_mask,
+                                             bias, scale)
+        batch, heads, time, _ = q.shape
+        query_index, key_index = _group_index(query_index), _group_index(key_index)
+        groups, per_query, per_key = query_index.shape[2], query_index.shape[3], key_index.shape[3]
+        shape = (batch, heads, groups, per_query, per_key)
+        visible = np.broadcast_to(np.asarray(allowed, dtype=bool), shape)
+        bias = np.broadcast_to(np.asarray(0.0 if bias is None else bias, dtype=dtype), shape)
+        key_mask = _read_only(np.ones((batch, time), dtype=bool) if key_mask is None
+                              else np.ascontiguousarray(key_mask, dtype=bool))
+        q3, k3, v3 = _pairs(q, k, v)
+        probs = np.empty((batch * heads, groups, per_query, per_key), dtype=dtype)
+        out = np.empty((batch * heads, groups, per_query, v.shape[3] + 1), dtype=dtype)
+        _run(sparse_kernels.grouped_attention_forward, probs.size * q.shape[3], q3, k3, v3,
+             query_index, key_index, visible, key_mask, bias, heads, dtype.type(scale), probs, out)
+        return out.reshape(shape[:4] + (out.shape[3],)), probs
+
+    def grouped_attention_backward(self, grad, q, k, v, state, query_index, key_index, scale):
+        probs = state
+        dtype = _float_dtype(q, k, v)
+        if dtype is None or probs.dtype != dtype:
+            return super().grouped_attention_backward(grad, q, k, v, state, query_index,
+                                                      key_index, scale)
+        batch, heads, time, _ = q.shape
+        query_index, key_index = _group_index(query_index), _group_index(key_index)
+        q3, k3, v3 = _pairs(q, k, v)
+        g4 = _read_only(np.ascontiguousarray(grad, dtype=dtype).reshape(
+            probs.shape[:3] + (grad.shape[-1],)))
+        probs = _read_only(probs)
+        dscores = np.empty_like(probs)
+        work = probs.size * q.shape[3]
+        _run(sparse_kernels.grouped_attention_score_gradients, work, g4, v3, key_index, probs,
+             heads, dtype.type(scale), dscores)
+        dscores = _read_only(dscores)
+        dq, dk, dv = (np.empty(x.shape, dtype=dtype) for x in (q3, k3, v3))
+        _run(sparse_kernels.grouped_attention_position_gradients, work, g4, q3, k3, query_index,
+             key_index, probs, dscores, *_slots_by_position(query_index, time),
+             *_slots_by_position(key_index, time), heads, dq, dk, dv)
+        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+    def lsh_round_masks(self, buckets, chunk, queries, key_index, has_previous, r, causal,
+                        self_penalty):
+        batch, heads, chunks, per_chunk = queries.shape
+        if (buckets.shape[:2] != (batch, heads) or chunk.shape != buckets.shape
+                or key_index.shape[:3] != queries.shape[:3]
+                or has_previous.shape != (chunks, key_index.shape[3])):
+            return super().lsh_round_masks(buckets, chunk, queries, key_index, has_previous, r,
+                                           causal, self_penalty)
+        shape = queries.shape + (key_index.shape[3],)
+        allowed, bias = np.empty(shape, dtype=bool), np.empty(shape, dtype=np.float64)
+        _run(sparse_kernels.lsh_chunk_masks, allowed.size * buckets.shape[2],
+             *(_group_index(a) for a in (buckets, chunk, queries, key_index)),
+             _read_only(np.ascontiguousarray(has_previous, dtype=bool)), int(r), bool(causal),
+             float(self_penalty), allowed, bias)
+        return allowed, bias
+
+    # ---- causal linear attention (numba_linear_kernels) -----------------------------------------
+    def causal_linear_attention(self, qf, kf, v, chunk):
+        dtype = _float_dtype(qf, kf, v)
+        if dtype is None:
+            return super().causal_linear_attention(qf, kf, v, chunk)
+        q3, k3, v3 = _pairs(qf, kf, v)
+        out = np.empty(v3.shape, dtype=dtype)
+        den = np.empty(q3.shape[:2], dtype=dtype)
+        _run(linear_kernels.causal_linear_attention_forward, q3.size * v3.shape[2], q3, k3, v3,
+             out, den)
+        out = out.reshape(v.shape)
+        return out, (out, den)
+
+    def causal_linear_attention_backward(self, grad, qf, kf, v, state, chunk):
+        dtype = _float_dtype(qf, kf, v)
+        out, den = state
+        if dtype is None or den.ndim != 2:       # a state the NumPy backend made
+            return super().causal_linear_attention_backward(grad, qf, kf, v, state, chunk)
+        q3, k3, v3, g3, o3 = _pairs(qf, kf, v, np.asarray(grad, dtype=dtype), out)
+        dqf, dkf, dv = (np.empty(x.shape, dtype=dtype) for x in (q3, k3, v3))
+        _run(linear_kernels.causal_linear_attention_backward, 2 * q3.size * v3.shape[2], g3, q3,
+             k3, v3, o3, _read_only(den), dqf, dkf, dv)
+        return dqf.reshape(qf.shape), dkf.reshape(kf.shape), dv.reshape(v.shape)
+
+
+def _read_only(array):
+    """A read-only view of ``array``. The sparse kernels take every input read-only, so that
+    each compiles once per dtype: a graph locks the arrays it saves, and Numba compiles
+    read-only and writable arrays apart."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def _pairs(*arrays):
+    """(batch, heads, time, d) arrays as read-only C-contiguous (batch * heads, time, d)."""
+    return tuple(_read_only(np.ascontiguousarray(x).reshape((-1,) + x.shape[2:])) for x in arrays)
+
+
+def _group_index(index):
+    """Positions (b|1, h|1, G, slots) as the read-only C-contiguous int64 array the kernels
+    index with."""
+    return _read_only(np.ascontiguousarray(index, dtype=np.int64))
+
+
+def _slots_by_position(index, time):
+    """The inverse of ``index`` (b|1, h|1, G, S): for each (b, h) row, the flat slots g * S + s
+    sorted by the position they hold, and where each position's run starts (b|1, h|1, time + 1),
+    so that a kernel visits every slot of position t as slots[starts[t]:starts[t + 1]]."""
+    flat = index.reshape(index.shape[0] * index.shape[1], -1)
+    slots = np.argsort(flat, axis=-1, kind="stable")
+    counts = np.bincount((np.arange(flat.shape[0])[:, None] * time + flat).reshape(-1),
+                         minlength=flat.shape[0] * time).reshape(flat.shape[0], time)
+    starts = np.zeros((flat.shape[0], time + 1), dtype=np.int64)
+    np.cumsum(counts, axis=1, out=starts[:, 1:])
+    return (_read_only(slots.reshape(index.shape[:2] + (-1,))),
+            _read_only(starts.reshape(index.shape[:2] + (time + 1,))))

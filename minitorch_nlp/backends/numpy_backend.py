@@ -393,3 +393,162 @@ class NumpyBackend:
         differing = np.bitwise_count(a_bits[:, None, :] ^ b_bits[None, :, :]).sum(
             axis=-1, dtype=np.int32)
         return (k - 2 * differing).astype(np.int32)
+
+    # ---- grouped attention (the sparse patterns' groups of queries and keys) --------------------
+    def grouped_attention(self, q, k, v, query_index, key_index, allowed, key_mask, bias, scale):
+        """Each group's queries ``query_index`` (b|1, h|1, G, Q) attend its keys ``key_index``
+        (b|1, h|1, G, K) of q, k, v (B, H, T, d), where ``allowed`` (broadcastable to
+        (B, H, G, Q, K)) and ``key_mask`` (B, T; None = all real) let them; ``bias`` (a constant
+        broadcastable to the scores, or None) is added to the scaled scores.
+
+        Returns (B, H, G, Q, d_v + 1): the output with each query's log-sum-exp of its scores
+        as the last column (-inf, output 0, where a query sees no key), and the probabilities
+        (B, H, G, Q, K) as the state for the backward."""
+        xp = self.xp
+        batch, heads, time, _ = q.shape
+        query_rows = xp.asarray(pair_rows(batch, heads, time, query_index))
+        key_rows = xp.asarray(pair_rows(batch, heads, time, key_index))
+        queries = q.reshape(-1, q.shape[-1])[query_rows]
+        keys = k.reshape(-1, k.shape[-1])[key_rows]
+        scores = self.matmul(queries * q.dtype.type(scale), keys.swapaxes(-1, -2))
+        if bias is not None:
+            scores += xp.asarray(bias, dtype=scores.dtype)
+        visible = self._group_visible(allowed, key_index, key_mask, scores.shape)
+        scores = xp.where(visible, scores, -xp.inf)
+        shift = _max_for_shift(scores, -1)
+        probs = xp.exp(scores - shift)
+        total = probs.sum(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore"):
+            lse = xp.log(total) + shift
+        probs /= xp.where(total == 0, 1, total)
+        out = self.matmul(probs, v.reshape(-1, v.shape[-1])[key_rows])
+        return xp.concatenate([out, lse.astype(out.dtype)], axis=-1), probs
+
+    def grouped_attention_backward(self, grad, q, k, v, state, query_index, key_index, scale):
+        """dq, dk, dv of ``grouped_attention`` from the gradient (B, H, G, Q, d_v + 1) of its
+        output and log-sum-exp column: d lse / d score = probability, so
+        dscores = p * (g.v - sum p g.v + g_lse) * scale; the grouped row gradients are then
+        scatter-added into the positions they came from."""
+        xp = self.xp
+        probs = state
+        batch, heads, time, _ = q.shape
+        query_rows = xp.asarray(pair_rows(batch, heads, time, query_index))
+        key_rows = xp.asarray(pair_rows(batch, heads, time, key_index))
+        grad_out, grad_lse = grad[..., :-1], grad[..., -1:]
+        values = v.reshape(-1, v.shape[-1])[key_rows]
+        dprobs = self.matmul(grad_out, values.swapaxes(-1, -2))
+        dscores = probs * (dprobs - (probs * dprobs).sum(axis=-1, keepdims=True) + grad_lse)
+        dscores *= scale
+        keys = k.reshape(-1, k.shape[-1])[key_rows]
+        queries = q.reshape(-1, q.shape[-1])[query_rows]
+        rows = batch * heads * time
+        dq = self.scatter_add_rows(query_rows, self.matmul(dscores, keys), rows)
+        dk = self.scatter_add_rows(key_rows, self.matmul(dscores.swapaxes(-1, -2), queries), rows)
+        dv = self.scatter_add_rows(key_rows, self.matmul(probs.swapaxes(-1, -2), grad_out), rows)
+        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+    def _group_visible(self, allowed, key_index, key_mask, shape):
+        """``allowed`` and, gathered at each group's keys, ``key_mask``: (B, H, G, Q, K) bool."""
+        xp = self.xp
+        visible = xp.asarray(allowed, dtype=bool)
+        if key_mask is not None:
+            keys = np.broadcast_to(key_index, (shape[0],) + key_index.shape[1:])
+            batch = np.arange(shape[0]).reshape((-1,) + (1,) * (keys.ndim - 1))
+            visible = visible & xp.asarray(key_mask)[xp.asarray(batch), xp.asarray(keys)][..., None, :]
+        return xp.broadcast_to(visible, shape)
+
+    # ---- LSH attention's chunk masks (NumPy index arrays on every backend) -----------------------
+    @staticmethod
+    def lsh_round_masks(buckets, chunk, queries, key_index, has_previous, r, causal,
+                        self_penalty):
+        """Round ``r``'s pattern over its chunks (Kitaev et al., 2020, eq 97-101): ``buckets`` and
+        ``chunk`` (B, H, R, T) are each position's bucket and chunk in every round; ``queries``
+        (B, H, C, m) and ``key_index`` (B, H, C, 2m) the positions of each chunk and of it with
+        the previous one; ``has_previous`` (C, 2m) False on the first chunk's missing previous.
+
+        Returns ``allowed`` (B, H, C, m, 2m): same bucket in round r (and not a later key when
+        ``causal``), and the score bias: -``self_penalty`` on a query's own position, and
+        -log N_ij, N_ij the rounds in which the pair shares a bucket within neighbouring chunks."""
+        batch, heads = queries.shape[:2]
+
+        def at(values, index):     # values (B, H, R, time) at positions index -> (..., R)
+            flat = index.reshape(batch, heads, 1, -1)
+            picked = np.take_along_axis(values, np.broadcast_to(
+                flat, (batch, heads, values.shape[2], flat.shape[-1])), axis=-1)
+            return np.moveaxis(picked, 2, -1).reshape(index.shape + (values.shape[2],))
+
+        query_buckets, key_buckets = at(buckets, queries), at(buckets, key_index)
+        query_chunks, key_chunks = at(chunk, queries), at(chunk, key_index)
+        shared = query_buckets[..., :, None, :] == key_buckets[..., None, :, :]
+        near = ((key_chunks[..., None, :, :] <= query_chunks[..., :, None, :])
+                & (key_chunks[..., None, :, :] >= query_chunks[..., :, None, :] - 1))
+        found = (shared & near).sum(axis=-1)                          # N_ij over the rounds
+        allowed = shared[..., r] & has_previous[None, None, :, None, :]
+        if causal:
+            allowed &= key_index[..., None, :] <= queries[..., :, None]
+        itself = key_index[..., None, :] == queries[..., :, None]
+        return allowed, -self_penalty * itself - np.log(np.maximum(found, 1))
+
+    # ---- causal linear attention (the Performer's prefix sums) ----------------------------------
+    def causal_linear_attention(self, qf, kf, v, chunk):
+        """out_i = qf_i S_i / (qf_i . z_i) with S_i = sum_{j<=i} kf_j v_j^T, z_i = sum_{j<=i} kf_j,
+        on (B, H, T, m) features and (B, H, T, d_v) values, ``chunk`` positions at a time: the
+        masked (chunk x chunk) product inside a chunk, the running sums of the earlier ones.
+        Returns out and the state (out, denominators) for the backward."""
+        xp = self.xp
+        batch, heads, time, width = qf.shape
+        state = xp.zeros((batch, heads, width, v.shape[-1]), dtype=v.dtype)
+        normaliser = xp.zeros((batch, heads, width, 1), dtype=v.dtype)
+        out = xp.empty(qf.shape[:3] + v.shape[3:], dtype=v.dtype)
+        den = xp.empty(qf.shape[:3] + (1,), dtype=v.dtype)
+        for start in range(0, time, chunk):
+            window = slice(start, start + chunk)
+            qc, kc, vc = qf[:, :, window], kf[:, :, window], v[:, :, window]
+            local = xp.tril(self.matmul(qc, kc.swapaxes(-1, -2)))
+            den[:, :, window] = local.sum(axis=-1, keepdims=True) + self.matmul(qc, normaliser)
+            out[:, :, window] = (self.matmul(local, vc) + self.matmul(qc, state)) / den[:, :, window]
+            state += self.matmul(kc.swapaxes(-1, -2), vc)
+            normaliser += kc.sum(axis=2)[..., None]
+        return out, (out, den)
+
+    def causal_linear_attention_backward(self, grad, qf, kf, v, state, chunk):
+        """dqf, dkf, dv of ``causal_linear_attention``. With a_i = g_i / den_i and
+        b_i = -(g_i . out_i) / den_i, and M_ij = a_i . v_j + b_i for j <= i:
+        dqf_i = sum_{j<=i} M_ij kf_j, dkf_j = sum_{i>=j} M_ij qf_i, dv_j = sum_{i>=j} (qf_i . kf_j) a_i,
+        the earlier (later) chunks' share through running sums."""
+        xp = self.xp
+        out, den = state
+        time, width = qf.shape[2], qf.shape[3]
+        a = grad / den
+        b = -(a * out).sum(axis=-1, keepdims=True)
+        dqf, dkf, dv = xp.empty_like(qf), xp.empty_like(kf), xp.empty_like(v)
+        chunks = [slice(start, start + chunk) for start in range(0, time, chunk)]
+        running = xp.zeros(qf.shape[:2] + (width, v.shape[-1]), dtype=v.dtype)  # S, then R
+        totals = xp.zeros(qf.shape[:2] + (1, width), dtype=v.dtype)             # z, then r
+        for window in chunks:
+            qc, kc, vc, ac, bc = (x[:, :, window] for x in (qf, kf, v, a, b))
+            mixed = xp.tril(self.matmul(ac, vc.swapaxes(-1, -2)) + bc)
+            dqf[:, :, window] = (self.matmul(mixed, kc)
+                                 + self.matmul(ac, running.swapaxes(-1, -2)) + bc * totals)
+            running += self.matmul(kc.swapaxes(-1, -2), vc)
+            totals += kc.sum(axis=2, keepdims=True)
+        running[...], totals[...] = 0, 0
+        for window in reversed(chunks):
+            qc, kc, vc, ac, bc = (x[:, :, window] for x in (qf, kf, v, a, b))
+            mixed = xp.tril(self.matmul(ac, vc.swapaxes(-1, -2)) + bc)
+            dkf[:, :, window] = (self.matmul(mixed.swapaxes(-1, -2), qc)
+                                 + self.matmul(vc, running.swapaxes(-1, -2)) + totals)
+            local = xp.tril(self.matmul(qc, kc.swapaxes(-1, -2)))
+            dv[:, :, window] = (self.matmul(local.swapaxes(-1, -2), ac)
+                                + self.matmul(kc, running))
+            running += self.matmul(qc.swapaxes(-1, -2), ac)
+            totals += (bc * qc).sum(axis=2, keepdims=True)
+        return dqf, dkf, dv
+
+
+def pair_rows(batch, heads, time, index):
+    """Positions ``index`` (b|1, h|1, ...) as row numbers of a (batch * heads * time, d) view of
+    a (batch, heads, time, d) array: (batch, heads, ...) NumPy ints."""
+    index = np.broadcast_to(index, (batch, heads) + index.shape[2:])
+    base = (np.arange(batch)[:, None] * heads + np.arange(heads)[None, :]) * time
+    return base.reshape((batch, heads) + (1,) * (index.ndim - 2)) + index
