@@ -34,8 +34,21 @@
 # the same parameter count. Raffel et al. found the encoder-decoder best and the prefix LM
 # ahead of the causal LM.
 #
+# One run with `--steps 800` (the three models, 166 464, 166 208 and 166 208 parameters; 22
+# minutes on a busy 2-core machine), exact match on 200 held-out inputs per task, one seed:
+#
+# | architecture | copy | reverse | sort | add |
+# |---|---|---|---|---|
+# | encoder-decoder | 0.900 | 0.925 | 0.850 | 0.270 |
+# | prefix LM | 0.975 | 0.965 | 0.950 | 0.175 |
+# | decoder-only | 0.810 | 0.850 | 0.755 | 0.125 |
+#
+# The prefix LM beats the decoder-only model on every task, as in the paper. The
+# encoder-decoder wins only addition here; on the three tasks that rearrange the input, the
+# prefix LM, whose every layer reads the input and the answer together, learns faster.
+#
 # ```
-# python examples/t5_text_to_text.py            # full run: three models, about 35 minutes
+# python examples/t5_text_to_text.py            # full run: three models, 2000 steps each
 # python examples/t5_text_to_text.py --architectures encoder-decoder   # one of them
 # python examples/t5_text_to_text.py --smoke    # seconds: the pipeline end to end
 # ```
