@@ -32,7 +32,20 @@
 # * **from scratch**: the same model, not pretrained, every parameter from the first step.
 #
 # The table gives the exact match on held-out numbers (numbers in no training text) after
-# stage 1 and at the end.
+# stage 1 and at the end. Two runs (235 k parameters, BART pretrained for 1500 steps of 32 texts
+# on 600 English texts, 300 translation pairs, 100 held-out numbers, one seed; 16 and 6 minutes
+# on a busy 2-core machine): the full budget, 300 + 100 translation steps, and a small one,
+# `--stages 60 20`:
+#
+# | run | 300 + 100: after stage 1 | final | 60 + 20: after stage 1 | final |
+# |---|---|---|---|---|
+# | two stages | 0.890 | 0.950 | 0.090 | 0.580 |
+# | pretrained, one stage | - | 0.970 | - | 0.750 |
+# | from scratch | - | 0.980 | - | 0.160 |
+#
+# Pretraining pays off when translation steps are few (0.16 -> 0.58-0.75 after 80 steps); with
+# 400 steps this easy task is learnt from scratch too. At this scale the recipe's frozen first
+# stage costs more than it protects: training everything at once does better in both runs.
 #
 # ```
 # python examples/bart_translation.py            # full run
@@ -77,7 +90,12 @@ def parse_args(argv=None):
     parser = scripting.example_parser(
         "bart_translation", "BART's translation recipe: a new source encoder in front of a "
         "pretrained BART, trained in two stages (section V-B, figure 12)")
-    return parser.parse_args(argv)
+    parser.add_argument("--stages", type=int, nargs=2, metavar=("STAGE1", "STAGE2"),
+                        help="translation steps in stage 1 and stage 2 (300 100; smoke: 3 2)")
+    args = parser.parse_args(argv)
+    if args.stages is not None and min(args.stages) < 1:
+        parser.error(f"--stages must be two positive step counts, got {args.stages}")
+    return args
 
 
 # %% [markdown]
@@ -184,6 +202,8 @@ def main(argv=None):
     args = parse_args(argv)
     run_start = time.perf_counter()
     cfg, out = scripting.start(args, SETTINGS)
+    if args.stages is not None:
+        cfg = {**cfg, "stage1": args.stages[0], "stage2": args.stages[1]}
     words, vocabs, train_numbers, test_numbers = build_data(cfg, args.seed)
     test = np.random.default_rng(args.seed + 1).choice(test_numbers, cfg["test"], replace=False)
     budget = [(1, cfg["stage1"]), (2, cfg["stage2"])]
