@@ -33,7 +33,7 @@
 #
 # The table gives the exact match on held-out numbers (numbers in no training text) after
 # stage 1 and at the end. Two runs (235 k parameters, BART pretrained for 1500 steps of 32 texts
-# on 600 English texts, 300 translation pairs, 100 held-out numbers, one seed; 16 and 6 minutes
+# on 600 English texts, 300 translation pairs, 100 held-out numbers, one seed; 16 and 4 minutes
 # on a busy 2-core machine): the full budget, 300 + 100 translation steps, and a small one,
 # `--stages 60 20`:
 #
