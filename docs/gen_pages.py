@@ -40,6 +40,7 @@ EXAMPLES = {
     "electra_vs_bert": (9, "IX-D"),
     "t5_text_to_text": (5, None),
     "mbart_numbers": (5, "V-C MULTILINGUAL"),
+    "bart_translation": (5, None),
     "long_attention": (9, None),
     "reformer_memory": (9, "IX-B"),
     "distillation": (6, "VI-A DISTILLATION"),

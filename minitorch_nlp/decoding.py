@@ -164,19 +164,26 @@ def wu_length_penalty(length, alpha):
 
 @cookbook.equation(1)
 def beam_search(step_fn, state, batch_size, bos_id, eos_id, max_len, beam_size,
-                length_penalty=1.0, pad_id=0, early_stopping=False):
+                length_penalty=1.0, pad_id=0, early_stopping=False, convention="wu"):
     """Beam search for eq 1, y* = argmax_y log P(y | x), keeping the ``beam_size`` best prefixes
-    of every source sentence at each step, ranked by log P(y_<=t | x) / lp(|y_<=t|) with Wu et
-    al.'s (2016) length normalisation (``length_penalty`` is their alpha; |y| counts <eos>).
+    of every source sentence at each step. Two conventions for what happens to a hypothesis that
+    emits <eos>:
 
-    A hypothesis that emits <eos> stays in the beam, finished, with its score frozen (it extends
-    only with ``pad_id`` at no cost), and competes with the live ones; the search stops when all
-    beams of all sentences are finished or after ``max_len`` tokens; with ``early_stopping`` it
-    stops as soon as the best-ranked hypothesis of every sentence has finished (a live one could
-    then still overtake it only through the length normalisation, so with ``length_penalty=0``
-    the result is the same, found sooner). With ``beam_size=1`` this
-    is exactly :func:`greedy_search`; with a beam as wide as the number of prefixes it is the
-    exhaustive argmax.
+    * ``convention="wu"`` (the default; the section III and IV models' ``beam_decode``): ranked by
+      log P(y_<=t | x) / lp(|y_<=t|) with Wu et al.'s (2016) length normalisation
+      (:func:`wu_length_penalty`, ``length_penalty`` is their alpha; |y| counts <eos>). A
+      finished hypothesis stays in the beam with its score frozen (it extends only with
+      ``pad_id`` at no cost) and competes with the live ones; the search stops when all beams of
+      all sentences are finished or after ``max_len`` tokens; with ``early_stopping`` it stops as
+      soon as the best-ranked hypothesis of every sentence has finished (a live one could then
+      still overtake it only through the length normalisation, so with ``length_penalty=0`` the
+      result is the same, found sooner). With ``beam_size=1`` this is exactly
+      :func:`greedy_search`; with a beam as wide as the number of prefixes it is the exhaustive
+      argmax.
+    * ``convention="huggingface"`` (what ``generate_seq2seq`` uses, so that imported checkpoints
+      give HuggingFace's ids): see :func:`_beam_search_huggingface`. A finished hypothesis
+      leaves the beam for a per-sentence set of the ``beam_size`` best finished ones, scored
+      log P(y | x) / |y| ** ``length_penalty``; ``early_stopping`` is True, False or "never".
 
     ``state`` holds one row per sentence; it is expanded to ``batch_size * beam_size`` rows.
     Returns ``(ids, scores)``: the best hypothesis of each sentence as int64 ids
@@ -185,6 +192,12 @@ def beam_search(step_fn, state, batch_size, bos_id, eos_id, max_len, beam_size,
     _check(batch_size, max_len, "beam_search")
     if isinstance(beam_size, bool) or not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
         raise ValueError(f"beam_search: beam_size must be a positive int, got {beam_size!r}")
+    if convention == "huggingface":
+        return _beam_search_huggingface(step_fn, state, batch_size, bos_id, eos_id, max_len,
+                                        beam_size, length_penalty, pad_id, early_stopping)
+    if convention != "wu":
+        raise ValueError(f"beam_search: convention must be 'wu' or 'huggingface', got "
+                         f"{convention!r}")
     batch, beam = batch_size, beam_size
     state = expand_state(state, beam)
     tokens = np.full(batch * beam, bos_id, dtype=np.int64)
@@ -218,6 +231,87 @@ def beam_search(step_fn, state, batch_size, bos_id, eos_id, max_len, beam_size,
                 break
     # the beams are sorted by normalised score, best first
     return history[:, 0], scores[:, 0] / wu_length_penalty(lengths[:, 0], alpha)
+
+
+_HF_IMPOSSIBLE = -1.0e9  # HuggingFace's score for a beam that must not be chosen
+
+
+def _beam_search_huggingface(step_fn, state, batch_size, bos_id, eos_id, max_len, beam_size,
+                             length_penalty, pad_id, early_stopping):
+    """HuggingFace's beam search (transformers 5.x ``GenerationMixin._beam_search``, the
+    vectorised form of its ``BeamSearchScorer`` and beam hypotheses), step by step:
+
+    1. the ``beam * vocab`` continuations of a sentence are ranked by log P(y_<=t | x), without
+       length normalisation, and the best ``2 * beam`` are kept, so that at least ``beam`` of
+       them are unfinished;
+    2. a candidate that ends (emits <eos>, or reaches ``max_len``) leaves the beam; if it ranks
+       among the first ``beam`` candidates it is offered to the sentence's finished set, which
+       keeps the ``beam`` best by log P(y | x) / |y| ** ``length_penalty`` (|y| counts <eos>);
+    3. the ``beam`` best unfinished candidates form the next beam;
+    4. a sentence stops taking finished hypotheses once no live one can improve its set:
+       ``early_stopping=True`` as soon as the set is full; ``False`` when the set is full and
+       the best live hypothesis, normalised at its current length, does not beat the set's
+       worst (a heuristic: with ``length_penalty > 0`` a longer one could still); ``"never"``
+       the same but normalised at ``max_len`` when ``length_penalty > 0``, the most a live one
+       can reach, so that the search is exact. The search stops when no sentence can improve,
+       when every set is full with ``early_stopping=True``, or after ``max_len`` tokens.
+
+    Scores that must never be chosen are HuggingFace's -1e9 rather than -inf, added once per
+    reason, so that the same candidates win the same ties. Returns the best finished hypothesis
+    of each sentence and its normalised score."""
+    if early_stopping is not True and early_stopping is not False and early_stopping != "never":
+        raise ValueError(f"beam_search: with convention='huggingface', early_stopping must be "
+                         f"True, False or 'never', got {early_stopping!r}")
+    batch, beam = batch_size, beam_size
+    state = expand_state(state, beam)
+    tokens = np.full(batch * beam, bos_id, dtype=np.int64)
+    rows = np.arange(batch)[:, None]
+    running_scores = np.full((batch, beam), _HF_IMPOSSIBLE)
+    running_scores[:, 0] = 0.0  # the beams start identical: keep one, or the top-k holds copies
+    running = np.full((batch, beam, max_len), pad_id, dtype=np.int64)
+    finished_scores = np.full((batch, beam), _HF_IMPOSSIBLE)
+    finished = np.full((batch, beam, max_len), pad_id, dtype=np.int64)
+    finished_lengths = np.zeros((batch, beam), dtype=np.int64)
+    filled = np.zeros((batch, beam), dtype=bool)
+    improvable = np.ones(batch, dtype=bool)
+    with no_grad():
+        for t in range(max_len):
+            log_probs, state = _log_probs(step_fn, tokens, state, batch * beam)
+            vocab = log_probs.shape[-1]
+            continuations = (running_scores[..., None] + log_probs.reshape(batch, beam, vocab)
+                             ).reshape(batch, beam * vocab)
+            kept = np.argsort(-continuations, axis=1, kind="stable")[:, :2 * beam]
+            scores = np.take_along_axis(continuations, kept, axis=1)
+            source, new_tokens = np.divmod(kept, vocab)
+            sequences = running[rows, source]
+            sequences[..., t] = new_tokens
+            ends = (new_tokens == eos_id) | (t + 1 == max_len)
+            live_scores = scores + ends * _HF_IMPOSSIBLE
+            chosen = np.argsort(-live_scores, axis=1, kind="stable")[:, :beam]
+            running_scores = np.take_along_axis(live_scores, chosen, axis=1)
+            running = sequences[rows, chosen]
+            offered = ends & (np.arange(ends.shape[1]) < beam)
+            closed = filled.all(axis=1) & (early_stopping is True)
+            penalties = (closed[:, None].astype(int) + (~improvable)[:, None] + ~offered)
+            normalised = scores / (t + 1) ** length_penalty + penalties * _HF_IMPOSSIBLE
+            merged_scores = np.concatenate([finished_scores, normalised], axis=1)
+            best = np.argsort(-merged_scores, axis=1, kind="stable")[:, :beam]
+            finished_scores = np.take_along_axis(merged_scores, best, axis=1)
+            finished = np.concatenate([finished, sequences], axis=1)[rows, best]
+            finished_lengths = np.take_along_axis(np.concatenate(
+                [finished_lengths, np.full(offered.shape, t + 1)], axis=1), best, axis=1)
+            filled = np.take_along_axis(np.concatenate([filled, offered], axis=1), best, axis=1)
+            state = reorder_state(state, (rows * beam + np.take_along_axis(source, chosen, axis=1)
+                                          ).reshape(-1))
+            tokens = np.take_along_axis(new_tokens, chosen, axis=1).reshape(-1)
+            reach = max_len if early_stopping == "never" and length_penalty > 0 else t + 1
+            best_live = running_scores[:, :1] / reach ** length_penalty
+            worst_finished = np.where(filled, finished_scores.min(axis=1, keepdims=True),
+                                      _HF_IMPOSSIBLE)
+            improvable &= (best_live > worst_finished).any(axis=1)
+            if not improvable.any() or (early_stopping is True and filled.all()) or ends.all():
+                break
+    return finished[:, 0, :finished_lengths[:, 0].max()], finished_scores[:, 0]
 
 
 @cookbook.equation(2)
@@ -325,7 +419,8 @@ def generate_seq2seq(model, input_ids, attention_mask=None, *, decoder_start_tok
                      eos_token_id, pad_token_id=0, max_new_tokens=20, num_beams=1,
                      do_sample=False, temperature=1.0, top_k=None, top_p=None,
                      length_penalty=1.0, early_stopping=False, forced_bos_token_id=None,
-                     forced_eos_token_id=None, use_cache=True, generator=None):
+                     forced_eos_token_id=None, use_cache=True, generator=None,
+                     beam_convention="huggingface"):
     """Generate targets for the sources ``input_ids`` (batch, src_time) with any encoder-decoder
     ``model`` that has
 
@@ -337,8 +432,12 @@ def generate_seq2seq(model, input_ids, attention_mask=None, *, decoder_start_tok
       :mod:`decoding` step function).
 
     The decoder starts from ``decoder_start_token_id`` (the Transformer's <bos>, T5's <pad>,
-    BART's </s>, mBART's language token). ``num_beams`` > 1 runs :func:`beam_search` (with
-    ``length_penalty``, Wu et al.'s alpha, and ``early_stopping``); otherwise ``do_sample``
+    BART's </s>, mBART's language token). ``num_beams`` > 1 runs :func:`beam_search` with
+    ``length_penalty`` and ``early_stopping`` in HuggingFace's convention (finished hypotheses
+    leave the beam, scores divided by |y| ** length_penalty, ``early_stopping`` True, False or
+    "never"), so that a checkpoint imported from HuggingFace gives HuggingFace's ids;
+    ``beam_convention="wu"`` runs the section III convention instead (Wu et al.'s
+    normalisation, ``length_penalty`` their alpha); otherwise ``do_sample``
     chooses :func:`sample_search` (``temperature``, ``top_k``, ``top_p``, ``generator``) over
     :func:`greedy_search`. ``forced_bos_token_id`` / ``forced_eos_token_id``: see
     :func:`force_tokens`. ``attention_mask`` (batch, src_time), 1 on real source tokens, lets
@@ -381,7 +480,8 @@ def generate_seq2seq(model, input_ids, attention_mask=None, *, decoder_start_tok
         if num_beams > 1:
             generated, _ = beam_search(**search, beam_size=num_beams,
                                        length_penalty=length_penalty,
-                                       early_stopping=early_stopping)
+                                       early_stopping=early_stopping,
+                                       convention=beam_convention)
         elif do_sample:
             generated = sample_search(**search, temperature=temperature, top_k=top_k,
                                       top_p=top_p, generator=generator)

@@ -601,10 +601,11 @@ def check_seq2seq_fixture(model, expected, **generate_options):
     np.testing.assert_array_equal(generated, e["generated"])
 
 
-def seq2seq_spec(name, build, *, source, decoder_start, vocab, **fields):
+def seq2seq_spec(name, build, *, source, decoder_start, vocab, hf=True, **fields):
     """The spec of an encoder-decoder LM with ``generate``, ``start_decoding`` and ``step``
-    (T5, BART): the outputs compared are the logits of a fixed target given the source ids; the
-    causal outputs are the decoder's, reading ``source`` (1, time)."""
+    (T5, BART; T5's prefix LM and decoder-only model, ``hf=False``): the outputs compared are
+    the logits of a fixed target given the source ids; the causal outputs are the decoder's,
+    reading ``source`` (1, time)."""
     def forward(model, ids, mask):
         target = np.array([[decoder_start, 4, 5, 6]] * len(ids))
         return model(ids, mask, decoder_input_ids=target).logits
@@ -620,7 +621,7 @@ def seq2seq_spec(name, build, *, source, decoder_start, vocab, **fields):
         incremental=incremental,
         decode=lambda model, ids, use_cache: model.generate(ids, max_new_tokens=6,
                                                             use_cache=use_cache),
-        hf=True, **fields)
+        hf=hf, **fields)
 
 
 def assert_saves_fixture_tensors(model, directory, out, unsaved=lambda key: False):

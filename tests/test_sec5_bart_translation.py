@@ -1,4 +1,4 @@
-"""BART's machine-translation recipe (Lewis et al. 2020, section 3.6; the survey's figure 12): a
+"""BART's machine-translation recipe (Lewis et al. 2020, section 3.4; the survey's figure 12): a
 new randomly initialised source encoder in front of a pretrained BART, trained in two stages.
 Which parameters get gradients in each stage, that BART's own parameters are the ones the
 recipe uses, generation, learning a tiny batch, and the errors."""

@@ -3,11 +3,15 @@ beam search over any model with ``start_decoding`` and ``step``; here the sectio
 Transformer, the T5 / BART tests run the same function on their models."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import minitorch_nlp as mt
 from minitorch_nlp import decoding
+from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.models.transformer import Transformer
 
 pytestmark = pytest.mark.sec5
@@ -131,7 +135,91 @@ def test_early_stopping_finds_the_same_best_sooner_without_length_penalty():
     assert calls[True] < calls[False]
 
 
+def exhaustive_huggingface_best(table, max_len, length_penalty):
+    """Every sequence a search can return (ended by <eos> or cut at ``max_len``), scored as
+    HuggingFace's finished hypotheses: sum of log-probabilities / length ** length_penalty."""
+    log_probs = table - np.log(np.exp(table).sum(-1, keepdims=True))
+    best, best_score = None, -np.inf
+    for length in range(1, max_len + 1):
+        for sequence in itertools.product(range(table.shape[-1]), repeat=length):
+            if EOS in sequence[:-1] or (length < max_len and sequence[-1] != EOS):
+                continue
+            total = sum(log_probs[t, previous, token] for t, (previous, token)
+                        in enumerate(zip((BOS,) + sequence[:-1], sequence)))
+            if total / length ** length_penalty > best_score:
+                best, best_score = sequence, total / length ** length_penalty
+    return best, best_score
+
+
+@pytest.mark.eq(1)
+@settings(max_examples=15, deadline=None)
+@given(table=S.arrays((2, 3, 4, 4)), length_penalty=st.sampled_from([0.5, 1.0, 2.0]))
+def test_eq01_huggingface_convention_never_stopping_with_a_wide_beam_is_exhaustive(
+        table, length_penalty):
+    """With a beam as wide as the prefixes (4^3) every hypothesis is kept, and
+    ``early_stopping="never"`` stops only when no live hypothesis can beat a finished one, so the
+    result is the best finished hypothesis of all."""
+    table[..., EOS] += 1.0  # hypotheses of every length
+    step_fn, state = markov_step(table)
+    ids, scores = decoding.beam_search(step_fn, state, 2, BOS, EOS, 3, beam_size=64,
+                                       length_penalty=length_penalty, pad_id=PAD,
+                                       early_stopping="never", convention="huggingface")
+    for row in range(2):
+        best, best_score = exhaustive_huggingface_best(table[row], 3, length_penalty)
+        assert tuple(ids[row, :len(best)]) == best
+        assert (ids[row, len(best):] == PAD).all()
+        np.testing.assert_allclose(scores[row], best_score, rtol=1e-12)
+
+
+def test_huggingface_convention_keeps_finished_hypotheses_out_of_the_beam():
+    """P(<eos>) = 0.6, P(a) = 0.4 first, then P(<eos> | a) = 1. With one beam, <eos> leaves the
+    beam for the finished set (score log 0.6) and a lives on: ``early_stopping=False`` judges a
+    at its current length (log 0.4 < log 0.6) and stops; ``"never"`` judges it at ``max_len``
+    and goes on to find a <eos>, log(0.4) / 2 > log 0.6. Section III's convention keeps <eos>
+    in the one beam: greedy."""
+    a = 3
+    table = np.full((1, 3, VOCAB, VOCAB), 1e-12)
+    table[0, 0, BOS, [EOS, a]] = [0.6, 0.4]
+    table[0, 1:, :, EOS] = 1.0
+    step_fn, state = markov_step(np.log(table))
+
+    def search(**options):
+        return decoding.beam_search(step_fn, state, 1, BOS, EOS, 3, beam_size=1, pad_id=PAD,
+                                    **options)
+    for early_stopping in (False, True):
+        ids, score = search(convention="huggingface", early_stopping=early_stopping)
+        assert ids.tolist() == [[EOS]]
+        np.testing.assert_allclose(score, [np.log(0.6)])
+    ids, score = search(convention="huggingface", early_stopping="never")
+    assert ids.tolist() == [[a, EOS]]
+    np.testing.assert_allclose(score, [np.log(0.4) / 2], rtol=1e-9)
+    assert search()[0].tolist() == [[EOS]]
+
+
+def test_generate_uses_the_huggingface_convention_and_keeps_wu_reachable():
+    table = np.random.default_rng(5).standard_normal((3, 7, VOCAB, VOCAB)) * 2
+    table[..., EOS] += 1.5
+    step_fn, state = markov_step(table)
+    results = {convention: decoding.beam_search(step_fn, state, 3, BOS, EOS, 7, beam_size=2,
+                                                length_penalty=2.0, pad_id=PAD,
+                                                convention=convention)[0]
+               for convention in ("wu", "huggingface")}
+    assert results["wu"].tolist() != results["huggingface"].tolist()
+    model, src = tiny_transformer(), sources()
+    for convention in ("wu", "huggingface"):
+        state = model.start_decoding(src)
+        ids, _ = decoding.beam_search(model.step, state, 3, BOS, EOS, 7, beam_size=3,
+                                      pad_id=PAD, convention=convention)
+        options = {} if convention == "huggingface" else {"beam_convention": "wu"}
+        generated = generate(model, src, num_beams=3, **options)
+        np.testing.assert_array_equal(generated[:, 1:ids.shape[1] + 1], ids)
+
+
 @pytest.mark.parametrize("options, message", [
+    ({"num_beams": 2, "beam_convention": "fairseq"},
+     "convention must be 'wu' or 'huggingface', got 'fairseq'"),
+    ({"num_beams": 2, "early_stopping": "sometimes"},
+     "early_stopping must be True, False or 'never', got 'sometimes'"),
     ({"num_beams": 2, "do_sample": True}, "beam search does not sample"),
     ({"num_beams": 0}, "num_beams must be a positive int"),
     ({"decoder_start_token_id": None}, "needs a start token"),

@@ -1,6 +1,7 @@
 """T5 (survey section V-D): RMS norm and the relative-position buckets against the reference
 maths, HuggingFace checkpoints (``tests/fixtures/hf/make_t5_fixtures.py``), span corruption,
-the shared model checks, and the errors."""
+the shared model checks (the encoder-decoder, and the prefix LM and decoder-only models of the
+architecture comparison), and the errors."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +14,8 @@ from hypothesis import strategies as st
 
 import minitorch_nlp as mt
 from minitorch_nlp.data.span_corruption import random_spans_noise_mask, span_corruption
-from minitorch_nlp.models.t5 import (RMSNorm, RelativePositionBias, T5Config, T5EncoderModel,
-                                     T5ForConditionalGeneration, T5Model,
+from minitorch_nlp.models.t5 import (RMSNorm, RelativePositionBias, T5Config, T5DecoderOnly,
+                                     T5EncoderModel, T5ForConditionalGeneration, T5Model,
                                      relative_position_bucket)
 from minitorch_nlp.testing import strategies as S
 from minitorch_nlp.testing.reference import t5 as R
@@ -223,6 +224,14 @@ def test_model_errors():
         model(np.array([[5, 40, 1]]), decoder_input_ids=np.array([[0]]))
     with pytest.raises(ValueError, match="RMSNorm: the input's last axis has 3 features"):
         RMSNorm(4)(mt.zeros(2, 3))
+    with pytest.raises(ValueError, match="architecture must be 'prefix-lm' or 'decoder-only', "
+                                         "got 'encoder-decoder'"):
+        T5DecoderOnly(T5Config.tiny(), "encoder-decoder")
+    joined = T5DecoderOnly(T5Config.tiny())
+    with pytest.raises(ValueError, match="T5DecoderOnly: give labels or decoder_input_ids"):
+        joined(np.array([[5, 6, 1]]))
+    with pytest.raises(ValueError, match=r"decoder_input_ids holds 41, outside the vocabulary"):
+        joined(np.array([[5, 6, 1]]), decoder_input_ids=np.array([[0, 41]]))
 
 
 # ---- the shared model checks --------------------------------------------------------------------
@@ -262,16 +271,62 @@ class TestT5v11Checks(ModelChecks):
                          "feed-forward network and the head"})
 
 
+def build_joined(architecture):
+    def build_model(dropout=0.0):
+        return T5DecoderOnly(T5Config.tiny(dropout_rate=dropout), architecture)
+    return build_model
+
+
+NO_HF = {"hf_round_trip": "HuggingFace has no T5 prefix LM or decoder-only T5"}
+
+
+class TestT5PrefixLMChecks(ModelChecks):
+    spec = seq2seq_spec(
+        "T5DecoderOnly(prefix-lm)", build_joined("prefix-lm"), source=SOURCE, decoder_start=0,
+        vocab=(2, VOCAB), padding_left=True, hf=False, skips=NO_HF,
+        learning=Learning(copy_batch, lambda model, batch: model(batch, labels=batch).loss,
+                          steps=40, factor=20, lr=2e-2, after=learned_to_copy))
+
+
+class TestT5DecoderOnlyChecks(ModelChecks):
+    spec = seq2seq_spec(
+        "T5DecoderOnly(decoder-only)", build_joined("decoder-only"), source=SOURCE,
+        decoder_start=0, vocab=(2, VOCAB), padding_left=True, hf=False, skips={
+            **NO_HF, "learns": "the prefix LM learns above; this model differs only in its mask"})
+
+
+def test_prefix_lm_and_decoder_only_differ_only_in_the_mask():
+    """The same weights serve both; in the prefix LM an input position sees the input after it,
+    in the decoder-only model it does not; a target position sees all the input in both."""
+    mt.manual_seed(0)
+    prefix_lm = build_joined("prefix-lm")().to(mt.float64)
+    decoder_only = build_joined("decoder-only")().to(mt.float64)
+    decoder_only.load_state_dict(prefix_lm.state_dict())
+    joined = np.array([[5, 6, 7, 0, 9, 10]])  # input 5 6 7, start token 0, target 9 10
+    changed = joined.copy()
+    changed[0, 2] = 8  # the last input token
+    key_mask = np.ones(joined.shape, dtype=bool)
+    for model, first_position_moves in ((prefix_lm, True), (decoder_only, False)):
+        before, after = (model.joined_hidden(ids, key_mask, 4).numpy() for ids in (joined, changed))
+        assert (not np.allclose(before[0, 0], after[0, 0])) == first_position_moves
+        assert not np.allclose(before[0, 4], after[0, 4])
+    same = (np.allclose(*(model.joined_hidden(joined, key_mask, 4).numpy()
+                          for model in (prefix_lm, decoder_only))))
+    assert not same
+
+
 def test_padded_sources_generate_what_they_generate_alone():
     mt.manual_seed(0)
-    model = build().to(mt.float64).eval()
     ids = np.array([[5, 6, 7, 8, 1], [0, 0, 9, 10, 1], [11, 12, 1, 0, 0]])
     mask = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 1, 0, 0]])
-    for options in ({}, {"num_beams": 3}):
-        batch = model.generate(ids, mask, max_new_tokens=6, **options)
-        for row in range(3):
-            alone = model.generate(ids[row:row + 1, mask[row] == 1], max_new_tokens=6, **options)
-            np.testing.assert_array_equal(batch[row, :alone.shape[1]], alone[0])
+    for model in (build(), build_joined("prefix-lm")(), build_joined("decoder-only")()):
+        model = model.to(mt.float64).eval()
+        for options in ({}, {"num_beams": 3}):
+            batch = model.generate(ids, mask, max_new_tokens=6, **options)
+            for row in range(3):
+                alone = model.generate(ids[row:row + 1, mask[row] == 1], max_new_tokens=6,
+                                       **options)
+                np.testing.assert_array_equal(batch[row, :alone.shape[1]], alone[0])
 
 
 @settings(max_examples=5)

@@ -308,7 +308,7 @@ class MBartForConditionalGeneration(BartForConditionalGeneration):
     model_class = MBartModel
 
 
-# ---- the machine-translation recipe (Lewis et al., section 3.6; the survey's figure 12) ----------
+# ---- the machine-translation recipe (Lewis et al., section 3.4; the survey's figure 12) ----------
 class SourceEncoder(Module):
     """The new, randomly initialised encoder of BART's translation recipe: source-language token
     embeddings (a vocabulary of its own), learned positions, and a small ``TransformerEncoder``.
@@ -340,7 +340,15 @@ class BartForTranslation(decoding.Seq2SeqGeneration, Module):
     positions and the input projections (W^Q, W^K, W^V) of the self-attention of BART's first
     encoder layer learn, everything else frozen; in stage 2 every parameter learns, for a few
     steps. ``source_options`` go to ``SourceEncoder`` (``num_layers``, ``num_heads``, ``d_ff``,
-    ``pad_token_id``)."""
+    ``pad_token_id``).
+
+    Which positions stage 1 trains: the paper (section 3.4) updates "the randomly initialized
+    source encoder, the BART positional embeddings, and the self-attention input projection
+    matrix of BART's encoder first layer". The positions are read as the encoder's: the new
+    encoder replaces "BART's encoder embedding layer", the encoder adds its positions to the new
+    encoder's output and its first layer reads the sum, so the three things listed are the path
+    from the foreign tokens into BART's frozen encoder layers; the decoder reads and writes
+    BART's own language as it did in pretraining, and its positions have nothing new to learn."""
 
     def __init__(self, bart, source_vocab_size, **source_options):
         super().__init__()

@@ -42,11 +42,14 @@ from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, FullAttention, Linear, Module, MultiHeadAttention,
                   TransformerLayer, TransformerStack, init)
 from ..nn.parameter import Parameter
-from .encoder_decoder import (conditional_generation_output, encode_and_decode, seq2seq_output,
-                              shift_right)
+from ..attention.masks import prefix_lm_mask
+from ..nn.outputs import ModelOutput
+from .encoder_decoder import (IGNORE_INDEX, conditional_generation_output, encode_and_decode,
+                              seq2seq_output, shift_right)
 
-__all__ = ["RMSNorm", "RelativePositionBias", "T5Config", "T5EncoderModel", "T5FeedForward",
-           "T5ForConditionalGeneration", "T5Model", "T5Stack", "relative_position_bucket"]
+__all__ = ["ARCHITECTURES", "RMSNorm", "RelativePositionBias", "T5Config", "T5DecoderOnly",
+           "T5EncoderModel", "T5FeedForward", "T5ForConditionalGeneration", "T5Model", "T5Stack",
+           "relative_position_bucket"]
 
 FEED_FORWARD = ("relu", "gated-gelu")
 
@@ -432,6 +435,115 @@ class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
     def encoder_decoder(self):
         """What ``decoding.Seq2SeqGeneration`` encodes and decodes with: this model itself."""
         return self
+
+
+ARCHITECTURES = ("encoder-decoder", "prefix-lm", "decoder-only")
+
+
+class T5DecoderOnly(decoding.Seq2SeqGeneration, T5EncoderModel):
+    """The survey's other two T5 architectures (Raffel et al., 2020, section 3.2, figures 3 and
+    4) on the same parts: one stack of T5 layers without cross-attention (the encoder's) reads
+    the input and the target joined, [input; decoder_start; target], and predicts each target
+    token from the position before it through T5's output layer. The attention mask is the one
+    difference (``attention.prefix_lm_mask``, one code path for both):
+
+    * ``architecture="prefix-lm"``: fully visible over the input and the start token, causal
+      over the target;
+    * ``architecture="decoder-only"``: a language model, causal everywhere (the prefix is empty).
+
+    The relative position buckets are bidirectional in both (the causal mask leaves the future
+    ones unused). Padded inputs are moved to the left before joining, so that every row's
+    offsets are the ones it has alone. ``forward(input_ids, attention_mask, labels)`` returns
+    ``logits`` (batch, target_time, vocab_size) of the target positions and, with ``labels``
+    (-100 on padding), ``loss``; ``generate`` is ``decoding.generate_seq2seq``, the input read in
+    one pass at the first step, then one token at a time with the keys and values cached."""
+
+    def __init__(self, config, architecture="prefix-lm"):
+        if architecture not in ARCHITECTURES[1:]:
+            raise ValueError(f"T5DecoderOnly: architecture must be 'prefix-lm' or "
+                             f"'decoder-only', got {architecture!r} (the encoder-decoder is "
+                             "T5ForConditionalGeneration)")
+        super().__init__(config)
+        self.architecture = architecture
+        self.lm_head = None if config.tie_word_embeddings else \
+            Linear(config.d_model, config.vocab_size, bias=False)
+        _reset_t5_parameters(self)
+
+    logits = T5ForConditionalGeneration.logits
+
+    def _left_aligned(self, input_ids, attention_mask):
+        """``input_ids`` with each row's tokens moved to the right end, and their key mask."""
+        name = type(self).__name__
+        ids = checks.token_ids(input_ids, self.config.vocab_size, name)
+        mask = checks.attention_mask(attention_mask, ids.shape, name)
+        if mask is None:
+            return ids, np.ones(ids.shape, dtype=bool)
+        order = np.argsort(mask, axis=1, kind="stable")  # padding first, tokens in their order
+        return (np.where(np.take_along_axis(mask, order, axis=1),
+                         np.take_along_axis(ids, order, axis=1), self.config.pad_token_id),
+                np.take_along_axis(mask, order, axis=1))
+
+    def joined_hidden(self, ids, key_mask, prefix_length, cache=None):
+        """The stack's output (batch, time, d_model) over joined ``ids`` (batch, time), padding
+        marked False in ``key_mask``, whose first ``prefix_length`` positions are the prefix
+        (fully visible in the prefix LM, causal like the rest in the decoder-only model). With
+        a ``cache`` holding positions, ``ids`` are the next ones and see everything before."""
+        visible = prefix_length if self.architecture == "prefix-lm" else 0
+        start = 0 if cache is None else self.encoder.cache_length(cache)
+        mask = prefix_lm_mask(visible, ids.shape[1]) if start == 0 else None
+        return self.encoder(self.shared(ids), key_mask=key_mask, mask=mask, causal=False,
+                            cache=cache).last_hidden_state
+
+    def forward(self, input_ids, attention_mask=None, labels=None, decoder_input_ids=None):
+        """``labels`` (batch, target_time), -100 on padding, are shifted right after
+        ``decoder_start_token_id`` into the target's inputs (or give ``decoder_input_ids``)."""
+        name = type(self).__name__
+        ids, mask = self._left_aligned(input_ids, attention_mask)
+        if decoder_input_ids is None:
+            if labels is None:
+                raise ValueError(f"{name}: give labels or decoder_input_ids (starting with "
+                                 f"decoder_start_token_id={self.config.decoder_start_token_id})")
+            decoder_input_ids = shift_right(labels, self.config.decoder_start_token_id,
+                                            self.config.pad_token_id)
+        target = checks.token_ids(decoder_input_ids, self.config.vocab_size, name,
+                                  name="decoder_input_ids")
+        joined = np.concatenate([ids, target], axis=1)
+        key_mask = np.concatenate([mask, np.ones(target.shape, dtype=bool)], axis=1)
+        hidden = self.joined_hidden(joined, key_mask, ids.shape[1] + 1)
+        logits = self.logits(hidden[:, ids.shape[1]:])
+        loss = None
+        if labels is not None:
+            targets = checks.ids_array(labels, "labels", name, shape=logits.shape[:2])
+            loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+        return ModelOutput(loss=loss, logits=logits)
+
+    def start_decoding(self, input_ids, attention_mask=None, use_cache=True):
+        """The left-aligned input, its key mask and, with ``use_cache``, empty caches (the input
+        is read at the first step, with the start token); without, the target so far."""
+        ids, mask = self._left_aligned(input_ids, attention_mask)
+        state = {"input_ids": ids, "key_mask": mask}
+        if use_cache:
+            state["cache"] = self.encoder.new_cache()
+        else:
+            state["target"] = np.zeros((len(ids), 0), dtype=np.int64)
+        return state
+
+    def step(self, tokens, state):
+        """The log-probabilities (N, vocab) of the token after ``tokens`` (N,), and the state."""
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)
+        ids, cache = state["input_ids"], state.get("cache")
+        if cache is None:
+            target = np.concatenate([state["target"], tokens], axis=1)
+            state = {**state, "target": target}
+            joined = np.concatenate([ids, target], axis=1)
+            key_mask = np.concatenate([state["key_mask"], np.ones(target.shape, bool)], axis=1)
+        else:
+            first = self.encoder.cache_length(cache) == 0
+            joined = np.concatenate([ids, tokens], axis=1) if first else tokens
+            key_mask = np.concatenate([state["key_mask"], np.ones(tokens.shape, bool)], axis=1)
+            state = {**state, "key_mask": key_mask}
+        hidden = self.joined_hidden(joined, key_mask, ids.shape[1] + 1, cache)
+        return self.logits(hidden[:, -1:])[:, 0].log_softmax(axis=-1), state
 
 
 # ---- HuggingFace checkpoints ---------------------------------------------------------------------
