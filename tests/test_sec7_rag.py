@@ -1,11 +1,13 @@
 """Section VII-C/D: REALM's marginal (eq 73) and RAG-Sequence / RAG-Token (Lewis et al., 2020,
-eq 81-82) with a DPR retriever and the section III Transformer as the generator.
+eq 81-82) with a DPR retriever and a BART generator (any ``decoding.Seq2SeqGeneration`` model:
+the section III Transformer runs through the same code).
 
 The equations against their references are in ``tests/test_check.py``; here: the marginal over
 k = |Z| retrieved passages equals the brute-force sum over the whole corpus, RAG-Token with one
 passage equals RAG-Sequence with one passage, the gradient of the marginal likelihood raises the
-score of the passage that helps, RAG-Token's beam search with one passage is the generator's own,
-and a tiny RAG learns to answer (both decodings of RAG-Sequence included).
+score of the passage that helps, RAG-Token's beam search with one passage is the generator's own
+``generate``, and a tiny RAG learns to answer (both decodings of RAG-Sequence included), training
+the question encoder and the generator but not the passage encoder.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import minitorch_nlp as mt
 from minitorch_nlp import optim
 from minitorch_nlp.data import knowledge_base
 from minitorch_nlp.data.tokenizers import WordPieceTokenizer
+from minitorch_nlp.models.bart import BartConfig, BartForConditionalGeneration
 from minitorch_nlp.models.dpr import DPRConfig, DPRContextEncoder, DPRQuestionEncoder
 from minitorch_nlp.models.transformer import Transformer
 from minitorch_nlp.retrieval import (RAG, DenseRetriever, marginal_log_likelihood,
@@ -62,16 +65,34 @@ def test_marginal_bad_input():
 
 # ---- a tiny RAG on the knowledge base -------------------------------------------------------
 
-def tiny_rag(n_docs, seed=0, dtype=None):
+def tiny_bart(tokenizer, d_model=32):
+    """A one-layer BART over the tokenizer's vocabulary: [PAD] pads, the decoder starts from
+    [SEP] (BART starts from its </s>) and [SEP] ends the answer."""
+    return BartForConditionalGeneration(BartConfig.tiny(
+        vocab_size=len(tokenizer), d_model=d_model, encoder_layers=1, decoder_layers=1,
+        encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model, max_position_embeddings=128,
+        init_std=0.1, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.sep_token_id,
+        forced_eos_token_id=None))
+
+
+def tiny_transformer(tokenizer):
+    return Transformer(len(tokenizer), d_model=32, num_heads=4, num_encoder_layers=1,
+                       num_decoder_layers=1, d_ff=64, dropout=0.0, label_smoothing=0.0,
+                       max_len=128, pad_id=tokenizer.pad_token_id, bos_id=tokenizer.cls_token_id,
+                       eos_id=tokenizer.sep_token_id)
+
+
+GENERATORS = {"bart": tiny_bart, "transformer": tiny_transformer}
+
+
+def tiny_rag(n_docs, seed=0, dtype=None, generator="bart"):
     kb = knowledge_base(n_people=4, n_cities=2, seed=1)
     tokenizer = WordPieceTokenizer.train(kb.texts + [q.text for q in kb.questions], 200)
     mt.manual_seed(seed)
     config = DPRConfig.tiny(len(tokenizer), projection_dim=16, initializer_range=0.2)
     retriever = DenseRetriever(DPRQuestionEncoder(config), DPRContextEncoder(config), tokenizer)
-    generator = Transformer(len(tokenizer), d_model=32, num_heads=4, num_encoder_layers=1,
-                            num_decoder_layers=1, d_ff=64, dropout=0.0, label_smoothing=0.0,
-                            max_len=128, pad_id=tokenizer.pad_token_id,
-                            bos_id=tokenizer.cls_token_id, eos_id=tokenizer.sep_token_id)
+    generator = GENERATORS[generator](tokenizer)
     if dtype is not None:
         retriever.question_encoder.to(dtype)
         retriever.context_encoder.to(dtype)
@@ -111,14 +132,17 @@ def test_rag_token_with_one_document_equals_rag_sequence_on_the_model():
                                rtol=1e-6)
 
 
-def test_rag_token_beam_search_with_one_document_is_the_generators():
-    rag, kb = tiny_rag(n_docs=1)
+@pytest.mark.parametrize("generator", ["bart", "transformer"])
+def test_rag_token_beam_search_with_one_document_is_the_generators(generator):
+    """With one passage the marginal is the generator's own distribution, so RAG-Token's beam
+    is the generator's ``generate`` (its key/value cache) on "question // passage"."""
+    rag, kb = tiny_rag(n_docs=1, generator=generator)
     questions = [q.text for q in kb.questions[:3]]
     doc_ids, _ = rag.retrieve(questions)
     src, mask = rag._sources(questions, doc_ids)
-    ids, _ = rag.generator.beam_decode(src, mask, beam_size=3, max_len=6, length_penalty=0.0)
+    ids = rag.generator.generate(src, mask, num_beams=3, max_new_tokens=6, length_penalty=0.0)
     assert rag.generate(questions, "token", beam_size=3, max_len=6) == \
-        [rag._text(rag._answer_ids(row)) for row in ids]
+        [rag._text(rag._answer_ids(row[1:])) for row in ids]
 
 
 def test_a_tiny_rag_learns_to_answer_and_the_question_encoder_is_trained():
@@ -127,6 +151,7 @@ def test_a_tiny_rag_learns_to_answer_and_the_question_encoder_is_trained():
     texts, answers = [q.text for q in questions], [q.answer for q in questions]
     optimizer = optim.AdamW(rag.parameters(), lr=1e-2, weight_decay=0.0)
     encoder_before = [p.numpy().copy() for p in rag.question_encoder.parameters()]
+    generator_before = [p.numpy().copy() for p in rag.generator.parameters()]
     context_before = [p.numpy().copy() for p in rag.retriever.context_encoder.parameters()]
     losses = []
     for step in range(30):
@@ -138,6 +163,8 @@ def test_a_tiny_rag_learns_to_answer_and_the_question_encoder_is_trained():
     assert losses[-1] < losses[0] / 5, losses
     assert any(not np.array_equal(a, p.numpy()) for a, p in
                zip(encoder_before, rag.question_encoder.parameters()))
+    assert all(not np.array_equal(a, p.numpy()) for a, p in
+               zip(generator_before, rag.generator.parameters()))
     assert all(np.array_equal(a, p.numpy()) for a, p in
                zip(context_before, rag.retriever.context_encoder.parameters()))
     wanted = [answer.lower() for answer in answers]
@@ -158,10 +185,11 @@ def test_rag_bad_input():
         RAG(rag.retriever, rag.index, kb.texts[:5], rag.generator, rag.tokenizer)
     with pytest.raises(TypeError, match="index must be a DenseIndex"):
         RAG(rag.retriever, object(), kb.texts, rag.generator, rag.tokenizer)
-    generator = Transformer(len(rag.tokenizer), d_model=8, num_heads=2, num_encoder_layers=1,
-                            num_decoder_layers=1, d_ff=8)
-    with pytest.raises(ValueError, match="pad/bos/eos ids .0, 1, 2. must be the tokenizer's"):
+    generator = BartForConditionalGeneration(BartConfig.tiny(vocab_size=len(rag.tokenizer)))
+    with pytest.raises(ValueError, match="pad_token_id=1 must be the tokenizer's padding id 0"):
         RAG(rag.retriever, rag.index, kb.texts, generator, rag.tokenizer)
+    with pytest.raises(TypeError, match="decoding.Seq2SeqGeneration .* got DPRQuestionEncoder"):
+        RAG(rag.retriever, rag.index, kb.texts, rag.question_encoder, rag.tokenizer)
     with pytest.raises(ValueError, match="n_docs must be a positive int, got 0"):
         RAG(rag.retriever, rag.index, kb.texts, rag.generator, rag.tokenizer, n_docs=0)
     assert RAG(rag.retriever, rag.index, kb.texts, rag.generator, rag.tokenizer,
