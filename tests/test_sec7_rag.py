@@ -24,6 +24,7 @@ from minitorch_nlp.models.dpr import DPRConfig, DPRContextEncoder, DPRQuestionEn
 from minitorch_nlp.models.transformer import Transformer
 from minitorch_nlp.retrieval import (RAG, DenseRetriever, marginal_log_likelihood,
                                      rag_sequence_log_likelihood, rag_token_log_likelihood)
+from minitorch_nlp.nn import replaced_tensors
 from minitorch_nlp.testing import strategies as S
 
 pytestmark = pytest.mark.sec7
@@ -122,6 +123,33 @@ def test_top_k_with_k_equal_to_the_corpus_is_the_brute_force_marginal(kind):
         else:
             expected = np.log((p_z[b][:, None] * per_token).sum(0)).sum()
         assert ours[b] == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.eq(81, 82)
+@pytest.mark.parametrize("kind", ["sequence", "token"])
+def test_float64_gradients_reach_the_question_encoder_and_bart(kind):
+    """The gradient of log p(y | x) with respect to the question encoder's projection (through
+    p_eta, eq 83) and BART's shared embedding (through p_theta), along a random direction,
+    equals the central finite difference, over all passages (k = |Z|, so a perturbation cannot
+    change which passages are retrieved)."""
+    rag, kb = tiny_rag(n_docs=100, dtype="float64")
+    questions, answers = [q.text for q in kb.questions[:2]], [q.answer for q in kb.questions[:2]]
+    names = ("question_encoder.question_encoder.encode_proj.weight",
+             "generator.model.shared.weight")
+    parameters = dict(rag.named_parameters())
+    rng = np.random.default_rng(0)
+    direction = {name: rng.standard_normal(parameters[name].shape) for name in names}
+    rag.log_likelihood(questions, answers, kind).sum().backward()
+    analytical = sum((parameters[name].grad.numpy() * direction[name]).sum() for name in names)
+
+    def moved(eps):
+        with replaced_tensors(rag, {name: mt.tensor(parameters[name].numpy() + eps * v)
+                                    for name, v in direction.items()}):
+            return rag.log_likelihood(questions, answers, kind).sum().item()
+
+    eps = 1e-6
+    assert analytical == pytest.approx((moved(eps) - moved(-eps)) / (2 * eps), rel=1e-6)
+    assert abs(analytical) > 1e-3
 
 
 def test_rag_token_with_one_document_equals_rag_sequence_on_the_model():
