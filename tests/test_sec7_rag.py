@@ -11,19 +11,23 @@ the question encoder and the generator but not the passage encoder.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp import optim
+from minitorch_nlp import cli, optim
 from minitorch_nlp.data import knowledge_base
 from minitorch_nlp.data.tokenizers import WordPieceTokenizer
 from minitorch_nlp.models.bart import BartConfig, BartForConditionalGeneration
 from minitorch_nlp.models.dpr import DPRConfig, DPRContextEncoder, DPRQuestionEncoder
 from minitorch_nlp.models.transformer import Transformer
-from minitorch_nlp.retrieval import (RAG, DenseRetriever, marginal_log_likelihood,
-                                     rag_sequence_log_likelihood, rag_token_log_likelihood)
+from minitorch_nlp.retrieval import (BM25, RAG, DenseIndex, DenseRetriever,
+                                     marginal_log_likelihood, rag_sequence_log_likelihood,
+                                     rag_token_log_likelihood)
+from minitorch_nlp.retrieval import save_index_folder
 from minitorch_nlp.nn import replaced_tensors
 from minitorch_nlp.testing import strategies as S
 
@@ -173,14 +177,17 @@ def test_rag_token_beam_search_with_one_document_is_the_generators(generator):
         [rag._text(rag._answer_ids(row[1:])) for row in ids]
 
 
-def test_a_tiny_rag_learns_to_answer_and_the_question_encoder_is_trained():
+@pytest.fixture(scope="module")
+def trained():
+    """A tiny RAG with a BART generator trained 30 steps on four questions (RAG-Sequence and
+    RAG-Token alternately), with its parameters before training and its losses."""
     rag, kb = tiny_rag(n_docs=3)
     questions = kb.questions_with(1)[:4]
     texts, answers = [q.text for q in questions], [q.answer for q in questions]
     optimizer = optim.AdamW(rag.parameters(), lr=1e-2, weight_decay=0.0)
-    encoder_before = [p.numpy().copy() for p in rag.question_encoder.parameters()]
-    generator_before = [p.numpy().copy() for p in rag.generator.parameters()]
-    context_before = [p.numpy().copy() for p in rag.retriever.context_encoder.parameters()]
+    before = {name: [p.numpy().copy() for p in module.parameters()] for name, module in
+              (("question", rag.question_encoder), ("generator", rag.generator),
+               ("context", rag.retriever.context_encoder))}
     losses = []
     for step in range(30):
         loss = rag.loss(texts, answers, "token" if step % 2 else "sequence")
@@ -188,17 +195,113 @@ def test_a_tiny_rag_learns_to_answer_and_the_question_encoder_is_trained():
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+    return rag, kb, texts, answers, before, losses
+
+
+def test_a_tiny_rag_learns_to_answer_training_the_question_encoder_and_bart(trained):
+    rag, kb, texts, answers, before, losses = trained
     assert losses[-1] < losses[0] / 5, losses
     assert any(not np.array_equal(a, p.numpy()) for a, p in
-               zip(encoder_before, rag.question_encoder.parameters()))
+               zip(before["question"], rag.question_encoder.parameters()))
     assert all(not np.array_equal(a, p.numpy()) for a, p in
-               zip(generator_before, rag.generator.parameters()))
+               zip(before["generator"], rag.generator.parameters()))
     assert all(np.array_equal(a, p.numpy()) for a, p in
-               zip(context_before, rag.retriever.context_encoder.parameters()))
+               zip(before["context"], rag.retriever.context_encoder.parameters()))
     wanted = [answer.lower() for answer in answers]
     assert rag.generate(texts, "token") == wanted
     assert rag.generate(texts, "sequence", method="thorough") == wanted
     assert rag.generate(texts, "sequence", method="fast") == wanted
+
+
+def test_a_saved_rag_loads_with_the_same_likelihoods_and_answers(trained, tmp_path):
+    pytest.importorskip("safetensors")
+    rag, kb, texts, answers, _, _ = trained
+    rag.save(tmp_path / "rag")
+    assert sorted(p.name for p in (tmp_path / "rag").iterdir()) == \
+        ["generator", "index", "question_encoder", "rag.json"]
+    loaded = RAG.load(tmp_path / "rag")
+    assert isinstance(loaded.generator, BartForConditionalGeneration)
+    assert loaded.passages == rag.passages and loaded.n_docs == rag.n_docs
+    np.testing.assert_array_equal(loaded.index.vectors, rag.index.vectors)
+    with rag.inference():
+        for kind in ("token", "sequence"):
+            np.testing.assert_allclose(loaded.log_likelihood(texts, answers, kind).numpy(),
+                                       rag.log_likelihood(texts, answers, kind).numpy(),
+                                       rtol=1e-5)
+    assert loaded.generate(texts, "token") == rag.generate(texts, "token")
+
+
+def test_rag_load_refuses_what_it_cannot_use(trained, tmp_path):
+    pytest.importorskip("safetensors")
+    rag = trained[0]
+    rag.save(tmp_path / "rag")
+    with pytest.raises(ValueError, match="is not a saved RAG .no rag.json"):
+        RAG.load(tmp_path)
+    save_index_folder(tmp_path / "bm25", BM25().fit(rag.passages), rag.passages)
+    with pytest.raises(ValueError, match="holds a bm25 index; RAG retrieves from a dense"):
+        RAG.load(tmp_path / "rag", index=tmp_path / "bm25")
+    narrow = DenseIndex(4).add(np.ones((len(rag.passages), 4)))
+    save_index_folder(tmp_path / "narrow", narrow, rag.passages)
+    with pytest.raises(ValueError, match="vectors of width 4, but this RAG's question encoder "
+                                         "gives 16"):
+        RAG.load(tmp_path / "rag", index=tmp_path / "narrow")
+    with pytest.raises(ValueError, match="is not an index folder"):
+        RAG.load(tmp_path / "rag", index=tmp_path)
+    transformer_rag, _ = tiny_rag(n_docs=1, generator="transformer")
+    with pytest.raises(ValueError, match="Transformer has no HuggingFace architecture"):
+        transformer_rag.save(tmp_path / "transformer_rag")
+
+
+def test_ask_answers_with_a_saved_rag(trained, tmp_path, capsys):
+    pytest.importorskip("safetensors")
+    rag, kb, texts, answers, _, _ = trained
+    rag.save(tmp_path / "rag")
+    for kind in ("token", "sequence"):
+        for question, answer in zip(texts, answers):
+            capsys.readouterr()
+            assert cli.main(["ask", str(tmp_path / "rag" / "index"), "--question", question,
+                             "--model", str(tmp_path / "rag"), "--kind", kind]) == 0
+            printed = capsys.readouterr().out.strip()
+            ids = rag.retrieve([question])[0][0]
+            assert printed == f"{answer.lower()}\t(RAG-{kind.capitalize()}, passages " + \
+                ", ".join(f"#{i}" for i in ids) + ")"
+    assert cli.main(["ask", str(tmp_path / "rag" / "index"), "--question", texts[0], "--model",
+                     str(tmp_path / "rag"), "-k", "1"]) == 0
+    assert capsys.readouterr().out.strip().endswith(
+        f"passages #{rag.retrieve(texts[:1])[0][0, 0]})")
+
+
+def test_ask_with_a_rag_errors_are_one_line_naming_the_option(trained, tmp_path, capsys):
+    pytest.importorskip("safetensors")
+    rag = trained[0]
+    folder, index = tmp_path / "rag", tmp_path / "rag" / "index"
+    rag.save(folder)
+    save_index_folder(tmp_path / "bm25", BM25().fit(rag.passages), rag.passages)
+    cases = [
+        (["ask", str(index), "--question", "who?"], "one of the arguments --reader --model"),
+        (["ask", str(index), "--question", "who?", "--model", str(folder), "--reader",
+          str(folder)], "--reader: not allowed with argument --model"),
+        (["ask", str(index), "--question", "who?", "--model", str(tmp_path / "no")],
+         "--model: .* is not a folder"),
+        (["ask", str(index), "--question", "who?", "--model", str(tmp_path)],
+         "--model: RAG.load: .* is not a saved RAG"),
+        (["ask", str(tmp_path / "bm25"), "--question", "who?", "--model", str(folder)],
+         "DIR: .* holds a bm25 index; --model retrieves from a dense index"),
+        (["ask", str(tmp_path), "--question", "who?", "--model", str(folder)],
+         "DIR: .* is not an index folder"),
+        (["ask", str(index), "--question", "who?", "--model", str(folder), "--beam-size", "0"],
+         "--beam-size must be >= 1"),
+        (["ask", str(index), "--question", "who?", "--model", str(folder), "-k", "0"],
+         "-k must be >= 1"),
+        (["ask", str(index), "--question", "who?", "--model", str(folder), "--kind", "both"],
+         "--kind: invalid choice"),
+    ]
+    capsys.readouterr()
+    for argv, message in cases:
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("minitorch-nlp: error:") and err.count("\n") == 1, (argv, err)
+        assert re.search(message, err), (argv, err)
 
 
 def test_rag_bad_input():

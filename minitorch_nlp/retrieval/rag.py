@@ -25,18 +25,23 @@ own probabilities: a config's forced first or last token is not applied.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .. import checks, cookbook, decoding
 from .. import functional as F
 from ..autograd import Tensor, no_grad, tensor
+from ..data.tokenizers.base import read_json, write_json
 from ..nn import Module
-from .index import DenseIndex
+from .dpr import DenseRetriever
+from .index import DenseIndex, load_index_folder, save_index_folder
 
 __all__ = ["RAG", "marginal_log_likelihood", "rag_sequence_log_likelihood",
            "rag_token_log_likelihood"]
 
 KINDS = ("sequence", "token")
+FORMAT, SETTINGS = "minitorch_nlp.rag", "rag.json"
 
 
 def _check_log_probs(doc_log_probs, token_log_probs, target_mask, where):
@@ -109,6 +114,7 @@ class RAG(Module):
         rag = RAG(retriever, index, passages, generator, tokenizer, n_docs=5)
         loss = rag.loss(questions, answers, kind="token")   # or "sequence"
         rag.generate(questions, kind="sequence", method="thorough")   # answers as text
+        rag.save("my_rag"); rag = RAG.load("my_rag")
 
     ``retriever``: a :class:`~minitorch_nlp.retrieval.DenseRetriever` (its question encoder is
     trained, its passage encoder is not used again); ``index``: a :class:`DenseIndex` of the
@@ -297,3 +303,59 @@ class RAG(Module):
                     token_log_probs, target_mask=mask).numpy()
             answers.append(self._text(candidates[int(np.argmax(marginals))]))
         return answers
+
+    # ---- saving ---------------------------------------------------------------------------------
+    def save(self, directory):
+        """Write this RAG as the folder ``directory`` (created if needed), nothing pickled:
+
+        * ``generator/`` and ``question_encoder/``: HuggingFace-format folders (``config.json``
+          and ``model.safetensors``), each with its tokenizer; the generator must be a model
+          that format holds (``BartForConditionalGeneration``, mBART, T5);
+        * ``index/``: the fixed passage index with its passages, an index folder as
+          ``minitorch-nlp index build`` writes it;
+        * ``rag.json``: ``n_docs``, ``max_source_length``, the retriever's ``max_length`` and
+          the index folder's path (relative to ``directory``) and its vectors' width."""
+        from ..io.huggingface import save_pretrained
+        for name, model, tokenizer in (("generator", self.generator, self.tokenizer),
+                                       ("question_encoder", self.question_encoder,
+                                        self.retriever.tokenizer)):
+            save_pretrained(model, os.path.join(directory, name))
+            tokenizer.save(os.path.join(directory, name))
+        save_index_folder(os.path.join(directory, "index"), self.index, self.passages)
+        write_json(os.path.join(directory, SETTINGS), {
+            "format": FORMAT, "n_docs": self.n_docs, "max_source_length": self.max_source_length,
+            "retriever_max_length": self.retriever.max_length, "index": "index",
+            "dim": self.index.dim})
+
+    @classmethod
+    def load(cls, directory, index=None, *, backend=None):
+        """The RAG that :meth:`save` wrote to ``directory``, retrieving from the index folder
+        ``index`` (default: the one saved with it; another must hold vectors of the same
+        passage encoder). ``backend``: where the models and the index go (default: the active
+        one). The models come back in ``eval()`` mode."""
+        from ..data.tokenizers import load_tokenizer
+        from ..io.huggingface import from_pretrained
+        settings = read_json(os.path.join(directory, SETTINGS))
+        if not isinstance(settings, dict) or settings.get("format") != FORMAT:
+            raise ValueError(f"RAG.load: {directory} is not a saved RAG (no {SETTINGS} of "
+                             f"format {FORMAT!r}); write one with RAG.save")
+        folder = os.path.join(directory, settings["index"]) if index is None else index
+        kind, dense_index, passages = load_index_folder(folder, backend=backend)
+        if kind != "dense":
+            raise ValueError(f"RAG.load: {folder} holds a {kind} index; RAG retrieves from a "
+                             "dense index of its passage encoder's vectors ('index build "
+                             "--encoder CTX_DIR')")
+        if dense_index.dim != settings["dim"]:
+            raise ValueError(f"RAG.load: the index in {folder} holds vectors of width "
+                             f"{dense_index.dim}, but this RAG's question encoder gives "
+                             f"{settings['dim']}; index the passages with the RAG's passage "
+                             "encoder")
+        parts = {name: (from_pretrained(os.path.join(directory, name), backend=backend),
+                        load_tokenizer(os.path.join(directory, name)))
+                 for name in ("generator", "question_encoder")}
+        question_encoder, question_tokenizer = parts["question_encoder"]
+        retriever = DenseRetriever(question_encoder, None, question_tokenizer,
+                                   max_length=settings["retriever_max_length"])
+        generator, tokenizer = parts["generator"]
+        return cls(retriever, dense_index, passages, generator, tokenizer,
+                   n_docs=settings["n_docs"], max_source_length=settings["max_source_length"])
