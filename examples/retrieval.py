@@ -48,7 +48,6 @@
 # %%
 from __future__ import annotations
 
-import copy
 import os
 import time
 import warnings
@@ -220,7 +219,13 @@ def reader_exact_match(model, questions):
 
 # %%
 def train_realm(cfg, kb, train, tokenizer, ict_retriever, seed):
-    retriever = copy.deepcopy(ict_retriever)
+    # a copy through the state dicts: parameters deep-copied after training (copy.deepcopy) are
+    # not updated by a new optimizer's steps, and REALM's retriever would never move
+    encoders = []
+    for trained in (ict_retriever.question_encoder, ict_retriever.context_encoder):
+        encoders.append(type(trained)(trained.config))
+        encoders[-1].load_state_dict(trained.state_dict())
+    retriever = DenseRetriever(*encoders, tokenizer)
     index = retriever.index_passages(kb.texts)
     config = bert_config(cfg, tokenizer)
     realm = REALM(retriever, index, kb.texts, tokenizer, mlm=BertForMaskedLM(config),
