@@ -35,8 +35,8 @@
 # from the first passage; we compare how often it holds both gold passages after two hops with
 # one search for the top 2. Then three readers answer: **ORQA** (eq 67-71, a span reader over
 # the ICT retriever's top k, trained end to end with the block encoder frozen), **REALM** (eq
-# 78-80, fine-tuned from its pre-training) and **RAG** (eq 81-82, a small Transformer
-# encoder-decoder that writes the answer from the passages DPR retrieves); we report exact match.
+# 78-80, fine-tuned from its pre-training) and **RAG** (eq 81-82, a small BART that writes the
+# answer from the passages DPR retrieves); we report exact match.
 #
 # ```
 # python examples/retrieval.py            # about 25 minutes on 2 busy CPU cores
@@ -48,7 +48,6 @@
 # %%
 from __future__ import annotations
 
-import copy
 import os
 import time
 import warnings
@@ -65,8 +64,8 @@ from minitorch_nlp.data import knowledge_base  # noqa: E402
 from minitorch_nlp.data.tokenizers import WordPieceTokenizer  # noqa: E402
 from minitorch_nlp.models.bert import (BertConfig, BertForMaskedLM,  # noqa: E402
                                        BertForQuestionAnswering)
+from minitorch_nlp.models.bart import BartConfig, BartForConditionalGeneration  # noqa: E402
 from minitorch_nlp.models.dpr import DPRConfig, DPRContextEncoder, DPRQuestionEncoder  # noqa
-from minitorch_nlp.models.transformer import Transformer  # noqa: E402
 from minitorch_nlp.retrieval import (ORQA, RAG, REALM, BM25, DenseRetriever,  # noqa: E402
                                      IndexRefresher, QueryGenerator, SpanReader,
                                      bm25_hard_negatives, golden_retrieve, inverse_cloze_task,
@@ -220,7 +219,13 @@ def reader_exact_match(model, questions):
 
 # %%
 def train_realm(cfg, kb, train, tokenizer, ict_retriever, seed):
-    retriever = copy.deepcopy(ict_retriever)
+    # a copy through the state dicts: parameters deep-copied after training (copy.deepcopy) are
+    # not updated by a new optimizer's steps, and REALM's retriever would never move
+    encoders = []
+    for trained in (ict_retriever.question_encoder, ict_retriever.context_encoder):
+        encoders.append(type(trained)(trained.config))
+        encoders[-1].load_state_dict(trained.state_dict())
+    retriever = DenseRetriever(*encoders, tokenizer)
     index = retriever.index_passages(kb.texts)
     config = bert_config(cfg, tokenizer)
     realm = REALM(retriever, index, kb.texts, tokenizer, mlm=BertForMaskedLM(config),
@@ -298,15 +303,20 @@ def both_found(questions, ranked):
 # ## RAG: a generator reads what DPR retrieves (eq 81-82)
 #
 # RAG starts from the trained DPR retriever; the passage index stays fixed, the question
-# encoder and the generator train together on -log p_RAG-Token(y | x) (eq 82).
+# encoder and the generator, a BART as in the paper (here small and trained from scratch, on
+# the WordPiece vocabulary: [PAD] pads, the decoder starts from [SEP] as BART's starts from its
+# </s>, and [SEP] ends the answer), train together on -log p_RAG-Token(y | x) (eq 82).
 
 # %%
 def train_rag(cfg, kb, train, tokenizer, retriever, seed):
-    generator = Transformer(len(tokenizer), d_model=cfg["hidden"], num_heads=cfg["heads"],
-                            num_encoder_layers=cfg["layers"], num_decoder_layers=cfg["layers"],
-                            d_ff=4 * cfg["hidden"], dropout=0.0, label_smoothing=0.0,
-                            max_len=128, pad_id=tokenizer.pad_token_id,
-                            bos_id=tokenizer.cls_token_id, eos_id=tokenizer.sep_token_id)
+    generator = BartForConditionalGeneration(BartConfig(
+        vocab_size=len(tokenizer), d_model=cfg["hidden"], encoder_layers=cfg["layers"],
+        decoder_layers=cfg["layers"], encoder_attention_heads=cfg["heads"],
+        decoder_attention_heads=cfg["heads"], encoder_ffn_dim=4 * cfg["hidden"],
+        decoder_ffn_dim=4 * cfg["hidden"], dropout=0.0, max_position_embeddings=128,
+        init_std=0.1, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.sep_token_id,
+        forced_eos_token_id=None))
     rag = RAG(retriever, retriever.index_passages(kb.texts), kb.texts, generator, tokenizer,
               n_docs=cfg["n_docs"])
     rng = np.random.default_rng(seed)

@@ -313,3 +313,31 @@ def test_split_passages():
     with pytest.raises(TypeError, match="expected a str"):
         split_passages(["a"], 2)
 
+
+
+def test_index_folders_round_trip_and_refuse_a_broken_folder(tmp_path):
+    from minitorch_nlp.retrieval import load_index_folder, save_index_folder
+    passages = ["the cat sat", "a dog ran", "cats and dogs"]
+    vectors = np.arange(12.0).reshape(3, 4)
+    save_index_folder(tmp_path / "dense", DenseIndex(4).add(vectors), passages)
+    kind, index, texts = load_index_folder(tmp_path / "dense")
+    assert kind == "dense" and texts == passages
+    np.testing.assert_array_equal(index.vectors, vectors)
+    save_index_folder(tmp_path / "bm25", BM25().fit(passages), passages)
+    kind, index, texts = load_index_folder(tmp_path / "bm25")
+    assert kind == "bm25" and texts == passages and index.search(["dog"], 1)[1][0, 0] == 1
+    with pytest.raises(ValueError, match="the index holds 3 passages but 2 texts"):
+        save_index_folder(tmp_path / "x", DenseIndex(4).add(vectors), passages[:2])
+    with pytest.raises(TypeError, match="expected a BM25 or a DenseIndex, got ndarray"):
+        save_index_folder(tmp_path / "x", vectors, passages)
+    with pytest.raises(ValueError, match="is not an index folder .no index.json"):
+        load_index_folder(tmp_path)
+    (tmp_path / "dense" / "passages.json").unlink()
+    with pytest.raises(ValueError, match="an index folder without passages.json"):
+        load_index_folder(tmp_path / "dense")
+    (tmp_path / "bm25" / "passages.json").write_text('["only one"]')
+    with pytest.raises(ValueError, match="the index holds 3 passages but passages.json 1"):
+        load_index_folder(tmp_path / "bm25")
+    (tmp_path / "bm25" / "index.json").write_text('{"kind": "sparse"}')
+    with pytest.raises(ValueError, match="names an unknown index kind 'sparse'"):
+        load_index_folder(tmp_path / "bm25")

@@ -14,13 +14,15 @@ Read top to bottom, ``forward`` follows the paper's Figure 1:
 
 ``loss`` is cross-entropy with label smoothing (eps_ls = 0.1 in the paper, section 5.4) that
 ignores padding. ``greedy_decode``, ``beam_decode`` and ``generate`` (every option of
-``decoding.generate_seq2seq``) generate with ``minitorch_nlp.decoding``,
+``decoding.generate_seq2seq``) generate with ``minitorch_nlp.decoding``; ``start_decoding``,
+``step`` and ``generate`` are ``decoding.Seq2SeqGeneration``'s, the interface BART and T5 share,
 one token at a time, reusing each layer's keys and values (the KV cache) so that a step costs one
 row of attention instead of re-running the whole prefix.
 """
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -44,7 +46,7 @@ def _ids(ids, name):
     return array.astype(np.int64, copy=False)
 
 
-class Transformer(Module):
+class Transformer(decoding.Seq2SeqGeneration, Module):
     """The encoder-decoder Transformer. The defaults are the paper's base model (d_model = 512,
     8 heads, 6 + 6 layers, d_ff = 2048, dropout 0.1, label smoothing 0.1, post-LN).
 
@@ -73,14 +75,15 @@ class Transformer(Module):
         if positional not in POSITIONAL:
             raise ValueError(f"Transformer: positional must be one of {POSITIONAL}, got "
                              f"{positional!r}")
-        self.config = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
-                           d_model=d_model, num_heads=num_heads,
-                           num_encoder_layers=num_encoder_layers,
-                           num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout,
-                           activation=activation, norm_first=norm_first, max_len=max_len,
-                           positional=positional, share_embeddings=share_embeddings,
-                           label_smoothing=label_smoothing, pad_id=pad_id, bos_id=bos_id,
-                           eos_id=eos_id)
+        # the constructor's arguments, and the ids under the names decoding.Seq2SeqGeneration reads
+        self.config = SimpleNamespace(
+            src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
+            num_heads=num_heads, num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout,
+            activation=activation, norm_first=norm_first, max_len=max_len, positional=positional,
+            share_embeddings=share_embeddings, label_smoothing=label_smoothing, pad_id=pad_id,
+            bos_id=bos_id, eos_id=eos_id, pad_token_id=pad_id, eos_token_id=eos_id,
+            decoder_start_token_id=bos_id)
         self.d_model, self.max_len = d_model, max_len
         self.label_smoothing = label_smoothing
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
@@ -118,33 +121,41 @@ class Transformer(Module):
         x = embedding(ids) * math.sqrt(self.d_model)
         return self.dropout(self.positions(x, start=start))
 
-    def encode(self, src, src_key_mask=None, need_weights=False):
-        """The encoder's output, the "memory" (batch, src_time, d_model); with
-        ``need_weights=True`` also each layer's self-attention weights."""
-        src = _ids(src, "src")
-        out = self.encoder(self.embed(src, self.src_embed),
-                           key_mask=self._key_mask(src, src_key_mask),
-                           output_attentions=need_weights)
-        return (out.last_hidden_state, list(out.attentions)) if need_weights else \
-            out.last_hidden_state
+    def encode(self, input_ids, attention_mask=None, output_attentions=False):
+        """The encoder's output (a ``ModelOutput``): ``last_hidden_state`` is the "memory"
+        (batch, src_time, d_model); with ``output_attentions=True`` also each layer's
+        self-attention weights. ``attention_mask`` True on real source tokens (None: from
+        ``pad_id``)."""
+        src = _ids(input_ids, "src")
+        return self.encoder(self.embed(src, self.src_embed),
+                            key_mask=self._key_mask(src, attention_mask),
+                            output_attentions=output_attentions)
 
-    def decode(self, tgt_in, memory, src_key_mask, tgt_key_mask=None, cache=None,
-               need_weights=False):
-        """Logits (batch, tgt_time, tgt_vocab_size) of the token after each position of
-        ``tgt_in``, given the encoder's ``memory`` and its key mask. With a ``cache``
-        (``self.decoder.new_cache()``), ``tgt_in`` holds only the new positions."""
-        tgt_in = _ids(tgt_in, "tgt_in")
+    def decode(self, decoder_input_ids, memory, attention_mask, decoder_attention_mask=None,
+               cache=None, output_attentions=False):
+        """The decoder's output (a ``ModelOutput``, hidden states (batch, tgt_time, d_model)) for
+        ``decoder_input_ids`` reading the encoder's ``memory`` and its key mask
+        ``attention_mask``. With a ``cache`` (``new_cache()``), only the new positions are fed."""
+        tgt_in = _ids(decoder_input_ids, "tgt_in")
         start = 0 if cache is None else TransformerDecoder.cache_length(cache)
-        if tgt_key_mask is None and cache is None:
-            tgt_key_mask = tgt_in != self.pad_id
-        out = self.decoder(self.embed(tgt_in, self.tgt_embed, start), memory,
-                           key_mask=tgt_key_mask, memory_key_mask=src_key_mask, cache=cache,
-                           output_attentions=need_weights)
-        logits = F.linear(out.last_hidden_state, self.tgt_embed.weight)  # tied to E (3.4)
-        if not need_weights:
-            return logits
-        return logits, [{"self": s, "cross": c}
-                        for s, c in zip(out.attentions, out.cross_attentions)]
+        if decoder_attention_mask is None and cache is None:
+            decoder_attention_mask = tgt_in != self.pad_id
+        return self.decoder(self.embed(tgt_in, self.tgt_embed, start), memory,
+                            key_mask=decoder_attention_mask, memory_key_mask=attention_mask,
+                            cache=cache, output_attentions=output_attentions)
+
+    def logits(self, hidden):
+        """The output layer, tied to the target embedding E (section 3.4): h E^T."""
+        return F.linear(hidden, self.tgt_embed.weight)
+
+    def new_cache(self):
+        """Empty key/value caches for the decoder, one per layer."""
+        return self.decoder.new_cache()
+
+    @property
+    def encoder_decoder(self):
+        """What ``decoding.Seq2SeqGeneration`` encodes and decodes with: the model itself."""
+        return self
 
     def forward(self, src, tgt_in, src_key_mask=None, tgt_key_mask=None, need_weights=False):
         """Logits (batch, tgt_time, tgt_vocab_size) for teacher forcing: position t predicts
@@ -153,13 +164,15 @@ class Transformer(Module):
         (batch, heads, query_time, key_time), for pictures."""
         src = _ids(src, "src")
         src_key_mask = self._key_mask(src, src_key_mask)
-        memory = self.encode(src, src_key_mask, need_weights=need_weights)
-        memory, encoder_weights = memory if need_weights else (memory, None)
-        out = self.decode(tgt_in, memory, src_key_mask, tgt_key_mask, need_weights=need_weights)
-        if need_weights:
-            logits, decoder_weights = out
-            return logits, {"encoder": encoder_weights, "decoder": decoder_weights}
-        return out
+        encoded = self.encode(src, src_key_mask, output_attentions=need_weights)
+        decoded = self.decode(tgt_in, encoded.last_hidden_state, src_key_mask, tgt_key_mask,
+                              output_attentions=need_weights)
+        logits = self.logits(decoded.last_hidden_state)
+        if not need_weights:
+            return logits
+        return logits, {"encoder": list(encoded.attentions),
+                        "decoder": [{"self": s, "cross": c} for s, c in
+                                    zip(decoded.attentions, decoded.cross_attentions)]}
 
     def loss(self, src, tgt_in, tgt_out, src_key_mask=None, tgt_key_mask=None):
         """Mean label-smoothed cross-entropy over the real (non-padding) target tokens."""
@@ -168,39 +181,11 @@ class Transformer(Module):
                                label_smoothing=self.label_smoothing)
 
     # ---- generation ---------------------------------------------------------------------------
-    def start_decoding(self, src, src_key_mask=None, use_cache=True):
-        """The decoding state of a batch of sources: the memory, its mask, and either empty
-        key/value caches or (``use_cache=False``) the prefix generated so far, which every step
-        then runs through the whole decoder again. Every entry has the batch on axis 0, so
-        ``decoding.reorder_state`` can follow the beams."""
-        src = _ids(src, "src")
-        src_key_mask = self._key_mask(src, src_key_mask)
-        state = {"memory": self.encode(src, src_key_mask), "src_key_mask": src_key_mask}
-        if use_cache:
-            state["cache"] = self.decoder.new_cache()
-        else:
-            state["prefix"] = np.zeros((src.shape[0], 0), dtype=np.int64)
-        return state
-
-    def step(self, tokens, state):
-        """``decoding``'s step function: feed the last tokens (N,) and get the log-probabilities
-        (N, tgt_vocab_size) of the next ones, and the new state."""
-        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)
-        if "cache" in state:
-            logits = self.decode(tokens, state["memory"], state["src_key_mask"],
-                                 cache=state["cache"])
-        else:
-            state = {**state, "prefix": np.concatenate([state["prefix"], tokens], axis=1)}
-            logits = self.decode(state["prefix"], state["memory"], state["src_key_mask"])
-        return logits[:, -1].log_softmax(axis=-1), state
-
-    def generate(self, src, src_key_mask=None, **options):
-        """``decoding.generate_seq2seq`` from <bos>, stopping at <eos>: greedy, sampling or beam
-        search (``options``: ``max_new_tokens``, ``num_beams``, ``do_sample`` ...). Returns ids
-        (batch, 1 + length) starting with <bos>."""
-        return decoding.generate_seq2seq(self, src, src_key_mask, **{
-            "decoder_start_token_id": self.bos_id, "eos_token_id": self.eos_id,
-            "pad_token_id": self.pad_id, **options})
+    def start_decoding(self, input_ids, attention_mask=None, use_cache=True):
+        """``decoding.Seq2SeqGeneration.start_decoding`` with the source mask taken from
+        ``pad_id`` when none is given (the decoder needs it at every step)."""
+        src = _ids(input_ids, "src")
+        return super().start_decoding(src, self._key_mask(src, attention_mask), use_cache)
 
     def _max_len(self, src, max_len):
         return min(self.max_len, 2 * src.shape[1] + 10) if max_len is None else max_len

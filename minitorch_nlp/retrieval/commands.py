@@ -8,18 +8,13 @@ texts, so that a search prints them) and the index itself, ``bm25.npz`` (BM25, t
 vectors; the encoder is a HuggingFace-format folder holding its tokenizer too). Searching a dense
 index needs the matching question encoder folder. ``ask`` reads the retrieved passages with a
 HuggingFace-format ``BertForQuestionAnswering`` folder (with its tokenizer) and prints the best
-span.
+span (``--reader``), or lets a saved :class:`~minitorch_nlp.retrieval.RAG` (``--model``, a folder
+``RAG.save`` wrote) retrieve and write the answer.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-
-from ..io.checkpoint import atomic_write
-
-META, PASSAGES = "index.json", "passages.json"
-FILES = {"bm25": "bm25.npz", "dense": "vectors.npz"}
 
 
 def add_retrieval_commands(commands) -> None:
@@ -47,19 +42,30 @@ def add_retrieval_commands(commands) -> None:
                         help="the DPRQuestionEncoder folder (needed for a dense index)")
     search.set_defaults(run=_search)
     ask = commands.add_parser(
-        "ask", help="answer a question from an index's best passages with a trained reader",
+        "ask", help="answer a question from an index's best passages with a trained reader or "
+        "RAG model",
         description="'ask DIR --question Q --reader READER' retrieves the -k best passages of "
         "the index DIR and prints the span of them that the extractive reader (a HuggingFace "
-        "BertForQuestionAnswering folder with its tokenizer) scores best.")
+        "BertForQuestionAnswering folder with its tokenizer) scores best. 'ask DIR --question Q "
+        "--model RAG_DIR' retrieves with the saved RAG's question encoder from DIR (a dense "
+        "index of its passage encoder, e.g. RAG_DIR/index) and prints the answer its generator "
+        "writes.")
     ask.add_argument("index", metavar="DIR", help="a folder written by 'index build'")
     ask.add_argument("--question", required=True, metavar="Q")
-    ask.add_argument("--reader", required=True, metavar="READER",
-                     help="a BertForQuestionAnswering folder with its tokenizer")
-    ask.add_argument("-k", type=int, default=3, help="how many passages to read (3)")
+    answerer = ask.add_mutually_exclusive_group(required=True)
+    answerer.add_argument("--reader", metavar="READER",
+                          help="a BertForQuestionAnswering folder with its tokenizer")
+    answerer.add_argument("--model", metavar="RAG_DIR", help="a folder written by RAG.save")
+    ask.add_argument("-k", type=int, metavar="K",
+                     help="how many passages to read (3 for a reader; a RAG's own n_docs)")
     ask.add_argument("--encoder", metavar="DIR",
-                     help="the DPRQuestionEncoder folder (needed for a dense index)")
+                     help="the DPRQuestionEncoder folder (needed for a dense index and a reader)")
     ask.add_argument("--max-answer-length", type=int, default=30, metavar="N",
-                     help="tokens per answer span (30)")
+                     help="tokens per answer (30)")
+    ask.add_argument("--kind", choices=("token", "sequence"), default="token",
+                     help="RAG-Token or RAG-Sequence (thorough) decoding, with --model (token)")
+    ask.add_argument("--beam-size", type=int, default=4, metavar="B",
+                     help="beam size of RAG's decoding, with --model (4)")
     ask.set_defaults(run=_ask)
 
 
@@ -97,6 +103,7 @@ def _encoder(directory, option):
 
 def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from . import BM25, DenseRetriever
+    from .index import save_index_folder
     passages = _passages(args)
     if args.encoder is None:
         kind, index = "bm25", BM25().fit(passages)
@@ -104,40 +111,39 @@ def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         encoder, tokenizer = _encoder(args.encoder, "--encoder")
         kind = "dense"
         index = DenseRetriever(None, encoder, tokenizer).index_passages(passages)
-    os.makedirs(args.out, exist_ok=True)
-    index.save(os.path.join(args.out, FILES[kind]))
-    for name, content in ((PASSAGES, passages), (META, {"kind": kind, "size": len(passages)})):
-        data = json.dumps(content, ensure_ascii=False).encode("utf-8")
-        atomic_write(os.path.join(args.out, name), lambda file, data=data: file.write(data))
+    save_index_folder(args.out, index, passages)
     print(f"indexed {len(passages)} passages ({kind}) in {args.out}")
     return 0
+
+
+def _index_folder(args):
+    """``(kind, index, passages)`` of the index folder ``args.index``."""
+    from .index import load_index_folder
+    try:
+        return load_index_folder(args.index)
+    except ValueError as error:
+        _usage(f"DIR: {error}")
+
+
+def _check_k(args):
+    if args.k is not None and args.k < 1:
+        _usage(f"-k must be >= 1, got {args.k}")
 
 
 def _retrieve(args, query):
     """The ``args.k`` best passages of the index folder ``args.index`` for ``query``:
     ``(scores, ids, passages)``."""
-    from . import BM25, DenseRetriever, load_index
-    meta_path = os.path.join(args.index, META)
-    if not os.path.isfile(meta_path):
-        _usage(f"DIR: {args.index} is not an index folder (no {META}); write one with "
-                     "'index build'")
-    if args.k < 1:
-        _usage(f"-k must be >= 1, got {args.k}")
-    with open(meta_path, encoding="utf-8") as file:
-        kind = json.load(file).get("kind")
-    with open(os.path.join(args.index, PASSAGES), encoding="utf-8") as file:
-        passages = json.load(file)
-    path = os.path.join(args.index, FILES.get(kind, ""))
+    from . import DenseRetriever
+    kind, index, passages = _index_folder(args)
+    _check_k(args)
+    k = min(args.k, len(passages))
     if kind == "bm25":
-        scores, ids = BM25.load(path).search([query], min(args.k, len(passages)))
-    elif kind == "dense":
+        scores, ids = index.search([query], k)
+    else:
         if args.encoder is None:
             _usage("--encoder: a dense index needs the DPRQuestionEncoder folder")
         encoder, tokenizer = _encoder(args.encoder, "--encoder")
-        scores, ids = DenseRetriever(encoder, None, tokenizer).retrieve(
-            [query], load_index(path), min(args.k, len(passages)))
-    else:
-        _usage(f"DIR: {meta_path} names an unknown index kind {kind!r}")
+        scores, ids = DenseRetriever(encoder, None, tokenizer).retrieve([query], index, k)
     return scores[0], ids[0], passages
 
 
@@ -174,22 +180,53 @@ def read_answer(reader, tokenizer, question, passages, max_answer_length=30):
 
 
 def _ask(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ..data.tokenizers import load_tokenizer
-    from ..io.huggingface import from_pretrained
-    from ..models.bert import BertForQuestionAnswering
     if not args.question.strip():
         _usage("--question is empty")
     if args.max_answer_length < 1:
         _usage(f"--max-answer-length must be >= 1, got {args.max_answer_length}")
+    return _ask_reader(args) if args.model is None else _ask_rag(args)
+
+
+def _ask_reader(args):
+    from ..data.tokenizers import load_tokenizer
+    from ..io.huggingface import from_pretrained
+    from ..models.bert import BertForQuestionAnswering
     if not os.path.isdir(args.reader):
         _usage(f"--reader: {args.reader} is not a folder")
     reader = from_pretrained(args.reader)
     if not isinstance(reader, BertForQuestionAnswering):
         _usage(f"--reader: {args.reader} holds a {type(reader).__name__}, not a "
                "BertForQuestionAnswering")
+    args.k = 3 if args.k is None else args.k
     _, ids, passages = _retrieve(args, args.question)
     answer, score, which = read_answer(reader, load_tokenizer(args.reader), args.question,
                                        [passages[i] for i in ids], args.max_answer_length)
     passage = ids[which]
     print(f"{answer}\t(score {score:.4f}, passage #{passage}: {_shortened(passages[passage])})")
+    return 0
+
+
+def _ask_rag(args):
+    """The answer of the RAG saved in ``args.model``, retrieving from the index folder
+    ``args.index``, and the passages it read."""
+    from .rag import RAG
+    if args.beam_size < 1:
+        _usage(f"--beam-size must be >= 1, got {args.beam_size}")
+    _check_k(args)
+    if not os.path.isdir(args.model):
+        _usage(f"--model: {args.model} is not a folder")
+    kind, _, _ = _index_folder(args)
+    if kind != "dense":
+        _usage(f"DIR: {args.index} holds a {kind} index; --model retrieves from a dense index of "
+               f"the RAG's passage encoder, such as {os.path.join(args.model, 'index')}")
+    try:
+        rag = RAG.load(args.model, index=args.index)
+    except ValueError as error:
+        _usage(f"--model: {error}")
+    rag.n_docs = rag.n_docs if args.k is None else min(args.k, len(rag.passages))
+    answer = rag.generate([args.question], args.kind, beam_size=args.beam_size,
+                          max_len=args.max_answer_length)[0]
+    ids, _ = rag.retrieve([args.question])
+    print(f"{answer}\t(RAG-{args.kind.capitalize()}, passages "
+          + ", ".join(f"#{i}" for i in ids[0]) + ")")
     return 0

@@ -19,6 +19,11 @@ one interface, ``add(vectors)``, ``search(queries, k) -> (scores, ids)``, ``save
 whole corpus, as the marginals of eq 73 and 81-82 want); an empty index, queries of the wrong
 width and a non-positive ``k`` are errors. ``save`` writes one ``.npz`` checkpoint through
 :mod:`minitorch_nlp.io` (never pickled); ``load`` refuses a file that is not an index.
+
+An *index folder* (what ``minitorch-nlp index build`` writes, and what a saved RAG points to)
+keeps an index with its passages: ``index.json`` (its kind, ``"bm25"`` or ``"dense"``, and the
+number of passages), ``passages.json`` (the texts) and the index, ``bm25.npz`` or
+``vectors.npz``: :func:`save_index_folder` and :func:`load_index_folder`.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ import numpy as np
 from .. import checks
 from ..backends import get_backend
 from ..io import checkpoint
+from ..data.tokenizers.base import read_json, write_json
 
 __all__ = ["DenseIndex", "FaissIndex", "load_index", "top_k"]
 
@@ -271,3 +277,53 @@ def load_index(path, *, backend=None):
     except KeyError as missing:
         raise ValueError(f"load_index: {path!r} lacks the entry {missing}") from None
     raise ValueError(f"load_index: {path!r} holds an index of unknown kind {kind!r}")
+
+
+# ---- index folders: an index with its passages -------------------------------------------------
+INDEX_META, INDEX_PASSAGES = "index.json", "passages.json"
+INDEX_FILES = {"bm25": "bm25.npz", "dense": "vectors.npz"}
+
+
+def save_index_folder(directory, index, passages):
+    """Write ``index`` (a :class:`~minitorch_nlp.retrieval.BM25` or a :class:`DenseIndex`) and
+    its ``passages`` (the texts, in the index's order) as the index folder ``directory``
+    (created if needed; each file written atomically)."""
+    from .bm25 import BM25
+    kind = "dense" if isinstance(index, DenseIndex) else "bm25" if isinstance(index, BM25) \
+        else None
+    if kind is None:
+        raise TypeError(f"save_index_folder: expected a BM25 or a DenseIndex, got "
+                        f"{type(index).__name__}")
+    if len(index) != len(passages):
+        raise ValueError(f"save_index_folder: the index holds {len(index)} passages but "
+                         f"{len(passages)} texts were given")
+    os.makedirs(directory, exist_ok=True)
+    index.save(os.path.join(directory, INDEX_FILES[kind]))
+    write_json(os.path.join(directory, INDEX_PASSAGES), list(passages))
+    write_json(os.path.join(directory, INDEX_META), {"kind": kind, "size": len(passages)})
+
+
+def load_index_folder(directory, *, backend=None):
+    """``(kind, index, passages)`` of the index folder ``directory``: ``"bm25"`` and a
+    :class:`~minitorch_nlp.retrieval.BM25`, or ``"dense"`` and a :class:`DenseIndex` (its
+    vectors on ``backend``, default the active one). A folder that is not an index folder, or
+    whose passages do not match its index, is a ``ValueError`` naming it."""
+    from .bm25 import BM25
+    meta_path = os.path.join(directory, INDEX_META)
+    if not os.path.isfile(meta_path):
+        raise ValueError(f"{directory} is not an index folder (no {INDEX_META}); write one with "
+                         "'index build'")
+    kind = read_json(meta_path).get("kind")
+    if kind not in INDEX_FILES:
+        raise ValueError(f"{meta_path} names an unknown index kind {kind!r}")
+    paths = [os.path.join(directory, name) for name in (INDEX_PASSAGES, INDEX_FILES[kind])]
+    missing = [os.path.basename(path) for path in paths if not os.path.isfile(path)]
+    if missing:
+        raise ValueError(f"{directory} is an index folder without {' and '.join(missing)}; "
+                         "write it again with 'index build'")
+    passages = read_json(paths[0])
+    index = BM25.load(paths[1]) if kind == "bm25" else load_index(paths[1], backend=backend)
+    if len(index) != len(passages):
+        raise ValueError(f"{directory}: the index holds {len(index)} passages but "
+                         f"{INDEX_PASSAGES} {len(passages)}")
+    return kind, index, passages

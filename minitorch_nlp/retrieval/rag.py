@@ -15,26 +15,33 @@ beam search over the per-token marginal; RAG-Sequence searches each passage's be
 every hypothesis either under all k passages ("thorough") or only under the passages whose beam
 produced it, with the beam's own score ("fast").
 
-The generator is any seq2seq model with the section III Transformer's interface
-(:class:`~minitorch_nlp.models.transformer.Transformer`): ``generator(src, tgt_in,
-src_key_mask, tgt_key_mask)`` -> logits, ``start_decoding(src, src_key_mask)`` and ``step(tokens,
-state)`` for :mod:`minitorch_nlp.decoding`, ``beam_decode``, and ``pad_id``, ``bos_id``,
-``eos_id``.
+The generator is any encoder-decoder model with the library's one generation interface,
+:class:`~minitorch_nlp.decoding.Seq2SeqGeneration` (BART, as the paper; mBART, T5 and the
+section III Transformer speak it too): its ``encoder_decoder.encode`` / ``decode`` and ``logits``
+give the teacher-forced log-probabilities, ``start_decoding`` and ``step`` (with the decoder's
+key/value cache) drive the searches, and its config's ``decoder_start_token_id``,
+``eos_token_id`` and ``pad_token_id`` start, end and pad the answers. Decoding uses the model's
+own probabilities: a config's forced first or last token is not applied.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
 from .. import checks, cookbook, decoding
 from .. import functional as F
 from ..autograd import Tensor, no_grad, tensor
+from ..data.tokenizers.base import read_json, write_json
 from ..nn import Module
-from .index import DenseIndex
+from .dpr import DenseRetriever
+from .index import DenseIndex, load_index_folder, save_index_folder
 
 __all__ = ["RAG", "marginal_log_likelihood", "rag_sequence_log_likelihood",
            "rag_token_log_likelihood"]
 
 KINDS = ("sequence", "token")
+FORMAT, SETTINGS = "minitorch_nlp.rag", "rag.json"
 
 
 def _check_log_probs(doc_log_probs, token_log_probs, target_mask, where):
@@ -107,13 +114,15 @@ class RAG(Module):
         rag = RAG(retriever, index, passages, generator, tokenizer, n_docs=5)
         loss = rag.loss(questions, answers, kind="token")   # or "sequence"
         rag.generate(questions, kind="sequence", method="thorough")   # answers as text
+        rag.save("my_rag"); rag = RAG.load("my_rag")
 
     ``retriever``: a :class:`~minitorch_nlp.retrieval.DenseRetriever` (its question encoder is
     trained, its passage encoder is not used again); ``index``: a :class:`DenseIndex` of the
-    ``passages``' vectors; ``tokenizer``: one vocabulary for the generator's input and output,
-    with [PAD], [CLS] and [SEP], which the generator must use as ``pad_id``, ``bos_id`` and
-    ``eos_id``; ``n_docs``: the k passages retrieved (clamped to the corpus's size);
-    ``max_source_length``: tokens of "question // passage" kept."""
+    ``passages``' vectors; ``generator``: a ``decoding.Seq2SeqGeneration`` model, e.g.
+    ``BartForConditionalGeneration``; ``tokenizer``: the generator's vocabulary for its input and
+    output, whose padding id is the generator's ``pad_token_id``; ``n_docs``: the k passages
+    retrieved (clamped to the corpus's size); ``max_source_length``: tokens of "question //
+    passage" kept."""
 
     def __init__(self, retriever, index, passages, generator, tokenizer, n_docs=5,
                  max_source_length=96):
@@ -124,11 +133,16 @@ class RAG(Module):
         if len(index) != len(passages):
             raise ValueError(f"RAG: the index holds {len(index)} vectors but {len(passages)} "
                              "passages were given; index exactly these passages")
-        specials = (tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id)
-        generators = (generator.pad_id, generator.bos_id, generator.eos_id)
-        if specials != generators:
-            raise ValueError(f"RAG: the generator's pad/bos/eos ids {generators} must be the "
-                             f"tokenizer's [PAD]/[CLS]/[SEP] ids {specials}")
+        if not isinstance(generator, decoding.Seq2SeqGeneration):
+            raise TypeError(f"RAG: the generator must be an encoder-decoder model with "
+                            f"decoding.Seq2SeqGeneration (BartForConditionalGeneration, "
+                            f"T5ForConditionalGeneration, Transformer), got "
+                            f"{type(generator).__name__}")
+        config = generator.config
+        if tokenizer.pad_token_id != config.pad_token_id:
+            raise ValueError(f"RAG: the generator's pad_token_id={config.pad_token_id} must be "
+                             f"the tokenizer's padding id {tokenizer.pad_token_id}; build the "
+                             "generator's config from the tokenizer's special ids")
         self.question_encoder = retriever.question_encoder
         self.generator = generator
         self.retriever, self.index, self.passages = retriever, index, list(passages)
@@ -153,18 +167,27 @@ class RAG(Module):
         return batch["input_ids"], batch["attention_mask"].astype(bool)
 
     def _targets(self, answers):
-        """``tgt_in`` ([CLS] y), ``tgt_out`` (y [SEP]) and the mask of real target positions;
-        each answer is a string or a list of token ids."""
+        """The decoder's input (start y), its targets (y eos) and the mask of real target
+        positions; each answer is a string or a list of token ids."""
         rows = [self.tokenizer.encode(answer, add_special_tokens=False)
                 if isinstance(answer, str) else list(answer) for answer in answers]
         time = max(len(row) for row in rows) + 1
-        pad, bos, eos = self.generator.pad_id, self.generator.bos_id, self.generator.eos_id
+        config = self.generator.config
+        pad, start, eos = config.pad_token_id, config.decoder_start_token_id, config.eos_token_id
         tgt_in = np.full((len(rows), time), pad, dtype=np.int64)
         tgt_out = np.full((len(rows), time), pad, dtype=np.int64)
         for r, row in enumerate(rows):
-            tgt_in[r, :len(row) + 1] = [bos, *row]
+            tgt_in[r, :len(row) + 1] = [start, *row]
             tgt_out[r, :len(row) + 1] = [*row, eos]
         return tgt_in, tgt_out, tgt_out != pad
+
+    def _logits(self, src, src_mask, tgt_in):
+        """The generator's teacher-forced logits (rows, T, V): the encoder once, then the
+        decoder over the whole target (causal, so padding after a row's end changes nothing
+        before it)."""
+        parts = self.generator.encoder_decoder
+        memory = parts.encode(src, src_mask).last_hidden_state
+        return self.generator.logits(parts.decode(tgt_in, memory, src_mask).last_hidden_state)
 
     def token_log_probs(self, questions, doc_ids, answers):
         """log p_theta(y_i | x, z, y_<i) of each answer (a string or token ids) under each of its
@@ -174,8 +197,8 @@ class RAG(Module):
         tgt_in, tgt_out, target_mask = self._targets(answers)
         k = doc_ids.shape[1]
         tgt_in, tgt_out_k = np.repeat(tgt_in, k, axis=0), np.repeat(tgt_out, k, axis=0)
-        logits = self.generator(src, tgt_in, src_mask, np.repeat(target_mask, k, axis=0))
-        log_probs = -F.cross_entropy(logits, tgt_out_k, ignore_index=self.generator.pad_id,
+        log_probs = -F.cross_entropy(self._logits(src, src_mask, tgt_in), tgt_out_k,
+                                     ignore_index=self.generator.config.pad_token_id,
                                      reduction="none")
         return log_probs.reshape(len(questions), k, tgt_out.shape[1]), target_mask
 
@@ -198,9 +221,8 @@ class RAG(Module):
     # ---- decoding -------------------------------------------------------------------------------
     def _answer_ids(self, ids):
         """A generated row up to its <eos>, as a tuple of ids."""
-        ids = [int(i) for i in ids]
-        return tuple(ids[:ids.index(self.generator.eos_id)] if self.generator.eos_id in ids
-                     else ids)
+        ids, eos = [int(i) for i in ids], self.generator.config.eos_token_id
+        return tuple(ids[:ids.index(eos)] if eos in ids else ids)
 
     def _text(self, ids):
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -220,6 +242,12 @@ class RAG(Module):
                                             max_len)
             return self._generate_sequence(questions, doc_ids, doc_log_probs, beam_size,
                                            max_len, method)
+
+    def _search_ids(self):
+        """The start, end and padding ids of the generator's config, as the searches name them."""
+        config = self.generator.config
+        return dict(bos_id=config.decoder_start_token_id, eos_id=config.eos_token_id,
+                    pad_id=config.pad_token_id)
 
     def _per_doc_sources(self, questions, doc_ids):
         """The sources of passage j of every question, for each j: k arrays of (batch, S)."""
@@ -242,17 +270,17 @@ class RAG(Module):
                               "doc_log_probs": state["doc_log_probs"]}
 
         ids, _ = decoding.beam_search(step, {"docs": states, "doc_log_probs": doc_log_probs},
-                                      batch_size=len(questions), bos_id=self.generator.bos_id,
-                                      eos_id=self.generator.eos_id, max_len=max_len,
+                                      batch_size=len(questions), max_len=max_len,
                                       beam_size=beam_size, length_penalty=0.0,
-                                      pad_id=self.generator.pad_id)
+                                      **self._search_ids())
         return [self._text(self._answer_ids(row)) for row in ids]
 
     def _generate_sequence(self, questions, doc_ids, doc_log_probs, beam_size, max_len, method):
         batch, k = doc_ids.shape
         # each passage's beam: its best hypothesis and log p_theta(y | x, z) (no length penalty)
-        beams = [self.generator.beam_decode(src, mask, beam_size=beam_size, max_len=max_len,
-                                            length_penalty=0.0)
+        beams = [decoding.beam_search(self.generator.step, self.generator.start_decoding(src, mask),
+                                      batch_size=batch, max_len=max_len, beam_size=beam_size,
+                                      length_penalty=0.0, **self._search_ids())
                  for src, mask in self._per_doc_sources(questions, doc_ids)]
         answers = []
         for b in range(batch):
@@ -275,3 +303,59 @@ class RAG(Module):
                     token_log_probs, target_mask=mask).numpy()
             answers.append(self._text(candidates[int(np.argmax(marginals))]))
         return answers
+
+    # ---- saving ---------------------------------------------------------------------------------
+    def save(self, directory):
+        """Write this RAG as the folder ``directory`` (created if needed), nothing pickled:
+
+        * ``generator/`` and ``question_encoder/``: HuggingFace-format folders (``config.json``
+          and ``model.safetensors``), each with its tokenizer; the generator must be a model
+          that format holds (``BartForConditionalGeneration``, mBART, T5);
+        * ``index/``: the fixed passage index with its passages, an index folder as
+          ``minitorch-nlp index build`` writes it;
+        * ``rag.json``: ``n_docs``, ``max_source_length``, the retriever's ``max_length`` and
+          the index folder's path (relative to ``directory``) and its vectors' width."""
+        from ..io.huggingface import save_pretrained
+        for name, model, tokenizer in (("generator", self.generator, self.tokenizer),
+                                       ("question_encoder", self.question_encoder,
+                                        self.retriever.tokenizer)):
+            save_pretrained(model, os.path.join(directory, name))
+            tokenizer.save(os.path.join(directory, name))
+        save_index_folder(os.path.join(directory, "index"), self.index, self.passages)
+        write_json(os.path.join(directory, SETTINGS), {
+            "format": FORMAT, "n_docs": self.n_docs, "max_source_length": self.max_source_length,
+            "retriever_max_length": self.retriever.max_length, "index": "index",
+            "dim": self.index.dim})
+
+    @classmethod
+    def load(cls, directory, index=None, *, backend=None):
+        """The RAG that :meth:`save` wrote to ``directory``, retrieving from the index folder
+        ``index`` (default: the one saved with it; another must hold vectors of the same
+        passage encoder). ``backend``: where the models and the index go (default: the active
+        one). The models come back in ``eval()`` mode."""
+        from ..data.tokenizers import load_tokenizer
+        from ..io.huggingface import from_pretrained
+        settings = read_json(os.path.join(directory, SETTINGS))
+        if not isinstance(settings, dict) or settings.get("format") != FORMAT:
+            raise ValueError(f"RAG.load: {directory} is not a saved RAG (no {SETTINGS} of "
+                             f"format {FORMAT!r}); write one with RAG.save")
+        folder = os.path.join(directory, settings["index"]) if index is None else index
+        kind, dense_index, passages = load_index_folder(folder, backend=backend)
+        if kind != "dense":
+            raise ValueError(f"RAG.load: {folder} holds a {kind} index; RAG retrieves from a "
+                             "dense index of its passage encoder's vectors ('index build "
+                             "--encoder CTX_DIR')")
+        if dense_index.dim != settings["dim"]:
+            raise ValueError(f"RAG.load: the index in {folder} holds vectors of width "
+                             f"{dense_index.dim}, but this RAG's question encoder gives "
+                             f"{settings['dim']}; index the passages with the RAG's passage "
+                             "encoder")
+        parts = {name: (from_pretrained(os.path.join(directory, name), backend=backend),
+                        load_tokenizer(os.path.join(directory, name)))
+                 for name in ("generator", "question_encoder")}
+        question_encoder, question_tokenizer = parts["question_encoder"]
+        retriever = DenseRetriever(question_encoder, None, question_tokenizer,
+                                   max_length=settings["retriever_max_length"])
+        generator, tokenizer = parts["generator"]
+        return cls(retriever, dense_index, passages, generator, tokenizer,
+                   n_docs=settings["n_docs"], max_source_length=settings["max_source_length"])
