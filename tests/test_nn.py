@@ -2,6 +2,7 @@
 their error messages, repr, moving), the layers, the containers and ``nn.init``."""
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections import OrderedDict
@@ -840,3 +841,30 @@ def test_replaced_tensors_refuses_unknown_names_wrong_shapes_and_arrays(tensors,
     with pytest.raises(error, match=message):
         nn.functional_call(layer, tensors, mt.ones(1, 3))
     assert layer.weight is original
+
+
+def test_a_deep_copied_model_trains_on_its_own_after_the_original_has_trained():
+    """The copy of a parameter that has been through backward gets its own gradient
+    accumulator: gradients on the copy used to land in the original's .grad (the accumulator
+    was copied with a reference back to the original)."""
+    layer = nn.Linear(3, 2)
+    x = mt.tensor(np.ones((4, 3), dtype=np.float32))
+    layer(x).sum().backward()
+    mt.optim.AdamW(layer.parameters(), lr=0.1).step()
+    twin = copy.deepcopy(layer)
+    assert type(twin.weight) is nn.Parameter and twin.weight.requires_grad
+    assert not np.shares_memory(twin.weight.data, layer.weight.data)
+    before, original = twin.weight.numpy().copy(), layer.weight.numpy().copy()
+    twin.zero_grad()
+    optimizer = mt.optim.AdamW(twin.parameters(), lr=0.1)
+    twin(x).sum().backward()
+    optimizer.step()
+    assert twin.weight.grad is not None
+    assert not np.allclose(twin.weight.numpy(), before)
+    np.testing.assert_array_equal(layer.weight.numpy(), original)
+
+
+def test_a_recorded_tensor_deep_copies_as_a_detached_leaf():
+    x = mt.tensor([1.0, 2.0], requires_grad=True)
+    y = copy.deepcopy(x * 2)
+    assert y.is_leaf and not y.requires_grad and y.tolist() == [2.0, 4.0]

@@ -1,6 +1,7 @@
 """``Tensor``: one backend array, its gradient, and the node of the graph that produced it."""
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -70,6 +71,24 @@ class Tensor:
         t.grad = None
         t.requires_grad = node is not None
         return t
+
+    def __deepcopy__(self, memo):
+        """A new leaf with copies of the data and of ``.grad``, and no graph. The gradient
+        accumulator is not copied: it points back at this tensor, so gradients of a copied model
+        would land in the original. A tensor recorded by a graph copies as a detached leaf."""
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        new.data = copy.deepcopy(self.data, memo)
+        new._backend = self._backend
+        new._node = None
+        new._leaf_node = None
+        new._version = [0]
+        new._is_view = False
+        new.grad = copy.deepcopy(self.grad, memo)
+        new.requires_grad = self.requires_grad and self._node is None
+        if hasattr(self, "__dict__"):   # subclasses (Parameter) may carry attributes
+            new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return new
 
     # ---- properties ------------------------------------------------------------------------------
     @property
