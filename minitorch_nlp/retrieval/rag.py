@@ -17,7 +17,7 @@ produced it, with the beam's own score ("fast").
 
 The generator is any encoder-decoder model with the library's one generation interface,
 :class:`~minitorch_nlp.decoding.Seq2SeqGeneration` (BART, as the paper; mBART, T5 and the
-section III Transformer speak it too): its ``encoder_decoder.encode`` / ``decode`` and ``logits``
+section IV Transformer speak it too): its ``encoder_decoder.encode`` / ``decode`` and ``logits``
 give the teacher-forced log-probabilities, ``start_decoding`` and ``step`` (with the decoder's
 key/value cache) drive the searches, and its config's ``decoder_start_token_id``,
 ``eos_token_id`` and ``pad_token_id`` start, end and pad the answers. Decoding uses the model's
