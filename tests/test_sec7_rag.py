@@ -1,6 +1,6 @@
 """Section VII-C/D: REALM's marginal (eq 73) and RAG-Sequence / RAG-Token (Lewis et al., 2020,
 eq 81-82) with a DPR retriever and a BART generator (any ``decoding.Seq2SeqGeneration`` model:
-the section III Transformer runs through the same code).
+the section IV Transformer runs through the same code).
 
 The equations against their references are in ``tests/test_check.py``; here: the marginal over
 k = |Z| retrieved passages equals the brute-force sum over the whole corpus, RAG-Token with one
