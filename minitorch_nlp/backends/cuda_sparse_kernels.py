@@ -24,6 +24,7 @@ import math
 import numpy as np
 from numba import cuda
 
+from . import numba_sparse_kernels
 from .cuda_kernels import _Heads, _run
 from .numba_backend import _slots_by_position
 
@@ -111,6 +112,11 @@ def _grouped_score_gradients_kernel(grad, v, key_index, probs, heads, scale, dsc
         dscores[pair, g, i, j] = (dscores[pair, g, i, j] - shift) * probs[pair, g, i, j] * scale
 
 
+# The numba backend's loop body for one (pair, position) row is plain Python with nothing
+# CPU-only in it, so the GPU compiles the same function as a device function.
+_position_gradients = cuda.jit(device=True)(numba_sparse_kernels._position_gradients)
+
+
 @cuda.jit(cache=True)
 def _grouped_position_gradients_kernel(grad, q, k, query_index, key_index, probs, dscores,
                                        query_slots, query_starts, key_slots, key_starts, heads,
@@ -118,42 +124,10 @@ def _grouped_position_gradients_kernel(grad, q, k, query_index, key_index, probs
     """dq, dk, dv (pairs, T, d) of position t: ``query_slots[.., s]`` for s in
     ``query_starts[.., t] .. query_starts[.., t + 1]`` are the flat slots g * Q + i where t is a
     query (the same for keys, g * K + j)."""
-    time = q.shape[1]
-    n = cuda.grid(1)
-    if n >= q.shape[0] * time:
-        return
-    pair, t = n // time, n % time
-    b, h = pair // heads, pair % heads
-    qb, qh = _index_row(query_index, b, h)
-    kb, kh = _index_row(key_index, b, h)
-    per_query, per_key = probs.shape[2], probs.shape[3]
-    for e in range(q.shape[2]):
-        dq[pair, t, e] = 0.0
-        dk[pair, t, e] = 0.0
-    for e in range(dv.shape[2]):
-        dv[pair, t, e] = 0.0
-    for s in range(query_starts[qb, qh, t], query_starts[qb, qh, t + 1]):
-        slot = query_slots[qb, qh, s]
-        g, i = slot // per_query, slot % per_query
-        for j in range(per_key):
-            ds = dscores[pair, g, i, j]
-            if ds != 0:
-                u = key_index[kb, kh, g, j]
-                for e in range(q.shape[2]):
-                    dq[pair, t, e] += ds * k[pair, u, e]
-    for s in range(key_starts[kb, kh, t], key_starts[kb, kh, t + 1]):
-        slot = key_slots[kb, kh, s]
-        g, j = slot // per_key, slot % per_key
-        for i in range(per_query):
-            ds = dscores[pair, g, i, j]
-            if ds != 0:
-                u = query_index[qb, qh, g, i]
-                for e in range(q.shape[2]):
-                    dk[pair, t, e] += ds * q[pair, u, e]
-            p = probs[pair, g, i, j]
-            if p != 0:
-                for e in range(dv.shape[2]):
-                    dv[pair, t, e] += p * grad[pair, g, i, e]
+    row = cuda.grid(1)
+    if row < q.shape[0] * q.shape[1]:
+        _position_gradients(grad, q, k, query_index, key_index, probs, dscores, query_slots,
+                            query_starts, key_slots, key_starts, heads, dq, dk, dv, row)
 
 
 def _host_index(index):
