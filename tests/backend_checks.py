@@ -372,7 +372,7 @@ def test_banded_attention_with_a_wide_window_is_full_attention(gpu_backend, inpu
     assert_same(banded[1], full[1])
 
 
-# ---- grouped attention, causal linear attention (the NumPy backend's array-module code) -----------
+# ---- grouped attention (the NumPy backend's array-module code), causal linear attention ---------
 def _moved(backend, arrays):
     return [None if a is None else backend.asarray(a) for a in arrays]
 

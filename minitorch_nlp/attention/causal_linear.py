@@ -3,7 +3,8 @@ operation: out_i = phi(q_i) S_i / (phi(q_i) . z_i) with the prefix sums
 S_i = sum_{j<=i} phi(k_j) v_j^T and z_i = sum_{j<=i} phi(k_j).
 
 ``CausalLinearAttention`` runs the backend's kernel (NumPy: chunk products and running sums;
-numba: one running sum per (batch, head) pair, ``backends/numba_linear_kernels.py``) and, for
+numba: one running sum per (batch, head) pair, ``backends/numba_linear_kernels.py``; CuPy: the
+same as numba.cuda kernels, ``backends/cuda_linear_kernels.py``) and, for
 second derivatives, differentiates ``composite``: the same chunked computation from the engine's
 operations.
 """

@@ -2,7 +2,8 @@
 
 ``xp`` is ``cupy``, so every engine operation runs on the GPU through CuPy's NumPy-compatible
 functions, and the fused kernels of the Backend protocol launch the kernels of ``cuda_kernels``
-on CuPy arrays (numba reads them through ``__cuda_array_interface__``; nothing is copied).
+(grouped and causal linear attention: ``cuda_sparse_kernels``, ``cuda_linear_kernels``) on
+CuPy arrays (numba reads them through ``__cuda_array_interface__``; nothing is copied).
 
 Attention keeps only each query row's log-sum-exp for backward (O(n) memory, not the n x n
 probabilities the NumPy backend keeps), so its ``state`` differs from NumPy's; states are private
@@ -13,6 +14,7 @@ compile for it, and raises ``RuntimeError`` saying what to install otherwise.
 """
 from __future__ import annotations
 
+from .numba_backend import _float_dtype
 from .numpy_backend import NumpyBackend
 
 INSTALL_HINT = "the cupy backend needs an NVIDIA GPU and CuPy: pip install 'minitorch-nlp[gpu]'"
@@ -55,6 +57,10 @@ class CupyBackend:
         (cupy, cupyx.scipy.special, cuda_kernels) once the GPU is checked. The tests pass NumPy
         (with an ``asnumpy``) as the array module to run the kernels under the CUDA simulator."""
         self.xp, self._special, self._kernels = modules or _import_gpu_stack()
+        # imported here, as cuda_kernels is, so that importing this module needs no numba.cuda
+        from . import cuda_linear_kernels, cuda_sparse_kernels
+
+        self._linear_kernels, self._sparse_kernels = cuda_linear_kernels, cuda_sparse_kernels
 
     def __repr__(self):
         return f"<backend {self.name}>"
@@ -142,13 +148,43 @@ class CupyBackend:
         return self._kernels.banded_attention_backward(grad, q, k, v, lse, scale, window,
                                                        dilation, causal, forward_mask)
 
-    # ---- grouped attention, causal linear attention: the NumPy backend's array-module code, its
-    # products run by cuBLAS (no numba.cuda kernel of their own yet)
-    grouped_attention = NumpyBackend.grouped_attention
-    grouped_attention_backward = NumpyBackend.grouped_attention_backward
+    # ---- grouped attention: the kernels of ``cuda_sparse_kernels`` on float32 or float64 arrays
+    # (state: the (B*H, G, Q, K) probabilities); other dtypes, and a state the NumPy code made,
+    # take the NumPy backend's array-module code
+    def grouped_attention(self, q, k, v, query_index, key_index, allowed, key_mask, bias, scale):
+        if _float_dtype(q, k, v) is None:
+            return NumpyBackend.grouped_attention(self, q, k, v, query_index, key_index, allowed,
+                                                  key_mask, bias, scale)
+        return self._sparse_kernels.grouped_attention(q, k, v, query_index, key_index, allowed,
+                                                      key_mask, bias, scale)
+
+    def grouped_attention_backward(self, grad, q, k, v, state, query_index, key_index, scale):
+        dtype = _float_dtype(q, k, v)
+        if dtype is None or state.ndim != 4 or state.dtype != dtype:
+            return NumpyBackend.grouped_attention_backward(self, grad, q, k, v, state,
+                                                           query_index, key_index, scale)
+        return self._sparse_kernels.grouped_attention_backward(grad, q, k, v, state, query_index,
+                                                               key_index, scale)
+
     _group_visible = NumpyBackend._group_visible
-    causal_linear_attention = NumpyBackend.causal_linear_attention
-    causal_linear_attention_backward = NumpyBackend.causal_linear_attention_backward
+
+    # ---- causal linear attention: the prefix-sum kernels of ``cuda_linear_kernels`` on float32
+    # or float64 arrays (state: out and the (B*H, T) denominators); other dtypes, and a state the
+    # NumPy code made, take the NumPy backend's chunked array-module code
+    def causal_linear_attention(self, qf, kf, v, chunk):
+        if _float_dtype(qf, kf, v) is None:
+            return NumpyBackend.causal_linear_attention(self, qf, kf, v, chunk)
+        out, den = self._linear_kernels.causal_linear_attention(qf, kf, v)
+        return out, (out, den)
+
+    def causal_linear_attention_backward(self, grad, qf, kf, v, state, chunk):
+        out, den = state
+        if _float_dtype(qf, kf, v) is None or den.ndim != 2:
+            return NumpyBackend.causal_linear_attention_backward(self, grad, qf, kf, v, state,
+                                                                 chunk)
+        return self._linear_kernels.causal_linear_attention_backward(
+            self.xp.asarray(grad, dtype=v.dtype), qf, kf, v, out, den)
+
     lsh_round_masks = staticmethod(NumpyBackend.lsh_round_masks)   # NumPy index arrays
 
     # ---- low-precision products -------------------------------------------------------------

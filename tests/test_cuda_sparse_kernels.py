@@ -1,0 +1,177 @@
+"""The numba.cuda kernels of the long-sequence attention operations, run on the CPU by the CUDA
+simulator (``NUMBA_ENABLE_CUDASIM=1`` set before Python starts, as for ``test_backend_cuda.py``)::
+
+    NUMBA_ENABLE_CUDASIM=1 python -m pytest -m cudasim tests/test_cuda_sparse_kernels.py
+
+Without it every test here is skipped. The launchers are called directly on tiny NumPy arrays (the
+simulator runs every GPU thread as a Python thread) and compared, values and gradients, with the
+NumPy backend's methods in float64 and float32; then the CuPy backend's wiring: it uses the
+kernels on float32 / float64 and falls back to the NumPy backend's code on other dtypes and on a
+state that code made.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minitorch_nlp.backends import cuda_linear_kernels, cuda_sparse_kernels
+from minitorch_nlp.backends.numpy_backend import NumpyBackend
+from tests.test_backend_cuda import SIMULATOR, gpu_backend  # noqa: F401 - the fixture
+
+pytestmark = [
+    pytest.mark.cudasim,
+    pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator: NUMBA_ENABLE_CUDASIM=1 "
+                                             "set before Python starts"),
+]
+
+REFERENCE = NumpyBackend()
+TOLERANCE = {np.float64: dict(rtol=1e-10, atol=1e-12), np.float32: dict(rtol=2e-5, atol=2e-5)}
+# (batch, heads, time, features m, value width d_v): m above and below d_v, a single position
+SHAPES = [(1, 2, 5, 3, 4), (2, 1, 4, 4, 2), (1, 1, 1, 2, 3)]
+
+
+def _linear_inputs(shape, dtype, seed=0):
+    """Positive features (as phi makes them), values and an output cotangent."""
+    batch, heads, time, width, values = shape
+    rng = np.random.default_rng(seed)
+    qf, kf = (np.exp(rng.uniform(-1, 1, (batch, heads, time, width))).astype(dtype)
+              for _ in range(2))
+    v = rng.standard_normal((batch, heads, time, values)).astype(dtype)
+    grad = rng.standard_normal((batch, heads, time, values)).astype(dtype)
+    return qf, kf, v, grad
+
+
+def _assert_close(got, want, dtype):
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype == dtype, f"output {i}"
+        np.testing.assert_allclose(g, w, **TOLERANCE[dtype], err_msg=f"output {i}")
+
+
+# ---- causal linear attention (the Performer's prefix sums) ---------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_causal_linear_kernels_match_the_numpy_backend(shape, dtype):
+    qf, kf, v, grad = _linear_inputs(shape, dtype)
+    out, den = cuda_linear_kernels.causal_linear_attention(qf, kf, v)
+    want_out, want_state = REFERENCE.causal_linear_attention(qf, kf, v, 2)
+    _assert_close((out, den), (want_out, want_state[1].reshape(den.shape)), dtype)
+    grads = cuda_linear_kernels.causal_linear_attention_backward(grad, qf, kf, v, out, den)
+    want = REFERENCE.causal_linear_attention_backward(grad, qf, kf, v, want_state, 2)
+    _assert_close(grads, want, dtype)
+
+
+def test_causal_linear_kernels_take_strided_views():
+    """Features and values given as views with the time axis not contiguous."""
+    qf, kf, v, grad = (np.ascontiguousarray(a.swapaxes(2, 3)).swapaxes(2, 3)
+                       for a in _linear_inputs((1, 2, 4, 3, 3), np.float64, seed=1))
+    assert not qf.flags.c_contiguous
+    out, den = cuda_linear_kernels.causal_linear_attention(qf, kf, v)
+    want_out, want_state = REFERENCE.causal_linear_attention(qf, kf, v, 3)
+    _assert_close((out,), (want_out,), np.float64)
+    _assert_close(cuda_linear_kernels.causal_linear_attention_backward(grad, qf, kf, v, out, den),
+                  REFERENCE.causal_linear_attention_backward(grad, qf, kf, v, want_state, 3),
+                  np.float64)
+
+
+def test_the_cupy_backend_runs_the_causal_linear_kernels(gpu_backend):  # noqa: F811
+    qf, kf, v, grad = _linear_inputs((1, 2, 3, 2, 2), np.float32, seed=2)
+    out, state = gpu_backend.causal_linear_attention(qf, kf, v, 2)
+    assert state[1].shape == (2, 3)                   # the kernels' (pairs, time) denominators
+    want_out, want_state = REFERENCE.causal_linear_attention(qf, kf, v, 2)
+    _assert_close((out,), (want_out,), np.float32)
+    _assert_close(gpu_backend.causal_linear_attention_backward(grad, qf, kf, v, state, 2),
+                  REFERENCE.causal_linear_attention_backward(grad, qf, kf, v, want_state, 2),
+                  np.float32)
+
+
+def test_the_cupy_backend_falls_back_to_numpy_code_off_the_kernels(gpu_backend):  # noqa: F811
+    """float16 has no kernel, and a state made by the NumPy code is not the kernels' state: both
+    take the NumPy backend's chunked code."""
+    qf, kf, v, grad = _linear_inputs((1, 1, 3, 2, 2), np.float16, seed=3)
+    out, state = gpu_backend.causal_linear_attention(qf, kf, v, 2)
+    want_out, want_state = REFERENCE.causal_linear_attention(qf, kf, v, 2)
+    assert state[1].shape == want_state[1].shape == (1, 1, 3, 1)
+    np.testing.assert_array_equal(out, want_out)
+    got = gpu_backend.causal_linear_attention_backward(grad, qf, kf, v, state, 2)
+    want = REFERENCE.causal_linear_attention_backward(grad, qf, kf, v, want_state, 2)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    qf, kf, v, grad = _linear_inputs((1, 1, 3, 2, 2), np.float64, seed=3)
+    numpy_state = REFERENCE.causal_linear_attention(qf, kf, v, 2)[1]
+    _assert_close(gpu_backend.causal_linear_attention_backward(grad, qf, kf, v, numpy_state, 2),
+                  REFERENCE.causal_linear_attention_backward(grad, qf, kf, v, numpy_state, 2),
+                  np.float64)
+
+
+# ---- grouped attention (the sparse patterns' groups of queries and keys) -------------------------
+def _grouped_inputs(dtype, batch=2, heads=2, time=5, seed=0):
+    """q, k, v (batch, heads, time, 4) with two groups of two queries and three keys each: the
+    query index shared over the batch, the key index over the heads, a repeated position, a key
+    mask hiding the last position of batch row 1, an ``allowed`` that leaves query (0, 0, 1, 1)
+    no key, a constant bias; and a cotangent for the output and log-sum-exp column."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((batch, heads, time, 4)).astype(dtype) for _ in range(3))
+    query_index = np.array([[[0, 1], [3, 3]], [[2, 4], [1, 0]]])[None, :heads]
+    key_index = np.array([[0, 1, 2], [2, 3, 4]])[None, None].repeat(batch, axis=0)
+    allowed = rng.random((batch, heads, 2, 2, 3)) < 0.8
+    allowed[0, 0, 1, 1] = False
+    key_mask = np.ones((batch, time), bool)
+    key_mask[-1, -1] = False
+    bias = rng.standard_normal((1, heads, 2, 2, 3))
+    grad = rng.standard_normal((batch, heads, 2, 2, 5)).astype(dtype)
+    return q, k, v, query_index, key_index, allowed, key_mask, bias, grad
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("with_mask_and_bias", [True, False])
+def test_grouped_attention_kernels_match_the_numpy_backend(dtype, with_mask_and_bias):
+    q, k, v, query_index, key_index, allowed, key_mask, bias, grad = _grouped_inputs(dtype)
+    if not with_mask_and_bias:
+        key_mask = bias = None
+    out, probs = cuda_sparse_kernels.grouped_attention(q, k, v, query_index, key_index, allowed,
+                                                       key_mask, bias, 0.7)
+    want_out, want_probs = REFERENCE.grouped_attention(q, k, v, query_index, key_index, allowed,
+                                                       key_mask, bias, 0.7)
+    _assert_close((out, probs), (want_out, want_probs.reshape(probs.shape)), dtype)
+    if with_mask_and_bias:
+        assert out[0, 0, 1, 1, -1] == -np.inf and not out[0, 0, 1, 1, :-1].any()
+    grads = cuda_sparse_kernels.grouped_attention_backward(grad, q, k, v, probs, query_index,
+                                                           key_index, 0.7)
+    want = REFERENCE.grouped_attention_backward(grad, q, k, v, want_probs, query_index,
+                                                key_index, 0.7)
+    _assert_close(grads, want, dtype)
+
+
+def test_the_cupy_backend_runs_the_grouped_attention_kernels(gpu_backend):  # noqa: F811
+    q, k, v, query_index, key_index, allowed, key_mask, bias, grad = _grouped_inputs(
+        np.float32, batch=1, heads=1, time=4, seed=1)
+    key_index = np.minimum(key_index, 3)
+    args = (query_index, key_index, allowed, key_mask, bias)
+    out, state = gpu_backend.grouped_attention(q, k, v, *args, 0.7)
+    assert state.shape == (1, 2, 2, 3)               # the kernels' (pairs, G, Q, K) probabilities
+    want_out, want_state = REFERENCE.grouped_attention(q, k, v, *args, 0.7)
+    _assert_close((out,), (want_out,), np.float32)
+    _assert_close(gpu_backend.grouped_attention_backward(grad, q, k, v, state, query_index,
+                                                         key_index, 0.7),
+                  REFERENCE.grouped_attention_backward(grad, q, k, v, want_state, query_index,
+                                                       key_index, 0.7), np.float32)
+
+
+def test_the_cupy_backend_falls_back_to_numpy_code_off_grouped_kernels(gpu_backend):  # noqa: F811
+    """float16 has no kernel, and the NumPy code's (B, H, G, Q, K) probabilities are not the
+    kernels' state: both take the NumPy backend's code."""
+    for dtype in (np.float16, np.float64):
+        q, k, v, query_index, key_index, allowed, key_mask, bias, grad = _grouped_inputs(
+            dtype, batch=1, heads=1, time=5, seed=2)
+        args = (query_index, key_index, allowed, key_mask, bias)
+        want_out, want_state = REFERENCE.grouped_attention(q, k, v, *args, 0.7)
+        if dtype == np.float16:
+            out, state = gpu_backend.grouped_attention(q, k, v, *args, 0.7)
+            assert state.shape == want_state.shape
+            np.testing.assert_array_equal(out, want_out)
+        got = gpu_backend.grouped_attention_backward(grad, q, k, v, want_state, query_index,
+                                                     key_index, 0.7)
+        want = REFERENCE.grouped_attention_backward(grad, q, k, v, want_state, query_index,
+                                                    key_index, 0.7)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
