@@ -351,9 +351,11 @@ def banded_section(args, peers, have_numba):
     w, d, h, itemsize = BAND_WINDOW, HEAD_DIM, BAND_HEADS, np.dtype(DTYPE).itemsize
     band = 2 * w + 1
     estimates = {  # (peak bytes, flops) of forward + backward, to skip what does not fit
-        # the numpy kernel gathers the keys (then the values) of every query: (B, H, n, band, d)
-        "numpy banded": lambda n: (h * n * band * (d + 4) * itemsize, 6 * h * n * band * d),
-        "numba banded": lambda n: (4 * h * n * band * itemsize, 6 * h * n * band * d),
+        # both compute the band in blocks of 64 queries (``BandBlocks``): 64 + 2w keys each
+        "numpy banded": lambda n: (4 * h * n * (band + 63) * itemsize,
+                                   6 * h * n * (band + 63) * d),
+        "numba banded": lambda n: (4 * h * n * (band + 63) * itemsize,
+                                   6 * h * n * (band + 63) * d),
         "numpy full": lambda n: (3 * h * n * n * itemsize, 6 * h * n * n * d),
         "numba full": lambda n: (8 * h * n * d * itemsize, 8 * h * n * n * d),
         "pytorch band mask": lambda n: (4 * h * n * n * itemsize, 6 * h * n * n * d),

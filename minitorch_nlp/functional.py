@@ -721,7 +721,8 @@ def scaled_dot_product_attention(q, k, v, *, mask=None, bias=None, causal=False,
 def banded_attention(q, k, v, *, window, dilation=1, causal=False, key_mask=None, scale=None):
     """Sliding-window self-attention (Longformer's local pattern, Beltagy et al., 2020): query i
     sees keys i + o * dilation for -window <= o <= window (o <= 0 when ``causal``). Memory grows
-    as time * (2 * window + 1), not time^2; with window >= time it equals full attention."""
+    as time * (2 * window + 1) (plus a block of 16-64 queries when the band is computed in
+    blocks), not time^2; with window >= time it equals full attention."""
     q, k, v, mask = _attention_inputs(q, k, v, key_mask, "banded_attention")
     k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
     if q.shape[2] != k.shape[2]:

@@ -1,4 +1,5 @@
-"""Properties of ``F.scaled_dot_product_attention`` and ``F.banded_attention`` on the NumPy backend.
+"""Properties of ``F.scaled_dot_product_attention`` and ``F.banded_attention`` on the NumPy backend
+(wide bands on the numba backend too).
 
 The reference below is written independently of the library: loops over (batch, head), the
 textbook softmax exp(s) / sum exp(s) (inputs are small, so no shift is needed) and masks applied
@@ -8,6 +9,7 @@ with -inf. HIPS autograd differentiates it; the engine's gradients come from ``m
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 
@@ -19,6 +21,7 @@ from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
+from minitorch_nlp.backends.numpy_backend import BandBlocks, NumpyBackend
 from minitorch_nlp.testing import strategies as S
 
 pytestmark = [pytest.mark.sec4, pytest.mark.eq(11, 12)]
@@ -147,6 +150,39 @@ def test_banded_attention_follows_the_dilated_band(inputs, window, dilation, cau
                                   key_mask=key_mask)
 
     assert_matches_reference(banded, (q, k, v), allowed, default_scale(q), seed)
+
+
+BACKENDS = ["numpy"] + (["numba"] if importlib.util.find_spec("numba") else [])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n, window, dilation, causal", [
+    (150, 40, 1, False), (150, 70, 1, True), (131, 24, 3, False), (97, 33, 2, True),
+    (40, 100, 1, False)])
+def test_a_wide_band_runs_in_blocks_and_follows_the_band(backend, n, window, dilation, causal):
+    """Bands wider than a block of queries (several blocks, the residue classes of a dilation
+    that does not divide n, padding at both ends, masked keys) against the dense reference; on
+    the numba backend these bands take the blocked products, not the row kernels."""
+    rng = np.random.default_rng(n + window)
+    q, k, v = (rng.standard_normal((2, 2, n, 5)) for _ in range(3))
+    key_mask = rng.random((2, n)) > 0.2
+    key_mask[1, :60] = False                  # some queries of batch 1 see no key at all
+    allowed = band_mask(2, n, window, dilation, causal, key_mask)
+
+    def banded(q_, k_, v_):
+        return F.banded_attention(q_, k_, v_, window=window, dilation=dilation, causal=causal,
+                                  key_mask=key_mask)
+
+    with mt.backend(backend):
+        assert_matches_reference(banded, (q, k, v), allowed, default_scale(q), 0)
+
+
+def test_blocked_band_memory_is_linear_in_n():
+    """The kept probabilities hold n * (block + band width) scores per (batch, head), not n^2."""
+    q = np.zeros((1, 1, 4096, 4))
+    _, probs = NumpyBackend().banded_attention(q, q, q, 1.0, 100, 1, True, None)
+    blocks = BandBlocks(4096, 100, 1, True)
+    assert probs.size == blocks.count * blocks.block * (blocks.block + 100) < 4096 * 250
 
 
 # ---- properties that hold by construction --------------------------------------------------------

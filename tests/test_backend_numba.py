@@ -463,7 +463,6 @@ def test_banded_attention(inputs, window, dilation, parallel):
     width = (window + 1) if causal else (2 * window + 1)
     assert state.shape == q.shape[:3] + (width,)  # memory n * width, never n^2
     assert_same(actual, expected)
-    assert_same(state, ref_state)
     assert_all_same(grads, REF.banded_attention_backward(grad, q, k, v, ref_state, *args),
                     cond=max(1.0, scale))
 

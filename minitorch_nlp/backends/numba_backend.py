@@ -21,8 +21,11 @@ several passes, each with its own temporary:
   and 1 / sum, and recompute the scores in the backward (as FlashAttention does), so the saved
   state is O(n) instead of O(n^2); with a causal mask, keys that no query of a block can see are
   then never multiplied;
-* banded attention: dot products over the band only, O(n * window) memory, the key/value
-  gradients gathered per key so that rows are independent;
+* banded attention over a narrow band: dot products over the band only, O(n * window) memory,
+  the key/value gradients gathered per key so that rows are independent. A band of
+  ``_WIDE_BAND`` keys or more runs the NumPy backend's blocked products instead (BLAS on blocks
+  of queries and the keys their band reaches, ``BandBlocks``) with the softmax kernels above
+  between them: there a dense product's speed beats visiting only the band;
 * grouped attention, the engine under every sparse pattern (``numba_sparse_kernels.py``): the
   rows of each group of queries and keys read in place through the index arrays, in parallel
   over groups, and the gradients gathered per position; LSH's chunk masks and pair counts
@@ -69,6 +72,10 @@ _WORKSPACE_KEEP = 64 << 20  # workspace buffers up to this many bytes are kept f
 _GELU_CHUNK = 1 << 14  # elements per unit of parallel work for GELU without a bias
 _ADAM_BLOCK = 1 << 14  # the least elements per unit of parallel work of the Adam update
 _PARALLEL_WORK = 1 << 15  # below this, kernels run on the calling thread only
+# Bands of at least this many keys per query run as blocked dense products (``BandBlocks``)
+# rather than the row kernels: measured at n = 16k, one thread, the row kernels win at 17 keys
+# (44 against 73 ms) and lose at 129 (237 against 160 ms) and at 513 (905 against 453 ms).
+_WIDE_BAND = 64
 _workspaces = threading.local()
 
 
@@ -474,7 +481,8 @@ class NumbaBackend(NumpyBackend):
     def banded_attention(self, q, k, v, scale, window, dilation, causal, key_mask):
         inputs = self._attention_inputs(q, k, v, key_mask)
         offsets = np.ascontiguousarray(self.band_offsets(window, dilation, causal), dtype=np.int64)
-        if inputs is None or q.shape[2] != k.shape[2] or offsets.size == 0:
+        if (inputs is None or q.shape[2] != k.shape[2] or offsets.size == 0
+                or offsets.size >= _WIDE_BAND):
             return super().banded_attention(q, k, v, scale, window, dilation, causal, key_mask)
         q3, k3, v3, mask = inputs
         dtype = q3.dtype
@@ -491,7 +499,7 @@ class NumbaBackend(NumpyBackend):
         inputs = self._attention_inputs(q, k, v, None)
         offsets = np.ascontiguousarray(self.band_offsets(window, dilation, causal), dtype=np.int64)
         if (inputs is None or q.shape[2] != k.shape[2] or offsets.size == 0
-                or _float_dtype(q, state) is None):
+                or offsets.size >= _WIDE_BAND or _float_dtype(q, state) is None):
             return super().banded_attention_backward(grad, q, k, v, state, scale, window,
                                                      dilation, causal, key_mask)
         q3, k3, v3, _ = inputs
