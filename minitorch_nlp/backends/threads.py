@@ -8,9 +8,11 @@ before NumPy is imported; this sets the count at run time, through OpenBLAS's C 
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import functools
+import os
 import threading
 from pathlib import Path
 
@@ -81,6 +83,43 @@ def _blas_thread_controls():
             setter, getter = names[0]
             controls.append((getattr(library, setter), getattr(library, getter)))
     return tuple(controls)
+
+
+def blas_threads():
+    """OpenBLAS's thread count now (1 where no OpenBLAS library is found, and inside
+    ``one_blas_thread``)."""
+    controls = _blas_thread_controls()
+    return controls[0][1]() if controls else 1
+
+
+@functools.cache
+def _pool():
+    return concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                                 thread_name_prefix="minitorch-matmul")
+
+
+def split_matmul(a, b, out, parts):
+    """``np.matmul(a, b, out=out)`` for a stack of products, its stack cut into ``parts`` slices
+    along the first stack axis that has enough products, each slice on its own thread (NumPy lets
+    go of the GIL in the products). Every product is the same BLAS call as in one ``np.matmul``,
+    so the result is identical; call it inside ``one_blas_thread`` so that the threads do not
+    hand work on to OpenBLAS's."""
+    stack = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    axis = next((i for i, size in enumerate(stack) if size >= parts), None)
+    if axis is None:
+        return np.matmul(a, b, out=out)
+    a = np.broadcast_to(a, stack + a.shape[-2:])
+    b = np.broadcast_to(b, stack + b.shape[-2:])
+    if out is None:
+        out = np.empty(stack + (a.shape[-2], b.shape[-1]), dtype=np.result_type(a, b))
+    bounds = np.linspace(0, stack[axis], parts + 1).astype(int)
+    lead = (slice(None),) * axis
+    jobs = [_pool().submit(np.matmul, a[lead + (slice(lo, hi),)], b[lead + (slice(lo, hi),)],
+                           out=out[lead + (slice(lo, hi),)])
+            for lo, hi in zip(bounds[:-1], bounds[1:])]
+    for job in jobs:
+        job.result()
+    return out
 
 
 _ONE_THREAD_LOCK = threading.Lock()
