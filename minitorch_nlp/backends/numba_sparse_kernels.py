@@ -182,26 +182,35 @@ def grouped_attention_position_gradients(parallel, grad, q, k, query_index, key_
 
 
 @_rows
+def _lsh_query(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
+               allowed, bias, b, h, c, i):
+    """Query i of chunk c of pair (b, h) against the chunk's keys: the body that the CUDA kernel
+    (``cuda_sparse_kernels``) compiles as a device function, one GPU thread per query."""
+    t = queries[b, h, c, i]
+    for j in range(key_index.shape[3]):
+        u = key_index[b, h, c, j]
+        found = 0
+        for rr in range(buckets.shape[2]):
+            if (buckets[b, h, rr, t] == buckets[b, h, rr, u]
+                    and chunk[b, h, rr, t] - 1 <= chunk[b, h, rr, u] <= chunk[b, h, rr, t]):
+                found += 1
+        allowed[b, h, c, i, j] = (buckets[b, h, r, t] == buckets[b, h, r, u]
+                                  and has_previous[c, j] and not (causal and u > t))
+        score = -math.log(found) if found > 1 else 0.0
+        if u == t:
+            score -= self_penalty
+        bias[b, h, c, i, j] = score
+
+
+@_rows
 def _lsh_chunk(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
                allowed, bias, unit):
     chunks = queries.shape[2]
     pair, c = unit // chunks, unit % chunks
     b, h = pair // queries.shape[1], pair % queries.shape[1]
     for i in range(queries.shape[3]):
-        t = queries[b, h, c, i]
-        for j in range(key_index.shape[3]):
-            u = key_index[b, h, c, j]
-            found = 0
-            for rr in range(buckets.shape[2]):
-                if (buckets[b, h, rr, t] == buckets[b, h, rr, u]
-                        and chunk[b, h, rr, t] - 1 <= chunk[b, h, rr, u] <= chunk[b, h, rr, t]):
-                    found += 1
-            allowed[b, h, c, i, j] = (buckets[b, h, r, t] == buckets[b, h, r, u]
-                                      and has_previous[c, j] and not (causal and u > t))
-            score = -math.log(found) if found > 1 else 0.0
-            if u == t:
-                score -= self_penalty
-            bias[b, h, c, i, j] = score
+        _lsh_query(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
+                   allowed, bias, b, h, c, i)
 
 
 @_kernel
