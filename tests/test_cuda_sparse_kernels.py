@@ -255,3 +255,48 @@ def test_the_cupy_backend_runs_the_lsh_mask_kernel(gpu_backend):  # noqa: F811
         assert _lsh_masks_agree(gpu_backend.lsh_round_masks(*broadcast),
                                 REFERENCE.lsh_round_masks(*broadcast))
         assert kernel.call_count == 1
+
+
+def _lsh_attention(backend, dtype, causal, seed=0):
+    """Output and (dq, dv) of a two-round ``LSHAttention`` over (2, 2, 12, 4) inputs with a key
+    mask, computed on ``backend``, as NumPy arrays."""
+    rng = np.random.default_rng(seed)
+    q, v, cotangent = (rng.standard_normal((2, 2, 12, 4)).astype(dtype) for _ in range(3))
+    key_mask = np.ones((2, 12), dtype=bool)
+    key_mask[1, 9:] = False
+    q, v = (mt.tensor(a, backend=backend, requires_grad=True) for a in (q, v))
+    out, _ = LSHAttention(4, 3, num_rounds=2, seed=5)(q, q, v, causal=causal,
+                                                      key_mask=mt.tensor(key_mask, backend=backend))
+    grads = mt.grad((out * mt.tensor(cotangent, backend=backend)).sum(), [q, v])
+    return [backend.to_numpy(a.data) for a in (out, *grads)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("causal", [False, True])
+def test_lsh_attention_on_the_cupy_backend_matches_the_numpy_backend(gpu_backend, dtype,  # noqa: F811
+                                                                     causal):
+    """Hashing, sorting, masks and the grouped kernels on the (simulated) GPU: output and
+    gradients as on the NumPy backend."""
+    got = _lsh_attention(gpu_backend, dtype, causal)
+    want = _lsh_attention(REFERENCE, dtype, causal)
+    _assert_close(got, want, dtype)
+
+
+def test_lsh_attention_on_the_cupy_backend_copies_only_positions_to_the_host(
+        gpu_backend):  # noqa: F811
+    """Forward and backward copy nothing to the host but the chunks' positions (integers, the
+    index arrays ``grouped_attention`` takes): no activations, buckets or masks."""
+    copied = []
+
+    def to_numpy(array):
+        copied.append((array.dtype, array.shape))
+        return np.asarray(array)
+
+    with mock.patch.object(gpu_backend, "to_numpy", to_numpy):
+        rng = np.random.default_rng(1)
+        q, v = (mt.tensor(rng.standard_normal((1, 2, 6, 4)), backend=gpu_backend,
+                          requires_grad=True) for _ in range(2))
+        out, _ = LSHAttention(2, 2, num_rounds=3, seed=1)(q, q, v)
+        out.sum().backward()
+    assert copied and all(np.issubdtype(dtype, np.integer) for dtype, _ in copied), copied
+    assert {shape for _, shape in copied} == {(1, 2, 3, 2), (1, 2, 3, 4)}   # queries, key_index

@@ -2,7 +2,8 @@
 
 ``xp`` is ``cupy``, so every engine operation runs on the GPU through CuPy's NumPy-compatible
 functions, and the fused kernels of the Backend protocol launch the kernels of ``cuda_kernels``
-(grouped and causal linear attention: ``cuda_sparse_kernels``, ``cuda_linear_kernels``) on
+(grouped attention and LSH's round masks: ``cuda_sparse_kernels``; causal linear attention:
+``cuda_linear_kernels``) on
 CuPy arrays (numba reads them through ``__cuda_array_interface__``; nothing is copied).
 
 Attention keeps only each query row's log-sum-exp for backward (O(n) memory, not the n x n
