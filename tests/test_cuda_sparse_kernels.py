@@ -8,7 +8,8 @@ simulator runs every GPU thread as a Python thread) and compared, values and gra
 NumPy backend's methods in float64 and float32; then the CuPy backend's wiring: it uses the
 kernels on float32 / float64 and falls back to the NumPy backend's code on other dtypes and on a
 state that code made. LSH's round masks are checked on the arguments ``LSHAttention`` really
-passes, recorded from forward passes on the NumPy backend.
+passes, recorded from forward passes on the NumPy backend; ``LSHAttention`` itself on the CuPy
+backend; and the dilated window (the banded kernel of ``cuda_kernels``) with dilations 2 and 3.
 """
 from __future__ import annotations
 
@@ -300,3 +301,25 @@ def test_lsh_attention_on_the_cupy_backend_copies_only_positions_to_the_host(
         out.sum().backward()
     assert copied and all(np.issubdtype(dtype, np.integer) for dtype, _ in copied), copied
     assert {shape for _, shape in copied} == {(1, 2, 3, 2), (1, 2, 3, 4)}   # queries, key_index
+
+
+# ---- the dilated window (Longformer's dilated heads): the banded kernel of ``cuda_kernels`` --------
+@pytest.mark.parametrize("dilation", [2, 3])
+@pytest.mark.parametrize("window", [1, 3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_dilated_banded_attention_matches_the_numpy_backend(gpu_backend, dilation, window,  # noqa: F811
+                                                            causal):
+    """Offsets o * dilation, |o| <= window (o <= 0 when causal), windows reaching past both
+    ends, and a key mask under which query 0 of batch row 1 sees no key (causal, its keys are
+    0, -d, ...; otherwise also d, 2d ...): output zero, gradients as on the NumPy backend."""
+    rng = np.random.default_rng(dilation * 10 + window)
+    q, k, v, grad = (rng.standard_normal((2, 2, 7, 3)) for _ in range(4))
+    key_mask = np.ones((2, 7), dtype=bool)
+    key_mask[1, ::dilation] = False
+    results = []
+    for backend in (gpu_backend, REFERENCE):
+        out, state = backend.banded_attention(q, k, v, 0.6, window, dilation, causal, key_mask)
+        results.append((out,) + tuple(backend.banded_attention_backward(
+            grad, q, k, v, state, 0.6, window, dilation, causal, key_mask)))
+    _assert_close(*results, np.float64)
+    assert not results[0][0][1, :, 0].any()
