@@ -40,8 +40,10 @@ def _unit(n, groups, per_query):
 
 @cuda.jit(device=True)
 def _index_row(index, b, h):
-    """The (batch, head) row of ``index`` (b|1, h|1, G, S) that pair (b, h) uses."""
-    return min(b, index.shape[0] - 1), min(h, index.shape[1] - 1)
+    """The (batch, head) row of ``index`` (b|1, h|1, G, S) that pair (b, h) uses. (Not
+    ``min(b, index.shape[0] - 1)``: numba 0.66-0.68's CUDA target cannot compile two-argument
+    ``min`` and ``max``, numba issue #10753.)"""
+    return b % index.shape[0], h % index.shape[1]
 
 
 @cuda.jit(cache=True)
@@ -67,7 +69,8 @@ def _grouped_forward_kernel(q, k, v, query_index, key_index, visible, key_mask, 
                 acc += q[pair, t, e] * k[pair, u, e]
             s = acc * scale + bias[b, h, g, i, j]
         probs[pair, g, i, j] = s
-        top = max(top, s)
+        if s > top:
+            top = s
     for e in range(width):
         out[pair, g, i, e] = 0.0
     if top == -math.inf:              # no visible key: output 0, log-sum-exp -inf

@@ -131,8 +131,10 @@ def _position_gradients(grad, q, k, query_index, key_index, probs, dscores, quer
     time = q.shape[1]
     pair, t = row // time, row % time
     b, h = pair // heads, pair % heads
-    qb, qh = min(b, query_index.shape[0] - 1), min(h, query_index.shape[1] - 1)
-    kb, kh = min(b, key_index.shape[0] - 1), min(h, key_index.shape[1] - 1)
+    # the index rows by modulo (their leading axes are 1 or full), not min: this body is also
+    # compiled for the GPU, where numba 0.66-0.68 cannot compile two-argument min (#10753)
+    qb, qh = b % query_index.shape[0], h % query_index.shape[1]
+    kb, kh = b % key_index.shape[0], h % key_index.shape[1]
     per_query, per_key = probs.shape[2], probs.shape[3]
     for e in range(q.shape[2]):
         dq[pair, t, e] = 0
