@@ -102,10 +102,10 @@ class LSHAttention(FullAttention):
     def chunks(self, buckets, *, xp=np):
         """Sort by (bucket, position) and chunk (eq 99): the sorted order (batch, heads, rounds,
         time) and each position's chunk (batch, heads, rounds, time), arrays of ``xp`` as
-        ``buckets`` is. The sort keys are distinct, so any sort gives this order."""
+        ``buckets`` is."""
         time = buckets.shape[-1]
-        order = xp.argsort(buckets * time + xp.arange(time), axis=-1)
-        sorted_place = xp.argsort(order, axis=-1)
+        order = xp.argsort(buckets * time + xp.arange(time), axis=-1, kind="stable")
+        sorted_place = xp.argsort(order, axis=-1, kind="stable")
         return order, sorted_place // self.chunk_length
 
     def pairs(self, q, causal=False, rotations=None, key_mask=None):
