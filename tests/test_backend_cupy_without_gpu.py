@@ -82,8 +82,10 @@ def _call_every_launcher(kernels, dtype):
     kernels.binary_matmul(kernels.pack_signs(x), kernels.pack_signs(x), 3)
 
 
-@pytest.mark.slow
-def test_every_kernel_compiles_for_the_cuda_target(monkeypatch):
+@pytest.fixture
+def compile_instead_of_launch(monkeypatch):
+    """``patch(module)`` makes ``module``'s launchers compile each kernel for a real device (with
+    the argument types they pass) instead of launching it; ``compiled`` collects the names."""
     from numba.core import config
 
     if config.ENABLE_CUDASIM:
@@ -98,7 +100,6 @@ def test_every_kernel_compiles_for_the_cuda_target(monkeypatch):
         from numba.cuda.compiler import compile_cuda
     except ImportError as error:
         pytest.skip(f"numba's CUDA compiler moved: {error}")
-    from minitorch_nlp.backends import cuda_kernels
 
     compute_capability = (8, 0)
     # device functions compile for the "current device"; there is none, so name one
@@ -106,19 +107,60 @@ def test_every_kernel_compiles_for_the_cuda_target(monkeypatch):
                         lambda: types.SimpleNamespace(compute_capability=compute_capability))
     compiled = set()
 
-    def compile_instead_of_launch(kernel, *args):
+    def compile_kernel(kernel, *args):
         signature = tuple(typeof(a) for a in args)
         compile_cuda(kernel.py_func, nb_types.void, signature, cc=compute_capability)
         compiled.add(kernel.py_func.__name__)
 
-    monkeypatch.setattr(cuda_kernels, "_run", lambda kernel, n, *args:
-                        compile_instead_of_launch(kernel, *args))
-    monkeypatch.setattr(cuda_kernels, "_run_2d", lambda kernel, rows, cols, *args:
-                        compile_instead_of_launch(kernel, *args))
-    monkeypatch.setattr(cuda_kernels, "_run_rows", lambda kernel, rows, length, *args:
-                        compile_instead_of_launch(kernel, *args))
+    def patch(module):
+        monkeypatch.setattr(module, "_run", lambda kernel, n, *args: compile_kernel(kernel, *args),
+                            raising=False)
+        monkeypatch.setattr(module, "_launch", lambda kernel, grid, block, args:
+                            compile_kernel(kernel, *args), raising=False)
+        monkeypatch.setattr(module, "_run_2d", lambda kernel, rows, cols, *args:
+                            compile_kernel(kernel, *args), raising=False)
+        monkeypatch.setattr(module, "_run_rows", lambda kernel, rows, length, *args:
+                            compile_kernel(kernel, *args), raising=False)
+
+    return types.SimpleNamespace(patch=patch, compiled=compiled)
+
+
+def _kernels(module):
+    return {name for name, obj in vars(module).items()
+            if hasattr(obj, "py_func") and not obj.targetoptions.get("device")}
+
+
+@pytest.mark.slow
+def test_every_kernel_compiles_for_the_cuda_target(compile_instead_of_launch):
+    from minitorch_nlp.backends import cuda_kernels
+
+    compile_instead_of_launch.patch(cuda_kernels)
     for dtype in (np.float32, np.float64):
         _call_every_launcher(cuda_kernels, dtype)
-    kernels = {name for name, obj in vars(cuda_kernels).items()
-               if hasattr(obj, "py_func") and not obj.targetoptions.get("device")}
-    assert compiled == kernels
+    assert compile_instead_of_launch.compiled == _kernels(cuda_kernels)
+
+
+@pytest.mark.slow
+def test_the_long_attention_kernels_compile_for_the_cuda_target(compile_instead_of_launch):
+    """Grouped attention, LSH's round masks (both with device functions compiled from the numba
+    backend's loop bodies) and causal linear attention."""
+    from minitorch_nlp.backends import cuda_linear_kernels, cuda_sparse_kernels
+
+    for module in (cuda_sparse_kernels, cuda_linear_kernels):
+        compile_instead_of_launch.patch(module)
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float64):
+        q = rng.standard_normal((1, 2, 5, 3)).astype(dtype)
+        groups = np.array([[[[0, 1], [2, 3]]]])
+        out, probs = cuda_sparse_kernels.grouped_attention(
+            q, q, q, groups, groups, np.ones((1, 1, 1, 1, 1), dtype=bool), None, None, 0.5)
+        cuda_sparse_kernels.grouped_attention_backward(np.ones((1, 2, 2, 2, 4), dtype=dtype), q,
+                                                       q, q, probs, groups, groups, 0.5)
+        cuda_linear_kernels.causal_linear_attention_backward(
+            q, q, q, q, q, np.ones((2, 5), dtype=dtype))
+        cuda_linear_kernels.causal_linear_attention(q, q, q)
+    index = np.zeros((2, 2, 3, 6), dtype=np.int64)
+    cuda_sparse_kernels.lsh_round_masks(index, index, index[..., :2], index[..., :4],
+                                        np.ones((3, 4), dtype=bool), 1, True, 1e5)
+    assert compile_instead_of_launch.compiled == (_kernels(cuda_sparse_kernels)
+                                                  | _kernels(cuda_linear_kernels))

@@ -7,13 +7,20 @@ Without it every test here is skipped. The launchers are called directly on tiny
 simulator runs every GPU thread as a Python thread) and compared, values and gradients, with the
 NumPy backend's methods in float64 and float32; then the CuPy backend's wiring: it uses the
 kernels on float32 / float64 and falls back to the NumPy backend's code on other dtypes and on a
-state that code made.
+state that code made. LSH's round masks are checked on the arguments ``LSHAttention`` really
+passes, recorded from forward passes on the NumPy backend; ``LSHAttention`` itself on the CuPy
+backend; and the dilated window (the banded kernel of ``cuda_kernels``) with dilations 2 and 3.
 """
 from __future__ import annotations
+
+from unittest import mock
 
 import numpy as np
 import pytest
 
+import minitorch_nlp as mt
+from minitorch_nlp.attention import LSHAttention
+from minitorch_nlp.attention.lsh import SELF_PENALTY
 from minitorch_nlp.backends import cuda_linear_kernels, cuda_sparse_kernels
 from minitorch_nlp.backends.numpy_backend import NumpyBackend
 from tests.test_backend_cuda import SIMULATOR, gpu_backend  # noqa: F401 - the fixture
@@ -175,3 +182,144 @@ def test_the_cupy_backend_falls_back_to_numpy_code_off_grouped_kernels(gpu_backe
                                                     key_index, 0.7)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
+
+
+# ---- LSH attention's round masks -------------------------------------------------------------------
+def _lsh_mask_calls(rounds, causal, seed, num_buckets=4, chunk_length=2, chunks=3):
+    """The arguments ``LSHAttention`` hands ``lsh_round_masks``, one tuple per round, recorded
+    from a forward pass on the NumPy backend (batch 2, 2 heads, head width 3)."""
+    calls = []
+    numpy_masks = NumpyBackend.lsh_round_masks
+
+    def record(*args):
+        calls.append(args)
+        return numpy_masks(*args)
+
+    q = mt.tensor(np.random.default_rng(seed).standard_normal((2, 2, chunk_length * chunks, 3)))
+    with mock.patch.object(NumpyBackend, "lsh_round_masks", staticmethod(record)):
+        LSHAttention(num_buckets, chunk_length, rounds, seed=seed)(q, q, q, causal=causal)
+    assert len(calls) == rounds
+    return calls
+
+
+def _lsh_masks_agree(got, want):
+    return (got[0].dtype == want[0].dtype == np.bool_ and got[1].dtype == want[1].dtype
+            and np.array_equal(got[0], want[0])
+            and np.allclose(got[1], want[1], rtol=1e-15, atol=0))
+
+
+# (rounds, causal, seed, buckets): with one bucket the first chunk's missing previous matters
+LSH_CASES = [(rounds, causal, seed, buckets) for rounds in (1, 2, 3) for causal in (False, True)
+             for seed, buckets in ((0, 4), (1, 2), (2, 1))]
+
+
+@pytest.mark.parametrize("rounds, causal, seed, buckets", LSH_CASES)
+@pytest.mark.parametrize("self_penalty", [SELF_PENALTY, 0.0, 2.5])
+def test_lsh_mask_kernel_matches_the_numpy_backend(rounds, causal, seed, buckets, self_penalty):
+    """Every round of a 1-3 round LSH pass (the first chunk without a previous one, causal on
+    and off, 1, 2 or 4 buckets) with the library's self penalty, none, and another."""
+    for args in _lsh_mask_calls(rounds, causal, seed, buckets):
+        args = args[:-1] + (self_penalty,)
+        assert _lsh_masks_agree(cuda_sparse_kernels.lsh_round_masks(*args),
+                                REFERENCE.lsh_round_masks(*args))
+
+
+def test_a_wrong_lsh_mask_rule_fails_the_comparison():
+    """The cases above exercise every rule, so a kernel that broke one would fail them: a pair
+    found in two rounds (-log 2) occurs, and the kernel given a wrong round, causal flag,
+    first-chunk rule or self penalty disagrees with the NumPy masks of the true arguments."""
+    calls = [args for case in LSH_CASES for args in _lsh_mask_calls(*case)]
+    assert any(np.isclose(REFERENCE.lsh_round_masks(*args)[1], -np.log(2)).any()
+               for args in calls)
+    wrong = {
+        "another round's buckets": lambda a: a[:5] + ((a[5] + 1) % a[0].shape[2],) + a[6:],
+        "causal flipped": lambda a: a[:6] + (not a[6],) + a[7:],
+        "a previous chunk for the first": lambda a: a[:4] + (np.ones_like(a[4]),) + a[5:],
+        "no self penalty": lambda a: a[:7] + (0.0,),
+    }
+    for rule, mutate in wrong.items():
+        assert any(not _lsh_masks_agree(cuda_sparse_kernels.lsh_round_masks(*mutate(args)),
+                                        REFERENCE.lsh_round_masks(*args))
+                   for args in calls), rule
+
+
+def test_the_cupy_backend_runs_the_lsh_mask_kernel(gpu_backend):  # noqa: F811
+    """The kernel on LSH's shapes; a ``has_previous`` that only broadcasts takes the NumPy
+    backend's code."""
+    args = _lsh_mask_calls(2, True, 3, 2)[1]
+    want = REFERENCE.lsh_round_masks(*args)
+    with mock.patch.object(cuda_sparse_kernels, "lsh_round_masks",
+                           wraps=cuda_sparse_kernels.lsh_round_masks) as kernel:
+        assert _lsh_masks_agree(gpu_backend.lsh_round_masks(*args), want)
+        assert kernel.call_count == 1
+        broadcast = args[:4] + (args[4][:1] | True,) + args[5:]
+        assert _lsh_masks_agree(gpu_backend.lsh_round_masks(*broadcast),
+                                REFERENCE.lsh_round_masks(*broadcast))
+        assert kernel.call_count == 1
+
+
+def _lsh_attention(backend, dtype, causal, seed=0):
+    """Output and (dq, dv) of a two-round ``LSHAttention`` over (2, 2, 12, 4) inputs with a key
+    mask, computed on ``backend``, as NumPy arrays."""
+    rng = np.random.default_rng(seed)
+    q, v, cotangent = (rng.standard_normal((2, 2, 12, 4)).astype(dtype) for _ in range(3))
+    key_mask = np.ones((2, 12), dtype=bool)
+    key_mask[1, 9:] = False
+    q, v = (mt.tensor(a, backend=backend, requires_grad=True) for a in (q, v))
+    out, _ = LSHAttention(4, 3, num_rounds=2, seed=5)(q, q, v, causal=causal,
+                                                      key_mask=mt.tensor(key_mask, backend=backend))
+    grads = mt.grad((out * mt.tensor(cotangent, backend=backend)).sum(), [q, v])
+    return [backend.to_numpy(a.data) for a in (out, *grads)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("causal", [False, True])
+def test_lsh_attention_on_the_cupy_backend_matches_the_numpy_backend(gpu_backend, dtype,  # noqa: F811
+                                                                     causal):
+    """Hashing, sorting, masks and the grouped kernels on the (simulated) GPU: output and
+    gradients as on the NumPy backend."""
+    got = _lsh_attention(gpu_backend, dtype, causal)
+    want = _lsh_attention(REFERENCE, dtype, causal)
+    _assert_close(got, want, dtype)
+
+
+def test_lsh_attention_on_the_cupy_backend_copies_only_positions_to_the_host(
+        gpu_backend):  # noqa: F811
+    """Forward and backward copy nothing to the host but the chunks' positions (integers, the
+    index arrays ``grouped_attention`` takes): no activations, buckets or masks."""
+    copied = []
+
+    def to_numpy(array):
+        copied.append((array.dtype, array.shape))
+        return np.asarray(array)
+
+    with mock.patch.object(gpu_backend, "to_numpy", to_numpy):
+        rng = np.random.default_rng(1)
+        q, v = (mt.tensor(rng.standard_normal((1, 2, 6, 4)), backend=gpu_backend,
+                          requires_grad=True) for _ in range(2))
+        out, _ = LSHAttention(2, 2, num_rounds=3, seed=1)(q, q, v)
+        out.sum().backward()
+    assert copied and all(np.issubdtype(dtype, np.integer) for dtype, _ in copied), copied
+    assert {shape for _, shape in copied} == {(1, 2, 3, 2), (1, 2, 3, 4)}   # queries, key_index
+
+
+# ---- the dilated window (Longformer's dilated heads): the banded kernel of ``cuda_kernels`` --------
+@pytest.mark.parametrize("dilation", [2, 3])
+@pytest.mark.parametrize("window", [1, 3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_dilated_banded_attention_matches_the_numpy_backend(gpu_backend, dilation, window,  # noqa: F811
+                                                            causal):
+    """Offsets o * dilation, |o| <= window (o <= 0 when causal), windows reaching past both
+    ends, and a key mask under which query 0 of batch row 1 sees no key (causal, its keys are
+    0, -d, ...; otherwise also d, 2d ...): output zero, gradients as on the NumPy backend."""
+    rng = np.random.default_rng(dilation * 10 + window)
+    q, k, v, grad = (rng.standard_normal((2, 2, 7, 3)) for _ in range(4))
+    key_mask = np.ones((2, 7), dtype=bool)
+    key_mask[1, ::dilation] = False
+    results = []
+    for backend in (gpu_backend, REFERENCE):
+        out, state = backend.banded_attention(q, k, v, 0.6, window, dilation, causal, key_mask)
+        results.append((out,) + tuple(backend.banded_attention_backward(
+            grad, q, k, v, state, 0.6, window, dilation, causal, key_mask)))
+    _assert_close(*results, np.float64)
+    assert not results[0][0][1, :, 0].any()

@@ -90,20 +90,22 @@ class LSHAttention(FullAttention):
                          for _ in range(self.num_rounds)])
 
     @cookbook.equation(98)
-    def hash(self, x, rotations):
+    def hash(self, x, rotations, *, xp=np):
         """h^(r)(x) = argmax([x R_r; -x R_r]) for every round: (batch, heads, rounds, time)
-        bucket ids from ``x`` (batch, heads, time, d), a NumPy array."""
+        bucket ids from ``x`` (batch, heads, time, d) and ``rotations``, arrays of the array
+        module ``xp`` (a backend's ``xp``: on the CuPy backend they stay on the GPU)."""
         if self.num_buckets == 1:
-            return np.zeros(x.shape[:2] + (self.num_rounds, x.shape[2]), dtype=np.int64)
-        rotated = np.einsum("bhtd,rdc->bhrtc", x, rotations)
-        return np.concatenate([rotated, -rotated], axis=-1).argmax(axis=-1)
+            return xp.zeros(x.shape[:2] + (self.num_rounds, x.shape[2]), dtype=np.int64)
+        rotated = xp.einsum("bhtd,rdc->bhrtc", x, rotations)
+        return xp.concatenate([rotated, -rotated], axis=-1).argmax(axis=-1)
 
-    def chunks(self, buckets):
+    def chunks(self, buckets, *, xp=np):
         """Sort by (bucket, position) and chunk (eq 99): the sorted order (batch, heads, rounds,
-        time) and each position's chunk (batch, heads, rounds, time)."""
+        time) and each position's chunk (batch, heads, rounds, time), arrays of ``xp`` as
+        ``buckets`` is."""
         time = buckets.shape[-1]
-        order = np.argsort(buckets * time + np.arange(time), axis=-1, kind="stable")
-        sorted_place = np.argsort(order, axis=-1, kind="stable")
+        order = xp.argsort(buckets * time + xp.arange(time), axis=-1, kind="stable")
+        sorted_place = xp.argsort(order, axis=-1, kind="stable")
         return order, sorted_place // self.chunk_length
 
     def pairs(self, q, causal=False, rotations=None, key_mask=None):
@@ -144,10 +146,12 @@ class LSHAttention(FullAttention):
     def rounds(self, q, v, rotations, causal, key_mask):
         """[(o^(r), z(i, P_i^(r))) for every round r] (eq 103) of self-attention over ``q``,
         ``v`` (batch, heads, time, d), the sequence a multiple of ``chunk_length``: hash with
-        ``rotations``, sort, chunk and attend each round; ``forward`` combines them."""
+        ``rotations``, sort, chunk and attend each round; ``forward`` combines them. The hashing,
+        sorting and masks use the backend's array module (on the CuPy backend, the GPU)."""
         keys = _shared_keys(q)
-        buckets = self.hash(q.numpy(), rotations)
-        order, chunk = self.chunks(buckets)
+        xp = q.backend.xp
+        buckets = self.hash(q.data, xp.asarray(rotations), xp=xp)
+        order, chunk = self.chunks(buckets, xp=xp)
         return [self.attend_round(q, keys, v, r, buckets, order, chunk, causal, key_mask)
                 for r in range(self.num_rounds)]
 
@@ -158,14 +162,18 @@ class LSHAttention(FullAttention):
         found in N_ij rounds lowered by log N_ij (eq 101)."""
         batch, heads, time, _ = q.shape
         m = self.chunk_length
+        xp = q.backend.xp
         queries = order[:, :, r].reshape(batch, heads, time // m, m)
-        previous = np.roll(queries, 1, axis=2)
-        key_index = np.concatenate([previous, queries], axis=-1)        # (B, H, chunks, 2m)
-        first_chunk = np.arange(time // m)[:, None] == 0               # has no previous chunk
-        has_previous = np.concatenate([np.broadcast_to(~first_chunk, (time // m, m)),
-                                       np.ones((time // m, m), dtype=bool)], axis=-1)
+        previous = xp.roll(queries, 1, axis=2)
+        key_index = xp.concatenate([previous, queries], axis=-1)        # (B, H, chunks, 2m)
+        first_chunk = xp.arange(time // m)[:, None] == 0               # has no previous chunk
+        has_previous = xp.concatenate([xp.broadcast_to(~first_chunk, (time // m, m)),
+                                       xp.ones((time // m, m), dtype=bool)], axis=-1)
         allowed, score_bias = q.backend.lsh_round_masks(buckets, chunk, queries, key_index,
                                                         has_previous, r, causal, SELF_PENALTY)
+        # the masks stay in the backend's arrays; grouped_attention and ungroup take NumPy
+        # index arrays (positions only: O(n) integers, no copy on the NumPy backends)
+        queries, key_index = q.backend.to_numpy(queries), q.backend.to_numpy(key_index)
         out, lse = grouped_attention(q, keys, v, queries, key_index, allowed,
                                      scale=1.0 / float(np.sqrt(q.shape[-1])), key_mask=key_mask,
                                      bias=score_bias, dropout=self.dropout)

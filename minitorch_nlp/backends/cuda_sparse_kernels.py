@@ -12,10 +12,13 @@ the numba backend has one loop iteration of a CPU thread:
 * backward: one thread per (pair, group, query) turns probabilities into score gradients, then
   one thread per (pair, position) gathers dq, dk, dv from the group slots where the position is a
   query or a key (the inverse index ``numba_backend._slots_by_position`` builds by sorting), so
-  every thread writes only its own rows and no atomics are needed.
+  every thread writes only its own rows and no atomics are needed;
+* LSH's round masks (``lsh_round_masks``): one thread per (pair, chunk, query) runs the numba
+  backend's loop body for one query, compiled as a device function.
 
-Index arrays are NumPy arrays (as for the NumPy backend's code) and are copied to the device;
-dot products are summed in float64.
+The grouped kernels' index arrays are NumPy arrays (as for the NumPy backend's code) and are
+copied to the device; dot products are summed in float64. The LSH masks' inputs and outputs are
+arrays of the array module of ``queries`` (NumPy arrays are copied to the device and back).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import numpy as np
 from numba import cuda
 
 from . import numba_sparse_kernels
-from .cuda_kernels import _Heads, _run
+from .cuda_kernels import _Heads, _run, _xp
 from .numba_backend import _slots_by_position
 
 
@@ -37,8 +40,10 @@ def _unit(n, groups, per_query):
 
 @cuda.jit(device=True)
 def _index_row(index, b, h):
-    """The (batch, head) row of ``index`` (b|1, h|1, G, S) that pair (b, h) uses."""
-    return min(b, index.shape[0] - 1), min(h, index.shape[1] - 1)
+    """The (batch, head) row of ``index`` (b|1, h|1, G, S) that pair (b, h) uses. (Not
+    ``min(b, index.shape[0] - 1)``: numba 0.66-0.68's CUDA target cannot compile two-argument
+    ``min`` and ``max``, numba issue #10753.)"""
+    return b % index.shape[0], h % index.shape[1]
 
 
 @cuda.jit(cache=True)
@@ -64,7 +69,8 @@ def _grouped_forward_kernel(q, k, v, query_index, key_index, visible, key_mask, 
                 acc += q[pair, t, e] * k[pair, u, e]
             s = acc * scale + bias[b, h, g, i, j]
         probs[pair, g, i, j] = s
-        top = max(top, s)
+        if s > top:
+            top = s
     for e in range(width):
         out[pair, g, i, e] = 0.0
     if top == -math.inf:              # no visible key: output 0, log-sum-exp -inf
@@ -177,3 +183,34 @@ def grouped_attention_backward(grad, q, k, v, probs, query_index, key_index, sca
     _run(_grouped_position_gradients_kernel, h.q.shape[0] * time, grad, h.q, h.k,
          device_query_index, device_key_index, probs, dscores, *slots, heads, dq, dk, dv)
     return h.unflatten(dq), h.unflatten(dk), h.unflatten(dv)
+
+
+# As for the position gradients: the numba backend's body for one query, compiled for the GPU.
+_lsh_query = cuda.jit(device=True)(numba_sparse_kernels._lsh_query)
+
+
+@cuda.jit(cache=True)
+def _lsh_masks_kernel(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
+                      allowed, bias):
+    heads, chunks, per_chunk = queries.shape[1], queries.shape[2], queries.shape[3]
+    n = cuda.grid(1)
+    if n < queries.shape[0] * heads * chunks * per_chunk:
+        pair, c, i = _unit(n, chunks, per_chunk)
+        _lsh_query(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
+                   allowed, bias, pair // heads, pair % heads, c, i)
+
+
+def lsh_round_masks(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty):
+    """The NumPy backend's ``lsh_round_masks`` (read its docstring) on arrays of one array module:
+    ``buckets`` and ``chunk`` (B, H, R, T), ``queries`` (B, H, C, m), ``key_index``
+    (B, H, C, 2m), ``has_previous`` (C, 2m). Returns ``allowed`` (bool) and the score bias
+    (float64), (B, H, C, m, 2m) each, in that array module."""
+    xp = _xp(queries)
+    buckets, chunk, queries, key_index = (xp.ascontiguousarray(a, dtype=np.int64)
+                                          for a in (buckets, chunk, queries, key_index))
+    shape = queries.shape + key_index.shape[3:]
+    allowed, bias = xp.empty(shape, dtype=np.bool_), xp.empty(shape, dtype=np.float64)
+    _run(_lsh_masks_kernel, queries.size, buckets, chunk, queries, key_index,
+         xp.ascontiguousarray(has_previous, dtype=np.bool_), int(r), bool(causal),
+         float(self_penalty), allowed, bias)
+    return allowed, bias

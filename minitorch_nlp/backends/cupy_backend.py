@@ -2,7 +2,8 @@
 
 ``xp`` is ``cupy``, so every engine operation runs on the GPU through CuPy's NumPy-compatible
 functions, and the fused kernels of the Backend protocol launch the kernels of ``cuda_kernels``
-(grouped and causal linear attention: ``cuda_sparse_kernels``, ``cuda_linear_kernels``) on
+(grouped attention and LSH's round masks: ``cuda_sparse_kernels``; causal linear attention:
+``cuda_linear_kernels``) on
 CuPy arrays (numba reads them through ``__cuda_array_interface__``; nothing is copied).
 
 Attention keeps only each query row's log-sum-exp for backward (O(n) memory, not the n x n
@@ -14,7 +15,7 @@ compile for it, and raises ``RuntimeError`` saying what to install otherwise.
 """
 from __future__ import annotations
 
-from .numba_backend import _float_dtype
+from .numba_backend import _float_dtype, _lsh_shapes_fit
 from .numpy_backend import NumpyBackend
 
 INSTALL_HINT = "the cupy backend needs an NVIDIA GPU and CuPy: pip install 'minitorch-nlp[gpu]'"
@@ -185,7 +186,15 @@ class CupyBackend:
         return self._linear_kernels.causal_linear_attention_backward(
             self.xp.asarray(grad, dtype=v.dtype), qf, kf, v, out, den)
 
-    lsh_round_masks = staticmethod(NumpyBackend.lsh_round_masks)   # NumPy index arrays
+    # ---- LSH attention's round masks: the kernel of ``cuda_sparse_kernels`` on index arrays of
+    # the shapes ``LSHAttention`` makes; other shapes take the NumPy backend's code
+    def lsh_round_masks(self, buckets, chunk, queries, key_index, has_previous, r, causal,
+                        self_penalty):
+        if not _lsh_shapes_fit(buckets, chunk, queries, key_index, has_previous):
+            return NumpyBackend.lsh_round_masks(buckets, chunk, queries, key_index, has_previous,
+                                                r, causal, self_penalty)
+        return self._sparse_kernels.lsh_round_masks(buckets, chunk, queries, key_index,
+                                                    has_previous, r, causal, self_penalty)
 
     # ---- low-precision products -------------------------------------------------------------
     def matmul_int8(self, a, b):

@@ -605,10 +605,7 @@ class NumbaBackend(NumpyBackend):
 
     def lsh_round_masks(self, buckets, chunk, queries, key_index, has_previous, r, causal,
                         self_penalty):
-        batch, heads, chunks, per_chunk = queries.shape
-        if (buckets.shape[:2] != (batch, heads) or chunk.shape != buckets.shape
-                or key_index.shape[:3] != queries.shape[:3]
-                or has_previous.shape != (chunks, key_index.shape[3])):
+        if not _lsh_shapes_fit(buckets, chunk, queries, key_index, has_previous):
             return super().lsh_round_masks(buckets, chunk, queries, key_index, has_previous, r,
                                            causal, self_penalty)
         shape = queries.shape + (key_index.shape[3],)
@@ -642,6 +639,15 @@ class NumbaBackend(NumpyBackend):
         _run(linear_kernels.causal_linear_attention_backward, 2 * q3.size * v3.shape[2], g3, q3,
              k3, v3, o3, _read_only(den), dqf, dkf, dv)
         return dqf.reshape(qf.shape), dkf.reshape(kf.shape), dv.reshape(v.shape)
+
+
+def _lsh_shapes_fit(buckets, chunk, queries, key_index, has_previous):
+    """Whether ``lsh_round_masks``'s arrays have the shapes the kernels index without
+    broadcasting: buckets and chunk (B, H, R, T), queries (B, H, C, m), key_index (B, H, C, k),
+    has_previous (C, k). (The NumPy backend's code takes anything that broadcasts.)"""
+    return (buckets.shape[:2] == queries.shape[:2] and chunk.shape == buckets.shape
+            and key_index.shape[:3] == queries.shape[:3]
+            and has_previous.shape == (queries.shape[2], key_index.shape[3]))
 
 
 def _read_only(array):

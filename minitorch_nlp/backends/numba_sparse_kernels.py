@@ -131,8 +131,10 @@ def _position_gradients(grad, q, k, query_index, key_index, probs, dscores, quer
     time = q.shape[1]
     pair, t = row // time, row % time
     b, h = pair // heads, pair % heads
-    qb, qh = min(b, query_index.shape[0] - 1), min(h, query_index.shape[1] - 1)
-    kb, kh = min(b, key_index.shape[0] - 1), min(h, key_index.shape[1] - 1)
+    # the index rows by modulo (their leading axes are 1 or full), not min: this body is also
+    # compiled for the GPU, where numba 0.66-0.68 cannot compile two-argument min (#10753)
+    qb, qh = b % query_index.shape[0], h % query_index.shape[1]
+    kb, kh = b % key_index.shape[0], h % key_index.shape[1]
     per_query, per_key = probs.shape[2], probs.shape[3]
     for e in range(q.shape[2]):
         dq[pair, t, e] = 0
@@ -182,26 +184,35 @@ def grouped_attention_position_gradients(parallel, grad, q, k, query_index, key_
 
 
 @_rows
+def _lsh_query(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
+               allowed, bias, b, h, c, i):
+    """Query i of chunk c of pair (b, h) against the chunk's keys: the body that the CUDA kernel
+    (``cuda_sparse_kernels``) compiles as a device function, one GPU thread per query."""
+    t = queries[b, h, c, i]
+    for j in range(key_index.shape[3]):
+        u = key_index[b, h, c, j]
+        found = 0
+        for rr in range(buckets.shape[2]):
+            if (buckets[b, h, rr, t] == buckets[b, h, rr, u]
+                    and chunk[b, h, rr, t] - 1 <= chunk[b, h, rr, u] <= chunk[b, h, rr, t]):
+                found += 1
+        allowed[b, h, c, i, j] = (buckets[b, h, r, t] == buckets[b, h, r, u]
+                                  and has_previous[c, j] and not (causal and u > t))
+        score = -math.log(found) if found > 1 else 0.0
+        if u == t:
+            score -= self_penalty
+        bias[b, h, c, i, j] = score
+
+
+@_rows
 def _lsh_chunk(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
                allowed, bias, unit):
     chunks = queries.shape[2]
     pair, c = unit // chunks, unit % chunks
     b, h = pair // queries.shape[1], pair % queries.shape[1]
     for i in range(queries.shape[3]):
-        t = queries[b, h, c, i]
-        for j in range(key_index.shape[3]):
-            u = key_index[b, h, c, j]
-            found = 0
-            for rr in range(buckets.shape[2]):
-                if (buckets[b, h, rr, t] == buckets[b, h, rr, u]
-                        and chunk[b, h, rr, t] - 1 <= chunk[b, h, rr, u] <= chunk[b, h, rr, t]):
-                    found += 1
-            allowed[b, h, c, i, j] = (buckets[b, h, r, t] == buckets[b, h, r, u]
-                                      and has_previous[c, j] and not (causal and u > t))
-            score = -math.log(found) if found > 1 else 0.0
-            if u == t:
-                score -= self_penalty
-            bias[b, h, c, i, j] = score
+        _lsh_query(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
+                   allowed, bias, b, h, c, i)
 
 
 @_kernel
