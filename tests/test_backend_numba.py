@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from unittest import mock
 
 import numba
@@ -515,6 +518,29 @@ def test_in_threads_runs_every_task_and_hands_back_its_error():
 
     with pytest.raises(ValueError, match="a task's error"):
         numba_backend._in_threads([fails, lambda: None], 2)
+
+
+def test_blocks_in_threads_after_a_fork():
+    """A child forked after the pool started has none of its threads: it must start its own
+    rather than wait for them."""
+    numba_backend._in_threads([lambda: None, lambda: None], 2)   # the parent's pool exists
+    q = np.random.default_rng(0).standard_normal((2, 2, 8, 4))
+    expected = NUMBA.attention(q, q, q, 0.5, False, None)[0]
+    child = os.fork()
+    if child == 0:
+        with blocks_in_threads():
+            same = np.array_equal(NUMBA.attention(q, q, q, 0.5, False, None)[0], expected)
+        os._exit(0 if same else 1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    pytest.fail("the forked child hung in _in_threads")
 
 
 def test_attention_all_masked_query_gives_zero_output_and_gradient():

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -88,7 +89,9 @@ def _run(kernel, work, *args):
 
 
 @functools.cache
-def _executor(threads):
+def _executor(threads, process):
+    """The pool of ``_in_threads`` for ``threads`` threads in the process ``process`` (a forked
+    child has none of its parent's threads, so it gets a pool of its own)."""
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="minitorch-nlp-numba")
 
 
@@ -118,7 +121,8 @@ def _in_threads(tasks, threads):
         with one_blas_thread():
             task()
 
-    for future in [_executor(threads).submit(on_one_blas_thread, task) for task in tasks]:
+    pool = _executor(threads, os.getpid())
+    for future in [pool.submit(on_one_blas_thread, task) for task in tasks]:
         future.result()
 
 
