@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from unittest import mock
 
 import numba
@@ -438,6 +441,106 @@ def test_attention(inputs, keep_probs, block, causal_rows, parallel):
     # in float32 a gradient's rounding error grows with the scale of the scores
     assert_all_same(grads, REF.attention_backward(grad, q, k, v, ref_state, scale, causal,
                                                   key_mask), cond=max(1.0, scale))
+
+
+@contextlib.contextmanager
+def blocks_in_threads():
+    """Attention's blocks spread over two Python threads (``_in_threads``), whatever their
+    size."""
+    before = numba.get_num_threads()
+    with mock.patch.object(numba_backend, "_THREADED_WORK", 0):
+        numba.set_num_threads(2)
+        try:
+            yield
+        finally:
+            numba.set_num_threads(before)
+
+
+@given(attention_inputs(), st.booleans(), st.sampled_from([1 << 20, 7, 3]),
+       st.sampled_from([128, 2, 1]), st.booleans(), st.data())
+def test_attention_blocks_in_threads_give_the_calling_threads_result(inputs, keep_probs, block,
+                                                                     causal_rows, with_bias,
+                                                                     data):
+    """With the blocks spread over Python threads (and the input copies by slices of the batch;
+    the backward's blocks only when they are whole pairs), the output, the saved state and the
+    gradients are those of the calling thread's run, bit for bit, and match the NumPy
+    backend."""
+    q, k, v, grad, key_mask, scale, causal = inputs
+    bias = data.draw(S.score_biases(q.shape[:3] + k.shape[2:3], q.dtype)) if with_bias else None
+    keep = (1 << 20) * keep_probs
+    with mock.patch.multiple(numba_backend, _KEEP_PROBS=keep, _CAUSAL_KEEP_PROBS=keep,
+                             _ATTENTION_BLOCK=block, _CAUSAL_ROWS=causal_rows):
+        with on_threads(False):
+            expected, expected_state = NUMBA.attention(q, k, v, scale, causal, key_mask, bias)
+            expected_grads = NUMBA.attention_backward(grad, q, k, v, expected_state, scale,
+                                                      causal, key_mask, with_bias)
+        with blocks_in_threads():
+            actual, state = NUMBA.attention(q, k, v, scale, causal, key_mask, bias)
+            grads = NUMBA.attention_backward(grad, q, k, v, state, scale, causal, key_mask,
+                                             with_bias)
+    np.testing.assert_array_equal(actual, expected)
+    for saved, expected_saved in zip((state.peak, state.inv_total, state.probs, *state.qkv),
+                                     (expected_state.peak, expected_state.inv_total,
+                                      expected_state.probs, *expected_state.qkv)):
+        np.testing.assert_array_equal(saved, expected_saved)
+    for g, expected_g in zip(grads, expected_grads):
+        np.testing.assert_array_equal(g, expected_g)
+    _, ref_state = REF.attention(q, k, v, scale, causal, key_mask, bias)
+    assert_all_same(grads, REF.attention_backward(grad, q, k, v, ref_state, scale, causal,
+                                                  key_mask, with_bias), cond=max(1.0, scale))
+
+
+@given(st.integers(1, 40), st.integers(1, 9), st.integers(1, 9), st.booleans(),
+       st.integers(1, 4), st.sampled_from([1 << 18, 50, 7]))
+def test_attention_blocks_cover_every_pair_once_in_even_shares(pairs, tq, tk, causal, threads,
+                                                               block):
+    with mock.patch.object(numba_backend, "_ATTENTION_BLOCK", block):
+        blocks = list(NUMBA._attention_blocks(pairs, tq, tk, causal, threads))
+    covered = np.zeros((pairs, tq), dtype=int)
+    for p0, p1, i0, i1, keys in blocks:
+        assert (p1 - p0) * (i1 - i0) * keys <= max(block, tk)
+        covered[p0:p1, i0:i1] += 1
+    assert (covered == 1).all()
+    sizes = {p1 - p0 for p0, p1, *_ in blocks if p1 < pairs}
+    assert len(sizes) <= 1          # equal blocks of pairs, the last one possibly smaller
+    first_rows = [(p0, p1) for p0, p1, i0, *_ in blocks if i0 == 0]
+    if len(first_rows) < threads:   # fewer blocks than threads only when each is a thread's share
+        assert first_rows[0][1] - first_rows[0][0] <= -(-pairs // threads)
+
+
+def test_in_threads_runs_every_task_and_hands_back_its_error():
+    done = []
+    numba_backend._in_threads([lambda i=i: done.append(i) for i in range(5)], 2)
+    assert sorted(done) == list(range(5))
+
+    def fails():
+        raise ValueError("a task's error")
+
+    with pytest.raises(ValueError, match="a task's error"):
+        numba_backend._in_threads([fails, lambda: None], 2)
+
+
+def test_blocks_in_threads_after_a_fork():
+    """A child forked after the pool started has none of its threads: it must start its own
+    rather than wait for them."""
+    numba_backend._in_threads([lambda: None, lambda: None], 2)   # the parent's pool exists
+    q = np.random.default_rng(0).standard_normal((2, 2, 8, 4))
+    expected = NUMBA.attention(q, q, q, 0.5, False, None)[0]
+    child = os.fork()
+    if child == 0:
+        with blocks_in_threads():
+            same = np.array_equal(NUMBA.attention(q, q, q, 0.5, False, None)[0], expected)
+        os._exit(0 if same else 1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    pytest.fail("the forked child hung in _in_threads")
 
 
 def test_attention_all_masked_query_gives_zero_output_and_gradient():

@@ -41,8 +41,11 @@ every call is still answered. See ``numba_kernels`` for the threading layer and 
 """
 from __future__ import annotations
 
+import functools
 import math
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numba
@@ -52,6 +55,7 @@ from . import numba_kernels as kernels
 from . import numba_linear_kernels as linear_kernels
 from . import numba_sparse_kernels as sparse_kernels
 from .numpy_backend import NumpyBackend, sum_to_shape
+from .threads import one_blas_thread
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _LAUNCH = threading.Lock()  # the workqueue threading layer must not be entered concurrently
@@ -76,6 +80,7 @@ _PARALLEL_WORK = 1 << 15  # below this, kernels run on the calling thread only
 # rather than the row kernels: measured at n = 16k, one thread, the row kernels win at 17 keys
 # (44 against 73 ms) and lose at 129 (237 against 160 ms) and at 513 (905 against 453 ms).
 _WIDE_BAND = 64
+_THREADED_WORK = 1 << 18  # less work than this stays on the calling thread (_thread_count)
 _workspaces = threading.local()
 
 
@@ -88,6 +93,49 @@ def _run(kernel, work, *args):
     else:
         with _LAUNCH:
             kernel(True, *args)
+
+
+@functools.cache
+def _executor(threads, process):
+    """The pool of ``_in_threads`` for ``threads`` threads in the process ``process`` (a forked
+    child has none of its parent's threads, so it gets a pool of its own)."""
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="minitorch-nlp-numba")
+
+
+def _thread_count(work, tasks):
+    """How many Python threads ``_in_threads`` spreads ``tasks`` independent tasks over:
+    ``numba.get_num_threads()`` (at most one per task) when ``work`` (about one unit per element
+    in all) is worth handing over, else 1."""
+    threads = min(numba.get_num_threads(), tasks)
+    return threads if threads > 1 and work >= _THREADED_WORK else 1
+
+
+def _in_threads(tasks, threads):
+    """Run the independent callables ``tasks`` on ``threads`` Python threads, each task with
+    OpenBLAS on one thread; with ``threads`` 1, one after the other on the calling thread.
+
+    For work made of stacks of small products and a kernel per block (attention): NumPy calls
+    OpenBLAS once per small product and runs such stacks on one BLAS thread
+    (``one_blas_thread``), so without this the products leave the other cores idle. NumPy's
+    products and copies and the kernels (compiled ``nogil``) release the GIL, so the tasks run
+    side by side. A task calls its kernels through ``_on_this_thread``."""
+    if threads == 1:
+        for task in tasks:
+            task()
+        return
+
+    def on_one_blas_thread(task):
+        with one_blas_thread():
+            task()
+
+    pool = _executor(threads, os.getpid())
+    for future in [pool.submit(on_one_blas_thread, task) for task in tasks]:
+        future.result()
+
+
+def _on_this_thread(kernel, work, *args):
+    """``_run`` for a task of ``_in_threads``: the kernel's serial form, on the calling thread."""
+    kernel(False, *args)
 
 
 def _float_dtype(*arrays):
@@ -351,8 +399,9 @@ class NumbaBackend(NumpyBackend):
 
     # ---- attention ------------------------------------------------------------------------------
     @staticmethod
-    def _attention_inputs(q, k, v, key_mask):
-        """(q, k, v as contiguous (B*H, T, D), the key mask as a (B, Tk) bool array), or None."""
+    def _attention_inputs(q, k, v, key_mask, q_scale=None):
+        """(q (times ``q_scale`` when given), k, v as contiguous (B*H, T, D), the key mask as a
+        (B, Tk) bool array), or None. The copies run in threads, by slices of the batch."""
         if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or _float_dtype(q, k, v) is None:
             return None
         if not (q.shape[:2] == k.shape[:2] == v.shape[:2] and k.shape[2] == v.shape[2]
@@ -369,8 +418,24 @@ class NumbaBackend(NumpyBackend):
                 mask = np.ascontiguousarray(np.broadcast_to(mask, (batch, tk)))
             except ValueError:
                 return None
-        as_pairs = (lambda a: np.ascontiguousarray(a).reshape((batch * heads,) + a.shape[2:]))
-        return as_pairs(q), as_pairs(k), as_pairs(v), mask
+        threads = _thread_count(q.size + k.size + v.size, batch)
+        bounds = np.linspace(0, batch, threads + 1).astype(int)
+        copies = []
+
+        def as_pairs(x, factor=None):
+            if factor is None and x.flags.c_contiguous:
+                return x.reshape((batch * heads,) + x.shape[2:])
+            out = np.empty(x.shape, dtype=x.dtype)
+            for b0, b1 in zip(bounds[:-1], bounds[1:]):
+                copies.append(functools.partial(np.copyto, out[b0:b1], x[b0:b1]) if factor is None
+                              else functools.partial(np.multiply, x[b0:b1], factor,
+                                                     out=out[b0:b1]))
+            return out.reshape((batch * heads,) + x.shape[2:])
+
+        pairs = as_pairs(q, None if q_scale is None else q.dtype.type(q_scale)), as_pairs(k), \
+            as_pairs(v)
+        _in_threads(copies, threads)
+        return (*pairs, mask)
 
     @staticmethod
     def _attention_bias(bias, q, k):
@@ -387,14 +452,18 @@ class NumbaBackend(NumpyBackend):
             return None
 
     @staticmethod
-    def _attention_blocks(pairs, tq, tk, causal):
+    def _attention_blocks(pairs, tq, tk, causal, threads=1):
         """(first pair, end pair, first query, end query, keys used) of each score block: whole
         pairs when their scores fit in ``_ATTENTION_BLOCK`` elements, else blocks of query rows
         of one pair; with a causal mask, blocks of at most ``_CAUSAL_ROWS`` queries, which use
-        only the keys their last query can see."""
+        only the keys their last query can see. The pairs are cut into a multiple of
+        ``threads`` blocks of equal size (as far as there are pairs), so that ``threads``
+        threads share them evenly."""
         rows = min(tq, _CAUSAL_ROWS) if causal else tq
         rows = max(1, min(rows, _ATTENTION_BLOCK // tk))
         step = max(1, _ATTENTION_BLOCK // (rows * tk))
+        cuts = -(-pairs // step)
+        step = -(-pairs // min(pairs, -(-cuts // threads) * threads))
         for i0 in range(0, tq, rows):
             i1 = min(tq, i0 + rows)
             keys = min(tk, max(1, i1 + tk - tq)) if causal else tk
@@ -402,28 +471,34 @@ class NumbaBackend(NumpyBackend):
                 yield p0, min(pairs, p0 + step), i0, i1, keys
 
     def attention(self, q, k, v, scale, causal, key_mask, bias=None):
-        inputs = self._attention_inputs(q, k, v, key_mask)
+        # (scale q) k^T: tk / d_k fewer multiplications
+        inputs = self._attention_inputs(q, k, v, key_mask, scale)
         bias_view = None if inputs is None else self._attention_bias(bias, q, k)
         if bias_view is None:
             return super().attention(q, k, v, scale, causal, key_mask, bias)
         q3, k3, v3, mask = inputs
         dtype = q3.dtype
-        q3 = np.multiply(q3, dtype.type(scale))   # (scale q) k^T: tk / d_k fewer multiplications
         pairs, tq, tk, heads = q3.shape[0], q3.shape[1], k3.shape[1], q.shape[1]
         out = np.empty((pairs, tq, v3.shape[2]), dtype=dtype)
         peak = np.empty((pairs, tq), dtype=dtype)
         inv_total = np.empty((pairs, tq), dtype=dtype)
         keep = _CAUSAL_KEEP_PROBS if causal else _KEEP_PROBS
         kept = np.empty((pairs, tq, tk), dtype=dtype) if pairs * tq * tk <= keep else None
-        # kept probabilities are written in blocks that use every key, so that each block is a
-        # contiguous slice of ``kept``; the kernel applies the causal mask all the same
-        for p0, p1, i0, i1, keys in self._attention_blocks(pairs, tq, tk, causal and kept is None):
+        threads = _thread_count(pairs * tq * tk, pairs)
+        run = _run if threads == 1 else _on_this_thread
+
+        def block(p0, p1, i0, i1, keys):
             scores = kept[p0:p1, i0:i1] if kept is not None else \
                 _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
             self.matmul(q3[p0:p1, i0:i1], k3[p0:p1, :keys].swapaxes(1, 2), out=scores)
-            _run(kernels.attention_probs, scores.size, scores, mask, key_mask is not None,
-                 bias_view, bias is not None, causal, heads, p0, i0, tq, tk, peak, inv_total)
+            run(kernels.attention_probs, scores.size, scores, mask, key_mask is not None,
+                bias_view, bias is not None, causal, heads, p0, i0, tq, tk, peak, inv_total)
             self.matmul(scores, v3[p0:p1, :keys], out=out[p0:p1, i0:i1])
+
+        # kept probabilities are written in blocks that use every key, so that each block is a
+        # contiguous slice of ``kept``; the kernel applies the causal mask all the same
+        blocks = self._attention_blocks(pairs, tq, tk, causal and kept is None, threads)
+        _in_threads([functools.partial(block, *b) for b in blocks], threads)
         state = _AttentionState(mask, bias_view, None if bias is None else bias.shape, peak,
                                 inv_total, kept, (q3, k3, v3))
         return out.reshape(q.shape[:3] + v.shape[3:]), state
@@ -437,8 +512,12 @@ class NumbaBackend(NumpyBackend):
         pairs, tq, tk, heads = q3.shape[0], q3.shape[1], k3.shape[1], q.shape[1]
         g3 = np.ascontiguousarray(grad, dtype=dtype).reshape(pairs, tq, v3.shape[2])
         kept = state.probs is not None
-        blocks = list(self._attention_blocks(pairs, tq, tk, causal and not kept))
+        threads = _thread_count(pairs * tq * tk, pairs)
+        blocks = list(self._attention_blocks(pairs, tq, tk, causal and not kept, threads))
         whole_pairs = all(i0 == 0 and i1 == tq for _, _, i0, i1, _ in blocks)
+        if not whole_pairs:     # blocks of rows of one pair add to the same key gradients
+            threads = 1
+        run = _run if threads == 1 else _on_this_thread
         # allocated in the inputs' shapes, so that the gradients handed back own their memory
         # (the engine copies a view before storing it as a leaf's .grad)
         grads = [(np.empty if whole_pairs or x is q else np.zeros)(x.shape, dtype=dtype)
@@ -450,7 +529,8 @@ class NumbaBackend(NumpyBackend):
         direct = whole_pairs and all(keys == tk for *_, keys in blocks)
         if bias_grad:
             dscores_all = (np.empty if direct else np.zeros)((pairs, tq, tk), dtype=dtype)
-        for p0, p1, i0, i1, keys in blocks:
+
+        def block(p0, p1, i0, i1, keys):
             q_blk, g_blk = q3[p0:p1, i0:i1], g3[p0:p1, i0:i1]
             if kept:
                 probs = state.probs[p0:p1, i0:i1]
@@ -460,9 +540,9 @@ class NumbaBackend(NumpyBackend):
             dscores = dscores_all[p0:p1] if bias_grad and direct else \
                 _workspace(1, (p1 - p0, i1 - i0, keys), dtype)
             self.matmul(g_blk, v3[p0:p1, :keys].swapaxes(1, 2), out=dscores)
-            _run(kernels.attention_probs_backward, probs.size, probs, dscores, state.key_mask,
-                 state.bias, state.bias_shape is not None, causal, heads, p0, i0, tq, tk,
-                 state.peak, state.inv_total, not kept)
+            run(kernels.attention_probs_backward, probs.size, probs, dscores, state.key_mask,
+                state.bias, state.bias_shape is not None, causal, heads, p0, i0, tq, tk,
+                state.peak, state.inv_total, not kept)
             if bias_grad and not direct:
                 dscores_all[p0:p1, i0:i1, :keys] = dscores
             self.matmul(dscores, k3[p0:p1, :keys], out=dq[p0:p1, i0:i1])
@@ -472,6 +552,8 @@ class NumbaBackend(NumpyBackend):
             else:
                 dv[p0:p1, :keys] += self.matmul(probs.swapaxes(1, 2), g_blk)
                 dk[p0:p1, :keys] += self.matmul(dscores.swapaxes(1, 2), q_blk)
+
+        _in_threads([functools.partial(block, *b) for b in blocks], threads)
         dq *= dtype.type(scale)   # dscores is the gradient of the scaled scores
         dbias = None if not bias_grad else sum_to_shape(
             dscores_all.reshape(q.shape[:3] + (tk,)), state.bias_shape)

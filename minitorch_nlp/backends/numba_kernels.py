@@ -56,8 +56,9 @@ _FASTMATH = {"contract", "reassoc"}
 
 
 def _kernel(fn):
-    """A parallel, disk-cached kernel."""
-    return njit(cache=True, parallel=True, fastmath=_FASTMATH)(fn)
+    """A parallel, disk-cached kernel. It releases the GIL, so that its serial form can run in
+    several Python threads at once (the attention blocks of ``numba_backend._in_threads``)."""
+    return njit(cache=True, parallel=True, nogil=True, fastmath=_FASTMATH)(fn)
 
 
 # ---- scalar helpers ---------------------------------------------------------------------------
