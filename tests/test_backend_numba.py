@@ -37,6 +37,7 @@ from minitorch_nlp import nn
 from minitorch_nlp.autograd.ops_fused import (Attention, BandedAttention, BiasGelu, CrossEntropy,
                                               Gelu, LayerNorm, LogSoftmax, Softmax)
 from minitorch_nlp.backends import get_backend, numba_backend, numba_kernels
+from minitorch_nlp.backends.threads import in_threads
 from minitorch_nlp.testing import strategies as S
 from tests.backend_checks import (ERF_ULPS, adam_cases, adam_steps, erf_arguments, erf_grid,
                                   erf_ulp_errors)
@@ -445,7 +446,7 @@ def test_attention(inputs, keep_probs, block, causal_rows, parallel):
 
 @contextlib.contextmanager
 def blocks_in_threads():
-    """Attention's blocks spread over two Python threads (``_in_threads``), whatever their
+    """Attention's blocks spread over two Python threads (``threads.in_threads``), whatever their
     size."""
     before = numba.get_num_threads()
     with mock.patch.object(numba_backend, "_THREADED_WORK", 0):
@@ -510,20 +511,20 @@ def test_attention_blocks_cover_every_pair_once_in_even_shares(pairs, tq, tk, ca
 
 def test_in_threads_runs_every_task_and_hands_back_its_error():
     done = []
-    numba_backend._in_threads([lambda i=i: done.append(i) for i in range(5)], 2)
+    in_threads([lambda i=i: done.append(i) for i in range(5)], 2)
     assert sorted(done) == list(range(5))
 
     def fails():
         raise ValueError("a task's error")
 
     with pytest.raises(ValueError, match="a task's error"):
-        numba_backend._in_threads([fails, lambda: None], 2)
+        in_threads([fails, lambda: None], 2)
 
 
 def test_blocks_in_threads_after_a_fork():
     """A child forked after the pool started has none of its threads: it must start its own
     rather than wait for them."""
-    numba_backend._in_threads([lambda: None, lambda: None], 2)   # the parent's pool exists
+    in_threads([lambda: None, lambda: None], 2)   # the parent's pool exists
     q = np.random.default_rng(0).standard_normal((2, 2, 8, 4))
     expected = NUMBA.attention(q, q, q, 0.5, False, None)[0]
     child = os.fork()
@@ -540,7 +541,7 @@ def test_blocks_in_threads_after_a_fork():
         time.sleep(0.05)
     os.kill(child, signal.SIGKILL)
     os.waitpid(child, 0)
-    pytest.fail("the forked child hung in _in_threads")
+    pytest.fail("the forked child hung in in_threads")
 
 
 def test_attention_all_masked_query_gives_zero_output_and_gradient():

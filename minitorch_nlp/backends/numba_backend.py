@@ -43,9 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numba
@@ -55,7 +53,7 @@ from . import numba_kernels as kernels
 from . import numba_linear_kernels as linear_kernels
 from . import numba_sparse_kernels as sparse_kernels
 from .numpy_backend import NumpyBackend, sum_to_shape
-from .threads import one_blas_thread
+from .threads import in_threads, one_blas_thread
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _LAUNCH = threading.Lock()  # the workqueue threading layer must not be entered concurrently
@@ -95,46 +93,16 @@ def _run(kernel, work, *args):
             kernel(True, *args)
 
 
-@functools.cache
-def _executor(threads, process):
-    """The pool of ``_in_threads`` for ``threads`` threads in the process ``process`` (a forked
-    child has none of its parent's threads, so it gets a pool of its own)."""
-    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="minitorch-nlp-numba")
-
-
 def _thread_count(work, tasks):
-    """How many Python threads ``_in_threads`` spreads ``tasks`` independent tasks over:
+    """How many Python threads ``in_threads`` spreads ``tasks`` independent tasks over:
     ``numba.get_num_threads()`` (at most one per task) when ``work`` (about one unit per element
     in all) is worth handing over, else 1."""
     threads = min(numba.get_num_threads(), tasks)
     return threads if threads > 1 and work >= _THREADED_WORK else 1
 
 
-def _in_threads(tasks, threads):
-    """Run the independent callables ``tasks`` on ``threads`` Python threads, each task with
-    OpenBLAS on one thread; with ``threads`` 1, one after the other on the calling thread.
-
-    For work made of stacks of small products and a kernel per block (attention): NumPy calls
-    OpenBLAS once per small product and runs such stacks on one BLAS thread
-    (``one_blas_thread``), so without this the products leave the other cores idle. NumPy's
-    products and copies and the kernels (compiled ``nogil``) release the GIL, so the tasks run
-    side by side. A task calls its kernels through ``_on_this_thread``."""
-    if threads == 1:
-        for task in tasks:
-            task()
-        return
-
-    def on_one_blas_thread(task):
-        with one_blas_thread():
-            task()
-
-    pool = _executor(threads, os.getpid())
-    for future in [pool.submit(on_one_blas_thread, task) for task in tasks]:
-        future.result()
-
-
 def _on_this_thread(kernel, work, *args):
-    """``_run`` for a task of ``_in_threads``: the kernel's serial form, on the calling thread."""
+    """``_run`` for a task of ``in_threads``: the kernel's serial form, on the calling thread."""
     kernel(False, *args)
 
 
@@ -434,7 +402,7 @@ class NumbaBackend(NumpyBackend):
 
         pairs = as_pairs(q, None if q_scale is None else q.dtype.type(q_scale)), as_pairs(k), \
             as_pairs(v)
-        _in_threads(copies, threads)
+        in_threads(copies, threads)
         return (*pairs, mask)
 
     @staticmethod
@@ -498,7 +466,7 @@ class NumbaBackend(NumpyBackend):
         # kept probabilities are written in blocks that use every key, so that each block is a
         # contiguous slice of ``kept``; the kernel applies the causal mask all the same
         blocks = self._attention_blocks(pairs, tq, tk, causal and kept is None, threads)
-        _in_threads([functools.partial(block, *b) for b in blocks], threads)
+        in_threads([functools.partial(block, *b) for b in blocks], threads)
         state = _AttentionState(mask, bias_view, None if bias is None else bias.shape, peak,
                                 inv_total, kept, (q3, k3, v3))
         return out.reshape(q.shape[:3] + v.shape[3:]), state
@@ -553,7 +521,7 @@ class NumbaBackend(NumpyBackend):
                 dv[p0:p1, :keys] += self.matmul(probs.swapaxes(1, 2), g_blk)
                 dk[p0:p1, :keys] += self.matmul(dscores.swapaxes(1, 2), q_blk)
 
-        _in_threads([functools.partial(block, *b) for b in blocks], threads)
+        in_threads([functools.partial(block, *b) for b in blocks], threads)
         dq *= dtype.type(scale)   # dscores is the gradient of the scaled scores
         dbias = None if not bias_grad else sum_to_shape(
             dscores_all.reshape(q.shape[:3] + (tk,)), state.bias_shape)

@@ -93,17 +93,40 @@ def blas_threads():
 
 
 @functools.cache
-def _pool():
-    return concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
-                                                 thread_name_prefix="minitorch-matmul")
+def _executor(threads, process):
+    """The pool of ``in_threads`` for ``threads`` threads in the process ``process`` (a forked
+    child has none of its parent's threads, so it gets a pool of its own)."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=threads,
+                                                 thread_name_prefix="minitorch-nlp")
+
+
+def in_threads(tasks, threads):
+    """Run the independent callables ``tasks`` on ``threads`` Python threads, each task with
+    OpenBLAS on one thread; with ``threads`` 1, one after the other on the calling thread.
+
+    For work made of stacks of small products (attention's heads, banded attention's blocks):
+    NumPy calls OpenBLAS once per small product and such stacks run on one BLAS thread
+    (``one_blas_thread``), so without this they leave the other cores idle. NumPy's products and
+    copies and the numba kernels (compiled ``nogil``) release the GIL, so the tasks run side by
+    side."""
+    if threads == 1:
+        for task in tasks:
+            task()
+        return
+
+    def on_one_blas_thread(task):
+        with one_blas_thread():
+            task()
+
+    pool = _executor(threads, os.getpid())
+    for future in [pool.submit(on_one_blas_thread, task) for task in tasks]:
+        future.result()
 
 
 def split_matmul(a, b, out, parts):
     """``np.matmul(a, b, out=out)`` for a stack of products, its stack cut into ``parts`` slices
-    along the first stack axis that has enough products, each slice on its own thread (NumPy lets
-    go of the GIL in the products). Every product is the same BLAS call as in one ``np.matmul``,
-    so the result is identical; call it inside ``one_blas_thread`` so that the threads do not
-    hand work on to OpenBLAS's."""
+    along the first stack axis that has enough products, each slice a task of ``in_threads``.
+    Every product is the same BLAS call as in one ``np.matmul``, so the result is identical."""
     stack = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     axis = next((i for i, size in enumerate(stack) if size >= parts), None)
     if axis is None:
@@ -114,11 +137,9 @@ def split_matmul(a, b, out, parts):
         out = np.empty(stack + (a.shape[-2], b.shape[-1]), dtype=np.result_type(a, b))
     bounds = np.linspace(0, stack[axis], parts + 1).astype(int)
     lead = (slice(None),) * axis
-    jobs = [_pool().submit(np.matmul, a[lead + (slice(lo, hi),)], b[lead + (slice(lo, hi),)],
-                           out=out[lead + (slice(lo, hi),)])
-            for lo, hi in zip(bounds[:-1], bounds[1:])]
-    for job in jobs:
-        job.result()
+    in_threads([functools.partial(np.matmul, a[lead + (slice(lo, hi),)],
+                                  b[lead + (slice(lo, hi),)], out=out[lead + (slice(lo, hi),)])
+                for lo, hi in zip(bounds[:-1], bounds[1:])], parts)
     return out
 
 
