@@ -95,8 +95,13 @@ class LSHAttention(FullAttention):
         bucket ids from ``x`` (batch, heads, time, d), a NumPy array."""
         if self.num_buckets == 1:
             return np.zeros(x.shape[:2] + (self.num_rounds, x.shape[2]), dtype=np.int64)
-        rotated = np.einsum("bhtd,rdc->bhrtc", x, rotations)
-        return np.concatenate([rotated, -rotated], axis=-1).argmax(axis=-1)
+        rotated = np.matmul(x[:, :, None], rotations)          # (B, H, R, T, columns)
+        # the argmax over [xR; -xR] without building it: the first half wins ties, as argmax's
+        # first maximum does
+        top, bottom = rotated.argmax(axis=-1), rotated.argmin(axis=-1)
+        first_half = (np.take_along_axis(rotated, top[..., None], -1)
+                      >= -np.take_along_axis(rotated, bottom[..., None], -1))[..., 0]
+        return np.where(first_half, top, bottom + rotated.shape[-1])
 
     def chunks(self, buckets):
         """Sort by (bucket, position) and chunk (eq 99): the sorted order (batch, heads, rounds,
