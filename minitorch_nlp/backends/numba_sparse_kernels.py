@@ -36,13 +36,14 @@ def _group_softmax_row(scores, first, allowed, real, bias, lse, row):
     heads, groups = allowed.shape[1], allowed.shape[2]
     unit = first + n
     b, h, g = unit // (heads * groups), unit // groups % heads, unit % groups
-    line = scores[n, i]
+    line, added = scores[n, i], bias[b, h, g, i]
+    seen, keys_real = allowed[b, h, g, i], real[b, h, g]
     minus_inf = scores.dtype.type(-math.inf)
     top = minus_inf
     for j in range(per_key):
         s = minus_inf
-        if allowed[b, h, g, i, j] and real[b, h, g, j]:
-            s = scores.dtype.type(line[j] + bias[b, h, g, i, j])   # a float64 bias too
+        if seen[j] and keys_real[j]:
+            s = scores.dtype.type(line[j] + added[j])   # a float64 bias too
         line[j] = s
         top = max(top, s)
     if top == minus_inf:              # no visible key: probabilities 0, log-sum-exp -inf
@@ -146,21 +147,30 @@ def _lsh_chunk(buckets, chunk, queries, key_index, has_previous, r, causal, self
     chunks = queries.shape[2]
     pair, c = unit // chunks, unit % chunks
     b, h = pair // queries.shape[1], pair % queries.shape[1]
+    keys = key_index[b, h, c]
+    round_buckets = buckets[b, h, r]
     for i in range(queries.shape[3]):
         t = queries[b, h, c, i]
-        for j in range(key_index.shape[3]):
-            u = key_index[b, h, c, j]
-            found = 0
+        seen, counts = allowed[b, h, c, i], bias[b, h, c, i]
+        own = round_buckets[t]
+        for j in range(keys.shape[0]):
+            u = keys[j]
+            seen[j] = round_buckets[u] == own and has_previous[c, j] and not (causal and u > t)
+            counts[j] = 0
+        if buckets.shape[2] > 1:      # N_ij: with one round it is at most 1, and -log 1 = 0
             for rr in range(buckets.shape[2]):
-                if (buckets[b, h, rr, t] == buckets[b, h, rr, u]
-                        and chunk[b, h, rr, t] - 1 <= chunk[b, h, rr, u] <= chunk[b, h, rr, t]):
-                    found += 1
-            allowed[b, h, c, i, j] = (buckets[b, h, r, t] == buckets[b, h, r, u]
-                                      and has_previous[c, j] and not (causal and u > t))
-            score = -math.log(found) if found > 1 else 0.0
-            if u == t:
-                score -= self_penalty
-            bias[b, h, c, i, j] = score
+                bucket_t, chunk_t = buckets[b, h, rr, t], chunk[b, h, rr, t]
+                other_buckets, other_chunks = buckets[b, h, rr], chunk[b, h, rr]
+                for j in range(keys.shape[0]):
+                    u = keys[j]
+                    if (other_buckets[u] == bucket_t
+                            and chunk_t - 1 <= other_chunks[u] <= chunk_t):
+                        counts[j] += 1
+            for j in range(keys.shape[0]):
+                counts[j] = -math.log(counts[j]) if counts[j] > 1 else 0.0
+        for j in range(keys.shape[0]):
+            if keys[j] == t:
+                counts[j] -= self_penalty
 
 
 @_kernel
@@ -168,7 +178,8 @@ def lsh_chunk_masks(parallel, buckets, chunk, queries, key_index, has_previous, 
                     self_penalty, allowed, bias):
     """LSH round ``r``'s ``allowed`` and score bias (B, H, C, m, 2m) from every round's buckets
     and chunks (B, H, R, T), in parallel over (pair, chunk): the counts N_ij of rounds that
-    share a bucket within neighbouring chunks are taken pair by pair, with no (..., R) array."""
+    share a bucket within neighbouring chunks are taken round by round into the bias, with no
+    (..., R) array (and not at all with one round, where -log N_ij is 0)."""
     units = queries.shape[0] * queries.shape[1] * queries.shape[2]
     if parallel:
         for unit in prange(units):
