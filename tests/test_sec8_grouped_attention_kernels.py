@@ -6,11 +6,14 @@ in HIPS autograd (values, log-sum-exps and float64 gradients); the numba kernels
 NumPy backend's (float32 and float64, the parallel and the single-thread path, repeated
 positions, all-hidden queries, indices shared over the batch or the heads); second derivatives
 (which run the composite) equal the composite's own; LSH's chunk masks and pair counts from the
-numba kernel equal the NumPy backend's; the sparse cores (BigBird's block-sparse,
+numba kernel equal the NumPy backend's; groups taken one per block give what one block of all
+of them gives; the row additions sum repeated positions; the sparse cores (BigBird's block-sparse,
 the Sparse Transformer's strided and fixed patterns, LSH) give the same values and gradients on
 both backends; the errors.
 """
 from __future__ import annotations
+
+from unittest import mock
 
 import autograd
 import autograd.numpy as anp
@@ -22,7 +25,7 @@ import minitorch_nlp as mt
 from minitorch_nlp.attention import BlockSparseAttention, LSHAttention, SparseTransformerAttention
 from minitorch_nlp.attention.grouped import GroupedAttention, grouped_attention
 from minitorch_nlp.attention.lsh import SELF_PENALTY
-from minitorch_nlp.backends import get_backend
+from minitorch_nlp.backends import get_backend, numpy_backend
 from tests.test_backend_numba import on_threads
 
 pytestmark = [pytest.mark.sec8, pytest.mark.sec9,
@@ -257,3 +260,34 @@ def test_one_key_group_is_shared_by_every_query_group():
     got = _library("numba", problem, cotangents)
     for g, w in zip(got[:2] + tuple(got[2]), expected[:2] + tuple(expected[2])):
         np.testing.assert_allclose(g, w, **TOL64)
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "numba"])
+@given(problem=grouped_problems(), seed=st.integers(0, 99))
+def test_blocks_of_one_group_give_the_one_block_result(backend_name, problem, seed):
+    """The groups are taken in blocks (``_GROUP_BLOCK`` scores at a time): one (batch, head,
+    group) unit per block gives what one block of all of them gives, values and gradients."""
+    cotangents = _cotangents(problem, seed)
+    whole = _library(backend_name, problem, cotangents)
+    with mock.patch.object(numpy_backend, "_GROUP_BLOCK", 1):
+        blocks = _library(backend_name, problem, cotangents)
+    for got, want in zip(blocks[:2] + tuple(blocks[2]), whole[:2] + tuple(whole[2])):
+        np.testing.assert_allclose(got, want, **TOL64)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_adding_rows_sums_repeated_positions(dtype, parallel):
+    """``_add_rows`` (out[rows] += src, repeats adding up) on both backends against
+    ``np.add.at``: a position repeated up to 40 times, rows of a block shape (U, K, d)."""
+    rng = np.random.default_rng(4)
+    rows = np.concatenate([np.full(40, 3), rng.integers(0, 9, 60)]).reshape(5, 20)
+    src = rng.standard_normal((5, 20, 33)).astype(dtype)
+    start = rng.standard_normal((9, 33)).astype(dtype)
+    expected = start.copy()
+    np.add.at(expected, rows.reshape(-1), src.reshape(-1, 33))
+    for backend in (NUMPY, NUMBA):
+        out = start.copy()
+        with on_threads(parallel):
+            backend._add_rows(out, rows, src)
+        np.testing.assert_allclose(out, expected, rtol=1e-5 if dtype == np.float32 else 1e-12)

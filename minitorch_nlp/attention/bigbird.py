@@ -101,14 +101,19 @@ class BlockSparseAttention(FullAttention):
 
     def sparse(self, q, k, v, counts, is_global, causal, key_mask):
         """Non-global query blocks against their rows' key blocks (per head when ``counts``
-        differ by head), global ones against all."""
+        differ by head), global ones against all. With ``causal``, key blocks after a query
+        block, which none of its queries may see, are left out of its group (and a global
+        block attends only the keys up to its end), so that no work goes to hidden pairs."""
         b, time = self.block, q.shape[2]
         within = np.arange(b)
         scale = 1.0 / float(np.sqrt(q.shape[-1]))
         outs, query_groups = [], []
         local_rows = np.flatnonzero(~is_global)
         if local_rows.size:
-            key_blocks, real = _key_block_lists(counts[:, local_rows])   # (H|1, groups, width)
+            row_counts = counts[:, local_rows]
+            if causal:
+                row_counts = row_counts * (np.arange(counts.shape[-1]) <= local_rows[:, None])
+            key_blocks, real = _key_block_lists(row_counts)                 # (H|1, groups, width)
             queries = local_rows[:, None] * b + within                      # (groups, b)
             keys = (key_blocks[..., None] * b + within).reshape(key_blocks.shape[:2] + (-1,))
             allowed = np.repeat(real, b, axis=-1)[..., None, :]
@@ -116,10 +121,11 @@ class BlockSparseAttention(FullAttention):
                                      key_mask, scale))
             query_groups.append(queries)
         global_rows = np.flatnonzero(is_global)
-        if global_rows.size:
-            queries = global_rows[:, None] * b + within
-            keys = np.broadcast_to(np.arange(time), (global_rows.size, time))
-            allowed = np.ones((1, 1, time), dtype=bool)
+        key_ends = (global_rows + 1) * b if causal else np.full(global_rows.size, time)
+        for end in np.unique(key_ends):
+            queries = global_rows[key_ends == end][:, None] * b + within
+            keys = np.broadcast_to(np.arange(end), (queries.shape[0], end))
+            allowed = np.ones((1, 1, end), dtype=bool)
             outs.append(self._attend(q, k, v, queries[None, None], keys[None, None], allowed,
                                      causal, key_mask, scale))
             query_groups.append(queries)

@@ -17,9 +17,15 @@ and how the Reformer combines its hashing rounds (eq 100-103). ``ungroup`` puts 
 outputs back in sequence order.
 
 Index arrays are NumPy ints with two leading axes broadcastable to (batch, heads) (size 1 when
-the pattern is the same for every sequence and head), then the group axes. All of this is
-composed from the engine's differentiable operations, so gradients (and second derivatives) come
-for free; a gather's backward is the backend's scatter-add of rows.
+the pattern is the same for every sequence and head), then the group axes.
+
+``grouped_attention`` is one fused operation (``GroupedAttention``): the backend takes the groups
+a block at a time, gathers the block's query and key rows into contiguous arrays and makes every
+score, output and gradient of the block a batched BLAS product, with the masked softmax and the
+score gradients between them (NumPy passes, or Numba kernels); the row gradients are added back
+into the positions they came from. Its composite, made of the engine's differentiable
+operations (a gather's backward being the backend's scatter-add of rows), gives the second
+derivatives.
 """
 from __future__ import annotations
 
@@ -123,9 +129,9 @@ def grouped_attention(q, k, v, query_index, key_index, allowed, *, scale, key_ma
     queries), the log of the sum of exp(scores) over the allowed keys (-inf where a query has
     none; its output is zero).
 
-    Without dropout (or in ``eval()``) and with a constant bias, this is one fused kernel
-    (``GroupedAttention``: the numba backend gathers the rows inside, in parallel over groups);
-    a Tensor bias (ETC's relative labels) or active dropout runs the composite.
+    Without dropout (or in ``eval()``) and with a constant bias, this is one fused operation
+    (``GroupedAttention``: blocks of groups as batched products, see the module docstring); a
+    Tensor bias (ETC's relative labels) or active dropout runs the composite.
     """
     query_index, key_index = _group_indices(query_index, key_index, q, k)
     dropping = dropout is not None and dropout.training and dropout.p > 0

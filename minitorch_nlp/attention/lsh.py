@@ -96,8 +96,13 @@ class LSHAttention(FullAttention):
         module ``xp`` (a backend's ``xp``: on the CuPy backend they stay on the GPU)."""
         if self.num_buckets == 1:
             return xp.zeros(x.shape[:2] + (self.num_rounds, x.shape[2]), dtype=np.int64)
-        rotated = xp.einsum("bhtd,rdc->bhrtc", x, rotations)
-        return xp.concatenate([rotated, -rotated], axis=-1).argmax(axis=-1)
+        rotated = xp.matmul(x[:, :, None], rotations)          # (B, H, R, T, columns)
+        # the argmax over [xR; -xR] without building it: the first half wins ties, as argmax's
+        # first maximum does
+        top, bottom = rotated.argmax(axis=-1), rotated.argmin(axis=-1)
+        first_half = (xp.take_along_axis(rotated, top[..., None], -1)
+                      >= -xp.take_along_axis(rotated, bottom[..., None], -1))[..., 0]
+        return xp.where(first_half, top, bottom + rotated.shape[-1])
 
     def chunks(self, buckets, *, xp=np):
         """Sort by (bucket, position) and chunk (eq 99): the sorted order (batch, heads, rounds,

@@ -3,8 +3,8 @@
 Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the launchers take NumPy arrays, as those
 of ``cuda_kernels`` do.
 
-The work is split as in ``numba_sparse_kernels`` (read its docstring), with one GPU thread where
-the numba backend has one loop iteration of a CPU thread:
+The kernels read the rows in place through the index arrays (the CPU backends gather blocks of
+groups for BLAS products instead, ``NumpyBackend.grouped_attention``), one GPU thread per unit:
 
 * forward: one thread per (pair, group, query): the query's scores against its group's keys
   (read in place through the index arrays), the visible mask, the softmax and log-sum-exp, the

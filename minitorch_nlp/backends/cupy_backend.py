@@ -167,7 +167,11 @@ class CupyBackend:
         return self._sparse_kernels.grouped_attention_backward(grad, q, k, v, state, query_index,
                                                                key_index, scale)
 
-    _group_visible = NumpyBackend._group_visible
+    # the NumPy code's steps, which it calls on this backend's arrays
+    _group_key_mask = NumpyBackend._group_key_mask
+    _grouped_softmax = NumpyBackend._grouped_softmax
+    _grouped_score_gradients = NumpyBackend._grouped_score_gradients
+    _add_rows = NumpyBackend._add_rows
 
     # ---- causal linear attention: the prefix-sum kernels of ``cuda_linear_kernels`` on float32
     # or float64 arrays (state: out and the (B*H, T) denominators); other dtypes, and a state the

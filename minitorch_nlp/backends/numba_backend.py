@@ -26,10 +26,10 @@ several passes, each with its own temporary:
   ``_WIDE_BAND`` keys or more runs the NumPy backend's blocked products instead (BLAS on blocks
   of queries and the keys their band reaches, ``BandBlocks``) with the softmax kernels above
   between them: there a dense product's speed beats visiting only the band;
-* grouped attention, the engine under every sparse pattern (``numba_sparse_kernels.py``): the
-  rows of each group of queries and keys read in place through the index arrays, in parallel
-  over groups, and the gradients gathered per position; LSH's chunk masks and pair counts
-  of eq 97-101 pair by pair, with no (..., rounds) temporaries;
+* grouped attention, the engine under every sparse pattern: the NumPy backend's blocks of
+  gathered rows and BLAS products, with the masked softmax, the score gradients and the
+  additions of row gradients as kernels between them (``numba_sparse_kernels.py``); LSH's
+  chunk masks and pair counts of eq 97-101 pair by pair, with no (..., rounds) temporaries;
 * causal linear attention (the Performer's prefix sums, ``numba_linear_kernels.py``): running
   sums per (batch, head) pair, O(features x d_v) state instead of chunk products;
 * ``np.add.at``-style scatter-add of embedding gradients, int8 and xnor-popcount matmuls;
@@ -322,10 +322,8 @@ class NumbaBackend(NumpyBackend):
             raise IndexError(f"scatter_add_rows: index {bad} is out of range for {num_rows} rows")
         if low < 0:
             flat = np.where(flat < 0, flat + num_rows, flat)
-        out = np.empty((num_rows, rows.shape[1]), dtype=rows.dtype)
-        per_thread = -(-rows.shape[1] // numba.get_num_threads())
-        block = max(16, -(-per_thread // 16) * 16)  # whole cache lines per thread
-        _run(kernels.scatter_add_rows, rows.size, flat, rows, out, block)
+        out = np.zeros((num_rows, rows.shape[1]), dtype=rows.dtype)
+        _add_rows_into(out, flat, rows)
         return out
 
     # ---- cross-entropy --------------------------------------------------------------------------
@@ -609,49 +607,32 @@ class NumbaBackend(NumpyBackend):
         _run(kernels.merge_top_k, scores.size, best_scores, best_ids,
              np.ascontiguousarray(scores), offset)
 
-    # ---- grouped attention (numba_sparse_kernels) -----------------------------------------------
-    def grouped_attention(self, q, k, v, query_index, key_index, allowed, key_mask, bias, scale):
-        dtype = _float_dtype(q, k, v)
-        if dtype is None:
-            return super().grouped_attention(q, k, v, query_index, key_index, allowed, key_mask,
-                                             bias, scale)
-        batch, heads, time, _ = q.shape
-        query_index, key_index = _group_index(query_index), _group_index(key_index)
-        groups, per_query, per_key = query_index.shape[2], query_index.shape[3], key_index.shape[3]
-        shape = (batch, heads, groups, per_query, per_key)
-        visible = np.broadcast_to(np.asarray(allowed, dtype=bool), shape)
-        bias = np.broadcast_to(np.asarray(0.0 if bias is None else bias, dtype=dtype), shape)
-        key_mask = _read_only(np.ones((batch, time), dtype=bool) if key_mask is None
-                              else np.ascontiguousarray(key_mask, dtype=bool))
-        q3, k3, v3 = _pairs(q, k, v)
-        probs = np.empty((batch * heads, groups, per_query, per_key), dtype=dtype)
-        out = np.empty((batch * heads, groups, per_query, v.shape[3] + 1), dtype=dtype)
-        _run(sparse_kernels.grouped_attention_forward, probs.size * q.shape[3], q3, k3, v3,
-             query_index, key_index, visible, key_mask, bias, heads, dtype.type(scale), probs, out)
-        return out.reshape(shape[:4] + (out.shape[3],)), probs
+    # ---- grouped attention: the NumPy backend's blocks of products, these kernels between them --
+    def _grouped_softmax(self, scores, first, allowed, real, bias, lse):
+        dtype = _float_dtype(scores)
+        if (dtype is None or not scores.flags.c_contiguous or lse.dtype != dtype
+                or (bias is not None and bias.dtype not in _FLOATS)):
+            return super()._grouped_softmax(scores, first, allowed, real, bias, lse)
+        shape = allowed.shape
+        real = np.broadcast_to(True, shape[:3] + shape[4:]) if real is None else real
+        bias = np.broadcast_to(dtype.type(0), shape) if bias is None else bias
+        _run(sparse_kernels.grouped_softmax, scores.size, scores, first, allowed, real, bias,
+             lse)
 
-    def grouped_attention_backward(self, grad, q, k, v, state, query_index, key_index, scale):
-        probs = state
-        dtype = _float_dtype(q, k, v)
-        if dtype is None or probs.dtype != dtype:
-            return super().grouped_attention_backward(grad, q, k, v, state, query_index,
-                                                      key_index, scale)
-        batch, heads, time, _ = q.shape
-        query_index, key_index = _group_index(query_index), _group_index(key_index)
-        q3, k3, v3 = _pairs(q, k, v)
-        g4 = _read_only(np.ascontiguousarray(grad, dtype=dtype).reshape(
-            probs.shape[:3] + (grad.shape[-1],)))
-        probs = _read_only(probs)
-        dscores = np.empty_like(probs)
-        work = probs.size * q.shape[3]
-        _run(sparse_kernels.grouped_attention_score_gradients, work, g4, v3, key_index, probs,
-             heads, dtype.type(scale), dscores)
-        dscores = _read_only(dscores)
-        dq, dk, dv = (np.empty(x.shape, dtype=dtype) for x in (q3, k3, v3))
-        _run(sparse_kernels.grouped_attention_position_gradients, work, g4, q3, k3, query_index,
-             key_index, probs, dscores, *_slots_by_position(query_index, time),
-             *_slots_by_position(key_index, time), heads, dq, dk, dv)
-        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+    def _grouped_score_gradients(self, probs, dprobs, grad_lse, scale):
+        dtype = _float_dtype(probs, dprobs, grad_lse)
+        if dtype is None or not (probs.flags.c_contiguous and dprobs.flags.c_contiguous):
+            return super()._grouped_score_gradients(probs, dprobs, grad_lse, scale)
+        rows = probs.shape[0] * probs.shape[1]
+        _run(sparse_kernels.grouped_score_gradients, probs.size,
+             probs.reshape(rows, -1), dprobs.reshape(rows, -1), grad_lse.reshape(rows),
+             dtype.type(scale))
+
+    def _add_rows(self, out, rows, src):
+        if _float_dtype(out, src) is None or not out.flags.c_contiguous or out.ndim != 2:
+            return super()._add_rows(out, rows, src)
+        _add_rows_into(out, rows.reshape(-1).astype(np.int64, copy=False),
+                       np.ascontiguousarray(src).reshape(-1, out.shape[1]))
 
     def lsh_round_masks(self, buckets, chunk, queries, key_index, has_previous, r, causal,
                         self_penalty):
@@ -698,6 +679,14 @@ def _lsh_shapes_fit(buckets, chunk, queries, key_index, has_previous):
     return (buckets.shape[:2] == queries.shape[:2] and chunk.shape == buckets.shape
             and key_index.shape[:3] == queries.shape[:3]
             and has_previous.shape == (queries.shape[2], key_index.shape[3]))
+
+
+def _add_rows_into(out, index, rows):
+    """``out[index[k]] += rows[k]`` (int64 ``index``, contiguous (N, d) ``rows`` of ``out``'s
+    dtype), threads owning blocks of whole cache lines of columns."""
+    per_thread = -(-rows.shape[1] // numba.get_num_threads())
+    block = max(16, -(-per_thread // 16) * 16)  # whole cache lines per thread
+    _run(kernels.scatter_add_rows, rows.size, index, rows, out, block)
 
 
 def _read_only(array):

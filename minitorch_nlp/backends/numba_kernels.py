@@ -540,9 +540,6 @@ def adam_update(parallel, theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, amsg
 def _scatter_add_columns(index, src, out, block, b):
     c0 = b * block
     c1 = min(src.shape[1], c0 + block)
-    for r in range(out.shape[0]):
-        for j in range(c0, c1):
-            out[r, j] = 0
     for k in range(src.shape[0]):
         out_blk = out[index[k], c0:c1]
         src_blk = src[k, c0:c1]
@@ -552,8 +549,9 @@ def _scatter_add_columns(index, src, out, block, b):
 
 @_kernel
 def scatter_add_rows(parallel, index, src, out, block):
-    """out = 0; out[index[k]] += src[k] for every k in order. Threads own blocks of ``block``
-    columns, so no two write the same element and the sums are deterministic."""
+    """out[index[k]] += src[k] for every k in order (``out`` holds what it adds to). Threads own
+    blocks of ``block`` columns, so no two write the same element and the sums are
+    deterministic."""
     blocks = (src.shape[1] + block - 1) // block
     if parallel:
         for b in prange(blocks):

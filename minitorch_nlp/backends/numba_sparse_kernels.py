@@ -2,20 +2,23 @@
 
 Grouped attention is the engine under every sparse pattern (``attention/grouped.py``): group g
 of a (batch, head) pair is a few queries ``query_index[g]`` attending a few keys
-``key_index[g]``. These kernels read the query, key and value rows in place through the index
-arrays, so no gathered copy of k or v is ever made per group:
+``key_index[g]``. Its algorithm is the NumPy backend's (``NumpyBackend.grouped_attention``):
+blocks of groups whose rows are gathered into contiguous arrays, so that every product of
+queries, keys, values and their gradients is a batched BLAS product. These kernels are the
+elementwise steps between the products, which NumPy would do in several passes with
+temporaries:
 
-* the forward runs in parallel over (pair, group): the scores of each query of the group, the
-  ``visible`` mask (the pattern's ``allowed`` and the key mask), the softmax and the query's
-  log-sum-exp, and the weighted sum of value rows; it keeps the probabilities (O(n * keys per
-  group), as the scores themselves);
-* the backward first turns the probabilities into score gradients, in parallel over groups, then
-  gathers dq, dk, dv in parallel over positions: each position visits the group slots where it
-  is a query or a key (an inverse index built once by sorting), so every thread writes only its
-  own rows and no scatter-add races.
+* ``grouped_softmax``: in place on a block's scaled scores, the pattern's ``allowed``, the key
+  mask gathered at the group's keys and the constant bias (all read through broadcast views,
+  never copied to the scores' shape), the softmax and each query's log-sum-exp (-inf, with
+  probabilities 0, for a query that sees no key); in parallel over query rows;
+* ``grouped_score_gradients``: in place, the probabilities' gradient turned into the scores',
+  p (dp - sum p dp + g_lse) * scale; in parallel over rows.
 
-The conventions (C-contiguous inputs shaped by the caller, outputs allocated by the caller, the
-``parallel`` switch, float64 sums, ``fast_exp``) are those of ``numba_kernels``.
+The row gradients are added back into q, k and v by ``numba_kernels.scatter_add_rows``.
+``lsh_chunk_masks`` builds LSH's round masks and pair counts. The conventions (C-contiguous
+inputs shaped by the caller, outputs allocated by the caller, the ``parallel`` switch, float64
+sums, ``fast_exp``) are those of ``numba_kernels``.
 """
 from __future__ import annotations
 
@@ -27,104 +30,79 @@ from .numba_kernels import _kernel, _rows, fast_exp
 
 
 @_rows
-def _group_forward(q, k, v, query_index, key_index, visible, key_mask, bias, heads, scale, probs,
-                   out, unit):
-    groups = probs.shape[1]
-    pair, g = unit // groups, unit % groups
-    b, h = pair // heads, pair % heads
-    qb, qh = min(b, query_index.shape[0] - 1), min(h, query_index.shape[1] - 1)
-    kb, kh = min(b, key_index.shape[0] - 1), min(h, key_index.shape[1] - 1)
-    minus_inf = q.dtype.type(-math.inf)
-    width = v.shape[2]
-    for i in range(probs.shape[2]):
-        t = query_index[qb, qh, g, i]
-        top = minus_inf
-        for j in range(probs.shape[3]):
-            u = key_index[kb, kh, g, j]
-            s = minus_inf
-            if visible[b, h, g, i, j] and key_mask[b, u]:
-                acc = q.dtype.type(0)
-                for e in range(q.shape[2]):
-                    acc += q[pair, t, e] * k[pair, u, e]
-                s = acc * scale + bias[b, h, g, i, j]
-            probs[pair, g, i, j] = s
-            top = max(top, s)
-        for e in range(width):
-            out[pair, g, i, e] = 0
-        if top == minus_inf:          # no visible key: output 0, log-sum-exp -inf
-            for j in range(probs.shape[3]):
-                probs[pair, g, i, j] = 0
-            out[pair, g, i, width] = minus_inf
-            continue
-        total = 0.0
-        for j in range(probs.shape[3]):
-            p = fast_exp(probs[pair, g, i, j] - top)
-            probs[pair, g, i, j] = p
-            total += p
-        out[pair, g, i, width] = top + math.log(total)
-        inv = q.dtype.type(1.0 / total)
-        for j in range(probs.shape[3]):
-            p = probs[pair, g, i, j] * inv
-            probs[pair, g, i, j] = p
-            if p != 0:
-                u = key_index[kb, kh, g, j]
-                for e in range(width):
-                    out[pair, g, i, e] += p * v[pair, u, e]
+def _group_softmax_row(scores, first, allowed, real, bias, lse, row):
+    per_query, per_key = scores.shape[1], scores.shape[2]
+    n, i = row // per_query, row % per_query
+    heads, groups = allowed.shape[1], allowed.shape[2]
+    unit = first + n
+    b, h, g = unit // (heads * groups), unit // groups % heads, unit % groups
+    line, added = scores[n, i], bias[b, h, g, i]
+    seen, keys_real = allowed[b, h, g, i], real[b, h, g]
+    minus_inf = scores.dtype.type(-math.inf)
+    top = minus_inf
+    for j in range(per_key):
+        s = minus_inf
+        if seen[j] and keys_real[j]:
+            s = scores.dtype.type(line[j] + added[j])   # a float64 bias too
+        line[j] = s
+        top = max(top, s)
+    if top == minus_inf:              # no visible key: probabilities 0, log-sum-exp -inf
+        for j in range(per_key):
+            line[j] = 0
+        lse[n, i] = minus_inf
+        return
+    total = 0.0
+    for j in range(per_key):
+        p = fast_exp(line[j] - top)
+        line[j] = p
+        total += p
+    lse[n, i] = top + math.log(total)
+    inv = scores.dtype.type(1.0 / total)
+    for j in range(per_key):
+        line[j] *= inv
 
 
 @_kernel
-def grouped_attention_forward(parallel, q, k, v, query_index, key_index, visible, key_mask, bias,
-                              heads, scale, probs, out):
-    """q, k, v (pairs, T, d); query_index (b|1, h|1, G, Q) and key_index (b|1, h|1, G, K) int64;
-    visible and bias (B, H, G, Q, K) (broadcast views); key_mask (B, T). Writes probs
-    (pairs, G, Q, K) and out (pairs, G, Q, d_v + 1), the log-sum-exp in the last column."""
-    units = probs.shape[0] * probs.shape[1]
+def grouped_softmax(parallel, scores, first, allowed, real, bias, lse):
+    """In place, the scaled scores (U, Q, K) of units ``first`` .. ``first`` + U (unit =
+    (batch * heads + head) * groups + group) -> probabilities, in parallel over query rows:
+    ``bias`` added, keys hidden where ``allowed`` (B, H, G, Q, K) or ``real`` (B, H, G, K)
+    (broadcast views) is False; the log-sum-exps into ``lse`` (U, Q)."""
+    rows = scores.shape[0] * scores.shape[1]
     if parallel:
-        for unit in prange(units):
-            _group_forward(q, k, v, query_index, key_index, visible, key_mask, bias, heads,
-                           scale, probs, out, unit)
+        for row in prange(rows):
+            _group_softmax_row(scores, first, allowed, real, bias, lse, row)
     else:
-        for unit in range(units):
-            _group_forward(q, k, v, query_index, key_index, visible, key_mask, bias, heads,
-                           scale, probs, out, unit)
+        for row in range(rows):
+            _group_softmax_row(scores, first, allowed, real, bias, lse, row)
 
 
 @_rows
-def _group_score_gradients(grad, v, key_index, probs, heads, scale, dscores, unit):
-    groups = probs.shape[1]
-    pair, g = unit // groups, unit % groups
-    b, h = pair // heads, pair % heads
-    kb, kh = min(b, key_index.shape[0] - 1), min(h, key_index.shape[1] - 1)
-    width = v.shape[2]
-    for i in range(probs.shape[2]):
-        dot = 0.0
-        for j in range(probs.shape[3]):
-            dp = v.dtype.type(0)
-            if probs[pair, g, i, j] != 0:
-                u = key_index[kb, kh, g, j]
-                for e in range(width):
-                    dp += grad[pair, g, i, e] * v[pair, u, e]
-            dscores[pair, g, i, j] = dp
-            dot += probs[pair, g, i, j] * dp
-        shift = v.dtype.type(dot) - grad[pair, g, i, width]
-        for j in range(probs.shape[3]):
-            dscores[pair, g, i, j] = (dscores[pair, g, i, j] - shift) * probs[pair, g, i, j] * scale
+def _group_score_gradients_row(probs, dprobs, grad_lse, scale, row):
+    p, dp = probs[row], dprobs[row]
+    dot = 0.0
+    for j in range(p.shape[0]):
+        dot += p[j] * dp[j]
+    shift = dprobs.dtype.type(dot - grad_lse[row])
+    for j in range(p.shape[0]):
+        dp[j] = (dp[j] - shift) * p[j] * scale
 
 
 @_kernel
-def grouped_attention_score_gradients(parallel, grad, v, key_index, probs, heads, scale,
-                                      dscores):
-    """dscores = p (g.v_j - sum_j p g.v_j + g_lse) * scale per group slot; ``grad``
-    (pairs, G, Q, d_v + 1) holds the log-sum-exp's gradient in its last column."""
-    units = probs.shape[0] * probs.shape[1]
+def grouped_score_gradients(parallel, probs, dprobs, grad_lse, scale):
+    """In place, dprobs (rows, K) -> p * (dp - sum p dp + g_lse) * scale, the gradient of the
+    scaled scores, ``grad_lse`` (rows,) the log-sum-exps' gradient; in parallel over rows."""
     if parallel:
-        for unit in prange(units):
-            _group_score_gradients(grad, v, key_index, probs, heads, scale, dscores, unit)
+        for row in prange(probs.shape[0]):
+            _group_score_gradients_row(probs, dprobs, grad_lse, scale, row)
     else:
-        for unit in range(units):
-            _group_score_gradients(grad, v, key_index, probs, heads, scale, dscores, unit)
+        for row in range(probs.shape[0]):
+            _group_score_gradients_row(probs, dprobs, grad_lse, scale, row)
 
 
+# The CUDA backend's position-gradient kernel (``cuda_sparse_kernels``) compiles this loop body as
+# a device function; the CPU backends add the rows of each block of groups instead
+# (``NumpyBackend._add_rows``).
 @_rows
 def _position_gradients(grad, q, k, query_index, key_index, probs, dscores, query_slots,
                         query_starts, key_slots, key_starts, heads, dq, dk, dv, row):
@@ -165,43 +143,34 @@ def _position_gradients(grad, q, k, query_index, key_index, probs, dscores, quer
                     dv[pair, t, e] += p * grad[pair, g, i, e]
 
 
-@_kernel
-def grouped_attention_position_gradients(parallel, grad, q, k, query_index, key_index, probs,
-                                         dscores, query_slots, query_starts, key_slots,
-                                         key_starts, heads, dq, dk, dv):
-    """dq, dk, dv (pairs, T, d) gathered per position: ``query_slots[.., s]`` for s in
-    ``query_starts[.., t] .. query_starts[.., t + 1]`` are the flat slots g * Q + i where t is a
-    query (the same for keys, g * K + j)."""
-    rows = q.shape[0] * q.shape[1]
-    if parallel:
-        for row in prange(rows):
-            _position_gradients(grad, q, k, query_index, key_index, probs, dscores, query_slots,
-                                query_starts, key_slots, key_starts, heads, dq, dk, dv, row)
-    else:
-        for row in range(rows):
-            _position_gradients(grad, q, k, query_index, key_index, probs, dscores, query_slots,
-                                query_starts, key_slots, key_starts, heads, dq, dk, dv, row)
-
-
 @_rows
 def _lsh_query(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
                allowed, bias, b, h, c, i):
     """Query i of chunk c of pair (b, h) against the chunk's keys: the body that the CUDA kernel
     (``cuda_sparse_kernels``) compiles as a device function, one GPU thread per query."""
+    keys = key_index[b, h, c]
+    round_buckets = buckets[b, h, r]
     t = queries[b, h, c, i]
-    for j in range(key_index.shape[3]):
-        u = key_index[b, h, c, j]
-        found = 0
+    seen, counts = allowed[b, h, c, i], bias[b, h, c, i]
+    own = round_buckets[t]
+    for j in range(keys.shape[0]):
+        u = keys[j]
+        seen[j] = round_buckets[u] == own and has_previous[c, j] and not (causal and u > t)
+        counts[j] = 0
+    if buckets.shape[2] > 1:      # N_ij: with one round it is at most 1, and -log 1 = 0
         for rr in range(buckets.shape[2]):
-            if (buckets[b, h, rr, t] == buckets[b, h, rr, u]
-                    and chunk[b, h, rr, t] - 1 <= chunk[b, h, rr, u] <= chunk[b, h, rr, t]):
-                found += 1
-        allowed[b, h, c, i, j] = (buckets[b, h, r, t] == buckets[b, h, r, u]
-                                  and has_previous[c, j] and not (causal and u > t))
-        score = -math.log(found) if found > 1 else 0.0
-        if u == t:
-            score -= self_penalty
-        bias[b, h, c, i, j] = score
+            bucket_t, chunk_t = buckets[b, h, rr, t], chunk[b, h, rr, t]
+            other_buckets, other_chunks = buckets[b, h, rr], chunk[b, h, rr]
+            for j in range(keys.shape[0]):
+                u = keys[j]
+                if (other_buckets[u] == bucket_t
+                        and chunk_t - 1 <= other_chunks[u] <= chunk_t):
+                    counts[j] += 1
+        for j in range(keys.shape[0]):
+            counts[j] = -math.log(counts[j]) if counts[j] > 1 else 0.0
+    for j in range(keys.shape[0]):
+        if keys[j] == t:
+            counts[j] -= self_penalty
 
 
 @_rows
@@ -220,7 +189,8 @@ def lsh_chunk_masks(parallel, buckets, chunk, queries, key_index, has_previous, 
                     self_penalty, allowed, bias):
     """LSH round ``r``'s ``allowed`` and score bias (B, H, C, m, 2m) from every round's buckets
     and chunks (B, H, R, T), in parallel over (pair, chunk): the counts N_ij of rounds that
-    share a bucket within neighbouring chunks are taken pair by pair, with no (..., R) array."""
+    share a bucket within neighbouring chunks are taken round by round into the bias, with no
+    (..., R) array (and not at all with one round, where -log N_ij is 0)."""
     units = queries.shape[0] * queries.shape[1] * queries.shape[2]
     if parallel:
         for unit in prange(units):

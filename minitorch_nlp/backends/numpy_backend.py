@@ -23,6 +23,10 @@ _SMALL_PRODUCT = 1 << 22
 # configured threads (``threads.split_matmul``): about 1 ms of work, against ~20 us to hand a
 # slice to a thread.
 _SPLIT_STACK_WORK = 1 << 23
+# Grouped attention takes its (batch, head, group) units in blocks of about this many scores
+# (1 MB in float32, an L2 cache): a block's gathered rows and scores stay in the cache between
+# its products and its softmax, and the gathered copies are never more than a block's.
+_GROUP_BLOCK = 1 << 18
 
 
 def sum_to_shape(x, shape):
@@ -494,61 +498,117 @@ class NumpyBackend:
         (B, H, G, Q, K)) and ``key_mask`` (B, T; None = all real) let them; ``bias`` (a constant
         broadcastable to the scores, or None) is added to the scaled scores.
 
-        Returns (B, H, G, Q, d_v + 1): the output with each query's log-sum-exp of its scores
-        as the last column (-inf, output 0, where a query sees no key), and the probabilities
-        (B, H, G, Q, K) as the state for the backward."""
+        The (batch, head, group) units are taken a block at a time (``_group_blocks``): their
+        query and key rows gathered into contiguous arrays, the scores of the block one batched
+        product written into the kept probabilities, the masked softmax in place
+        (``_grouped_softmax``), the output one more product. Returns (B, H, G, Q, d_v + 1): the
+        output with each query's log-sum-exp of its scores as the last column (-inf, output 0,
+        where a query sees no key), and the probabilities (B, H, G, Q, K) as the state for the
+        backward."""
         xp = self.xp
         batch, heads, time, _ = q.shape
-        query_rows = xp.asarray(pair_rows(batch, heads, time, query_index))
-        key_rows = xp.asarray(pair_rows(batch, heads, time, key_index))
-        queries = q.reshape(-1, q.shape[-1])[query_rows]
-        keys = k.reshape(-1, k.shape[-1])[key_rows]
-        scores = self.matmul(queries * q.dtype.type(scale), keys.swapaxes(-1, -2))
-        if bias is not None:
-            scores += xp.asarray(bias, dtype=scores.dtype)
-        visible = self._group_visible(allowed, key_index, key_mask, scores.shape)
-        scores = xp.where(visible, scores, -xp.inf)
-        shift = _max_for_shift(scores, -1)
-        probs = xp.exp(scores - shift)
-        total = probs.sum(axis=-1, keepdims=True)
-        with np.errstate(divide="ignore"):
-            lse = xp.log(total) + shift
-        probs /= xp.where(total == 0, 1, total)
-        out = self.matmul(probs, v.reshape(-1, v.shape[-1])[key_rows])
-        return xp.concatenate([out, lse.astype(out.dtype)], axis=-1), probs
+        groups, per_query, per_key = query_index.shape[2], query_index.shape[3], key_index.shape[3]
+        shape = (batch, heads, groups, per_query, per_key)
+        queries, keys, values = (x.reshape(-1, x.shape[-1]) for x in (q, k, v))
+        query_rows, key_rows = (xp.asarray(group_rows(batch, heads, time, index))
+                                for index in (query_index, key_index))
+        allowed = xp.broadcast_to(xp.asarray(allowed, dtype=bool), shape)
+        real = None if key_mask is None else self._group_key_mask(key_mask, key_index, shape)
+        if bias is not None:       # read in its own dtype: a float64 bias is never copied
+            bias = xp.broadcast_to(xp.asarray(bias), shape)
+        probs = xp.empty((batch * heads * groups, per_query, per_key), dtype=q.dtype)
+        out = xp.empty(probs.shape[:2] + (v.shape[-1] + 1,), dtype=q.dtype)
+        for u0, u1 in _group_blocks(probs.shape[0], per_query, per_key):
+            scores = probs[u0:u1]
+            scaled = queries[query_rows[u0:u1]]
+            scaled *= q.dtype.type(scale)       # (scale q) k^T: K / d fewer multiplications
+            self.matmul(scaled, keys[key_rows[u0:u1]].swapaxes(-1, -2), out=scores)
+            self._grouped_softmax(scores, u0, allowed, real, bias, out[u0:u1, :, -1])
+            self.matmul(scores, values[key_rows[u0:u1]], out=out[u0:u1, :, :-1])
+        return out.reshape(shape[:4] + (out.shape[-1],)), probs.reshape(shape)
 
     def grouped_attention_backward(self, grad, q, k, v, state, query_index, key_index, scale):
         """dq, dk, dv of ``grouped_attention`` from the gradient (B, H, G, Q, d_v + 1) of its
-        output and log-sum-exp column: d lse / d score = probability, so
-        dscores = p * (g.v - sum p g.v + g_lse) * scale; the grouped row gradients are then
-        scatter-added into the positions they came from."""
+        output and log-sum-exp column, block by block as the forward: d lse / d score =
+        probability, so dscores = p * (g.v - sum p g.v + g_lse) * scale
+        (``_grouped_score_gradients``); each block's row gradients are added into the positions
+        they came from (``_add_rows``)."""
         xp = self.xp
-        probs = state
         batch, heads, time, _ = q.shape
-        query_rows = xp.asarray(pair_rows(batch, heads, time, query_index))
-        key_rows = xp.asarray(pair_rows(batch, heads, time, key_index))
-        grad_out, grad_lse = grad[..., :-1], grad[..., -1:]
-        values = v.reshape(-1, v.shape[-1])[key_rows]
-        dprobs = self.matmul(grad_out, values.swapaxes(-1, -2))
-        dscores = probs * (dprobs - (probs * dprobs).sum(axis=-1, keepdims=True) + grad_lse)
-        dscores *= scale
-        keys = k.reshape(-1, k.shape[-1])[key_rows]
-        queries = q.reshape(-1, q.shape[-1])[query_rows]
-        rows = batch * heads * time
-        dq = self.scatter_add_rows(query_rows, self.matmul(dscores, keys), rows)
-        dk = self.scatter_add_rows(key_rows, self.matmul(dscores.swapaxes(-1, -2), queries), rows)
-        dv = self.scatter_add_rows(key_rows, self.matmul(probs.swapaxes(-1, -2), grad_out), rows)
+        probs = state.reshape((-1,) + state.shape[3:])
+        grad = xp.ascontiguousarray(xp.asarray(grad, dtype=probs.dtype)).reshape(
+            probs.shape[:2] + (-1,))
+        queries, keys, values = (x.reshape(-1, x.shape[-1]) for x in (q, k, v))
+        query_rows, key_rows = (xp.asarray(group_rows(batch, heads, time, index))
+                                for index in (query_index, key_index))
+        dq, dk, dv = (xp.zeros(x.shape, dtype=probs.dtype) for x in (queries, keys, values))
+        for u0, u1 in _group_blocks(probs.shape[0], probs.shape[1], probs.shape[2]):
+            block_probs, grad_out = probs[u0:u1], grad[u0:u1, :, :-1]
+            block_queries, block_keys = query_rows[u0:u1], key_rows[u0:u1]
+            dscores = self.matmul(grad_out, values[block_keys].swapaxes(-1, -2))
+            self._grouped_score_gradients(block_probs, dscores, grad[u0:u1, :, -1], scale)
+            self._add_rows(dq, block_queries, self.matmul(dscores, keys[block_keys]))
+            self._add_rows(dk, block_keys,
+                           self.matmul(dscores.swapaxes(-1, -2), queries[block_queries]))
+            self._add_rows(dv, block_keys, self.matmul(block_probs.swapaxes(-1, -2), grad_out))
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
-    def _group_visible(self, allowed, key_index, key_mask, shape):
-        """``allowed`` and, gathered at each group's keys, ``key_mask``: (B, H, G, Q, K) bool."""
+    def _group_key_mask(self, key_mask, key_index, shape):
+        """``key_mask`` (B, T) gathered at each group's keys: (B, H, G, K) bool (a broadcast
+        view over the heads when the key index is shared by them)."""
         xp = self.xp
-        visible = xp.asarray(allowed, dtype=bool)
-        if key_mask is not None:
-            keys = np.broadcast_to(key_index, (shape[0],) + key_index.shape[1:])
-            batch = np.arange(shape[0]).reshape((-1,) + (1,) * (keys.ndim - 1))
-            visible = visible & xp.asarray(key_mask)[xp.asarray(batch), xp.asarray(keys)][..., None, :]
-        return xp.broadcast_to(visible, shape)
+        keys = np.broadcast_to(key_index, (shape[0],) + key_index.shape[1:])
+        batch = np.arange(shape[0]).reshape((-1,) + (1,) * (keys.ndim - 1))
+        real = xp.asarray(key_mask, dtype=bool)[xp.asarray(batch), xp.asarray(keys)]
+        return xp.broadcast_to(real, shape[:3] + shape[4:])
+
+    def _grouped_softmax(self, scores, first, allowed, real, bias, lse):
+        """In place, the scaled scores (U, Q, K) of units ``first`` .. ``first`` + U (unit =
+        (batch * heads + head) * groups + group) -> their probabilities: ``bias`` (B, H, G, Q, K)
+        added (None: no bias), keys hidden where ``allowed`` (B, H, G, Q, K) or ``real``
+        (B, H, G, K; None: every key real) is False, softmax over the keys; each query's
+        log-sum-exp written into ``lse`` (U, Q) (-inf and probabilities 0 where it sees no
+        key)."""
+        xp = self.xp
+        batch, heads, groups = allowed.shape[:3]
+        units = np.arange(first, first + scores.shape[0])
+        b, h, g = (xp.asarray(a) for a in (units // (heads * groups), units // groups % heads,
+                                           units % groups))
+        visible = allowed[b, h, g]
+        if real is not None:
+            visible = visible & real[b, h, g][:, None, :]
+        if bias is not None:
+            scores += bias[b, h, g].astype(scores.dtype, copy=False)
+        scores[~visible] = -xp.inf
+        shift = _max_for_shift(scores, -1)
+        scores -= shift
+        xp.exp(scores, out=scores)
+        total = scores.sum(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore"):
+            lse[...] = (xp.log(total) + shift)[..., 0]
+        scores /= xp.where(total == 0, 1, total)
+
+    def _grouped_score_gradients(self, probs, dprobs, grad_lse, scale):
+        """In place, the gradient ``dprobs`` (U, Q, K) of the probabilities ``probs`` -> that
+        of the scaled scores, p * (dp - sum p dp + g_lse) * scale, with ``grad_lse`` (U, Q) the
+        log-sum-exps' gradient."""
+        dprobs -= (probs * dprobs).sum(axis=-1, keepdims=True) - grad_lse[..., None]
+        dprobs *= probs
+        dprobs *= scale
+
+    def _add_rows(self, out, rows, src):
+        """``out[rows[k]] += src[k]`` for the rows ``k`` of ``src`` (..., d), repeated rows
+        adding up: one vectorised pass per repetition (a block of groups repeats a position a
+        few times: overlapping windows, shared global and random blocks)."""
+        xp = self.xp
+        flat, src = rows.reshape(-1), src.reshape(-1, src.shape[-1])
+        order = xp.argsort(flat, kind="stable")
+        ordered = flat[order]
+        new = xp.concatenate([xp.ones(1, dtype=bool), ordered[1:] != ordered[:-1]])
+        repetition = xp.arange(flat.size) - xp.flatnonzero(new)[xp.cumsum(new) - 1]
+        for r in range(int(repetition.max()) + 1 if flat.size else 0):
+            picked = order[repetition == r]
+            out[flat[picked]] += src[picked]
 
     # ---- LSH attention's chunk masks (NumPy index arrays on every backend) -----------------------
     @staticmethod
@@ -637,6 +697,19 @@ class NumpyBackend:
             running += self.matmul(qc.swapaxes(-1, -2), ac)
             totals += (bc * qc).sum(axis=2, keepdims=True)
         return dqf, dkf, dv
+
+
+def _group_blocks(units, per_query, per_key):
+    """(first, end) of the blocks of units (groups of one (batch, head) pair) whose scores are
+    about ``_GROUP_BLOCK`` elements (at least one unit each)."""
+    step = max(1, _GROUP_BLOCK // (per_query * per_key))
+    return [(u, min(units, u + step)) for u in range(0, units, step)]
+
+
+def group_rows(batch, heads, time, index):
+    """Positions ``index`` (b|1, h|1, G, S) as the rows of a (batch * heads * time, d) view,
+    one line per (batch, head, group) unit: (batch * heads * G, S) NumPy ints."""
+    return pair_rows(batch, heads, time, index).reshape(-1, index.shape[-1])
 
 
 def pair_rows(batch, heads, time, index):
