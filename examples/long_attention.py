@@ -31,7 +31,7 @@
 # (2 for full attention, 1.5 for sqrt(n) patterns, 1 for linear ones).
 #
 # ```
-# python examples/long_attention.py            # tens of minutes: the task at n = 128 .. 512
+# python examples/long_attention.py            # ~10 minutes on a quiet 2-core machine
 # python examples/long_attention.py --smoke    # seconds
 # ```
 #
