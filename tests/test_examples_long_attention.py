@@ -71,12 +71,13 @@ def test_the_retrieval_data_plants_the_answer_first_and_the_query_last():
 
 
 def test_the_long_range_task_needs_a_pattern_that_reaches_back():
-    """At n = 32, 40 steps: full attention retrieves the first token, a sliding window of 8
-    reaches 16 positions back in two layers, not position 0, and stays near chance (1/8)."""
+    """At n = 24, 30 steps: full attention retrieves the first token (0.98 today), a sliding
+    window of 8 reaches 16 positions back in two layers, not position 0, and stays near chance
+    (1/8; 0.12 today)."""
     example = load_example()
-    patterns = example.task_patterns(32, 16, 0)
-    full = example.retrieval_accuracy(*patterns["full"], 32, 40, 2, 0)
-    window = example.retrieval_accuracy(*patterns["sliding window w=8"], 32, 40, 2, 0)
+    patterns = example.task_patterns(24, 16, 0)
+    full = example.retrieval_accuracy(*patterns["full"], 24, 30, 2, 0)
+    window = example.retrieval_accuracy(*patterns["sliding window w=8"], 24, 30, 2, 0)
     assert full > 0.9 and window < 0.3, (full, window)
 
 
