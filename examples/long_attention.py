@@ -19,17 +19,19 @@
 #   attends within chunks of the sorted order;
 # * **Linformer** (eq 111) projects the n keys and values to k along the sequence;
 # * the **Performer** replaces exp(q . k) by a product of positive random features, so that
-#   attention is phi(Q) (phi(K)^T V), never forming the n x n matrix.
+#   attention is phi(Q) (phi(K)^T V), never forming the n x n matrix;
 #
-# Each is a `core` of `nn.MultiHeadAttention`, so any model takes it. This script draws which
-# keys each query really attends (from the cores' own weights, not from a mask builder), then
-# times forward + backward and traces the peak memory of each core as n grows, and fits the
-# log-log slope (2 for full attention, about 1.5 for sqrt(n) patterns, 1 for linear ones).
-# Last, it trains a small model with each pattern on a long-range task (retrieve a token planted
-# at the start of the sequence) and reports the accuracy against n.
+# and section VIII's Longformer window (`F.banded_attention`) and BigBird blocks
+# (`BlockSparseAttention`) join them below. Each is a `core` of `nn.MultiHeadAttention`, so any
+# model takes it. This script draws which keys each query really attends (from the cores' own
+# weights, not from a mask builder), then trains a small model with each pattern on a
+# long-range task (retrieve a token planted at the start of the sequence) and reports the
+# accuracy against n. Last, it times forward + backward and traces the peak memory of each
+# core on the numba backend as n grows from 1k to 32k tokens, and fits the log-log slope
+# (2 for full attention, 1.5 for sqrt(n) patterns, 1 for linear ones).
 #
 # ```
-# python examples/long_attention.py            # several minutes
+# python examples/long_attention.py            # ~10 minutes on a quiet 2-core machine
 # python examples/long_attention.py --smoke    # seconds
 # ```
 #
@@ -54,10 +56,10 @@ from minitorch_nlp import attention as A
 from minitorch_nlp import nn, optim, plots, scripting
 
 SETTINGS = {
-    "full": dict(picture_time=32, lengths=[256, 512, 1024, 2048, 4096], head_dim=32,
-                 task_lengths=[16, 32, 64], task_steps=150, task_layers=2),
-    "smoke": dict(picture_time=16, lengths=[128, 256, 512], head_dim=16,
-                  task_lengths=[8, 16], task_steps=3, task_layers=1),
+    "full": dict(picture_time=32, lengths=[1024, 2048, 4096, 8192, 16384, 32768], head_dim=32,
+                 full_up_to=16384, task_lengths=[128, 256, 512], task_steps=300, task_layers=2),
+    "smoke": dict(picture_time=16, lengths=[128, 256, 512], head_dim=16, full_up_to=512,
+                  task_lengths=[32, 64], task_steps=3, task_layers=1),
 }
 
 
@@ -102,77 +104,37 @@ def attended(cfg, seed):
 
 
 # %% [markdown]
-# ## What it costs
-#
-# Forward + backward of one attention call (batch 1, 2 heads, float32, NumPy backend), the
-# wall-clock time and the peak of NumPy allocations (tracemalloc), for full causal attention
-# (the fused kernel, which keeps the n x n probabilities) and each core. The slope of
-# log(cost) against log(n) says how the cost grows: 2 is quadratic, 1 linear.
-# `benchmarks/long_attention.py` runs the same to 16k tokens beside PyTorch.
-
-# %%
-def cores(n, head_dim, seed):
-    stride = max(1, round(math.sqrt(n)))
-    sparse = A.SparseTransformerAttention(stride)
-    lsh = A.LSHAttention(max(2, 2 * (n // 64 // 2)), 64, seed=seed)
-    linformer = A.LinformerAttention(n, 64)
-    performer = A.PerformerAttention(head_dim, 64)
-    return {
-        "full (causal)": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True),
-        "strided l=sqrt(n)": lambda q, k, v: sparse(q, k, v, causal=True)[0],
-        "LSH chunks of 64": lambda q, k, v: lsh(q, k, v, causal=True)[0],
-        "Linformer k=64": lambda q, k, v: linformer(q, k, v)[0],
-        "Performer m=64 (causal)": lambda q, k, v: performer(q, k, v, causal=True)[0],
-    }
-
-
-def measure(attend, q, k, v):
-    """(seconds, peak bytes) of forward + backward."""
-    gc.collect()
-    tracemalloc.start()
-    start = time.perf_counter()
-    attend(q, k, v).sum().backward()
-    seconds = time.perf_counter() - start
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    for t in (q, k, v):
-        t.grad = None
-    return seconds, peak
-
-
-def scaling(cfg, seed):
-    rng = np.random.default_rng(seed)
-    results = {}
-    for n in cfg["lengths"]:
-        q, k, v = (mt.tensor(a.astype(np.float32), requires_grad=True)
-                   for a in rng.standard_normal((3, 1, 2, n, cfg["head_dim"])))
-        for name, attend in cores(n, cfg["head_dim"], seed).items():
-            measure(attend, q, k, v)                              # warm up
-            seconds, peak = measure(attend, q, k, v)
-            results.setdefault(name, {})[n] = {"seconds": seconds, "peak_mb": peak / 2**20}
-    return results
-
-
-# %% [markdown]
 # ## A long-range task: retrieve a token planted far back
 #
 # Each sequence starts with one of 8 *value* tokens, continues with random filler tokens and
 # ends with a query token. The model must output the value at the query, n - 1 positions later
-# (chance: 1/8). The model is 2 pre-LN layers of 2 heads (d = 32) with learned positions, and a
-# linear head on the last position. It is trained for the same number of AdamW steps with each
-# pattern, then scored on 256 fresh sequences. What to expect:
+# (chance: 1/8). The fillers are drawn independently of the value, so the last position's output
+# carries information about the value only through a chain of attention steps that reaches
+# position 0: a model whose layers cannot connect the last position to the first scores 1/8 in
+# expectation, however long it trains.
 #
-# * Full attention, BigBird (global block 0), Linformer (k = 8) and the Performer can attend
-#   the first token from the last one directly.
-# * The strided pattern needs its two layers: position (n - 1) mod l sees position 0 in its
-#   window, and the last position sees that position in its column.
-# * LSH attention finds the value only when training makes the query and the value hash
-#   together.
-# * A sliding window of 2 on each side reaches 4 positions back in two layers, so it fails once
-#   n > 5.
+# The model is 2 pre-LN layers of 2 heads (d = 32) with learned positions, and a linear head on
+# the last position. Every pattern gets the same model, the same batches (16 sequences), the
+# same AdamW steps with the same warm-up and cosine decay, and is scored on 512 fresh sequences.
+# The pattern sizes are fixed, as in practice, while n grows:
 #
-# The Sparse Transformer runs causal (its patterns are causal); the others are bidirectional,
-# which changes nothing for the last position.
+# * **full** attention sees position 0 from the last position directly;
+# * a **sliding window** of 8 on each side reaches 8 positions back per layer, 16 in two layers,
+#   so it cannot reach position 0 once n > 17: it is the control, at chance;
+# * the **strided** pattern (l = sqrt(n), causal, eq 94) needs its two layers: in the first,
+#   position j = (n - 1) mod l (< l) sees position 0 in its window of the last l positions; in
+#   the second, the last position sees j in its column (every l-th position back);
+# * **BigBird** (blocks of 16, a window of 3 blocks, global block 0, 1 random block) attends the
+#   global block 0 from every query directly;
+# * **LSH** (chunks of 32, n / 32 buckets, one round) attends position 0 only where the query and
+#   the value hash into the same bucket and land in the same or the previous chunk of the sorted
+#   order: training must make their shared query-key vectors point the same way and the
+#   fillers' elsewhere;
+# * **Linformer** (k = 16) mixes all n positions into each of its k projected keys and values,
+#   so position 0 is always in reach, diluted among n - 1 fillers unless the projection learns
+#   to weigh it;
+# * the **Performer** (32 random features) estimates full softmax attention, so it can reach
+#   position 0, through an estimate whose noise grows with the number of keys it sums over.
 
 # %%
 VALUES, FILLERS = 8, 8
@@ -192,13 +154,14 @@ def task_patterns(n, head_dim, seed):
     """Pattern name -> (a function making one layer's core, causal)."""
     return {
         "full": (lambda: nn.FullAttention(), False),
-        "sliding window w=2": (lambda: nn.SlidingWindowAttention(2), False),
+        "sliding window w=8": (lambda: nn.SlidingWindowAttention(8), False),
         "strided l=sqrt(n)": (lambda: A.SparseTransformerAttention(max(1, round(math.sqrt(n)))),
                               True),
-        "BigBird (global block 0)": (lambda: A.BlockSparseAttention(max(1, n // 8), 3, (0,), 1,
-                                                                    seed=seed), False),
-        "LSH 2 buckets": (lambda: A.LSHAttention(2, max(1, n // 4), seed=seed), False),
-        "Linformer k=8": (lambda: A.LinformerAttention(n, 8), False),
+        "BigBird b=16 (global block 0)": (lambda: A.BlockSparseAttention(16, 3, (0,), 1,
+                                                                         seed=seed), False),
+        "LSH chunks of 32": (lambda: A.LSHAttention(max(2, 2 * (n // 32 // 2)), 32, seed=seed),
+                             False),
+        "Linformer k=16": (lambda: A.LinformerAttention(n, 16), False),
         "Performer m=32": (lambda: A.PerformerAttention(head_dim, 32), False),
     }
 
@@ -222,32 +185,47 @@ class Retriever(nn.Module):
         return self.head(hidden[:, -1])
 
 
-def retrieval_accuracy(make_core, causal, n, steps, layers, seed):
-    """Train a ``Retriever`` for ``steps`` steps on batches of 32; its accuracy on 256 fresh
+def retrieval_accuracy(make_core, causal, n, steps, layers, seed, lr=1e-2, batch=16):
+    """Train a ``Retriever`` on the numba backend for ``steps`` AdamW steps on batches of
+    ``batch`` (a tenth of the steps warm-up, then cosine decay); its accuracy on 512 fresh
     sequences."""
-    mt.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    model = Retriever(make_core, causal, n, layers)
-    optimizer = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
-    for _ in range(steps):
-        ids, values = retrieval_batch(rng, 32, n)
-        loss = F.cross_entropy(model(ids), mt.tensor(values))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
-    ids, values = retrieval_batch(np.random.default_rng(seed + 1), 256, n)
-    with mt.no_grad():
-        return float((model(ids).numpy().argmax(axis=-1) == values).mean())
+    with mt.backend("numba"):
+        mt.manual_seed(seed)
+        rng = np.random.default_rng(seed)
+        model = Retriever(make_core, causal, n, layers)
+        optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+        schedule = optim.lr_scheduler.CosineWarmupDecayLR(optimizer, max(1, steps // 10), steps)
+        for _ in range(steps):
+            ids, values = retrieval_batch(rng, batch, n)
+            loss = F.cross_entropy(model(ids), mt.tensor(values))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+        model.eval()
+        ids, values = retrieval_batch(np.random.default_rng(seed + 1), 512, n)
+        with mt.no_grad():
+            return float((model(ids).numpy().argmax(axis=-1) == values).mean())
 
 
 def long_range(cfg, seed):
     accuracy = {}
     for n in cfg["task_lengths"]:
         for name, (make_core, causal) in task_patterns(n, 16, seed).items():
+            started = time.perf_counter()
             accuracy.setdefault(name, {})[n] = retrieval_accuracy(
                 make_core, causal, n, cfg["task_steps"], cfg["task_layers"], seed)
+            print(f"  {name} at n = {n}: accuracy {accuracy[name][n]:.2f} "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
     return accuracy
+
+
+def print_accuracy(accuracy, lengths):
+    width = max(len(name) for name in accuracy) + 2
+    print(f"\nretrieval accuracy on 512 fresh sequences (chance {1 / VALUES:.3f})")
+    print("pattern".ljust(width) + "".join(f"n={n}".rjust(8) for n in lengths))
+    for name, by_length in accuracy.items():
+        print(name.ljust(width) + "".join(f"{by_length[n]:>8.2f}" for n in lengths))
 
 
 def plot_long_range(accuracy, path):
@@ -266,31 +244,144 @@ def plot_long_range(accuracy, path):
     plots.save(figure, path)
 
 
+# %% [markdown]
+# ## What it costs
+#
+# Forward + backward of one attention call (batch 1, 2 heads, float32, on the numba backend:
+# the fused full and banded kernels, the grouped kernel of the sparse cores, the prefix sums of
+# the causal Performer), the wall-clock time (the fastest of 3 calls up to 4096 tokens, of 2
+# above) and the peak of NumPy allocations (tracemalloc, a separate call), for full causal
+# attention and each core:
+#
+# * full: `F.scaled_dot_product_attention(causal=True)`; on numba it recomputes the
+#   probabilities in blocks instead of keeping the n x n matrix, so its memory is linear and only
+#   its time is quadratic;
+# * banded: `F.banded_attention`, the 256 keys on the left of each query;
+# * BigBird: `BlockSparseAttention`, blocks of 64, a window of 3 blocks, global block 0 and 3
+#   random blocks;
+# * strided: `SparseTransformerAttention`, the merged pattern with l = sqrt(n);
+# * LSH: `LSHAttention`, one hashing round, chunks of 64 and n / 64 buckets;
+# * Linformer: `LinformerAttention`, keys and values projected to k = 64 (bidirectional: it
+#   cannot be causal);
+# * Performer: `PerformerAttention`, 64 random features, causal.
+#
+# The slope of log(cost) against log(n) says how the cost grows: 2 is quadratic, 1 linear. Full
+# attention stops at `full_up_to` tokens (16k in the full run): at 32k one call would take 4x
+# its 16k time, the skip is printed. `benchmarks/long_attention.py` times the same kinds of core
+# beside PyTorch's SDPA at 1 and 2 threads.
+
+# %%
+FULL = "full (causal)"
+
+
+def cores(n, head_dim, seed):
+    """Core name -> a function of (q, k, v): one attention call. Build it under the backend that
+    q, k, v live on (Linformer's projections and the Performer's features are tensors)."""
+    sparse = A.SparseTransformerAttention(max(1, round(math.sqrt(n))))
+    bigbird = A.BlockSparseAttention(64, 3, (0,), 3, seed=seed)
+    lsh = A.LSHAttention(max(2, 2 * (n // 64 // 2)), 64, seed=seed)
+    linformer = A.LinformerAttention(n, 64)
+    performer = A.PerformerAttention(head_dim, 64)
+    return {
+        FULL: lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True),
+        "banded w=256": lambda q, k, v: F.banded_attention(q, k, v, window=256, causal=True),
+        "BigBird b=64": lambda q, k, v: bigbird(q, k, v, causal=True)[0],
+        "strided l=sqrt(n)": lambda q, k, v: sparse(q, k, v, causal=True)[0],
+        "LSH chunks of 64": lambda q, k, v: lsh(q, k, v, causal=True)[0],
+        "Linformer k=64": lambda q, k, v: linformer(q, k, v)[0],
+        "Performer m=64 (causal)": lambda q, k, v: performer(q, k, v, causal=True)[0],
+    }
+
+
+def forward_backward(attend, q, k, v):
+    attend(q, k, v).sum().backward()
+    for t in (q, k, v):
+        t.grad = None
+
+
+def seconds(attend, q, k, v, repeats):
+    """The fastest of ``repeats`` forward + backward calls."""
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        forward_backward(attend, q, k, v)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def peak_bytes(attend, q, k, v):
+    """The peak of traced allocations during one forward + backward call."""
+    gc.collect()
+    tracemalloc.start()
+    forward_backward(attend, q, k, v)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def scaling(cfg, seed):
+    """Core name -> n -> {"seconds", "peak_mb"}, and the skips as (core, n)."""
+    rng = np.random.default_rng(seed)
+    results, skipped = {}, []
+    with mt.backend("numba"):
+        for n in cfg["lengths"]:
+            q, k, v = (mt.tensor(a.astype(np.float32), requires_grad=True)
+                       for a in rng.standard_normal((3, 1, 2, n, cfg["head_dim"])))
+            for name, attend in cores(n, cfg["head_dim"], seed).items():
+                by_length = results.setdefault(name, {})
+                if name == FULL and n > cfg["full_up_to"]:
+                    skipped.append((name, n))
+                    print(f"{name} skipped at n = {n}: its time grows as n^2, one call would "
+                          f"take about {(n / max(by_length)) ** 2:.0f}x its time at "
+                          f"n = {max(by_length)}")
+                    continue
+                if not by_length:
+                    forward_backward(attend, q, k, v)           # compile the kernels
+                repeats = 3 if n <= 4096 else 2
+                by_length[n] = {"seconds": seconds(attend, q, k, v, repeats),
+                                "peak_mb": peak_bytes(attend, q, k, v) / 2**20}
+                print(f"  {name} at n = {n}: {by_length[n]['seconds'] * 1e3:.1f} ms, "
+                      f"{by_length[n]['peak_mb']:.1f} MB", flush=True)
+    return results, skipped
+
+
+def print_scaling(results, lengths):
+    width = max(len(name) for name in results) + 2
+    for key, title, scale in (("seconds", "forward + backward, ms (numba backend)", 1e3),
+                              ("peak_mb", "peak NumPy memory, MB", 1.0)):
+        print(f"\n{title}; '-': skipped")
+        print("core".ljust(width) + "".join(f"n={n}".rjust(9) for n in lengths) + "    slope")
+        for name, by_length in results.items():
+            print(name.ljust(width) + "".join((f"{by_length[n][key] * scale:.1f}"
+                                               if n in by_length else "-").rjust(9)
+                                              for n in lengths)
+                  + f"{plots.log_log_slope(by_length, key):>9.2f}")
+
+
 # %%
 def main(argv=None):
     args = parse_args(argv)
     cfg, out = scripting.start(args, SETTINGS)
+    started = time.perf_counter()
     pictures = attended(cfg, args.seed)
     A.draw_masks(pictures, out / "attended.png", columns=3)
-    results = scaling(cfg, args.seed)
+    accuracy = long_range(cfg, args.seed)
+    plot_long_range(accuracy, out / "long_range.png")
+    print_accuracy(accuracy, cfg["task_lengths"])
+    seconds_task = time.perf_counter() - started
+    results, skipped = scaling(cfg, args.seed)
     plots.log_log_panels(results, [("seconds", "forward + backward (s)"),
                                    ("peak_mb", "peak NumPy memory (MB)")],
                          xlabel="sequence length n", path=out / "scaling.png",
-                         title="cost of one attention call against n")
+                         title="cost of one attention call against n (numba backend)")
     slopes = {name: {"time": plots.log_log_slope(by_length, "seconds"),
                      "memory": plots.log_log_slope(by_length, "peak_mb")}
               for name, by_length in results.items()}
-    print("core".ljust(26) + "".join(f"ms at n={n}".rjust(14) for n in cfg["lengths"])
-          + "  time slope  memory slope")
-    for name, by_length in results.items():
-        print(name.ljust(26) + "".join(f"{by_length[n]['seconds'] * 1e3:>14.1f}"
-                                       for n in cfg["lengths"])
-              + f"{slopes[name]['time']:>12.2f}{slopes[name]['memory']:>14.2f}")
-    accuracy = long_range(cfg, args.seed)
-    plot_long_range(accuracy, out / "long_range.png")
-    print("pattern".ljust(26) + "".join(f"acc at n={n}".rjust(14) for n in cfg["task_lengths"]))
-    for name, by_length in accuracy.items():
-        print(name.ljust(26) + "".join(f"{by_length[n]:>14.2f}" for n in cfg["task_lengths"]))
+    print_scaling(results, cfg["lengths"])
+    seconds_total = time.perf_counter() - started
+    print(f"\nwall time: {seconds_task:.0f} s for the pictures and the task, "
+          f"{seconds_total - seconds_task:.0f} s for the scaling, {seconds_total:.0f} s in all")
     summary = {
         "smoke": args.smoke, "seed": args.seed,
         "pictures": ["attended.png", "scaling.png", "long_range.png"],
@@ -300,6 +391,8 @@ def main(argv=None):
         "scaling": {name: {str(n): v for n, v in by_length.items()}
                     for name, by_length in results.items()},
         "slopes": slopes,
+        "skipped": [{"core": name, "n": n} for name, n in skipped],
+        "seconds": {"pictures_and_task": seconds_task, "scaling": seconds_total - seconds_task},
     }
     scripting.write_metrics(out, summary)
     print(f"wrote attended.png, scaling.png, long_range.png and metrics.json to {out}")
