@@ -162,9 +162,10 @@ def concatenate(tensors, axis=0, dim=None):
     axis = dim if dim is not None else axis
     xs = _tensors(tensors, "concatenate")
     (axis,) = sh.normalize_axis(axis, xs[0].ndim, "concatenate")
+    first = xs[0].shape
+    outside = first[:axis] + first[axis + 1:]
     for i, x in enumerate(xs):
-        if x.ndim != xs[0].ndim or any(a != b for j, (a, b) in enumerate(zip(x.shape, xs[0].shape))
-                                       if j != axis):
+        if len(x.shape) != len(first) or x.shape[:axis] + x.shape[axis + 1:] != outside:
             raise ValueError(f"concatenate: tensor {i} has shape {x.shape}, which does not match "
                              f"{xs[0].shape} outside axis {axis}")
     return sh.Concatenate.apply(*xs, axis=axis)

@@ -17,7 +17,8 @@ Static arguments (axis, shapes, flags) are keyword-only and kept on ``ctx``.
 ``Function.apply`` runs ``forward`` and, when some input requires a gradient and recording is on,
 makes the ``Context`` the output's node: it holds the ``Function``, the saved tensors and the
 edges to the inputs' nodes (not the input tensors themselves, so intermediates that no backward
-needs are freed as soon as the user drops them).
+needs are freed as soon as the user drops them). Otherwise (``no_grad``, or no input needing a
+gradient: inference) ``save_for_backward`` keeps nothing and the ``Context`` is dropped.
 """
 from __future__ import annotations
 
@@ -119,18 +120,20 @@ class Context:
     _output_version = None
     _locks = ()
     needs_input_grad = ()
+    recorded = False  # whether ``apply`` makes this the output's node (some input needs a grad)
 
     def save_for_backward(self, *values):
         """Keep tensors (and constants) for ``backward``. An in-place change to a tensor through
         the engine is detected (version counter); a raw write into its array (``t.data[...] =``,
         ``np.asarray(t)[...] =``) is refused, since the array is read-only while this node
         holds it."""
+        if not self.recorded:  # nothing will run backward: keep nothing, check nothing
+            return
         self._saved = values
         self._saved_versions = [v._version[0] if isinstance(v, Tensor) else None for v in values]
-        if any(self.needs_input_grad):  # only a recorded node keeps what it saves
-            for v in values:
-                if isinstance(v, Tensor):
-                    self._hold(v.data)
+        for v in values:
+            if isinstance(v, Tensor):
+                self._hold(v.data)
 
     def _hold(self, array):
         if _lock(array):
@@ -138,7 +141,8 @@ class Context:
 
     def save_inputs(self, *positions):
         """``save_for_backward`` of the inputs at ``positions`` (tensors, or constants as given)."""
-        self.save_for_backward(*(self._inputs[i] for i in positions))
+        if self.recorded:
+            self.save_for_backward(*(self._inputs[i] for i in positions))
 
     def save_output(self):
         """Ask ``apply`` to keep this operation's output for ``backward`` (see ``output``)."""
@@ -268,6 +272,7 @@ class Function:
         ctx.backend = backend
         ctx._inputs = inputs
         if record and grad_mode._mode.enabled and cls.differentiable:
+            ctx.recorded = True
             ctx.needs_input_grad = needs = [isinstance(x, Tensor) and x.requires_grad
                                             for x in inputs]
         else:
@@ -300,9 +305,8 @@ class Function:
         if cls.is_view:
             result._version = inputs[0]._version
             result._is_view = True
-        if ctx._output_data is True:
+        if record and ctx._output_data is True:
             ctx._output_data = result.data
             ctx._output_version = (result._version, result._version[0])
-            if record:
-                ctx._hold(result.data)
+            ctx._hold(result.data)
         return result

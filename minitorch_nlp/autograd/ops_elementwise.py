@@ -18,6 +18,10 @@ def _xp(ctx):
 def _promoted(*operands):
     """The operands cast to their ``dtypes.result_type`` (Python numbers stay numbers: NumPy
     then keeps the arrays' dtype)."""
+    first = operands[0]
+    if not dtypes._is_number(first) and all(
+            not dtypes._is_number(x) and x.dtype == first.dtype for x in operands[1:]):
+        return operands  # one dtype already: nothing to cast
     dtype = dtypes.result_type(*operands)
     return tuple(x if dtypes._is_number(x) else x.astype(dtype, copy=False) for x in operands)
 

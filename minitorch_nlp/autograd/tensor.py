@@ -622,12 +622,13 @@ class Tensor:
         return self.reshape(*self.shape[:start], -1, *self.shape[end + 1:])
 
     def permute(self, *axes):
-        axes = _shape_args(axes)
-        if len(axes) != self.ndim or sorted(a % self.ndim for a in axes) != list(range(self.ndim)):
-            raise ValueError(f"permute: {tuple(axes)} is not a permutation of the "
-                             f"{self.ndim} axes of a tensor of shape {self.shape}")
-        axes = tuple(a % self.ndim for a in axes)
-        if axes == tuple(range(self.ndim)):
+        given, ndim = _shape_args(axes), self.data.ndim
+        axes = tuple(a % ndim for a in given) if len(given) == ndim else ()
+        identity = tuple(range(ndim))
+        if len(given) != ndim or tuple(sorted(axes)) != identity:
+            raise ValueError(f"permute: {tuple(given)} is not a permutation of the "
+                             f"{ndim} axes of a tensor of shape {self.shape}")
+        if axes == identity:
             return self
         return sh.Transpose.apply(self, axes=axes)
 

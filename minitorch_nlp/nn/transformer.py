@@ -199,11 +199,15 @@ class MultiHeadAttention(Module):
         ``num_heads``."""
         batch, time, _ = x.shape
         heads = self.num_heads if heads is None else heads
+        if time == 1:  # one position (a decoding step): the same values, one operation less
+            return x.reshape(batch, heads, 1, self.head_dim)
         return x.reshape(batch, time, heads, self.head_dim).permute(0, 2, 1, 3)
 
     def merge_heads(self, x):
         """(batch, heads, time, d_k) -> (batch, time, heads * d_k): Concat(head_1, ..., head_h)."""
         batch, heads, time, head_dim = x.shape
+        if time == 1:
+            return x.reshape(batch, 1, heads * head_dim)
         return x.permute(0, 2, 1, 3).reshape(batch, time, heads * head_dim)
 
     def forward(self, query, key=None, value=None, *, key_mask=None, causal=False, cache=None,
