@@ -5,8 +5,7 @@
 * ``one_blas_thread``: OpenBLAS on one thread inside, the count it had restored after (nested,
   concurrent and failing bodies included);
 * ``NumpyBackend.matmul``: ``np.matmul``'s values for every shape, with stacks of small products
-  (attention's per-head products) run on one BLAS thread and everything else left to OpenBLAS;
-  with more threads configured, a large stack shared among them, identical to the bit.
+  (attention's per-head products) run on one BLAS thread and everything else left to OpenBLAS.
 """
 from __future__ import annotations
 
@@ -187,31 +186,3 @@ def test_attention_takes_one_blas_thread_for_its_head_products(monkeypatch):
         NUMPY.attention_backward(np.ones_like(out), q, q, q, probs, 0.5, True, None)
         assert len(entered) == 6
 
-
-@given(operands=matmul_operands(), parts=st.integers(2, 3))
-def test_a_split_stack_of_products_is_numpys_to_the_bit(operands, parts):
-    a, b = operands
-    if a.ndim < 2 or b.ndim < 2:
-        return
-    want = np.matmul(a, b)
-    got = threads.split_matmul(a, b, None, parts)
-    assert got.shape == want.shape and got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
-    out = np.empty_like(want)
-    assert threads.split_matmul(a, b, out, parts) is out
-    np.testing.assert_array_equal(out, want)
-
-
-def test_with_two_threads_a_large_stack_of_small_products_is_split(monkeypatch, two_blas_threads):
-    calls = []
-    monkeypatch.setattr(numpy_backend, "split_matmul",
-                        lambda a, b, out, parts: calls.append(parts) or np.matmul(a, b, out=out))
-    heads = np.ones((16, 4, 128, 32), np.float32)
-    NUMPY.matmul(heads, heads.swapaxes(-1, -2))           # 64 products, 33M multiply-adds
-    assert calls == [2]
-    NUMPY.matmul(heads[:1, :1], heads[:1, :1].swapaxes(-1, -2))      # a stack of one
-    NUMPY.matmul(heads[:2, :1, :16], heads[:2, :1, :16].swapaxes(-1, -2))  # too little work
-    assert calls == [2]
-    with threads.one_blas_thread():                       # one thread configured: not split
-        NUMPY.matmul(heads, heads.swapaxes(-1, -2))
-    assert calls == [2]

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .erf import erf as _erf
-from .threads import blas_threads, one_blas_thread, split_matmul
+from .threads import one_blas_thread
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -19,10 +19,6 @@ _GELU_TANH_C = 0.044715
 # (``threads.one_blas_thread``): at 4M a product takes ~0.1 ms on one core, less than a busy
 # machine makes a BLAS helper thread wait to be scheduled.
 _SMALL_PRODUCT = 1 << 22
-# A stack of small products with at least this many multiply-adds in all is shared among the
-# configured threads (``threads.split_matmul``): about 1 ms of work, against ~20 us to hand a
-# slice to a thread.
-_SPLIT_STACK_WORK = 1 << 23
 # Grouped attention takes its (batch, head, group) units in blocks of about this many scores
 # (1 MB in float32, an L2 cache): a block's gathered rows and scores stay in the cache between
 # its products and its softmax, and the gathered copies are never more than a block's.
@@ -185,23 +181,10 @@ class NumpyBackend:
         stack = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
         return stack > 1 and m * n * a.shape[-1] <= _SMALL_PRODUCT
 
-    @staticmethod
-    def _product_work(a, b):
-        """Multiply-adds of ``a @ b`` for a stack of products (both at least 2-D)."""
-        if a.ndim < 2 or b.ndim < 2:
-            return 0
-        stack = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-        return stack * a.shape[-2] * a.shape[-1] * b.shape[-1]
-
     def matmul(self, a, b, out=None):
-        """``np.matmul(a, b, out=out)``. A stack of small products runs on one BLAS thread, and
-        with more than one thread configured (``set_num_threads``), a stack with enough work is
-        shared among that many threads, each taking a slice of the stack."""
+        """``np.matmul(a, b, out=out)``; a stack of small products runs on one BLAS thread."""
         if self._stack_of_small_products(a, b):
-            threads = blas_threads()
             with one_blas_thread():
-                if threads > 1 and self._product_work(a, b) >= _SPLIT_STACK_WORK:
-                    return split_matmul(a, b, out, threads)
                 return np.matmul(a, b, out=out)
         return np.matmul(a, b, out=out)
 

@@ -85,13 +85,6 @@ def _blas_thread_controls():
     return tuple(controls)
 
 
-def blas_threads():
-    """OpenBLAS's thread count now (1 where no OpenBLAS library is found, and inside
-    ``one_blas_thread``)."""
-    controls = _blas_thread_controls()
-    return controls[0][1]() if controls else 1
-
-
 @functools.cache
 def _executor(threads, process):
     """The pool of ``in_threads`` for ``threads`` threads in the process ``process`` (a forked
@@ -104,7 +97,7 @@ def in_threads(tasks, threads):
     """Run the independent callables ``tasks`` on ``threads`` Python threads, each task with
     OpenBLAS on one thread; with ``threads`` 1, one after the other on the calling thread.
 
-    For work made of stacks of small products (attention's heads, banded attention's blocks):
+    For work made of stacks of small products and a kernel per block (attention's heads):
     NumPy calls OpenBLAS once per small product and such stacks run on one BLAS thread
     (``one_blas_thread``), so without this they leave the other cores idle. NumPy's products and
     copies and the numba kernels (compiled ``nogil``) release the GIL, so the tasks run side by
@@ -121,26 +114,6 @@ def in_threads(tasks, threads):
     pool = _executor(threads, os.getpid())
     for future in [pool.submit(on_one_blas_thread, task) for task in tasks]:
         future.result()
-
-
-def split_matmul(a, b, out, parts):
-    """``np.matmul(a, b, out=out)`` for a stack of products, its stack cut into ``parts`` slices
-    along the first stack axis that has enough products, each slice a task of ``in_threads``.
-    Every product is the same BLAS call as in one ``np.matmul``, so the result is identical."""
-    stack = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    axis = next((i for i, size in enumerate(stack) if size >= parts), None)
-    if axis is None:
-        return np.matmul(a, b, out=out)
-    a = np.broadcast_to(a, stack + a.shape[-2:])
-    b = np.broadcast_to(b, stack + b.shape[-2:])
-    if out is None:
-        out = np.empty(stack + (a.shape[-2], b.shape[-1]), dtype=np.result_type(a, b))
-    bounds = np.linspace(0, stack[axis], parts + 1).astype(int)
-    lead = (slice(None),) * axis
-    in_threads([functools.partial(np.matmul, a[lead + (slice(lo, hi),)],
-                                  b[lead + (slice(lo, hi),)], out=out[lead + (slice(lo, hi),)])
-                for lo, hi in zip(bounds[:-1], bounds[1:])], parts)
-    return out
 
 
 _ONE_THREAD_LOCK = threading.Lock()
