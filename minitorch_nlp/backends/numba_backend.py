@@ -398,10 +398,10 @@ class NumbaBackend(NumpyBackend):
                                                      out=out[b0:b1]))
             return out.reshape((batch * heads,) + x.shape[2:])
 
-        pairs = as_pairs(q, None if q_scale is None else q.dtype.type(q_scale)), as_pairs(k), \
-            as_pairs(v)
+        q3 = as_pairs(q, None if q_scale is None else q.dtype.type(q_scale))
+        k3, v3 = as_pairs(k), as_pairs(v)
         in_threads(copies, threads)
-        return (*pairs, mask)
+        return q3, k3, v3, mask
 
     @staticmethod
     def _attention_bias(bias, q, k):
