@@ -37,6 +37,7 @@ from minitorch_nlp import nn
 from minitorch_nlp.autograd.ops_fused import (Attention, BandedAttention, BiasGelu, CrossEntropy,
                                               Gelu, LayerNorm, LogSoftmax, Softmax)
 from minitorch_nlp.backends import get_backend, numba_backend, numba_kernels
+from minitorch_nlp.backends import threads as cpu_threads
 from minitorch_nlp.backends.threads import in_threads
 from minitorch_nlp.testing import strategies as S
 from tests.backend_checks import (ERF_ULPS, adam_cases, adam_steps, erf_arguments, erf_grid,
@@ -449,7 +450,7 @@ def blocks_in_threads():
     """Attention's blocks spread over two Python threads (``threads.in_threads``), whatever their
     size."""
     before = numba.get_num_threads()
-    with mock.patch.object(numba_backend, "_THREADED_WORK", 0):
+    with mock.patch.object(cpu_threads, "_THREADED_WORK", 0):
         numba.set_num_threads(2)
         try:
             yield

@@ -7,7 +7,8 @@ NumPy backend's (float32 and float64, the parallel and the single-thread path, r
 positions, all-hidden queries, indices shared over the batch or the heads); second derivatives
 (which run the composite) equal the composite's own; LSH's chunk masks and pair counts from the
 numba kernel equal the NumPy backend's; groups taken one per block give what one block of all
-of them gives; the row additions sum repeated positions; the sparse cores (BigBird's block-sparse,
+of them gives, and so do the blocks shared among threads; the row additions sum repeated
+positions; the sparse cores (BigBird's block-sparse,
 the Sparse Transformer's strided and fixed patterns, LSH) give the same values and gradients on
 both backends; the errors.
 """
@@ -272,6 +273,26 @@ def test_blocks_of_one_group_give_the_one_block_result(backend_name, problem, se
     with mock.patch.object(numpy_backend, "_GROUP_BLOCK", 1):
         blocks = _library(backend_name, problem, cotangents)
     for got, want in zip(blocks[:2] + tuple(blocks[2]), whole[:2] + tuple(whole[2])):
+        np.testing.assert_allclose(got, want, **TOL64)
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "numba"])
+@given(problem=grouped_problems(), seed=st.integers(0, 99), threads=st.integers(2, 3))
+def test_blocks_in_threads_give_the_calling_threads_result(backend_name, problem, seed, threads):
+    """The blocks shared among Python threads (``_in_parts``: consecutive parts of the blocks,
+    each part's gradients added up apart, then summed): the values are the calling thread's bit
+    for bit, the gradients equal to rounding."""
+    cotangents = _cotangents(problem, seed)
+    backend = get_backend(backend_name)
+    with mock.patch.object(numpy_backend, "_GROUP_BLOCK", 1):
+        alone = _library(backend_name, problem, cotangents)
+        with mock.patch.object(type(backend), "_task_threads",
+                               staticmethod(lambda work, tasks: min(threads, tasks))), \
+                on_threads(True):
+            shared = _library(backend_name, problem, cotangents)
+    for got, want in zip(shared[:2], alone[:2]):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(shared[2], alone[2]):
         np.testing.assert_allclose(got, want, **TOL64)
 
 

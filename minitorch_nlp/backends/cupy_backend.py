@@ -172,6 +172,12 @@ class CupyBackend:
     _grouped_softmax = NumpyBackend._grouped_softmax
     _grouped_score_gradients = NumpyBackend._grouped_score_gradients
     _add_rows = NumpyBackend._add_rows
+    _in_parts = NumpyBackend._in_parts
+
+    @staticmethod
+    def _task_threads(work, tasks):
+        """One: the device runs the blocks' work; host threads would only queue it."""
+        return 1
 
     # ---- causal linear attention: the prefix-sum kernels of ``cuda_linear_kernels`` on float32
     # or float64 arrays (state: out and the (B*H, T) denominators); other dtypes, and a state the

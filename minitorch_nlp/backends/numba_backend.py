@@ -53,7 +53,7 @@ from . import numba_kernels as kernels
 from . import numba_linear_kernels as linear_kernels
 from . import numba_sparse_kernels as sparse_kernels
 from .numpy_backend import NumpyBackend, sum_to_shape
-from .threads import in_threads, one_blas_thread
+from .threads import in_threads, inside_a_task, one_blas_thread, task_threads
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _LAUNCH = threading.Lock()  # the workqueue threading layer must not be entered concurrently
@@ -78,32 +78,19 @@ _PARALLEL_WORK = 1 << 15  # below this, kernels run on the calling thread only
 # rather than the row kernels: measured at n = 16k, one thread, the row kernels win at 17 keys
 # (44 against 73 ms) and lose at 129 (237 against 160 ms) and at 513 (905 against 453 ms).
 _WIDE_BAND = 64
-_THREADED_WORK = 1 << 18  # less work than this stays on the calling thread (_thread_count)
 _workspaces = threading.local()
 
 
 def _run(kernel, work, *args):
     """``kernel(parallel, *args)``, in parallel when ``work`` (about one unit per element) is
-    worth starting the threads for and there is more than one. (On one thread the workqueue
-    layer still hands the loop to a worker and waits for it: 15-25% of attention's time.)"""
-    if work < _PARALLEL_WORK or numba.get_num_threads() == 1:
+    worth starting the threads for and there is more than one free: not inside a task of
+    ``in_threads``, whose other threads run the other tasks. (On one thread the workqueue layer
+    still hands the loop to a worker and waits for it: 15-25% of attention's time.)"""
+    if work < _PARALLEL_WORK or numba.get_num_threads() == 1 or inside_a_task():
         kernel(False, *args)
     else:
         with _LAUNCH:
             kernel(True, *args)
-
-
-def _thread_count(work, tasks):
-    """How many Python threads ``in_threads`` spreads ``tasks`` independent tasks over:
-    ``numba.get_num_threads()`` (at most one per task) when ``work`` (about one unit per element
-    in all) is worth handing over, else 1."""
-    threads = min(numba.get_num_threads(), tasks)
-    return threads if threads > 1 and work >= _THREADED_WORK else 1
-
-
-def _on_this_thread(kernel, work, *args):
-    """``_run`` for a task of ``in_threads``: the kernel's serial form, on the calling thread."""
-    kernel(False, *args)
 
 
 def _float_dtype(*arrays):
@@ -154,6 +141,11 @@ class NumbaBackend(NumpyBackend):
 
     name = "numba"
     xp = np
+
+    @staticmethod
+    def _task_threads(work, tasks):
+        """As many threads for ``in_threads``'s tasks as Numba has (``threads.task_threads``)."""
+        return task_threads(numba.get_num_threads(), work, tasks)
 
     # ---- softmax family ---------------------------------------------------------------------
     @staticmethod
@@ -364,8 +356,7 @@ class NumbaBackend(NumpyBackend):
         return out
 
     # ---- attention ------------------------------------------------------------------------------
-    @staticmethod
-    def _attention_inputs(q, k, v, key_mask, q_scale=None):
+    def _attention_inputs(self, q, k, v, key_mask, q_scale=None):
         """(q (times ``q_scale`` when given), k, v as contiguous (B*H, T, D), the key mask as a
         (B, Tk) bool array), or None. The copies run in threads, by slices of the batch."""
         if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or _float_dtype(q, k, v) is None:
@@ -384,7 +375,7 @@ class NumbaBackend(NumpyBackend):
                 mask = np.ascontiguousarray(np.broadcast_to(mask, (batch, tk)))
             except ValueError:
                 return None
-        threads = _thread_count(q.size + k.size + v.size, batch)
+        threads = self._task_threads(q.size + k.size + v.size, batch)
         bounds = np.linspace(0, batch, threads + 1).astype(int)
         copies = []
 
@@ -450,15 +441,14 @@ class NumbaBackend(NumpyBackend):
         inv_total = np.empty((pairs, tq), dtype=dtype)
         keep = _CAUSAL_KEEP_PROBS if causal else _KEEP_PROBS
         kept = np.empty((pairs, tq, tk), dtype=dtype) if pairs * tq * tk <= keep else None
-        threads = _thread_count(pairs * tq * tk, pairs)
-        run = _run if threads == 1 else _on_this_thread
+        threads = self._task_threads(pairs * tq * tk, pairs)
 
         def block(p0, p1, i0, i1, keys):
             scores = kept[p0:p1, i0:i1] if kept is not None else \
                 _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
             self.matmul(q3[p0:p1, i0:i1], k3[p0:p1, :keys].swapaxes(1, 2), out=scores)
-            run(kernels.attention_probs, scores.size, scores, mask, key_mask is not None,
-                bias_view, bias is not None, causal, heads, p0, i0, tq, tk, peak, inv_total)
+            _run(kernels.attention_probs, scores.size, scores, mask, key_mask is not None,
+                 bias_view, bias is not None, causal, heads, p0, i0, tq, tk, peak, inv_total)
             self.matmul(scores, v3[p0:p1, :keys], out=out[p0:p1, i0:i1])
 
         # kept probabilities are written in blocks that use every key, so that each block is a
@@ -478,12 +468,11 @@ class NumbaBackend(NumpyBackend):
         pairs, tq, tk, heads = q3.shape[0], q3.shape[1], k3.shape[1], q.shape[1]
         g3 = np.ascontiguousarray(grad, dtype=dtype).reshape(pairs, tq, v3.shape[2])
         kept = state.probs is not None
-        threads = _thread_count(pairs * tq * tk, pairs)
+        threads = self._task_threads(pairs * tq * tk, pairs)
         blocks = list(self._attention_blocks(pairs, tq, tk, causal and not kept, threads))
         whole_pairs = all(i0 == 0 and i1 == tq for _, _, i0, i1, _ in blocks)
         if not whole_pairs:     # blocks of rows of one pair add to the same key gradients
             threads = 1
-        run = _run if threads == 1 else _on_this_thread
         # allocated in the inputs' shapes, so that the gradients handed back own their memory
         # (the engine copies a view before storing it as a leaf's .grad)
         grads = [(np.empty if whole_pairs or x is q else np.zeros)(x.shape, dtype=dtype)
@@ -506,8 +495,8 @@ class NumbaBackend(NumpyBackend):
             dscores = dscores_all[p0:p1] if bias_grad and direct else \
                 _workspace(1, (p1 - p0, i1 - i0, keys), dtype)
             self.matmul(g_blk, v3[p0:p1, :keys].swapaxes(1, 2), out=dscores)
-            run(kernels.attention_probs_backward, probs.size, probs, dscores, state.key_mask,
-                state.bias, state.bias_shape is not None, causal, heads, p0, i0, tq, tk,
+            _run(kernels.attention_probs_backward, probs.size, probs, dscores, state.key_mask,
+                 state.bias, state.bias_shape is not None, causal, heads, p0, i0, tq, tk,
                 state.peak, state.inv_total, not kept)
             if bias_grad and not direct:
                 dscores_all[p0:p1, i0:i1, :keys] = dscores

@@ -5,12 +5,13 @@ memory (a fresh multi-megabyte temporary costs page faults on every call).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from .erf import erf as _erf
-from .threads import one_blas_thread
+from .threads import blas_threads, in_threads, one_blas_thread, task_threads
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -501,13 +502,17 @@ class NumpyBackend:
             bias = xp.broadcast_to(xp.asarray(bias), shape)
         probs = xp.empty((batch * heads * groups, per_query, per_key), dtype=q.dtype)
         out = xp.empty(probs.shape[:2] + (v.shape[-1] + 1,), dtype=q.dtype)
-        for u0, u1 in _group_blocks(probs.shape[0], per_query, per_key):
-            scores = probs[u0:u1]
-            scaled = queries[query_rows[u0:u1]]
-            scaled *= q.dtype.type(scale)       # (scale q) k^T: K / d fewer multiplications
-            self.matmul(scaled, keys[key_rows[u0:u1]].swapaxes(-1, -2), out=scores)
-            self._grouped_softmax(scores, u0, allowed, real, bias, out[u0:u1, :, -1])
-            self.matmul(scores, values[key_rows[u0:u1]], out=out[u0:u1, :, :-1])
+
+        def run(blocks):
+            for u0, u1 in blocks:
+                scores = probs[u0:u1]
+                scaled = queries[query_rows[u0:u1]]
+                scaled *= q.dtype.type(scale)       # (scale q) k^T: K / d fewer multiplications
+                self.matmul(scaled, keys[key_rows[u0:u1]].swapaxes(-1, -2), out=scores)
+                self._grouped_softmax(scores, u0, allowed, real, bias, out[u0:u1, :, -1])
+                self.matmul(scores, values[key_rows[u0:u1]], out=out[u0:u1, :, :-1])
+
+        self._in_parts(_group_blocks(probs.shape[0], per_query, per_key), probs.size, run)
         return out.reshape(shape[:4] + (out.shape[-1],)), probs.reshape(shape)
 
     def grouped_attention_backward(self, grad, q, k, v, state, query_index, key_index, scale):
@@ -524,17 +529,50 @@ class NumpyBackend:
         queries, keys, values = (x.reshape(-1, x.shape[-1]) for x in (q, k, v))
         query_rows, key_rows = (xp.asarray(group_rows(batch, heads, time, index))
                                 for index in (query_index, key_index))
-        dq, dk, dv = (xp.zeros(x.shape, dtype=probs.dtype) for x in (queries, keys, values))
-        for u0, u1 in _group_blocks(probs.shape[0], probs.shape[1], probs.shape[2]):
-            block_probs, grad_out = probs[u0:u1], grad[u0:u1, :, :-1]
-            block_queries, block_keys = query_rows[u0:u1], key_rows[u0:u1]
-            dscores = self.matmul(grad_out, values[block_keys].swapaxes(-1, -2))
-            self._grouped_score_gradients(block_probs, dscores, grad[u0:u1, :, -1], scale)
-            self._add_rows(dq, block_queries, self.matmul(dscores, keys[block_keys]))
-            self._add_rows(dk, block_keys,
-                           self.matmul(dscores.swapaxes(-1, -2), queries[block_queries]))
-            self._add_rows(dv, block_keys, self.matmul(block_probs.swapaxes(-1, -2), grad_out))
+
+        def run(blocks):
+            dq, dk, dv = (xp.zeros(x.shape, dtype=probs.dtype) for x in (queries, keys, values))
+            for u0, u1 in blocks:
+                block_probs, grad_out = probs[u0:u1], grad[u0:u1, :, :-1]
+                block_queries, block_keys = query_rows[u0:u1], key_rows[u0:u1]
+                dscores = self.matmul(grad_out, values[block_keys].swapaxes(-1, -2))
+                self._grouped_score_gradients(block_probs, dscores, grad[u0:u1, :, -1], scale)
+                self._add_rows(dq, block_queries, self.matmul(dscores, keys[block_keys]))
+                self._add_rows(dk, block_keys,
+                               self.matmul(dscores.swapaxes(-1, -2), queries[block_queries]))
+                self._add_rows(dv, block_keys,
+                               self.matmul(block_probs.swapaxes(-1, -2), grad_out))
+            return dq, dk, dv
+
+        # each part adds into gradients of its own (blocks share key rows), summed in part order
+        parts = self._in_parts(_group_blocks(*probs.shape), probs.size, run)
+        dq, dk, dv = parts[0]
+        for part in parts[1:]:
+            for total, more in zip((dq, dk, dv), part):
+                total += more
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+    def _in_parts(self, blocks, work, run):
+        """``run(part)`` for consecutive parts of the list ``blocks``, one part per thread of
+        ``_task_threads`` (``threads.in_threads``: a stack of small products runs on one BLAS
+        thread, so the blocks' products use more cores only side by side); the results in part
+        order. With one thread, one part: ``[run(blocks)]``."""
+        threads = self._task_threads(work, len(blocks))
+        size = -(-len(blocks) // threads)
+        parts = [blocks[i:i + size] for i in range(0, len(blocks), size)]
+        results = [None] * len(parts)
+
+        def task(i):
+            results[i] = run(parts[i])
+
+        in_threads([functools.partial(task, i) for i in range(len(parts))], len(parts))
+        return results
+
+    @staticmethod
+    def _task_threads(work, tasks):
+        """How many threads ``_in_parts`` shares ``tasks`` blocks of ``work`` elements in all
+        among: as many as BLAS has (``threads.task_threads``)."""
+        return task_threads(blas_threads(), work, tasks)
 
     def _group_key_mask(self, key_mask, key_index, shape):
         """``key_mask`` (B, T) gathered at each group's keys: (B, H, G, K) bool (a broadcast

@@ -93,6 +93,34 @@ def _executor(threads, process):
                                                  thread_name_prefix="minitorch-nlp")
 
 
+def blas_threads():
+    """How many threads OpenBLAS uses now (the most any loaded copy has; 1 if none answers)."""
+    counts = [getter() for _, getter in _blas_thread_controls()]
+    return max(counts, default=1)
+
+
+# Handing tasks to the pool costs ~50 us each: less work than this (about one unit per element)
+# stays on the calling thread.
+_THREADED_WORK = 1 << 18
+
+
+def task_threads(available, work, tasks):
+    """How many of ``available`` threads ``in_threads`` should spread ``tasks`` independent tasks
+    of ``work`` elements in all over: at most one per task, and 1 when there is too little
+    work to be worth handing over."""
+    threads = min(available, tasks)
+    return threads if threads > 1 and work >= _THREADED_WORK else 1
+
+
+_inside = threading.local()
+
+
+def inside_a_task():
+    """Whether the calling thread is running a task of ``in_threads``: its kernels should run
+    on it alone, the other threads being busy with the other tasks."""
+    return getattr(_inside, "task", False)
+
+
 def in_threads(tasks, threads):
     """Run the independent callables ``tasks`` on ``threads`` Python threads, each task with
     OpenBLAS on one thread; with ``threads`` 1, one after the other on the calling thread.
@@ -108,8 +136,12 @@ def in_threads(tasks, threads):
         return
 
     def on_one_blas_thread(task):
-        with one_blas_thread():
-            task()
+        _inside.task = True
+        try:
+            with one_blas_thread():
+                task()
+        finally:
+            _inside.task = False
 
     pool = _executor(threads, os.getpid())
     for future in [pool.submit(on_one_blas_thread, task) for task in tasks]:
