@@ -243,6 +243,26 @@ def test_the_lm_fixtures_match_huggingface(name):
     assert np.abs(model(expected["ids"]).logits.numpy() - expected["logits"]).max() > 1e-3
 
 
+def test_the_axial_lm_fixture_matches_huggingface_in_float64():
+    """The axial fixture's float64 outputs (HuggingFace's model cast to float64, with its
+    float64 rotations): without float32's rounding of the self-penalised scores, ours match
+    HuggingFace's within the fixtures' tolerance, which shows the float32 bound above is that
+    rounding."""
+    name = "ReformerModelWithLMHead"
+    model = mt.from_pretrained(FIXTURES / name, dtype=mt.float64)
+    expected = np.load(FIXTURES / name / "expected.npz")
+    model.reformer.set_hash_rotations(expected["rotations64"])
+    out = model(expected["ids"], labels=expected["ids"])
+    for ours, theirs in ((out.logits, expected["logits64"]),
+                         (model.reformer(expected["ids"]).last_hidden_state,
+                          expected["hidden64"]),
+                         (model(expected["ids_short"]).logits, expected["logits_short64"])):
+        assert ours.numpy().dtype == np.float64
+        assert np.abs(ours.numpy() - theirs).max() / max(1.0, np.abs(theirs).max()) \
+            < HF_TOLERANCE
+    assert abs(out.loss.item() - float(expected["loss64"])) < HF_TOLERANCE
+
+
 @pytest.mark.eq(104)
 @pytest.mark.eq(105)
 def test_gradients_through_the_reversible_stack_match_huggingface(tmp_path):
