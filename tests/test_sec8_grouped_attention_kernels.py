@@ -296,6 +296,18 @@ def test_blocks_in_threads_give_the_calling_threads_result(backend_name, problem
         np.testing.assert_allclose(got, want, **TOL64)
 
 
+@pytest.mark.parametrize("backend_name", ["numpy", "numba"])
+def test_an_empty_batch_gives_empty_outputs_and_gradients(backend_name):
+    positions = np.arange(8).reshape(1, 1, 2, 4)
+    with mt.backend(backend_name):
+        q = mt.tensor(np.zeros((0, 2, 8, 4)), requires_grad=True)
+        out, lse = grouped_attention(q, q, q, positions, positions,
+                                     np.ones((1, 1, 1, 1, 1), bool), scale=0.5)
+        out.sum().backward()
+    assert out.shape == (0, 2, 2, 4, 4) and lse.shape == (0, 2, 2, 4)
+    assert q.grad.shape == q.shape
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("parallel", [False, True])
 def test_adding_rows_sums_repeated_positions(dtype, parallel):

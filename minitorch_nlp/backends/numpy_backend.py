@@ -525,7 +525,7 @@ class NumpyBackend:
         batch, heads, time, _ = q.shape
         probs = state.reshape((-1,) + state.shape[3:])
         grad = xp.ascontiguousarray(xp.asarray(grad, dtype=probs.dtype)).reshape(
-            probs.shape[:2] + (-1,))
+            probs.shape[:2] + grad.shape[-1:])
         queries, keys, values = (x.reshape(-1, x.shape[-1]) for x in (q, k, v))
         query_rows, key_rows = (xp.asarray(group_rows(batch, heads, time, index))
                                 for index in (query_index, key_index))
@@ -558,6 +558,8 @@ class NumpyBackend:
         thread, so the blocks' products use more cores only side by side); the results in part
         order. With one thread, one part: ``[run(blocks)]``."""
         threads = self._task_threads(work, len(blocks))
+        if threads == 1:
+            return [run(blocks)]
         size = -(-len(blocks) // threads)
         parts = [blocks[i:i + size] for i in range(0, len(blocks), size)]
         results = [None] * len(parts)

@@ -107,9 +107,10 @@ _THREADED_WORK = 1 << 18
 def task_threads(available, work, tasks):
     """How many of ``available`` threads ``in_threads`` should spread ``tasks`` independent tasks
     of ``work`` elements in all over: at most one per task, and 1 when there is too little
-    work to be worth handing over."""
+    work to be worth handing over, or when the caller is itself a task (the pool's threads are
+    busy with its siblings, and waiting for them there could wait for ever)."""
     threads = min(available, tasks)
-    return threads if threads > 1 and work >= _THREADED_WORK else 1
+    return threads if threads > 1 and work >= _THREADED_WORK and not inside_a_task() else 1
 
 
 _inside = threading.local()
