@@ -176,7 +176,9 @@ def _grouped_composite(q, k, v, query_index, key_index, allowed, *, scale, key_m
 def merge_attentions(parts):
     """One attention over the union of disjoint key sets from its parts ``[(out, lse), ...]``:
     out = sum_r exp(lse_r - lse) out_r with lse = log sum_r exp(lse_r). A query no part lets see
-    a key keeps output zero and lse -inf."""
+    a key keeps output zero and lse -inf. One part is the whole attention already."""
+    if len(parts) == 1:
+        return tuple(parts[0])
     outs, lses = zip(*parts)
     stacked = stack(list(lses))
     seen = (stacked.data > -np.inf).any(axis=0)
