@@ -160,7 +160,8 @@ def test_the_long_attention_kernels_compile_for_the_cuda_target(compile_instead_
             q, q, q, q, q, np.ones((2, 5), dtype=dtype))
         cuda_linear_kernels.causal_linear_attention(q, q, q)
     index = np.zeros((2, 2, 3, 6), dtype=np.int64)
-    cuda_sparse_kernels.lsh_round_masks(index, index, index[..., :2], index[..., :4],
-                                        np.ones((3, 4), dtype=bool), 1, True, 1e5)
+    for dtype in (np.float32, np.float64):
+        cuda_sparse_kernels.lsh_round_masks(index, index, index[..., :2], index[..., :4],
+                                            np.ones((3, 4), dtype=bool), 1, True, 1e5, dtype)
     assert compile_instead_of_launch.compiled == (_kernels(cuda_sparse_kernels)
                                                   | _kernels(cuda_linear_kernels))

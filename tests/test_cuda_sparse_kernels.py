@@ -219,7 +219,7 @@ def test_lsh_mask_kernel_matches_the_numpy_backend(rounds, causal, seed, buckets
     """Every round of a 1-3 round LSH pass (the first chunk without a previous one, causal on
     and off, 1, 2 or 4 buckets) with the library's self penalty, none, and another."""
     for args in _lsh_mask_calls(rounds, causal, seed, buckets):
-        args = args[:-1] + (self_penalty,)
+        args = args[:7] + (self_penalty,) + args[8:]     # (..., self_penalty, dtype)
         assert _lsh_masks_agree(cuda_sparse_kernels.lsh_round_masks(*args),
                                 REFERENCE.lsh_round_masks(*args))
 
@@ -235,7 +235,7 @@ def test_a_wrong_lsh_mask_rule_fails_the_comparison():
         "another round's buckets": lambda a: a[:5] + ((a[5] + 1) % a[0].shape[2],) + a[6:],
         "causal flipped": lambda a: a[:6] + (not a[6],) + a[7:],
         "a previous chunk for the first": lambda a: a[:4] + (np.ones_like(a[4]),) + a[5:],
-        "no self penalty": lambda a: a[:7] + (0.0,),
+        "no self penalty": lambda a: a[:7] + (0.0,) + a[8:],
     }
     for rule, mutate in wrong.items():
         assert any(not _lsh_masks_agree(cuda_sparse_kernels.lsh_round_masks(*mutate(args)),

@@ -179,7 +179,8 @@ class LSHAttention(FullAttention):
         has_previous = xp.concatenate([xp.broadcast_to(~first_chunk, (time // m, m)),
                                        xp.ones((time // m, m), dtype=bool)], axis=-1)
         allowed, score_bias = q.backend.lsh_round_masks(buckets, chunk, queries, key_index,
-                                                        has_previous, r, causal, SELF_PENALTY)
+                                                        has_previous, r, causal, SELF_PENALTY,
+                                                        q.dtype)
         # the masks stay in the backend's arrays; grouped_attention and ungroup take NumPy
         # index arrays (positions only: O(n) integers, no copy on the NumPy backends)
         queries, key_index = q.backend.to_numpy(queries), q.backend.to_numpy(key_index)

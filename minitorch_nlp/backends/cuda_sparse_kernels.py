@@ -200,16 +200,17 @@ def _lsh_masks_kernel(buckets, chunk, queries, key_index, has_previous, r, causa
                    allowed, bias, pair // heads, pair % heads, c, i)
 
 
-def lsh_round_masks(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty):
+def lsh_round_masks(buckets, chunk, queries, key_index, has_previous, r, causal, self_penalty,
+                    dtype=np.float64):
     """The NumPy backend's ``lsh_round_masks`` (read its docstring) on arrays of one array module:
     ``buckets`` and ``chunk`` (B, H, R, T), ``queries`` (B, H, C, m), ``key_index``
     (B, H, C, 2m), ``has_previous`` (C, 2m). Returns ``allowed`` (bool) and the score bias
-    (float64), (B, H, C, m, 2m) each, in that array module."""
+    (``dtype``, float32 or float64), (B, H, C, m, 2m) each, in that array module."""
     xp = _xp(queries)
     buckets, chunk, queries, key_index = (xp.ascontiguousarray(a, dtype=np.int64)
                                           for a in (buckets, chunk, queries, key_index))
     shape = queries.shape + key_index.shape[3:]
-    allowed, bias = xp.empty(shape, dtype=np.bool_), xp.empty(shape, dtype=np.float64)
+    allowed, bias = xp.empty(shape, dtype=np.bool_), xp.empty(shape, dtype=dtype)
     _run(_lsh_masks_kernel, queries.size, buckets, chunk, queries, key_index,
          xp.ascontiguousarray(has_previous, dtype=np.bool_), int(r), bool(causal),
          float(self_penalty), allowed, bias)

@@ -15,7 +15,9 @@ compile for it, and raises ``RuntimeError`` saying what to install otherwise.
 """
 from __future__ import annotations
 
-from .numba_backend import _float_dtype, _lsh_shapes_fit
+import numpy as np
+
+from .numba_backend import _FLOATS, _float_dtype, _lsh_shapes_fit
 from .numpy_backend import NumpyBackend
 
 INSTALL_HINT = "the cupy backend needs an NVIDIA GPU and CuPy: pip install 'minitorch-nlp[gpu]'"
@@ -199,12 +201,13 @@ class CupyBackend:
     # ---- LSH attention's round masks: the kernel of ``cuda_sparse_kernels`` on index arrays of
     # the shapes ``LSHAttention`` makes; other shapes take the NumPy backend's code
     def lsh_round_masks(self, buckets, chunk, queries, key_index, has_previous, r, causal,
-                        self_penalty):
-        if not _lsh_shapes_fit(buckets, chunk, queries, key_index, has_previous):
+                        self_penalty, dtype=np.float64):
+        if (np.dtype(dtype) not in _FLOATS
+                or not _lsh_shapes_fit(buckets, chunk, queries, key_index, has_previous)):
             return NumpyBackend.lsh_round_masks(buckets, chunk, queries, key_index, has_previous,
-                                                r, causal, self_penalty)
+                                                r, causal, self_penalty, dtype)
         return self._sparse_kernels.lsh_round_masks(buckets, chunk, queries, key_index,
-                                                    has_previous, r, causal, self_penalty)
+                                                    has_previous, r, causal, self_penalty, dtype)
 
     # ---- low-precision products -------------------------------------------------------------
     def matmul_int8(self, a, b):

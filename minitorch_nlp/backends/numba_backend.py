@@ -624,12 +624,13 @@ class NumbaBackend(NumpyBackend):
                        np.ascontiguousarray(src).reshape(-1, out.shape[1]))
 
     def lsh_round_masks(self, buckets, chunk, queries, key_index, has_previous, r, causal,
-                        self_penalty):
-        if not _lsh_shapes_fit(buckets, chunk, queries, key_index, has_previous):
+                        self_penalty, dtype=np.float64):
+        if (np.dtype(dtype) not in _FLOATS
+                or not _lsh_shapes_fit(buckets, chunk, queries, key_index, has_previous)):
             return super().lsh_round_masks(buckets, chunk, queries, key_index, has_previous, r,
-                                           causal, self_penalty)
+                                           causal, self_penalty, dtype)
         shape = queries.shape + (key_index.shape[3],)
-        allowed, bias = np.empty(shape, dtype=bool), np.empty(shape, dtype=np.float64)
+        allowed, bias = np.empty(shape, dtype=bool), np.empty(shape, dtype=dtype)
         _run(sparse_kernels.lsh_chunk_masks, allowed.size * buckets.shape[2],
              *(_group_index(a) for a in (buckets, chunk, queries, key_index)),
              _read_only(np.ascontiguousarray(has_previous, dtype=bool)), int(r), bool(causal),

@@ -26,7 +26,7 @@ import math
 
 from numba import prange
 
-from .numba_kernels import _kernel, _rows, fast_exp
+from .numba_kernels import _BLOCK, _kernel, _rows, fast_exp
 
 
 @_rows
@@ -52,10 +52,14 @@ def _group_softmax_row(scores, first, allowed, real, bias, lse, row):
         lse[n, i] = minus_inf
         return
     total = 0.0
-    for j in range(per_key):
-        p = fast_exp(line[j] - top)
-        line[j] = p
-        total += p
+    for j0 in range(0, per_key, _BLOCK):   # partial sums in the scores' dtype vectorise
+        block = line[j0:j0 + _BLOCK]
+        part = scores.dtype.type(0)
+        for j in range(block.shape[0]):
+            p = fast_exp(block[j] - top)
+            block[j] = p
+            part += p
+        total += part
     lse[n, i] = top + math.log(total)
     inv = scores.dtype.type(1.0 / total)
     for j in range(per_key):

@@ -506,11 +506,13 @@ class NumpyBackend:
         def run(blocks):
             for u0, u1 in blocks:
                 scores = probs[u0:u1]
-                scaled = queries[query_rows[u0:u1]]
+                # take copies whole rows: 31 against 56 us for queries[rows] (8 x 256 x 64)
+                scaled = queries.take(query_rows[u0:u1], axis=0)
                 scaled *= q.dtype.type(scale)       # (scale q) k^T: K / d fewer multiplications
-                self.matmul(scaled, keys[key_rows[u0:u1]].swapaxes(-1, -2), out=scores)
+                self.matmul(scaled, keys.take(key_rows[u0:u1], axis=0).swapaxes(-1, -2),
+                            out=scores)
                 self._grouped_softmax(scores, u0, allowed, real, bias, out[u0:u1, :, -1])
-                self.matmul(scores, values[key_rows[u0:u1]], out=out[u0:u1, :, :-1])
+                self.matmul(scores, values.take(key_rows[u0:u1], axis=0), out=out[u0:u1, :, :-1])
 
         self._in_parts(_group_blocks(probs.shape[0], per_query, per_key), probs.size, run)
         return out.reshape(shape[:4] + (out.shape[-1],)), probs.reshape(shape)
@@ -535,11 +537,13 @@ class NumpyBackend:
             for u0, u1 in blocks:
                 block_probs, grad_out = probs[u0:u1], grad[u0:u1, :, :-1]
                 block_queries, block_keys = query_rows[u0:u1], key_rows[u0:u1]
-                dscores = self.matmul(grad_out, values[block_keys].swapaxes(-1, -2))
+                dscores = self.matmul(grad_out, values.take(block_keys, axis=0).swapaxes(-1, -2))
                 self._grouped_score_gradients(block_probs, dscores, grad[u0:u1, :, -1], scale)
-                self._add_rows(dq, block_queries, self.matmul(dscores, keys[block_keys]))
+                self._add_rows(dq, block_queries,
+                               self.matmul(dscores, keys.take(block_keys, axis=0)))
                 self._add_rows(dk, block_keys,
-                               self.matmul(dscores.swapaxes(-1, -2), queries[block_queries]))
+                               self.matmul(dscores.swapaxes(-1, -2),
+                                           queries.take(block_queries, axis=0)))
                 self._add_rows(dv, block_keys,
                                self.matmul(block_probs.swapaxes(-1, -2), grad_out))
             return dq, dk, dv
@@ -636,15 +640,17 @@ class NumpyBackend:
     # ---- LSH attention's chunk masks (NumPy index arrays on every backend) -----------------------
     @staticmethod
     def lsh_round_masks(buckets, chunk, queries, key_index, has_previous, r, causal,
-                        self_penalty):
+                        self_penalty, dtype=np.float64):
         """Round ``r``'s pattern over its chunks (Kitaev et al., 2020, eq 97-101): ``buckets`` and
         ``chunk`` (B, H, R, T) are each position's bucket and chunk in every round; ``queries``
         (B, H, C, m) and ``key_index`` (B, H, C, 2m) the positions of each chunk and of it with
         the previous one; ``has_previous`` (C, 2m) False on the first chunk's missing previous.
 
         Returns ``allowed`` (B, H, C, m, 2m): same bucket in round r (and not a later key when
-        ``causal``), and the score bias: -``self_penalty`` on a query's own position, and
-        -log N_ij, N_ij the rounds in which the pair shares a bucket within neighbouring chunks."""
+        ``causal``), and the score bias in ``dtype`` (that of the scores it is added to, so that
+        the softmax reads no wider numbers than it computes): -``self_penalty`` on a query's own
+        position, and -log N_ij, N_ij the rounds in which the pair shares a bucket within
+        neighbouring chunks."""
         batch, heads = queries.shape[:2]
 
         def at(values, index):     # values (B, H, R, time) at positions index -> (..., R)
@@ -663,7 +669,7 @@ class NumpyBackend:
         if causal:
             allowed &= key_index[..., None, :] <= queries[..., :, None]
         itself = key_index[..., None, :] == queries[..., :, None]
-        return allowed, -self_penalty * itself - np.log(np.maximum(found, 1))
+        return allowed, (-self_penalty * itself - np.log(np.maximum(found, 1))).astype(dtype)
 
     # ---- causal linear attention (the Performer's prefix sums) ----------------------------------
     def causal_linear_attention(self, qf, kf, v, chunk):
