@@ -6,7 +6,9 @@ attention core, next to full attention (ours and PyTorch's SDPA) in the same run
                                         [--backend numba]
 
 Each runner does forward + backward of one attention call, batch 1, ``--heads`` heads of
-``--head-dim`` features, float32, runners interleaved round by round (``backends.interleaved``).
+``--head-dim`` features, float32, runners interleaved round by round (``backends.interleaved``):
+first the efficient cores, then the full ones, whose n x n allocations would otherwise slow the
+fresh memory of the runner after them (measured in the comment in ``run``).
 The efficient cores run on ``--backend`` (numba by default: the fused grouped-attention and
 causal linear-attention kernels; numpy when Numba is missing):
 
@@ -108,9 +110,14 @@ def runners_for(n, args, torch, have_numba):
     return table
 
 
+def quadratic(name):
+    """Whether the runner ``name`` computes all n x n scores (full attention, ours or PyTorch's)."""
+    return name.startswith("full") or name.startswith("pytorch")
+
+
 def pairs_visited(name, n, args, q):
     """(query, key) scores a runner computes per head, or None where it computes none."""
-    if name.startswith("full") or name.startswith("pytorch"):
+    if quadratic(name):
         return n * (n + 1) / 2
     if name.startswith("banded"):
         w = args.window
@@ -156,8 +163,13 @@ def run(args, torch, have_numba):
                 skipped[(name, n)] = f"~{estimate / 2**30:.0f}GB"
             else:
                 runners[name] = factory([q, k, v], g, [True, True, True])
-        for name, seconds in interleaved(runners, args.repeats, args.budget).items():
-            times[(name, n)] = median_ms(seconds)
+        # the n x n runners are timed after the others: their allocations of up to gigabytes,
+        # freed, make the next runner's fresh memory cost more (banded at 16k, one thread: 366 ms
+        # alone, 681-749 ms right after full attention, its system time 44 -> 236 ms)
+        for group in (False, True):
+            timed = {name: fn for name, fn in runners.items() if quadratic(name) == group}
+            for name, seconds in interleaved(timed, args.repeats, args.budget).items():
+                times[(name, n)] = median_ms(seconds)
         for name, fn in runners.items():
             if not name.startswith("pytorch"):
                 memory[(name, n)] = peak_bytes(fn) / 2**20
