@@ -211,29 +211,30 @@ class NumbaBackend(NumpyBackend):
         bias = np.zeros(width, dtype) if bias is None else np.ascontiguousarray(bias)
         return dtype, weight, bias
 
-    def layer_norm(self, x, weight, bias, eps):
+    def _layer_norm(self, x, weight, bias, eps, keep_xhat):
+        """(y, xhat (None unless ``keep_xhat``), rstd) from the kernel, or None when it does not
+        apply."""
         params = self._layer_norm_params(x, weight, bias)
         if params is None:
-            return super().layer_norm(x, weight, bias, eps)
+            return None
         dtype, w, b = params
         rows = _as_rows(x)
         y = np.empty_like(rows)
-        xhat = np.empty_like(rows)
+        xhat = np.empty_like(rows) if keep_xhat else y   # not written without keep_xhat
         rstd = np.empty(rows.shape[0], dtype=dtype)
-        _run(kernels.layer_norm_rows, rows.size, rows, w, b, dtype.type(eps), y, xhat, rstd, True)
-        return y.reshape(x.shape), xhat.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,))
+        _run(kernels.layer_norm_rows, rows.size, rows, w, b, dtype.type(eps), y, xhat, rstd,
+             keep_xhat)
+        return (y.reshape(x.shape), xhat.reshape(x.shape) if keep_xhat else None,
+                rstd.reshape(x.shape[:-1] + (1,)))
+
+    def layer_norm(self, x, weight, bias, eps):
+        result = self._layer_norm(x, weight, bias, eps, True)
+        return super().layer_norm(x, weight, bias, eps) if result is None else result
 
     def layer_norm_inference(self, x, weight, bias, eps):
         """``layer_norm``'s output alone: xhat is not written (one store per element less)."""
-        params = self._layer_norm_params(x, weight, bias)
-        if params is None:
-            return super().layer_norm_inference(x, weight, bias, eps)
-        dtype, w, b = params
-        rows = _as_rows(x)
-        y = np.empty_like(rows)
-        rstd = np.empty(rows.shape[0], dtype=dtype)
-        _run(kernels.layer_norm_rows, rows.size, rows, w, b, dtype.type(eps), y, y, rstd, False)
-        return y.reshape(x.shape)
+        result = self._layer_norm(x, weight, bias, eps, False)
+        return super().layer_norm_inference(x, weight, bias, eps) if result is None else result[0]
 
     def layer_norm_backward(self, grad, xhat, rstd, weight):
         params = self._layer_norm_params(xhat, weight, None)
