@@ -93,6 +93,8 @@ class LayerNorm(FusedFunction):
     def forward(ctx, x, weight, bias, *, eps):
         ctx.save_inputs(0, 1, 2)
         ctx.static = {"eps": eps}
+        if not ctx.recorded:   # no backward will run: nothing to keep
+            return ctx.backend.layer_norm_inference(x, weight, bias, eps)
         y, ctx.xhat, ctx.rstd = ctx.backend.layer_norm(x, weight, bias, eps)
         return y
 
@@ -223,6 +225,8 @@ class Attention(FusedFunction):
     def forward(ctx, q, k, v, key_mask, bias, *, scale, causal):
         ctx.save_inputs(0, 1, 2, 3, 4)
         ctx.static = {"scale": scale, "causal": causal}
+        if not ctx.recorded:   # no backward will run: nothing to keep
+            return ctx.backend.attention_inference(q, k, v, scale, causal, key_mask, bias)
         out, ctx.kernel_state = ctx.backend.attention(q, k, v, scale, causal, key_mask, bias)
         return out
 

@@ -97,6 +97,8 @@ class CupyBackend:
     def layer_norm(self, x, weight, bias, eps):
         return self._kernels.layer_norm(x, weight, bias, eps)
 
+    layer_norm_inference = NumpyBackend.layer_norm_inference
+
     def layer_norm_backward(self, grad, xhat, rstd, weight):
         return self._kernels.layer_norm_backward(grad, xhat, rstd, weight)
 
@@ -131,6 +133,8 @@ class CupyBackend:
     def attention(self, q, k, v, scale, causal, key_mask, bias=None):
         out, lse = self._kernels.attention(q, k, v, scale, causal, key_mask, bias)
         return out, (lse, key_mask, bias)
+
+    attention_inference = NumpyBackend.attention_inference
 
     def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask, bias_grad=False):
         lse, forward_mask, bias = state

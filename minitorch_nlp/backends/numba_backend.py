@@ -203,17 +203,30 @@ class NumbaBackend(NumpyBackend):
         bias = np.zeros(width, dtype) if bias is None else np.ascontiguousarray(bias)
         return dtype, weight, bias
 
-    def layer_norm(self, x, weight, bias, eps):
+    def _layer_norm(self, x, weight, bias, eps, keep_xhat):
+        """(y, xhat (None unless ``keep_xhat``), rstd) from the kernel, or None when it does not
+        apply."""
         params = self._layer_norm_params(x, weight, bias)
         if params is None:
-            return super().layer_norm(x, weight, bias, eps)
+            return None
         dtype, w, b = params
         rows = _as_rows(x)
         y = np.empty_like(rows)
-        xhat = np.empty_like(rows)
+        xhat = np.empty_like(rows) if keep_xhat else y   # not written without keep_xhat
         rstd = np.empty(rows.shape[0], dtype=dtype)
-        _run(kernels.layer_norm_rows, rows.size, rows, w, b, dtype.type(eps), y, xhat, rstd)
-        return y.reshape(x.shape), xhat.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,))
+        _run(kernels.layer_norm_rows, rows.size, rows, w, b, dtype.type(eps), y, xhat, rstd,
+             keep_xhat)
+        return (y.reshape(x.shape), xhat.reshape(x.shape) if keep_xhat else None,
+                rstd.reshape(x.shape[:-1] + (1,)))
+
+    def layer_norm(self, x, weight, bias, eps):
+        result = self._layer_norm(x, weight, bias, eps, True)
+        return super().layer_norm(x, weight, bias, eps) if result is None else result
+
+    def layer_norm_inference(self, x, weight, bias, eps):
+        """``layer_norm``'s output alone: xhat is not written (one store per element less)."""
+        result = self._layer_norm(x, weight, bias, eps, False)
+        return super().layer_norm_inference(x, weight, bias, eps) if result is None else result[0]
 
     def layer_norm_backward(self, grad, xhat, rstd, weight):
         params = self._layer_norm_params(xhat, weight, None)
@@ -359,22 +372,12 @@ class NumbaBackend(NumpyBackend):
     def _attention_inputs(self, q, k, v, key_mask, q_scale=None):
         """(q (times ``q_scale`` when given), k, v as contiguous (B*H, T, D), the key mask as a
         (B, Tk) bool array), or None. The copies run in threads, by slices of the batch."""
-        if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or _float_dtype(q, k, v) is None:
-            return None
-        if not (q.shape[:2] == k.shape[:2] == v.shape[:2] and k.shape[2] == v.shape[2]
-                and q.shape[3] == k.shape[3] and q.size and k.size and v.size):
+        if not _attention_shapes_fit(q, k, v):
             return None
         batch, heads, tk = k.shape[0], k.shape[1], k.shape[2]
-        if key_mask is None:
-            mask = np.ones((batch, tk), dtype=bool)
-        else:
-            mask = np.asarray(key_mask)
-            if mask.dtype != np.bool_ or mask.ndim > 2:
-                return None
-            try:
-                mask = np.ascontiguousarray(np.broadcast_to(mask, (batch, tk)))
-            except ValueError:
-                return None
+        mask = self._attention_key_mask(key_mask, batch, tk)
+        if mask is None:
+            return None
         threads = self._task_threads(q.size + k.size + v.size, batch)
         bounds = np.linspace(0, batch, threads + 1).astype(int)
         copies = []
@@ -395,6 +398,20 @@ class NumbaBackend(NumpyBackend):
         return q3, k3, v3, mask
 
     @staticmethod
+    def _attention_key_mask(key_mask, batch, tk):
+        """The key mask as the kernels read it, a C-contiguous (batch, tk) bool array (all True
+        when there is none), or None when they cannot take it."""
+        if key_mask is None:
+            return np.ones((batch, tk), dtype=bool)
+        mask = np.asarray(key_mask)
+        if mask.dtype != np.bool_ or mask.ndim > 2:
+            return None
+        try:
+            return np.ascontiguousarray(np.broadcast_to(mask, (batch, tk)))
+        except ValueError:
+            return None
+
+    @staticmethod
     def _attention_bias(bias, q, k):
         """The score bias as the kernels read it: a view broadcast to (B, H, Tq, Tk) (strides 0
         where it was broadcast: nothing is copied), zeros when there is none; None when the
@@ -409,16 +426,17 @@ class NumbaBackend(NumpyBackend):
             return None
 
     @staticmethod
-    def _attention_blocks(pairs, tq, tk, causal, threads=1):
+    def _attention_blocks(pairs, tq, tk, causal, threads=1, heads=1):
         """(first pair, end pair, first query, end query, keys used) of each score block: whole
         pairs when their scores fit in ``_ATTENTION_BLOCK`` elements, else blocks of query rows
         of one pair; with a causal mask, blocks of at most ``_CAUSAL_ROWS`` queries, which use
         only the keys their last query can see. The pairs are cut into a multiple of
         ``threads`` blocks of equal size (as far as there are pairs), so that ``threads``
-        threads share them evenly."""
+        threads share them evenly. With ``heads`` > 1 a "pair" is a batch entry of that many
+        heads, whose scores a block holds together."""
         rows = min(tq, _CAUSAL_ROWS) if causal else tq
-        rows = max(1, min(rows, _ATTENTION_BLOCK // tk))
-        step = max(1, _ATTENTION_BLOCK // (rows * tk))
+        rows = max(1, min(rows, _ATTENTION_BLOCK // (tk * heads)))
+        step = max(1, _ATTENTION_BLOCK // (rows * tk * heads))
         cuts = -(-pairs // step)
         step = -(-pairs // min(pairs, -(-cuts // threads) * threads))
         for i0 in range(0, tq, rows):
@@ -448,7 +466,8 @@ class NumbaBackend(NumpyBackend):
                 _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
             self.matmul(q3[p0:p1, i0:i1], k3[p0:p1, :keys].swapaxes(1, 2), out=scores)
             _run(kernels.attention_probs, scores.size, scores, mask, key_mask is not None,
-                 bias_view, bias is not None, causal, heads, p0, i0, tq, tk, peak, inv_total)
+                 bias_view, bias is not None, causal, heads, p0, i0, tq, tk, peak, inv_total,
+                 dtype.type(1))
             self.matmul(scores, v3[p0:p1, :keys], out=out[p0:p1, i0:i1])
 
         # kept probabilities are written in blocks that use every key, so that each block is a
@@ -458,6 +477,39 @@ class NumbaBackend(NumpyBackend):
         state = _AttentionState(mask, bias_view, None if bias is None else bias.shape, peak,
                                 inv_total, kept, (q3, k3, v3))
         return out.reshape(q.shape[:3] + v.shape[3:]), state
+
+    def attention_inference(self, q, k, v, scale, causal, key_mask, bias=None):
+        """``attention``'s output alone, for a forward nothing will differentiate: no
+        probabilities or copies are kept. q, k and v are read where they are (heads split by a
+        permute are strided views that BLAS reads as they are), the scale is applied in the
+        softmax kernel, and the output is written as (batch, time, heads, d) seen as (batch,
+        heads, time, d), so that merging the heads afterwards is a reshape, not a copy. Blocks
+        of whole batch entries (all heads) or of their query rows stay within
+        ``_ATTENTION_BLOCK`` scores."""
+        if not _attention_shapes_fit(q, k, v):
+            return super().attention_inference(q, k, v, scale, causal, key_mask, bias)
+        batch, heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+        mask = self._attention_key_mask(key_mask, batch, tk)
+        bias_view = None if mask is None else self._attention_bias(bias, q, k)
+        if bias_view is None:
+            return super().attention_inference(q, k, v, scale, causal, key_mask, bias)
+        dtype = q.dtype
+        out = np.empty((batch, tq, heads, v.shape[3]), dtype=dtype).transpose(0, 2, 1, 3)
+        peak = np.empty((batch * heads, tq), dtype=dtype)   # written by the kernel, not needed
+        inv_total = np.empty((batch * heads, tq), dtype=dtype)
+        threads = self._task_threads(batch * heads * tq * tk, batch)
+
+        def block(b0, b1, i0, i1, keys):
+            scores = _workspace(0, (b1 - b0, heads, i1 - i0, keys), dtype)
+            self.matmul(q[b0:b1, :, i0:i1], k[b0:b1, :, :keys].swapaxes(2, 3), out=scores)
+            _run(kernels.attention_probs, scores.size, scores.reshape(-1, i1 - i0, keys), mask,
+                 key_mask is not None, bias_view, bias is not None, causal, heads, b0 * heads,
+                 i0, tq, tk, peak, inv_total, dtype.type(scale))
+            self.matmul(scores, v[b0:b1, :, :keys], out=out[b0:b1, :, i0:i1])
+
+        blocks = self._attention_blocks(batch, tq, tk, causal, threads, heads)
+        in_threads([functools.partial(block, *b) for b in blocks], threads)
+        return out
 
     def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask, bias_grad=False):
         if not isinstance(state, _AttentionState):
@@ -660,6 +712,15 @@ class NumbaBackend(NumpyBackend):
         _run(linear_kernels.causal_linear_attention_backward, 2 * q3.size * v3.shape[2], g3, q3,
              k3, v3, o3, _read_only(den), dqf, dkf, dv)
         return dqf.reshape(qf.shape), dkf.reshape(kf.shape), dv.reshape(v.shape)
+
+
+def _attention_shapes_fit(q, k, v):
+    """Whether the attention kernels take q, k, v: (B, H, T, D) arrays of one float dtype, with
+    one head per key/value head, keys as many as values, none empty."""
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or _float_dtype(q, k, v) is None:
+        return False
+    return (q.shape[:2] == k.shape[:2] == v.shape[:2] and k.shape[2] == v.shape[2]
+            and q.shape[3] == k.shape[3] and q.size > 0 and k.size > 0 and v.size > 0)
 
 
 def _lsh_shapes_fit(buckets, chunk, queries, key_index, has_previous):

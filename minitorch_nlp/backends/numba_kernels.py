@@ -367,7 +367,7 @@ def softmax_backward_rows(parallel, y, grad, out, log):
 
 # ---- layer norm over the last axis ------------------------------------------------------------
 @_rows
-def _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, r):
+def _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, keep_xhat, r):
     cols = x.shape[1]
     total = 0.0
     for j in range(cols):
@@ -379,22 +379,27 @@ def _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, r):
         squares += centred * centred
     inv_std = x.dtype.type(1.0 / math.sqrt(x.dtype.type(squares / cols) + eps))
     rstd[r] = inv_std
-    for j in range(cols):
-        normed = (x[r, j] - mean) * inv_std
-        xhat[r, j] = normed
-        y[r, j] = normed * weight[j] + bias[j]
+    if keep_xhat:
+        for j in range(cols):
+            normed = (x[r, j] - mean) * inv_std
+            xhat[r, j] = normed
+            y[r, j] = normed * weight[j] + bias[j]
+    else:
+        for j in range(cols):
+            y[r, j] = (x[r, j] - mean) * inv_std * weight[j] + bias[j]
 
 
 @_kernel
-def layer_norm_rows(parallel, x, weight, bias, eps, y, xhat, rstd):
+def layer_norm_rows(parallel, x, weight, bias, eps, y, xhat, rstd, keep_xhat):
     """y = xhat * weight + bias, xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), per row;
-    ``eps`` has the dtype of ``x`` (ones / zeros stand for a missing weight / bias)."""
+    ``eps`` has the dtype of ``x`` (ones / zeros stand for a missing weight / bias). ``xhat`` is
+    written only when ``keep_xhat`` (the backward reads it; an inference forward does not)."""
     if parallel:
         for r in prange(x.shape[0]):
-            _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, r)
+            _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, keep_xhat, r)
     else:
         for r in range(x.shape[0]):
-            _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, r)
+            _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, keep_xhat, r)
 
 
 @_rows
@@ -683,11 +688,14 @@ def _add_bias(line, bias, use_bias, heads, pair, b, i, end):
 
 @_rows
 def _attention_probs_row(scores, key_mask, use_mask, bias, use_bias, causal, heads, first_pair,
-                         first_query, tq, tk, peak, inv_total, row):
+                         first_query, tq, tk, peak, inv_total, scale, row):
     h, r, pair, i, b, end = _attention_row(scores, causal, heads, first_pair, first_query, tq,
                                            tk, row)
     minus_inf = scores.dtype.type(-np.inf)
     line, allowed = scores[h, r], key_mask[b]   # 1-D views: loops LLVM can vectorise
+    if scale != 1:
+        for j in range(end):
+            line[j] *= scale
     _add_bias(line, bias, use_bias, heads, pair, b, i, end)
     if use_mask:
         for j in range(end):
@@ -717,11 +725,12 @@ def _attention_probs_row(scores, key_mask, use_mask, bias, use_bias, causal, hea
 
 @_kernel
 def attention_probs(parallel, scores, key_mask, use_mask, bias, use_bias, causal, heads,
-                    first_pair, first_query, tq, tk, peak, inv_total):
-    """In place: the scores (scale q) k^T of a block (pairs, queries, keys) become their softmax
+                    first_pair, first_query, tq, tk, peak, inv_total, scale):
+    """In place: the scores q k^T of a block (pairs, queries, keys), times ``scale`` (of the
+    scores' dtype; 1 when the scale was applied to q, as training does: a factor tk / d_k fewer
+    multiplications), become their softmax
     with, when ``use_bias``, the score bias (broadcast to (batch, heads, tq, tk)) added, the causal
-    mask and, when ``use_mask``, the key mask (batch, tk; True = real token) applied (the scale
-    is applied to q, a factor tk / d_k fewer multiplications). The block holds
+    mask and, when ``use_mask``, the key mask (batch, tk; True = real token) applied. The block holds
     the (batch * head) pairs from ``first_pair`` and the queries from ``first_query`` of
     (pairs, tq, tk) attention, and possibly only the first keys (when the others are causally
     masked for every query of the block). Saves each row's shift and 1 / sum of
@@ -730,11 +739,11 @@ def attention_probs(parallel, scores, key_mask, use_mask, bias, use_bias, causal
     if parallel:
         for row in prange(rows):
             _attention_probs_row(scores, key_mask, use_mask, bias, use_bias, causal, heads,
-                                 first_pair, first_query, tq, tk, peak, inv_total, row)
+                                 first_pair, first_query, tq, tk, peak, inv_total, scale, row)
     else:
         for row in range(rows):
             _attention_probs_row(scores, key_mask, use_mask, bias, use_bias, causal, heads,
-                                 first_pair, first_query, tq, tk, peak, inv_total, row)
+                                 first_pair, first_query, tq, tk, peak, inv_total, scale, row)
 
 
 @_rows

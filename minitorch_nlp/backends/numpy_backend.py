@@ -233,6 +233,10 @@ class NumpyBackend:
             y += bias
         return y, xhat, rstd.astype(x.dtype, copy=False)
 
+    def layer_norm_inference(self, x, weight, bias, eps):
+        """The output of ``layer_norm`` alone, for a forward nothing will differentiate."""
+        return self.layer_norm(x, weight, bias, eps)[0]
+
     def layer_norm_backward(self, grad, xhat, rstd, weight):
         g2 = grad.reshape(-1, grad.shape[-1])
         x2 = xhat.reshape(-1, xhat.shape[-1])
@@ -411,6 +415,10 @@ class NumpyBackend:
             np.copyto(scores, -np.inf, where=~allowed)
         probs = self.softmax(scores, -1)
         return self.matmul(probs, v), (probs, None if bias is None else bias.shape)
+
+    def attention_inference(self, q, k, v, scale, causal, key_mask, bias=None):
+        """The output of ``attention`` alone, for a forward nothing will differentiate."""
+        return self.attention(q, k, v, scale, causal, key_mask, bias)[0]
 
     def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask, bias_grad=False):
         """(dq, dk, dv, dbias): dbias, the gradient of the forward's bias in its shape (the

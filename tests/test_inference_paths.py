@@ -1,0 +1,140 @@
+"""The inference paths: what a forward does when nothing will differentiate it (``no_grad``, or
+no input that needs a gradient).
+
+* The numba backend's ``layer_norm_inference`` (no xhat written) against the NumPy backend's
+  ``layer_norm``.
+* The numba backend's ``attention_inference`` (no state kept, q/k/v read as strided views, the
+  scale applied in the softmax kernel, the output laid out so that merging the heads is a
+  reshape) against the NumPy backend's ``attention``, over blocks, threads, masks and biases.
+* Through the layers: a forward under ``no_grad`` takes the inference kernels and equals the
+  recorded forward, and a recorded forward still keeps its state and differentiates.
+"""
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import minitorch_nlp as mt
+from minitorch_nlp import nn
+from minitorch_nlp.backends import numba_backend
+from minitorch_nlp.testing import strategies as S
+from tests.test_backend_numba import (NUMBA, REF, arrays, assert_same, attention_inputs,
+                                      blocks_in_threads, dtypes, on_threads, parallel,
+                                      small_shapes)
+
+
+@given(st.data())
+def test_layer_norm_inference_matches_numpy(data):
+    dtype = data.draw(dtypes)
+    x = data.draw(arrays(data.draw(small_shapes()), dtype))
+    weight = data.draw(st.none() | arrays(x.shape[-1:], dtype))
+    bias = data.draw(st.none() | arrays(x.shape[-1:], dtype))
+    eps = data.draw(st.sampled_from([1e-5, 0.1]))
+    expected, _, rstd = REF.layer_norm(x, weight, bias, eps)
+    with on_threads(data.draw(parallel)):
+        actual = NUMBA.layer_norm_inference(x, weight, bias, eps)
+    assert_same(actual, expected, max(1.0, float(np.abs(x).max() * rstd.max())))
+
+
+def test_layer_norm_inference_falls_back_to_numpy_for_what_the_kernel_does_not_take():
+    x = np.arange(6.0).reshape(2, 3)
+    weight = np.ones(3, np.float32)               # another dtype than x's
+    assert_same(NUMBA.layer_norm_inference(x, weight, None, 1e-5),
+                REF.layer_norm(x, weight, None, 1e-5)[0])
+
+
+def heads_split_by_a_permute(x):
+    """``x`` (B, H, T, D) as the view ``MultiHeadAttention.split_heads`` hands the core: a
+    permute of a (B, T, H, D) array, so that each head's rows are strided."""
+    return np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+
+
+@given(attention_inputs(), st.sampled_from([1 << 20, 7, 3]), st.booleans(), st.booleans(),
+       parallel, st.data())
+def test_attention_inference_matches_numpy(inputs, block, strided, threaded, parallel, data):
+    """A small ``block`` splits the scores into blocks of batch entries and of query rows;
+    ``threaded`` spreads them over two Python threads."""
+    q, k, v, _, key_mask, scale, causal = inputs
+    bias = data.draw(st.none() | S.score_biases(q.shape[:3] + k.shape[2:3], q.dtype))
+    if strided:
+        q, k, v = (heads_split_by_a_permute(x) for x in (q, k, v))
+    expected = REF.attention(q, k, v, scale, causal, key_mask, bias)[0]
+    threads = blocks_in_threads() if threaded else on_threads(parallel)
+    with mock.patch.object(numba_backend, "_ATTENTION_BLOCK", block), threads:
+        actual = NUMBA.attention_inference(q, k, v, scale, causal, key_mask, bias)
+    assert_same(actual, expected)
+    # (B, H, T, D) seen over a (B, T, H, D) array: merging the heads needs no copy
+    assert actual.transpose(0, 2, 1, 3).flags.c_contiguous
+
+
+def test_attention_inference_falls_back_to_numpy_for_what_the_kernels_do_not_take():
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    bias = np.zeros((3, 3))                     # another dtype than q's
+    kv = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)   # one key/value head for two
+    for args in ((q, q, q, 0.5, False, None, bias), (q, kv, kv, 0.5, True, None, None)):
+        with mock.patch.object(numba_backend.kernels, "attention_probs") as kernel:
+            actual = NUMBA.attention_inference(*args)
+        kernel.assert_not_called()
+        assert_same(actual, REF.attention(*args)[0])
+
+
+def attention_layer(seed):
+    with mt.backend("numba"):
+        layer = nn.MultiHeadAttention(12, 3)
+    rng = np.random.default_rng(seed)
+    x = mt.tensor(rng.standard_normal((2, 5, 12), dtype=np.float32), backend="numba")
+    key_mask = np.array([[True] * 5, [True, True, True, False, False]])
+    return layer, x, key_mask
+
+
+def test_layer_norm_under_no_grad_runs_the_inference_kernel_and_equals_the_recorded_one():
+    with mt.backend("numba"):
+        norm = nn.LayerNorm(6)
+    norm.weight.data[...] = np.linspace(0.5, 2.0, 6)
+    x = mt.tensor(np.random.default_rng(3).standard_normal((2, 3, 6)).astype(np.float32),
+                  backend="numba")
+    with mock.patch.object(NUMBA, "layer_norm", wraps=NUMBA.layer_norm) as recording, \
+            mock.patch.object(NUMBA, "layer_norm_inference",
+                              wraps=NUMBA.layer_norm_inference) as inference:
+        with mt.no_grad():
+            fast = norm(x)
+        recorded = norm(x)
+        assert (recording.call_count, inference.call_count) == (1, 1)
+    assert_same(fast.numpy(), recorded.numpy())
+    recorded.sum().backward()        # d sum(y) / d weight = xhat summed over the rows
+    assert_same(norm.weight.grad.numpy(),
+                REF.layer_norm(x.numpy(), None, None, 1e-5)[0].sum(axis=(0, 1)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_forward_under_no_grad_runs_the_inference_kernel_and_equals_the_recorded_one(causal):
+    layer, x, key_mask = attention_layer(1)
+    with mock.patch.object(NUMBA, "attention", wraps=NUMBA.attention) as recording, \
+            mock.patch.object(NUMBA, "attention_inference",
+                              wraps=NUMBA.attention_inference) as inference:
+        with mt.no_grad():
+            fast = layer(x, key_mask=key_mask, causal=causal)
+        assert (recording.call_count, inference.call_count) == (0, 1)
+        recorded = layer(x, key_mask=key_mask, causal=causal)
+        assert (recording.call_count, inference.call_count) == (1, 1)
+    assert not fast.requires_grad and recorded.requires_grad
+    assert_same(fast.numpy(), recorded.numpy())
+
+
+def test_a_recorded_forward_still_differentiates_as_the_numpy_backend():
+    layer, x, key_mask = attention_layer(2)
+    with mt.no_grad():
+        layer(x, key_mask=key_mask)              # an inference forward first keeps nothing
+    grads = {}
+    for name in ("numba", "numpy"):
+        layer.to(name)
+        inputs = x.to(name).detach().requires_grad_()
+        (layer(inputs, key_mask=key_mask) ** 2).sum().backward()
+        grads[name] = (inputs.grad.numpy(), layer.q_proj.weight.grad.numpy())
+        layer.zero_grad()
+    for actual, expected in zip(*grads.values()):
+        assert_same(actual, expected)
