@@ -1,0 +1,123 @@
+"""Column-major weights (``nn.column_major_``) against the row-major layout they replaced, in one
+process: the one-row products of GPT-2 small's decoding, one cached decoding step, and a whole
+greedy generation (GPT-2-small-shaped model, batch 1, 8-token prompt, 64 new tokens, numba
+backend).
+
+    python benchmarks/weight_layout.py [--threads 1] [--rounds 9]
+
+The two models hold the same values; the "row-major" one is a copy whose parameters were made
+row-major (``np.ascontiguousarray``), as every weight was before. Each round runs every
+measurement on both, in a rotating order, and the times are CPU time (``time.process_time``): at
+one thread that is the time the work took even when other processes share the machine. Printed:
+the median times and the median of the per-round ratios column-major / row-major (below 1: the
+column-major layout is faster). Plain NumPy is the peer of the products (the same ``x @ W.T``,
+both layouts). Generated tokens are checked identical before timing.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
+from backends import pin_threads  # noqa: E402
+from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig  # noqa: E402
+
+NEW_TOKENS = 64
+# (in, out) of the products x @ W.T one decoding step of GPT-2 small runs
+PRODUCTS = {"LM head 768 -> 50257": (768, 50257), "MLP up 768 -> 3072": (768, 3072),
+            "MLP down 3072 -> 768": (3072, 768), "attention 768 -> 768": (768, 768)}
+
+
+def cpu_seconds(fn):
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def product_runners(rng):
+    runners = {}
+    for name, (n_in, n_out) in PRODUCTS.items():
+        x = rng.standard_normal((1, n_in)).astype(np.float32)
+        rows = rng.standard_normal((n_out, n_in)).astype(np.float32)
+        columns = np.asfortranarray(rows)
+        runners[name] = (lambda x=x, w=rows: x @ w.T, lambda x=x, w=columns: x @ w.T)
+    return runners
+
+
+def model_runners():
+    with mt.backend("numba"):
+        mt.manual_seed(0)
+        column_major = GPT2LMHeadModel(GPTConfig()).eval()
+    row_major = copy.deepcopy(column_major)
+    for param in row_major.parameters():
+        param.data = np.ascontiguousarray(param.data)
+    prompt = np.random.default_rng(0).integers(0, column_major.config.vocab_size, (1, 8))
+
+    def generation(model):
+        def run():
+            with mt.no_grad():
+                return np.asarray(model.generate(prompt, max_new_tokens=NEW_TOKENS))
+        return run
+
+    def decode_step(model):
+        cache = model.transformer.new_cache()
+        with mt.no_grad():
+            model(prompt, cache=cache)
+        token = prompt[:, -1:]
+
+        def run():
+            with mt.no_grad():
+                model(token, cache=cache)   # the cache grows by one position per call, alike
+        return run
+
+    if not np.array_equal(generation(row_major)(), generation(column_major)()):
+        raise SystemExit("the two layouts generate different tokens")
+    return {"one cached decoding step": (decode_step(row_major), decode_step(column_major)),
+            f"greedy generation, {NEW_TOKENS} new tokens":
+                (generation(row_major), generation(column_major))}
+
+
+def measure(runners, rounds):
+    """name -> (row-major seconds, column-major seconds), rounds interleaved in rotating order."""
+    times = {name: ([], []) for name in runners}
+    for r in range(rounds + 1):                       # round 0 warms up (JIT, caches)
+        for name, pair in runners.items():
+            for which in ((0, 1) if r % 2 else (1, 0)):
+                seconds = cpu_seconds(pair[which])
+                if r:
+                    times[name][which].append(seconds)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1])
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    products = product_runners(np.random.default_rng(0))
+    models = model_runners()
+    for threads in args.threads:
+        print(pin_threads(threads) + " (CPU time; at 2 threads it adds both threads' time)")
+        for title, runners, rounds in (("one-row products x @ W.T, plain NumPy", products,
+                                        args.rounds * 20),
+                                       ("GPT-2 small, ours on the numba backend", models,
+                                        args.rounds)):
+            print(f"  {title}")
+            for name, (rows, columns) in measure(runners, rounds).items():
+                ratio = statistics.median(c / r for r, c in zip(rows, columns))
+                print(f"    {name:36s} row-major {statistics.median(rows) * 1e3:9.3f} ms   "
+                      f"column-major {statistics.median(columns) * 1e3:9.3f} ms   "
+                      f"column / row = {ratio:.2f}x   ({len(rows)} rounds)")
+
+
+if __name__ == "__main__":
+    main()
