@@ -1,7 +1,8 @@
 """Column-major weights (``nn.column_major_``) against the row-major layout they replaced, in one
 process: the one-row products of GPT-2 small's decoding, one cached decoding step, and a whole
 greedy generation (GPT-2-small-shaped model, batch 1, 8-token prompt, 64 new tokens, numba
-backend).
+backend), and the training step of ``benchmarks/backends.py --only gpt`` (vocab 65, d 128,
+4 layers, context 128, batch 16, AdamW) on the numpy and numba backends.
 
     python benchmarks/weight_layout.py [--threads 1] [--rounds 9]
 
@@ -28,7 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
+import gpt as G  # noqa: E402
 from backends import pin_threads  # noqa: E402
+from minitorch_nlp import optim  # noqa: E402
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig  # noqa: E402
 
 NEW_TOKENS = 64
@@ -57,9 +60,7 @@ def model_runners():
     with mt.backend("numba"):
         mt.manual_seed(0)
         column_major = GPT2LMHeadModel(GPTConfig()).eval()
-    row_major = copy.deepcopy(column_major)
-    for param in row_major.parameters():
-        param.data = np.ascontiguousarray(param.data)
+    row_major = made_row_major(column_major)
     prompt = np.random.default_rng(0).integers(0, column_major.config.vocab_size, (1, 8))
 
     def generation(model):
@@ -86,6 +87,33 @@ def model_runners():
                 (generation(row_major), generation(column_major))}
 
 
+def made_row_major(model):
+    """A copy of ``model`` with every parameter row-major, as all were before."""
+    twin = copy.deepcopy(model)
+    for param in twin.parameters():
+        param.data = np.ascontiguousarray(param.data)
+    return twin
+
+
+def training_runners():
+    config = G.GPTConfig()
+    rng = np.random.default_rng(2)
+    x, y = (rng.integers(0, config.vocab_size, (16, config.block_size)) for _ in range(2))
+    runners = {}
+    for backend in ("numpy", "numba"):
+        with mt.backend(backend):
+            mt.manual_seed(0)
+            column_major = G.GPT(config)
+            inputs, targets = mt.tensor(x), mt.tensor(y)
+        pair = []
+        for model in (made_row_major(column_major), column_major):
+            opt = optim.AdamW(model.parameters(), lr=1e-3)
+            pair.append(lambda model=model, opt=opt, inputs=inputs, targets=targets:
+                        G.train_step(model, opt, inputs, targets))
+        runners[f"training step, {backend} backend"] = tuple(pair)
+    return runners
+
+
 def measure(runners, rounds):
     """name -> (row-major seconds, column-major seconds), rounds interleaved in rotating order."""
     times = {name: ([], []) for name in runners}
@@ -105,12 +133,15 @@ def main() -> None:
     args = parser.parse_args()
     products = product_runners(np.random.default_rng(0))
     models = model_runners()
+    training = training_runners()
     for threads in args.threads:
         print(pin_threads(threads) + " (CPU time; at 2 threads it adds both threads' time)")
         for title, runners, rounds in (("one-row products x @ W.T, plain NumPy", products,
                                         args.rounds * 20),
                                        ("GPT-2 small, ours on the numba backend", models,
-                                        args.rounds)):
+                                        args.rounds),
+                                       ("GPT training step (AdamW), ours", training,
+                                        args.rounds * 3)):
             print(f"  {title}")
             for name, (rows, columns) in measure(runners, rounds).items():
                 ratio = statistics.median(c / r for r, c in zip(rows, columns))
