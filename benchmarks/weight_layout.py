@@ -4,12 +4,14 @@ greedy generation (GPT-2-small-shaped model, batch 1, 8-token prompt, 64 new tok
 backend), and the training step of ``benchmarks/backends.py --only gpt`` (vocab 65, d 128,
 4 layers, context 128, batch 16, AdamW) on the numpy and numba backends.
 
-    python benchmarks/weight_layout.py [--threads 1] [--rounds 9]
+    python benchmarks/weight_layout.py [--threads 1 2] [--rounds 9] [--only products|generation|training]
 
 The two models hold the same values; the "row-major" one is a copy whose parameters were made
 row-major (``np.ascontiguousarray``), as every weight was before. Each round runs every
-measurement on both, in a rotating order, and the times are CPU time (``time.process_time``): at
-one thread that is the time the work took even when other processes share the machine. Printed:
+measurement on both, in a rotating order. At one thread the times are CPU time
+(``time.process_time``), the time the work took even when other processes share the machine; at
+more threads they are wall time, since OpenBLAS's waiting threads spin and CPU time counts the
+spinning (run those on a quiet machine). Printed:
 the median times and the median of the per-round ratios column-major / row-major (below 1: the
 column-major layout is faster). Plain NumPy is the peer of the products (the same ``x @ W.T``,
 both layouts). Generated tokens are checked identical before timing.
@@ -40,13 +42,14 @@ PRODUCTS = {"LM head 768 -> 50257": (768, 50257), "MLP up 768 -> 3072": (768, 30
             "MLP down 3072 -> 768": (3072, 768), "attention 768 -> 768": (768, 768)}
 
 
-def cpu_seconds(fn):
-    start = time.process_time()
+def seconds(fn, clock):
+    start = clock()
     fn()
-    return time.process_time() - start
+    return clock() - start
 
 
-def product_runners(rng):
+def product_runners():
+    rng = np.random.default_rng(0)
     runners = {}
     for name, (n_in, n_out) in PRODUCTS.items():
         x = rng.standard_normal((1, n_in)).astype(np.float32)
@@ -114,15 +117,15 @@ def training_runners():
     return runners
 
 
-def measure(runners, rounds):
+def measure(runners, rounds, clock):
     """name -> (row-major seconds, column-major seconds), rounds interleaved in rotating order."""
     times = {name: ([], []) for name in runners}
     for r in range(rounds + 1):                       # round 0 warms up (JIT, caches)
         for name, pair in runners.items():
             for which in ((0, 1) if r % 2 else (1, 0)):
-                seconds = cpu_seconds(pair[which])
+                took = seconds(pair[which], clock)
                 if r:
-                    times[name][which].append(seconds)
+                    times[name][which].append(took)
     return times
 
 
@@ -130,20 +133,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1])
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--only", choices=["products", "generation", "training"])
     args = parser.parse_args()
-    products = product_runners(np.random.default_rng(0))
-    models = model_runners()
-    training = training_runners()
+    sections = [("products", "one-row products x @ W.T, plain NumPy", product_runners,
+                 args.rounds * 20),
+                ("generation", "GPT-2 small, ours on the numba backend", model_runners,
+                 args.rounds),
+                ("training", "GPT training step (AdamW), ours", training_runners,
+                 args.rounds * 3)]
+    sections = [(title, make(), rounds) for key, title, make, rounds in sections
+                if args.only in (None, key)]
     for threads in args.threads:
-        print(pin_threads(threads) + " (CPU time; at 2 threads it adds both threads' time)")
-        for title, runners, rounds in (("one-row products x @ W.T, plain NumPy", products,
-                                        args.rounds * 20),
-                                       ("GPT-2 small, ours on the numba backend", models,
-                                        args.rounds),
-                                       ("GPT training step (AdamW), ours", training,
-                                        args.rounds * 3)):
+        clock = time.process_time if threads == 1 else time.perf_counter
+        print(pin_threads(threads) + (" (CPU time)" if threads == 1 else " (wall time)"))
+        for title, runners, rounds in sections:
             print(f"  {title}")
-            for name, (rows, columns) in measure(runners, rounds).items():
+            for name, (rows, columns) in measure(runners, rounds, clock).items():
                 ratio = statistics.median(c / r for r, c in zip(rows, columns))
                 print(f"    {name:36s} row-major {statistics.median(rows) * 1e3:9.3f} ms   "
                       f"column-major {statistics.median(columns) * 1e3:9.3f} ms   "
