@@ -16,6 +16,7 @@ import pytest
 import minitorch_nlp as mt
 from minitorch_nlp import nn, optim
 from minitorch_nlp.backends import get_backend
+from minitorch_nlp.backends.numpy_backend import NumpyBackend
 from minitorch_nlp.compress.hessian import quantize_weights_
 from minitorch_nlp.io import checkpoint
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
@@ -121,10 +122,18 @@ def test_sgd_with_momentum_matches_row_major_weights():
 
 
 @pytest.mark.parametrize("amsgrad", [False, True])
-def test_numba_adam_kernel_updates_column_major_arrays_in_place(amsgrad):
+def test_numba_adam_kernel_updates_column_major_arrays_in_place(amsgrad, monkeypatch):
     """The fused kernel walks every array in memory order: column-major state gives the same
     bits as row-major state, and a mix of layouts (no common order) takes the NumPy path."""
     numba_backend = get_backend("numba")
+    numpy_update = NumpyBackend.adam_update
+    fallbacks = []
+
+    def counted(self, *args, **kwargs):
+        fallbacks.append(args[0].flags.f_contiguous)
+        return numpy_update(self, *args, **kwargs)
+
+    monkeypatch.setattr(NumpyBackend, "adam_update", counted)
     rng = np.random.default_rng(0)
     values = [rng.normal(size=(5, 4)) for _ in range(4)] + [np.abs(rng.normal(size=(5, 4)))]
     values[3] = np.abs(values[3])
@@ -140,7 +149,9 @@ def test_numba_adam_kernel_updates_column_major_arrays_in_place(amsgrad):
 
     rows = update(lambda i: "C")
     columns = update(lambda i: "F")
+    assert fallbacks == []                       # both ran in the numba kernel
     mixed = update(lambda i: "F" if i % 2 else "C")
+    assert fallbacks == [False]                  # theta row-major, the gradient column-major
     for r, c in zip(rows, columns):
         np.testing.assert_array_equal(r, c)
     for r, x in zip(rows, mixed):
