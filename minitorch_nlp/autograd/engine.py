@@ -137,8 +137,10 @@ def _accumulate(pending, owned, key, g, create_graph):
         pending[key] = previous + g
     elif key in owned:
         previous.data += g.data
-    else:
-        pending[key] = Tensor._wrap(previous.data + g.data, previous._backend)
+    else:  # a fresh sum laid out as the first gradient (a column-major weight's, say)
+        total = previous._backend.xp.empty_like(previous.data)
+        previous._backend.xp.add(previous.data, g.data, out=total)
+        pending[key] = Tensor._wrap(total, previous._backend)
         owned.add(key)
 
 
@@ -152,7 +154,7 @@ def _accumulate_leaf(node, g, create_graph, handed_out):
     if leaf.grad is None or leaf.grad._node is not None:
         data = g.data
         if id(data) in handed_out or not _owns_memory(data):
-            data = data.copy()
+            data = data.copy(order=function.memory_order(leaf.data))
         handed_out.add(id(data))
         fresh = Tensor._wrap(data, g._backend)
         leaf.grad = fresh if leaf.grad is None else Tensor._wrap(

@@ -105,6 +105,14 @@ def writable(tensor):
         tensor._version[0] += 1
 
 
+def memory_order(array):
+    """``"F"`` for a column-major array that is not also row-major (``nn.column_major_`` stores
+    weights so), else ``"C"``: the order in which a gradient or an optimizer's state for it is
+    allocated, so that parameter, gradient and state are walked in one order."""
+    flags = array.flags
+    return "F" if flags.f_contiguous and not flags.c_contiguous else "C"
+
+
 class Context:
     """A node of the graph; ``forward`` stores on it whatever ``backward`` needs."""
 

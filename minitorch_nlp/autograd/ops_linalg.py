@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import string
 
-from .function import Function
+from . import grad_mode
+from .function import Function, memory_order
 
 
 def _check_matmul(a_shape, b_shape):
@@ -66,10 +67,12 @@ class Linear(Function):
     """``x @ weight.T + bias`` with ``weight`` in PyTorch's ``(out_features, in_features)`` layout.
 
     One GEMM forward (the bias is added in place), and in backward ``d weight = grad^T x`` is one
-    GEMM that lands directly in the weight's layout. (Written as ``x @ weight.mT`` the gradient
-    would come out transposed, and the transposing copy costs as much as the GEMM: the
-    784-512-512-10 MLP step took 2.2x as long.) Inputs with more than two axes are flattened to
-    rows, so that every product is a 2-D GEMM.
+    GEMM that lands directly in the weight's memory layout, row- or column-major (a widening
+    ``nn.Linear`` stores its weight column-major, see ``nn.column_major_``), so that the optimizer updates
+    parameter, gradient and moments in one order. (A gradient in the other layout needs a
+    transposing copy, which costs as much as the GEMM: the 784-512-512-10 MLP step took 2.2x as
+    long.) Inputs with more than two axes are flattened to rows, so that every product is a 2-D
+    GEMM.
     """
 
     @staticmethod
@@ -86,8 +89,25 @@ class Linear(Function):
         need_x, need_weight, need_bias = ctx.needs_input_grad
         rows = grad.reshape(-1, grad.shape[-1])
         return (grad @ weight if need_x else None,
-                rows.mT @ x.reshape(-1, x.shape[-1]) if need_weight else None,
+                _weight_gradient(rows, x.reshape(-1, x.shape[-1]), weight) if need_weight else None,
                 rows.sum(axis=0) if need_bias else None)
+
+
+def _weight_gradient(rows, x_rows, weight):
+    """``rows^T x_rows`` (out, in), in ``weight``'s layout. For a column-major weight the GEMM
+    writes the contiguous ``(in, out)`` transpose of a column-major buffer that owns its memory,
+    so the engine keeps it as the gradient without a copy; while a graph is recorded
+    (``create_graph``) it is the transpose of the recorded product instead."""
+    from .tensor import Tensor
+
+    if memory_order(weight.data) == "C":
+        return rows.mT @ x_rows
+    if grad_mode.is_grad_enabled():
+        return (x_rows.mT @ rows).mT
+    xp = weight.backend.xp
+    out = xp.empty(weight.shape, dtype=xp.result_type(rows.dtype, x_rows.dtype), order="F")
+    weight.backend.matmul(x_rows.data.T, rows.data, out=out.T)
+    return Tensor._wrap(out, weight.backend)
 
 
 def matmul(a, b):

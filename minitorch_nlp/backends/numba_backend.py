@@ -101,6 +101,17 @@ def _float_dtype(*arrays):
     return dtype
 
 
+def _flat_views(arrays):
+    """1-D views of same-shaped ``arrays`` that walk them in one common memory order (all
+    row-major, or all column-major as ``nn.column_major_`` stores weights), so that an
+    element-wise kernel pairs the same elements; None when they share no contiguous order."""
+    if all(a.flags.c_contiguous for a in arrays):
+        return [a.reshape(-1) for a in arrays]
+    if all(a.flags.f_contiguous for a in arrays):
+        return [a.T.reshape(-1) for a in arrays]
+    return None
+
+
 def _workspace(slot, shape, dtype):
     """A scratch array of ``shape``, reused between calls of this thread (no page faults)."""
     size = int(np.prod(shape)) * dtype.itemsize
@@ -291,19 +302,18 @@ class NumbaBackend(NumpyBackend):
     def adam_update(self, theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scratch, *, step, lr,
                     beta1, beta2, eps, weight_decay, decoupled):
         state = [a for a in (theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq) if a is not None]
-        if (theta.size == 0 or _float_dtype(*state) is None
-                or any(a.shape != theta.shape or not a.flags.c_contiguous for a in state)
+        flat = _flat_views(state) if all(a.shape == theta.shape for a in state) else None
+        if (theta.size == 0 or _float_dtype(*state) is None or flat is None
                 or not all(a.flags.writeable for a in state if a is not grad)):
             return super().adam_update(theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scratch,
                                        step=step, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
                                        weight_decay=weight_decay, decoupled=decoupled)
         dtype = theta.dtype.type
         sqrt_bias_correction2 = math.sqrt(1 - beta2 ** step)
-        flat = [a.reshape(-1) for a in (theta, grad, exp_avg, exp_avg_sq)]
         amsgrad = max_exp_avg_sq is not None
-        maximum = max_exp_avg_sq.reshape(-1) if amsgrad else flat[3]
+        maximum = flat[4] if amsgrad else flat[3]
         block = max(_ADAM_BLOCK, -(-theta.size // numba.get_num_threads()))
-        _run(kernels.adam_update, theta.size, *flat, maximum, amsgrad,
+        _run(kernels.adam_update, theta.size, *flat[:4], maximum, amsgrad,
              dtype(1 - lr * weight_decay if decoupled else 1.0),
              dtype(0.0 if decoupled else weight_decay), dtype(beta1), dtype(beta2),
              dtype(lr * sqrt_bias_correction2 / (1 - beta1 ** step)),

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import checks
 from ..autograd import tensor
+from ..autograd.function import memory_order, writable
 
 __all__ = ["DataParallel"]
 
@@ -38,9 +39,10 @@ class DataParallel:
         own = {id(p) for p in local}
         self.local = [p for p in module.parameters() if id(p) in own]
         parameters = [p for p in module.parameters() if p.requires_grad and id(p) not in own]
-        for parameter in parameters:
-            parameter.data = parameter.backend.asarray(comm.broadcast(
-                parameter.backend.to_numpy(parameter.data), root=0))
+        for parameter in parameters:   # in place: the parameter keeps its memory layout
+            with writable(parameter) as data:
+                data[...] = parameter.backend.asarray(comm.broadcast(
+                    parameter.backend.to_numpy(parameter.data), root=0))
         self.buckets = self._buckets(parameters[::-1])
 
     def _buckets(self, parameters):
@@ -72,7 +74,8 @@ class DataParallel:
             flat = self.comm.all_reduce(flat) / self.comm.size
             offset = 0
             for parameter in bucket:
-                piece = flat[offset:offset + parameter.size].reshape(parameter.shape)
+                piece = np.array(flat[offset:offset + parameter.size].reshape(parameter.shape),
+                                 order=memory_order(parameter.data))   # the parameter's layout
                 parameter.grad = tensor(parameter.backend.asarray(piece), dtype=parameter.dtype,
                                         backend=parameter.backend)
                 offset += parameter.size

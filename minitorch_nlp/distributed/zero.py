@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import checks
 from ..autograd import tensor
+from ..autograd.function import memory_order
 from ..nn import Parameter
 from ..optim import AdamW
 
@@ -98,6 +99,7 @@ class ZeroAdamW:
             raise ValueError("ZeroAdamW: the model needs trainable parameters, all of one dtype, "
                              f"got dtypes {sorted({str(p.dtype) for p in self.params})}")
         self.dtype = np.dtype(self.params[0].dtype)
+        self._orders = [memory_order(p.data) for p in self.params]   # kept through releases
         self.num_parameters = sum(p.size for p in self.params)
         self.partition = -(-self.num_parameters // comm.size)          # ceil: the last is padded
         flat = comm.broadcast(self._flatten(p.data for p in self.params), root=0)
@@ -138,10 +140,11 @@ class ZeroAdamW:
         return flat
 
     def _unflatten(self, flat):
-        """The per-parameter arrays of the flat vector ``flat``."""
+        """The per-parameter arrays of the flat vector ``flat`` (copies, each in the memory
+        layout its parameter had, e.g. a column-major ``Linear`` weight)."""
         arrays, offset = [], 0
-        for p in self.params:
-            arrays.append(flat[offset:offset + p.size].reshape(p.shape).copy())
+        for p, order in zip(self.params, self._orders):
+            arrays.append(np.array(flat[offset:offset + p.size].reshape(p.shape), order=order))
             offset += p.size
         return arrays
 

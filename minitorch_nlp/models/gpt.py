@@ -46,7 +46,7 @@ from .. import functional as F
 from ..io.huggingface import (HFArchitecture, Rule, concat_columns, register_architecture,
                               split_columns, transpose)
 from ..nn import (Dropout, Embedding, LearnedPositionalEmbedding, Linear, Module,
-                  DecoderOnlyStack, init)
+                  DecoderOnlyStack, column_major_, init)
 from ..nn.outputs import ModelOutput
 
 __all__ = ["GPT2LMHeadModel", "GPTConfig", "GPTDoubleHeadsModel", "GPTForFineTuning",
@@ -233,6 +233,7 @@ class GPTModel(Module):
         super().__init__()
         self.config = config
         self.wte = Embedding(config.vocab_size, config.n_embd)
+        column_major_(self.wte.weight)  # it is also the LM head: logits = h W_e^T
         self.wpe = LearnedPositionalEmbedding(config.n_positions, config.n_embd)
         self.drop = Dropout(config.embd_pdrop)
         self.blocks = DecoderOnlyStack(

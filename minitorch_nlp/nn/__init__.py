@@ -6,7 +6,8 @@ are weight layouts and default initialisations; the computations live in
 """
 from . import init
 from .containers import ModuleDict, ModuleList, Sequential
-from .layers import GELU, Dropout, Embedding, Identity, LayerNorm, Linear, ReLU, Sigmoid, Softmax, Tanh
+from .layers import (GELU, Dropout, Embedding, Identity, LayerNorm, Linear, ReLU, Sigmoid, Softmax,
+                     Tanh, column_major_)
 from .module import IncompatibleKeys, Module, functional_call, replaced_tensors
 from .parameter import Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
@@ -22,7 +23,7 @@ from .transformer import (DecoderOnlyLayer, DecoderOnlyStack, FeedForward, FullA
 
 __all__ = ["GELU", "Dropout", "Embedding", "Identity", "IncompatibleKeys", "LayerNorm", "Linear",
            "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid",
-           "Softmax", "Tanh", "init",
+           "Softmax", "Tanh", "column_major_", "init",
            "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
            "DecoderOnlyLayer", "DecoderOnlyStack", "FeedForward", "FullAttention",
            "LearnedPositionalEmbedding", "ModelOutput", "MultiHeadAttention",

@@ -22,7 +22,7 @@ from numbers import Real
 import numpy as np
 
 import minitorch_nlp as mt
-from minitorch_nlp.autograd.function import writable
+from minitorch_nlp.autograd.function import memory_order, writable
 
 
 class ParamState(MutableMapping):
@@ -221,8 +221,9 @@ class Optimizer:
         """``count`` scratch arrays shaped like ``param`` (same backend and dtype).
 
         They are views into one flat buffer per backend and dtype, kept between steps and sized
-        for the largest parameter, so an update allocates no fresh temporaries. Their contents
-        are garbage on entry and are not part of the optimizer's state.
+        for the largest parameter, so an update allocates no fresh temporaries; each is laid out
+        as the parameter is (row- or column-major). Their contents are garbage on entry and are
+        not part of the optimizer's state.
         """
         size = param.data.size
         key = (param.backend.name, param.data.dtype)
@@ -230,8 +231,9 @@ class Optimizer:
         if buffer is None or buffer.size < count * size:
             buffer = param.backend.xp.empty(count * size, dtype=param.data.dtype)
             self._scratch_buffers[key] = buffer
-        shape = param.data.shape
-        return [buffer[i * size:(i + 1) * size].reshape(shape) for i in range(count)]
+        shape, order = param.data.shape, memory_order(param.data)
+        return [buffer[i * size:(i + 1) * size].reshape(shape, order=order)
+                for i in range(count)]
 
     # ---- state dicts -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -318,7 +320,8 @@ class Optimizer:
                 raise ValueError(f"{where}: state {key!r} of {label} has shape "
                                  f"{tuple(value.shape)} but the parameter has shape "
                                  f"{tuple(param.shape)}")
-            return param.backend.asarray(value, dtype=param.data.dtype).copy()
+            return param.backend.asarray(value, dtype=param.data.dtype).copy(
+                order=memory_order(param.data))
         return copy.deepcopy(value)
 
     def __repr__(self):
