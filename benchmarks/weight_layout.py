@@ -4,7 +4,8 @@ greedy generation (GPT-2-small-shaped model, batch 1, 8-token prompt, 64 new tok
 backend), and the training step of ``benchmarks/backends.py --only gpt`` (vocab 65, d 128,
 4 layers, context 128, batch 16, AdamW) on the numpy and numba backends.
 
-    python benchmarks/weight_layout.py [--threads 1 2] [--rounds 9] [--only products|generation|training]
+    python benchmarks/weight_layout.py [--threads 1 2] [--rounds 9]
+                                       [--only products|generation|training]
 
 The two models hold the same values; the "row-major" one is a copy whose parameters were made
 row-major (``np.ascontiguousarray``), as every weight was before. Each round runs every

@@ -68,11 +68,11 @@ class Linear(Function):
 
     One GEMM forward (the bias is added in place), and in backward ``d weight = grad^T x`` is one
     GEMM that lands directly in the weight's memory layout, row- or column-major (a widening
-    ``nn.Linear`` stores its weight column-major, see ``nn.column_major_``), so that the optimizer updates
-    parameter, gradient and moments in one order. (A gradient in the other layout needs a
-    transposing copy, which costs as much as the GEMM: the 784-512-512-10 MLP step took 2.2x as
-    long.) Inputs with more than two axes are flattened to rows, so that every product is a 2-D
-    GEMM.
+    ``nn.Linear`` stores its weight column-major, see ``nn.column_major_``), so that the
+    optimizer updates parameter, gradient and moments in one order. (A gradient in the other
+    layout needs a transposing copy, which costs as much as the GEMM: the 784-512-512-10 MLP
+    step took 2.2x as long.) Inputs with more than two axes are flattened to rows, so that every
+    product is a 2-D GEMM.
     """
 
     @staticmethod

@@ -728,9 +728,9 @@ def attention_probs(parallel, scores, key_mask, use_mask, bias, use_bias, causal
                     first_pair, first_query, tq, tk, peak, inv_total, scale):
     """In place: the scores q k^T of a block (pairs, queries, keys), times ``scale`` (of the
     scores' dtype; 1 when the scale was applied to q, as training does: a factor tk / d_k fewer
-    multiplications), become their softmax
-    with, when ``use_bias``, the score bias (broadcast to (batch, heads, tq, tk)) added, the causal
-    mask and, when ``use_mask``, the key mask (batch, tk; True = real token) applied. The block holds
+    multiplications), become their softmax with, when ``use_bias``, the score bias (broadcast to
+    (batch, heads, tq, tk)) added, the causal mask and, when ``use_mask``, the key mask
+    (batch, tk; True = real token) applied. The block holds
     the (batch * head) pairs from ``first_pair`` and the queries from ``first_query`` of
     (pairs, tq, tk) attention, and possibly only the first keys (when the others are causally
     masked for every query of the block). Saves each row's shift and 1 / sum of
