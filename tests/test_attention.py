@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+from unittest import mock
 
 import autograd
 import autograd.numpy as anp
@@ -21,6 +22,7 @@ from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
+from minitorch_nlp.backends import numpy_backend
 from minitorch_nlp.backends.numpy_backend import BandBlocks, NumpyBackend
 from minitorch_nlp.testing import strategies as S
 
@@ -159,10 +161,14 @@ BACKENDS = ["numpy"] + (["numba"] if importlib.util.find_spec("numba") else [])
 @pytest.mark.parametrize("n, window, dilation, causal", [
     (150, 40, 1, False), (150, 70, 1, True), (131, 24, 3, False), (97, 33, 2, True),
     (40, 100, 1, False)])
-def test_a_wide_band_runs_in_blocks_and_follows_the_band(backend, n, window, dilation, causal):
+@pytest.mark.parametrize("chunk_scores", [1 << 18, 1])
+def test_a_wide_band_runs_in_blocks_and_follows_the_band(backend, n, window, dilation, causal,
+                                                         chunk_scores):
     """Bands wider than a block of queries (several blocks, the residue classes of a dilation
-    that does not divide n, padding at both ends, masked keys) against the dense reference; on
-    the numba backend these bands take the blocked products, not the row kernels."""
+    that does not divide n, padding at both ends, masked keys) against the dense reference, the
+    blocks in one chunk or one block per chunk (the key gradients of neighbouring chunks'
+    windows overlap); on the numba backend these bands take the blocked products, not the row
+    kernels."""
     rng = np.random.default_rng(n + window)
     q, k, v = (rng.standard_normal((2, 2, n, 5)) for _ in range(3))
     key_mask = rng.random((2, n)) > 0.2
@@ -173,7 +179,7 @@ def test_a_wide_band_runs_in_blocks_and_follows_the_band(backend, n, window, dil
         return F.banded_attention(q_, k_, v_, window=window, dilation=dilation, causal=causal,
                                   key_mask=key_mask)
 
-    with mt.backend(backend):
+    with mt.backend(backend), mock.patch.object(numpy_backend, "_GROUP_BLOCK", chunk_scores):
         assert_matches_reference(banded, (q, k, v), allowed, default_scale(q), 0)
 
 

@@ -112,33 +112,52 @@ class BandBlocks:
         """(..., n, d) keys or values -> (..., dilation, blocks, width, d)."""
         return self._windows(self._fold(x, self.before, self.key_rows))
 
-    def add_key_windows(self, windows):
-        """The gradient of ``key_windows``: each block's rows added back where they were read
-        (windows overlap), then unfolded to (..., n, d)."""
-        d = windows.shape[-1]
-        out = np.zeros(windows.shape[:-3] + (self.key_rows, d), windows.dtype)
+    def key_rows_like(self, windows, width):
+        """Zeros (..., dilation, padded rows, ``width``) for ``add_key_windows`` to add into."""
+        return np.zeros(windows.shape[:-3] + (self.key_rows, width), windows.dtype)
+
+    def add_key_windows(self, rows, windows, first):
+        """The gradient of ``key_windows``, a chunk at a time: the windows (..., dilation,
+        blocks, width, d) of the blocks from ``first`` on added, in place, into ``rows`` (from
+        ``key_rows_like``) where they were read (windows overlap)."""
+        count, d = windows.shape[-3], windows.shape[-1]
         for start in range(0, self.width, self.block):
             part = windows[..., start:start + self.block, :]
-            rows = out[..., start:start + self.count * self.block, :]
-            rows.reshape(rows.shape[:-2] + (self.count, self.block, d))[
+            top = first * self.block + start
+            target = rows[..., top:top + count * self.block, :]
+            target.reshape(target.shape[:-2] + (count, self.block, d))[
                 ..., :part.shape[-2], :] += part
-        return self._unfold(out, self.before)
 
-    def mask(self, scores, key_mask):
-        """-inf, in place, on the scores (batch, heads, dilation, blocks, block, width) of keys
-        outside the band, of padding rows and of keys ``key_mask`` (batch, n) marks False."""
-        offset = (np.arange(self.width)[None, :] - self.before) - np.arange(self.block)[:, None]
-        np.copyto(scores, -np.inf, where=(offset < -self.before) | (offset > self.span - self.before))
+    def unfold_keys(self, rows):
+        """The padded key rows of ``key_rows_like`` -> (..., n, d)."""
+        return self._unfold(rows, self.before)
+
+    def chunks(self, leading):
+        """Slices of the blocks axis whose scores, with ``leading`` (batch * heads * dilation)
+        of them per block, fill about ``_GROUP_BLOCK`` elements: one chunk's scores and their
+        gradients are computed, used and dropped while they are in the cache, and no array of
+        the whole band's scores is made but the kept probabilities."""
+        step = max(1, _GROUP_BLOCK // (leading * self.block * self.width))
+        return [slice(j, min(self.count, j + step)) for j in range(0, self.count, step)]
+
+    def hidden_keys(self, key_mask):
+        """Where a block's scores are hidden by the band's padding or by ``key_mask`` (batch, n;
+        None: every key real): a bool view (batch|1, 1, dilation, blocks, 1, width), and the
+        blocks that have any (without a key mask only the blocks at the ends read padding)."""
         real = (np.ones((1, self.n), dtype=bool) if key_mask is None
                 else np.asarray(key_mask, dtype=bool))
         hidden = ~self._windows(self._fold(real[..., None], self.before, self.key_rows))[..., 0]
-        hidden = hidden[:, None, :, :, None, :]    # (batch|1, 1, dilation, blocks, 1, width)
-        touched = np.flatnonzero(hidden.any(axis=(0, 1, 2, 4, 5)))
-        if touched.size == self.count:
-            np.copyto(scores, -np.inf, where=hidden)
-        else:                       # without a key mask only the blocks at the ends read padding
-            for j in touched:
-                np.copyto(scores[..., j, :, :], -np.inf, where=hidden[..., j, :, :])
+        hidden = hidden[:, None, :, :, None, :]
+        return hidden, hidden.any(axis=(0, 1, 2, 4, 5))
+
+    def mask(self, scores, hidden, touched, chunk):
+        """-inf, in place, on the scores (batch, heads, dilation, blocks, block, width) of the
+        blocks ``chunk`` (a slice): on keys outside the band, and on the keys ``hidden_keys``
+        hides where its ``touched`` (blocks,) says a block has any."""
+        offset = (np.arange(self.width)[None, :] - self.before) - np.arange(self.block)[:, None]
+        np.copyto(scores, -np.inf, where=(offset < -self.before) | (offset > self.span - self.before))
+        if touched[chunk].any():
+            np.copyto(scores, -np.inf, where=hidden[..., chunk, :, :])
 
 
 class NumpyBackend:
@@ -445,27 +464,44 @@ class NumpyBackend:
 
         Computed block by block (``BandBlocks``): a block of consecutive queries and the keys its
         band can reach are one dense product through BLAS, the band and the key mask are -inf
-        scores, and the softmax is the backend's. Memory grows as n * (block + band width),
-        never n^2. Returns the output and the blocks' probabilities (the backward's state)."""
+        scores, and the softmax is the backend's; the blocks go a cache-sized chunk at a time.
+        Memory grows as n * (block + band width), never n^2. Returns the output and the blocks'
+        probabilities (the backward's state)."""
         blocks = BandBlocks(q.shape[2], window, dilation, causal)
-        scores = self.matmul(blocks.queries(q * q.dtype.type(scale)),
-                             blocks.key_windows(k).swapaxes(-1, -2))
-        blocks.mask(scores, key_mask)
-        probs = self.softmax(scores, -1)
-        return blocks.unfold_queries(self.matmul(probs, blocks.key_windows(v))), probs
+        queries = blocks.queries(q * q.dtype.type(scale))
+        keys, values = blocks.key_windows(k), blocks.key_windows(v)
+        hidden, touched = blocks.hidden_keys(key_mask)
+        probs = np.empty(queries.shape[:-1] + (blocks.width,), np.result_type(q, k))
+        out = np.empty(queries.shape[:-1] + values.shape[-1:], np.result_type(probs, v))
+        for chunk in blocks.chunks(math.prod(queries.shape[:-3])):
+            scores = self.matmul(queries[..., chunk, :, :],
+                                 keys[..., chunk, :, :].swapaxes(-1, -2))
+            blocks.mask(scores, hidden, touched, chunk)
+            probs[..., chunk, :, :] = self.softmax(scores, -1)
+            self.matmul(probs[..., chunk, :, :], values[..., chunk, :, :],
+                        out=out[..., chunk, :, :])
+        return blocks.unfold_queries(out), probs
 
     def banded_attention_backward(self, grad, q, k, v, state, scale, window, dilation, causal,
                                   key_mask):
         probs = state
         blocks = BandBlocks(q.shape[2], window, dilation, causal)
         grad = blocks.queries(grad)
-        dscores = self.softmax_backward(probs, self.matmul(
-            grad, blocks.key_windows(v).swapaxes(-1, -2)), -1)
-        dscores *= scale
-        dq = blocks.unfold_queries(self.matmul(dscores, blocks.key_windows(k)))
-        dk = blocks.add_key_windows(self.matmul(dscores.swapaxes(-1, -2), blocks.queries(q)))
-        dv = blocks.add_key_windows(self.matmul(probs.swapaxes(-1, -2), grad))
-        return dq, dk, dv
+        queries = blocks.queries(q)
+        keys, values = blocks.key_windows(k), blocks.key_windows(v)
+        dq = np.empty(grad.shape[:-1] + queries.shape[-1:], probs.dtype)
+        dk, dv = blocks.key_rows_like(probs, k.shape[-1]), blocks.key_rows_like(probs, v.shape[-1])
+        for chunk in blocks.chunks(math.prod(queries.shape[:-3])):
+            chunk_probs, chunk_grad = probs[..., chunk, :, :], grad[..., chunk, :, :]
+            dscores = self.softmax_backward(chunk_probs, self.matmul(
+                chunk_grad, values[..., chunk, :, :].swapaxes(-1, -2)), -1)
+            dscores *= scale
+            self.matmul(dscores, keys[..., chunk, :, :], out=dq[..., chunk, :, :])
+            blocks.add_key_windows(dk, self.matmul(dscores.swapaxes(-1, -2),
+                                                   queries[..., chunk, :, :]), chunk.start)
+            blocks.add_key_windows(dv, self.matmul(chunk_probs.swapaxes(-1, -2), chunk_grad),
+                                   chunk.start)
+        return blocks.unfold_queries(dq), blocks.unfold_keys(dk), blocks.unfold_keys(dv)
 
     # ---- low-precision matrix products ----------------------------------------------------------
     def matmul_int8(self, a, b):
