@@ -644,6 +644,24 @@ def cross_entropy_backward_rows(parallel, x, target, shift, log_total, grad_rows
 
 
 # ---- attention: the masked softmax between two matmuls ----------------------------------------
+@register_jitable(fastmath=_FASTMATH, inline="always")
+def _exponentiate(line, top):
+    """In place, ``line[j]`` -> exp(line[j] - top) for ``top`` the line's maximum (every exponent
+    <= 0: ``shifted_exp``; -inf gives 0); returns their sum, accumulated in the line's dtype over
+    blocks of ``_BLOCK`` (so that the loop vectorises) and the block sums in float64. The
+    softmax step of attention, banded and grouped attention."""
+    total = 0.0
+    for j0 in range(0, line.shape[0], _BLOCK):
+        block = line[j0:j0 + _BLOCK]
+        part = line.dtype.type(0)
+        for j in range(block.shape[0]):
+            e = shifted_exp(block[j] - top)
+            block[j] = e
+            part += e
+        total += part
+    return total
+
+
 @register_jitable
 def _attention_row(scores, causal, heads, first_pair, first_query, tq, tk, row):
     """(block index, row in the block, pair, query, batch, end): keys j < end are causally
@@ -703,15 +721,7 @@ def _attention_probs_row(scores, key_mask, use_mask, bias, use_bias, causal, hea
     top = _row_max(line, end, minus_inf)
     if not math.isfinite(top):
         top = scores.dtype.type(0)
-    total = 0.0
-    for j0 in range(0, end, _BLOCK):
-        blk = line[j0:min(end, j0 + _BLOCK)]
-        part = scores.dtype.type(0)
-        for j in range(blk.shape[0]):
-            e = shifted_exp(blk[j] - top)
-            blk[j] = e
-            part += e
-        total += part
+    total = _exponentiate(line[:end], top)
     for j in range(end, line.shape[0]):
         line[j] = 0
     if total == 0.0:
@@ -824,15 +834,7 @@ def _banded_row(q, k, v, offsets, key_mask, heads, scale, probs, out, row):
         top = max(top, s)
     if not math.isfinite(top):
         top = q.dtype.type(0)
-    total = 0.0
-    for o0 in range(0, offsets.shape[0], _BLOCK):
-        blk = probs[h, i, o0:o0 + _BLOCK]
-        part = q.dtype.type(0)
-        for o in range(blk.shape[0]):
-            p = fast_exp(blk[o] - top)
-            blk[o] = p
-            part += p
-        total += part
+    total = _exponentiate(probs[h, i], top)
     if total == 0.0:
         total = 1.0
     inv = q.dtype.type(1.0 / total)

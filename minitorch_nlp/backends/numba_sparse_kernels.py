@@ -18,7 +18,7 @@ temporaries:
 The row gradients are added back into q, k and v by ``numba_kernels.scatter_add_rows``.
 ``lsh_chunk_masks`` builds LSH's round masks and pair counts. The conventions (C-contiguous
 inputs shaped by the caller, outputs allocated by the caller, the ``parallel`` switch, float64
-sums, ``fast_exp``) are those of ``numba_kernels``.
+sums, the exponentials of ``_exponentiate``) are those of ``numba_kernels``.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import math
 
 from numba import prange
 
-from .numba_kernels import _BLOCK, _kernel, _rows, fast_exp
+from .numba_kernels import _exponentiate, _kernel, _rows
 
 
 @_rows
@@ -51,15 +51,7 @@ def _group_softmax_row(scores, first, allowed, real, bias, lse, row):
             line[j] = 0
         lse[n, i] = minus_inf
         return
-    total = 0.0
-    for j0 in range(0, per_key, _BLOCK):   # partial sums in the scores' dtype vectorise
-        block = line[j0:j0 + _BLOCK]
-        part = scores.dtype.type(0)
-        for j in range(block.shape[0]):
-            p = fast_exp(block[j] - top)
-            block[j] = p
-            part += p
-        total += part
+    total = _exponentiate(line, top)
     lse[n, i] = top + math.log(total)
     inv = scores.dtype.type(1.0 / total)
     for j in range(per_key):
