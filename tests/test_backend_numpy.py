@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -124,6 +127,31 @@ def test_one_blas_thread_restores_once_the_last_concurrent_user_leaves(two_blas_
         counts.append(blas_thread_counts())  # the worker has left, this user has not
     assert set(counts[0]) == {1}
     assert set(blas_thread_counts()) == {2}
+
+
+def _blas_spin_after_import(environment):
+    """OpenBLAS's idle-thread wait exponent after ``import minitorch_nlp`` in a fresh process
+    that imported NumPy (and ran a threaded product) first, as user scripts do."""
+    code = ("import ctypes, numpy as np\n"
+            "a = np.ones((400, 400)); a @ a\n"
+            "import minitorch_nlp\n"
+            "from minitorch_nlp.backends import threads\n"
+            "(path,) = threads._openblas_libraries()\n"
+            "print((a @ a)[0, 0], ctypes.CDLL(path).openblas_thread_timeout())\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env={**env, "OPENBLAS_NUM_THREADS": "2", **environment})
+    assert done.returncode == 0, done.stderr
+    product, exponent = done.stdout.split()
+    assert float(product) == 400.0   # the stopped threads start again for the next product
+    return int(exponent)
+
+
+def test_importing_shortens_openblas_idle_spin_unless_the_user_chose_one():
+    if not threads._blas_thread_controls():
+        pytest.skip("NumPy is not linked to an OpenBLAS whose threads can be controlled")
+    assert _blas_spin_after_import({}) == threads.BLAS_SPIN_EXPONENT
+    assert _blas_spin_after_import({"OPENBLAS_THREAD_TIMEOUT": "20"}) == 20
 
 
 # ---- matmul ---------------------------------------------------------------------------------------
