@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import os
 import subprocess
@@ -152,6 +153,41 @@ def test_importing_shortens_openblas_idle_spin_unless_the_user_chose_one():
         pytest.skip("NumPy is not linked to an OpenBLAS whose threads can be controlled")
     assert _blas_spin_after_import({}) == threads.BLAS_SPIN_EXPONENT
     assert _blas_spin_after_import({"OPENBLAS_THREAD_TIMEOUT": "20"}) == 20
+
+
+def _page_faults_of_repeated_arrays(environment):
+    """Minor page faults while a fresh process (after ``import minitorch_nlp``) makes, writes
+    and frees five 4 MB arrays ten times over, as a training step's temporaries come and go."""
+    code = ("import resource, numpy as np, minitorch_nlp\n"
+            "from minitorch_nlp.backends import memory\n"
+            "def rounds(n):\n"
+            "    for _ in range(n):\n"
+            "        arrays = [np.ones(1 << 20, np.float32) for _ in range(5)]\n"
+            "        del arrays\n"
+            "rounds(2)\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+            "rounds(10)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before,\n"
+            "      memory.keep_freed_memory())\n")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env={**env, **environment})
+    assert done.returncode == 0, done.stderr
+    faults, settable = done.stdout.split()
+    return int(faults), settable == "True"
+
+
+def test_importing_keeps_freed_memory_for_the_next_arrays_unless_the_user_chose():
+    if not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"):
+        pytest.skip("the C library is not glibc")
+    kept, settable = _page_faults_of_repeated_arrays({})
+    assert settable
+    returned, settable = _page_faults_of_repeated_arrays(
+        {"MALLOC_TRIM_THRESHOLD_": "131072", "MALLOC_MMAP_THRESHOLD_": "131072"})
+    assert not settable   # the user's settings stand
+    assert returned >= 10 * 5 * 1024 // 2   # about one fault per 4 kB page, every round
+    assert kept <= returned // 20
 
 
 # ---- matmul ---------------------------------------------------------------------------------------

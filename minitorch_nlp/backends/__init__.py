@@ -12,6 +12,7 @@ import importlib
 import os
 from typing import Callable
 
+from . import memory  # noqa: F401 - importing it keeps freed memory for the next arrays
 from .base import Backend
 from .numpy_backend import NumpyBackend
 
