@@ -41,7 +41,7 @@ def keep_freed_memory(mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHO
         return False
     try:
         libc = ctypes.CDLL(None)
-    except OSError:
+    except (OSError, TypeError):   # TypeError: Windows has no "this process" library
         return False
     if not hasattr(libc, "gnu_get_libc_version"):
         return False

@@ -10,7 +10,7 @@ How long they busy-wait is OpenBLAS's ``OPENBLAS_THREAD_TIMEOUT``: 2^28 clock cy
 unless set. Every element-wise kernel of the numba backend, attention's blocks on Python threads
 and any other library's threads (PyTorch's, in a benchmark) start within that time of a product
 and share the cores with a thread that only spins. Importing this module therefore shortens the
-wait to ``BLAS_SPIN_EXPONENT`` (2^12 cycles, about a microsecond), unless the variable is set:
+wait to ``BLAS_SPIN_EXPONENT`` (2^12 cycles, about 2 microseconds), unless the variable is set:
 on 2 cores the MiniLM embeddings of ``benchmarks/inference.py`` took 4.9 s with the default and
 4.2 s so, GPT-2 generation 1.78 and 1.68 s.
 """
