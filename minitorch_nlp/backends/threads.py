@@ -56,9 +56,10 @@ _SPIN_CONTROLS = ("openblas_read_env", "blas_thread_shutdown_", "openblas_thread
 def shorten_blas_spin(exponent=BLAS_SPIN_EXPONENT):
     """Make OpenBLAS's idle threads sleep after 2^``exponent`` cycles instead of 2^28, unless
     ``OPENBLAS_THREAD_TIMEOUT`` is set (then that choice stands). OpenBLAS reads the variable
-    when it loads and its threads when they start: this sets it for the moment of a re-read
-    (``openblas_read_env``) and stops the threads (``blas_thread_shutdown_``); the next product
-    starts them again with the new wait. Returns the paths of the libraries changed."""
+    when it loads and applies it when it starts its threads: this sets it for the moment of a
+    re-read (``openblas_read_env``) and stops the threads (``blas_thread_shutdown_``); the next
+    product starts them again with the new wait. No other thread may be inside a product
+    meanwhile: importing the package calls it once. Returns the paths of the libraries changed."""
     if "OPENBLAS_THREAD_TIMEOUT" in os.environ:
         return []
     changed = []
