@@ -130,6 +130,16 @@ def test_one_blas_thread_restores_once_the_last_concurrent_user_leaves(two_blas_
     assert set(blas_thread_counts()) == {2}
 
 
+def _fresh_python(code, environment, dropped):
+    """The words ``code`` prints in a fresh Python process, whose environment is this one's
+    without the variables ``dropped`` says to drop, plus ``environment``."""
+    env = {k: v for k, v in os.environ.items() if not dropped(k)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env={**env, **environment})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
 def _blas_spin_after_import(environment):
     """OpenBLAS's idle-thread wait exponent after ``import minitorch_nlp`` in a fresh process
     that imported NumPy (and ran a threaded product) first, as user scripts do."""
@@ -139,11 +149,8 @@ def _blas_spin_after_import(environment):
             "from minitorch_nlp.backends import threads\n"
             "(path,) = threads._openblas_libraries()\n"
             "print((a @ a)[0, 0], ctypes.CDLL(path).openblas_thread_timeout())\n")
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, env={**env, "OPENBLAS_NUM_THREADS": "2", **environment})
-    assert done.returncode == 0, done.stderr
-    product, exponent = done.stdout.split()
+    product, exponent = _fresh_python(code, {"OPENBLAS_NUM_THREADS": "2", **environment},
+                                      lambda name: name == "OPENBLAS_THREAD_TIMEOUT")
     assert float(product) == 400.0   # the stopped threads start again for the next product
     return int(exponent)
 
@@ -169,12 +176,8 @@ def _page_faults_of_repeated_arrays(environment):
             "rounds(10)\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before,\n"
             "      memory.keep_freed_memory())\n")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, env={**env, **environment})
-    assert done.returncode == 0, done.stderr
-    faults, settable = done.stdout.split()
+    faults, settable = _fresh_python(
+        code, environment, lambda name: name.startswith("MALLOC_") or name == "GLIBC_TUNABLES")
     return int(faults), settable == "True"
 
 

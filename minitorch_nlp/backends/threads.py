@@ -47,10 +47,15 @@ def _openblas_libraries():
     return sorted(paths)
 
 
+def _loaded_openblas():
+    """A ctypes handle on each OpenBLAS library loaded in this process."""
+    return [ctypes.CDLL(path) for path in _openblas_libraries()]
+
+
 # OpenBLAS clamps the exponent to 4 .. 30. Products in quick succession (generation's one-row
 # products, a layer's four linear maps) were measured no slower at 12 than with the default.
 BLAS_SPIN_EXPONENT = 12
-_SPIN_CONTROLS = ("openblas_read_env", "blas_thread_shutdown_", "openblas_thread_timeout")
+_SPIN_CONTROLS = ("openblas_read_env", "blas_thread_shutdown_")
 
 
 def shorten_blas_spin(exponent=BLAS_SPIN_EXPONENT):
@@ -63,8 +68,7 @@ def shorten_blas_spin(exponent=BLAS_SPIN_EXPONENT):
     if "OPENBLAS_THREAD_TIMEOUT" in os.environ:
         return []
     changed = []
-    for path in _openblas_libraries():
-        library = ctypes.CDLL(path)
+    for library in _loaded_openblas():
         if not all(hasattr(library, name) for name in _SPIN_CONTROLS):
             continue
         os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(exponent)
@@ -73,7 +77,7 @@ def shorten_blas_spin(exponent=BLAS_SPIN_EXPONENT):
         finally:
             del os.environ["OPENBLAS_THREAD_TIMEOUT"]
         library.blas_thread_shutdown_()
-        changed.append(path)
+        changed.append(library._name)
     return changed
 
 
@@ -94,8 +98,7 @@ def set_num_threads(threads):
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"set_num_threads: threads must be a positive int, got {threads!r}")
     done = []
-    for path in _openblas_libraries():
-        library = ctypes.CDLL(path)
+    for library in _loaded_openblas():
         setter = next((name for name in _SETTERS if hasattr(library, name)), None)
         if setter is not None:
             getattr(library, setter)(ctypes.c_int(threads))
@@ -113,8 +116,7 @@ def set_num_threads(threads):
 def _blas_thread_controls():
     """(set, get) of the thread count of each OpenBLAS library loaded when first asked."""
     controls = []
-    for path in _openblas_libraries():
-        library = ctypes.CDLL(path)
+    for library in _loaded_openblas():
         names = [(setter, getter) for setter, getter in zip(_SETTERS, _GETTERS)
                  if hasattr(library, setter) and hasattr(library, getter)]
         if names:
