@@ -82,6 +82,24 @@ def test_attention_inference_falls_back_to_numpy_for_what_the_kernels_do_not_tak
         assert_same(actual, REF.attention(*args)[0])
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_inference_skips_the_keys_after_each_entrys_last_real_one(causal):
+    """Right padding of 5, 2 and all 8 keys: the blocks of one entry take the scores of 3, 6 and
+    1 keys (a row with no allowed key is 0 whatever it sees), and the output is the full
+    attention's, padding rows included."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((3, 2, 8, 4)).astype(np.float32) for _ in range(3))
+    key_mask = np.arange(8) < np.array([[3], [6], [0]])
+    expected = REF.attention(q, k, v, 0.5, causal, key_mask, None)[0]
+    with mock.patch.object(numba_backend, "_ATTENTION_BLOCK", 2 * 8 * 8), \
+            mock.patch.object(numba_backend, "_run", wraps=numba_backend._run) as kernels:
+        actual = NUMBA.attention_inference(q, k, v, 0.5, causal, key_mask, None)
+    assert_same(actual, expected)
+    scores = [call.args[2] for call in kernels.call_args_list
+              if call.args[0] is numba_backend.kernels.attention_probs]
+    assert sorted(s.shape[-1] for s in scores) == [1, 3, 6]
+
+
 def attention_layer(seed):
     with mt.backend("numba"):
         layer = nn.MultiHeadAttention(12, 3)

@@ -495,7 +495,10 @@ class NumbaBackend(NumpyBackend):
         softmax kernel, and the output is written as (batch, time, heads, d) seen as (batch,
         heads, time, d), so that merging the heads afterwards is a reshape, not a copy. Blocks
         of whole batch entries (all heads) or of their query rows stay within
-        ``_ATTENTION_BLOCK`` scores."""
+        ``_ATTENTION_BLOCK`` scores. A block skips the keys after the last unmasked key of each of
+        its entries (the right padding of a batch): their probabilities are 0, so neither the
+        products nor the softmax need them, and every output row, padding rows included, is the
+        same up to rounding."""
         if not _attention_shapes_fit(q, k, v):
             return super().attention_inference(q, k, v, scale, causal, key_mask, bias)
         batch, heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
@@ -507,9 +510,11 @@ class NumbaBackend(NumpyBackend):
         out = np.empty((batch, tq, heads, v.shape[3]), dtype=dtype).transpose(0, 2, 1, 3)
         peak = np.empty((batch * heads, tq), dtype=dtype)   # written by the kernel, not needed
         inv_total = np.empty((batch * heads, tq), dtype=dtype)
-        threads = self._task_threads(batch * heads * tq * tk, batch)
+        keys_in_use = _keys_in_use(mask)
+        threads = self._task_threads(heads * tq * int(keys_in_use.sum()), batch)
 
         def block(b0, b1, i0, i1, keys):
+            keys = min(keys, int(keys_in_use[b0:b1].max()))
             scores = _workspace(0, (b1 - b0, heads, i1 - i0, keys), dtype)
             self.matmul(q[b0:b1, :, i0:i1], k[b0:b1, :, :keys].swapaxes(2, 3), out=scores)
             _run(kernels.attention_probs, scores.size, scores.reshape(-1, i1 - i0, keys), mask,
@@ -722,6 +727,13 @@ class NumbaBackend(NumpyBackend):
         _run(linear_kernels.causal_linear_attention_backward, 2 * q3.size * v3.shape[2], g3, q3,
              k3, v3, o3, _read_only(den), dqf, dkf, dv)
         return dqf.reshape(qf.shape), dkf.reshape(kf.shape), dv.reshape(v.shape)
+
+
+def _keys_in_use(key_mask):
+    """Per batch entry of a (batch, tk) key mask, one past its last unmasked key (1 when none is:
+    a row with no allowed key is 0 whatever keys it sees)."""
+    last = key_mask.shape[1] - np.argmax(key_mask[:, ::-1], axis=1)
+    return np.where(key_mask.any(axis=1), last, 1)
 
 
 def _attention_shapes_fit(q, k, v):
