@@ -265,7 +265,8 @@ class NumbaBackend(NumpyBackend):
             bias = np.ascontiguousarray(bias).reshape(-1)
         backward = grad is not None
         grad = np.ascontiguousarray(grad).reshape(-1) if backward else flat
-        _run(kernels.gelu_rows, flat.size, flat, bias, grad, out, approximate == "tanh", backward)
+        _run(kernels.gelu_rows, flat.size, flat, bias, grad, out, approximate == "tanh", backward,
+             kernels.gelu_constants(x.dtype))
         return out.reshape(x.shape)
 
     @staticmethod
