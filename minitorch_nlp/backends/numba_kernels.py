@@ -239,6 +239,14 @@ def _shifted_exp_given_overload(x, constants):
     return None
 
 
+@register_jitable
+def _select(condition, if_true, if_false):
+    """``if_true if condition else if_false``, as a call that LLVM inlines into a select: written
+    inline in ``_erf_given_exp``, whose callers Numba inlines in turn, the conditional expression
+    left a variable out of scope in Numba's IR (a NumbaIRAssumptionWarning at compile time)."""
+    return if_true if condition else if_false
+
+
 # Inlined by Numba: as a call, each element would pass the coefficient tuples by value.
 @register_jitable(inline="always")
 def _erf_given_exp(z, exp_neg_z2, small, tail, split, centre, end, one):
@@ -249,7 +257,7 @@ def _erf_given_exp(z, exp_neg_z2, small, tail, split, centre, end, one):
     near_zero = near * _polynomial(small, near * near)
     # Numba's min and max return NaN for NaN, so NaN reaches the result through ``far``.
     far = one - exp_neg_z2 * _polynomial(tail, min(max(az, split), end) - centre)
-    return math.copysign(near_zero if az < split else far, z)
+    return math.copysign(_select(az < split, near_zero, far), z)
 
 
 def fast_erf(z):
