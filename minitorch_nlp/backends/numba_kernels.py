@@ -502,18 +502,30 @@ def gelu_constants(dtype):
                     dtype=dtype)
 
 
+def _gelu_layout(erf):
+    """Where ``gelu_constants`` puts things: (length of erf's small polynomial, of its tail
+    polynomial, index of split (centre, end and the four numbers follow), index of the exp's
+    constants, length of the exp's polynomial)."""
+    small, tail = len(erf.small), len(erf.tail)
+    return small, tail, small + tail, small + tail + 7, len(_SHIFTED_EXP32[-1])
+
+
 def _unpack_gelu_constants(constants):
     """``gelu_constants``'s array as the tuples the loops read: ((small, tail, split, centre,
     end), (1/2, 1, 1/sqrt 2, 1/sqrt(2 pi)), the exp's constants (empty for float64))."""
+    c = constants.tolist()
+    small, tail, at, exp_at, exp_polynomial = _gelu_layout(
+        _ERF32 if constants.dtype == np.float32 else _ERF64)
+    exp = () if constants.dtype != np.float32 else \
+        tuple(c[exp_at:exp_at + 6]) + (tuple(c[exp_at + 6:exp_at + 6 + exp_polynomial]),)
+    erf = (tuple(c[:small]), tuple(c[small:at])) + tuple(c[at:at + 3])
+    return erf, tuple(c[at + 3:at + 7]), exp
 
 
 @overload(_unpack_gelu_constants, inline="always")
 def _unpack_gelu_constants_overload(constants):
-    erf = _ERF32 if constants.dtype == types.float32 else _ERF64
-    small, tail = len(erf.small), len(erf.tail)
-    at = small + tail          # split, centre, end, then the four numbers, then exp's
-    exp_polynomial = len(_SHIFTED_EXP32[-1])
-    exp_at = at + 7
+    small, tail, at, exp_at, exp_polynomial = _gelu_layout(
+        _ERF32 if constants.dtype == types.float32 else _ERF64)
 
     @register_jitable(inline="always")
     def erf_and_numbers(c):
