@@ -36,7 +36,7 @@ from minitorch_nlp import functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.autograd.ops_fused import (Attention, BandedAttention, BiasGelu, CrossEntropy,
                                               Gelu, LayerNorm, LogSoftmax, Softmax)
-from minitorch_nlp.backends import get_backend, numba_backend, numba_kernels
+from minitorch_nlp.backends import erf as erf_coefficients, get_backend, numba_backend, numba_kernels
 from minitorch_nlp.backends import threads as cpu_threads
 from minitorch_nlp.backends.threads import in_threads
 from minitorch_nlp.testing import strategies as S
@@ -192,6 +192,20 @@ def test_erf_is_within_a_few_ulp_of_math_erf_everywhere(erf):
 def test_erf_of_drawn_floats_is_within_a_few_ulp(erf, x32, x64):
     for x in (x32, x64):
         assert erf_ulp_errors(erf(x), x).max() <= ERF_ULPS
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_gelu_constants_hold_erf_py_coefficients_where_the_loops_unpack_them(dtype):
+    """The array the erf-GELU kernel takes, unpacked as its loops unpack it (the Python mirror of
+    the compiled unpacking, both from ``_gelu_layout``): erf.py's polynomials and range, the four
+    numbers, and for float32 the exponential's constants."""
+    erf, numbers, exp = numba_kernels._unpack_gelu_constants(numba_kernels.gelu_constants(dtype))
+    coefficients = erf_coefficients.FLOAT32 if dtype == np.float32 else erf_coefficients.FLOAT64
+    assert erf == (tuple(coefficients.small), tuple(coefficients.tail), coefficients.split,
+                   coefficients.centre, coefficients.end)
+    assert numbers == tuple(dtype(v) for v in (0.5, 1.0, 1 / math.sqrt(2),
+                                               1 / math.sqrt(2 * math.pi)))
+    assert exp == (numba_kernels._SHIFTED_EXP32 if dtype == np.float32 else ())
 
 
 def test_erf_gelu_is_the_erf_formula_to_a_few_ulp():

@@ -85,6 +85,24 @@ def _popcount(typingctx, word):
 
 
 @register_jitable
+def _polynomial(coefficients, u):
+    result = coefficients[len(coefficients) - 1]
+    for i in range(len(coefficients) - 2, -1, -1):
+        result = result * u + coefficients[i]
+    return result
+
+
+# The float32 exponential's constants, shared by ``_exp_f32`` and ``_shifted_exp_f32_given``:
+# exp(r) = 1 + r + r^2 P(r) on |r| <= ln(2) / 2 (P's coefficients from the constant term up), and
+# ln 2 in two parts (Cody-Waite) so that r = v - n ln 2 keeps its low bits.
+_EXP32_POLYNOMIAL = tuple(np.float32(c) for c in (5.0000001201e-1, 1.6666665459e-1,
+                                                   4.1665795894e-2, 8.3334519073e-3,
+                                                   1.3981999507e-3, 1.9875691500e-4))
+_LOG2_E32 = np.float32(1.4426950408889634)
+_LN2_HIGH32, _LN2_LOW32 = np.float32(0.693145751953125), np.float32(1.428606765330187e-06)
+
+
+@register_jitable
 def _exp_f32(v):
     # exp(v) = 2^n * exp(r), n = round(v / ln 2), |r| <= ln(2) / 2 (Cody-Waite split of ln 2);
     # 2^n is applied in two halves so that subnormal results come out right. Below the
@@ -92,17 +110,11 @@ def _exp_f32(v):
     # products (a microcode assist each, ~100 cycles) to the v whose exp is subnormal, which
     # made tanh-GELU on N(0, 10^2) inputs twice as slow as on N(0, 1).
     c = min(v, np.float32(89.0)) if v >= np.float32(-103.97) else np.float32(0.0)
-    t = c * np.float32(1.4426950408889634)
+    t = c * _LOG2_E32
     n_int = np.int32(t + np.float32(0.5) if t >= 0 else t - np.float32(0.5))
     n = np.float32(n_int)
-    r = c - n * np.float32(0.693145751953125) - n * np.float32(1.428606765330187e-06)
-    p = np.float32(1.9875691500e-4)
-    p = p * r + np.float32(1.3981999507e-3)
-    p = p * r + np.float32(8.3334519073e-3)
-    p = p * r + np.float32(4.1665795894e-2)
-    p = p * r + np.float32(1.6666665459e-1)
-    p = p * r + np.float32(5.0000001201e-1)
-    p = p * r * r + r + np.float32(1.0)
+    r = c - n * _LN2_HIGH32 - n * _LN2_LOW32
+    p = _polynomial(_EXP32_POLYNOMIAL, r) * r * r + r + np.float32(1.0)
     half = np.int32(n_int >> np.int32(1))
     result = (p * _f32_from_bits(np.int32((half + np.int32(127)) << np.int32(23)))
               * _f32_from_bits(np.int32((n_int - half + np.int32(127)) << np.int32(23))))
@@ -158,22 +170,11 @@ def _bits_from_f32(typingctx, value):
 _ROUND_MAGIC = 12582912.0  # 1.5 * 2^23: adding it rounds a float32 below 2^22 to an integer
 
 
-@register_jitable
-def _polynomial(coefficients, u):
-    result = coefficients[len(coefficients) - 1]
-    for i in range(len(coefficients) - 2, -1, -1):
-        result = result * u + coefficients[i]
-    return result
-
-
 # ``_shifted_exp_f32_given``'s constants: (lowest exponent, 1 / ln 2, rounding magic, ln 2 in two
-# parts, 1, the polynomial's coefficients from r^2 up). Compiled in, or, in a loop with more
-# constants than registers, read from an argument (see ``gelu_constants``).
-_SHIFTED_EXP32 = (np.float32(-87.0), np.float32(1.4426950408889634), np.float32(_ROUND_MAGIC),
-                  np.float32(0.693145751953125), np.float32(1.428606765330187e-06),
-                  np.float32(1.0),
-                  tuple(np.float32(c) for c in (5.0000001201e-1, 1.6666665459e-1, 4.1665795894e-2,
-                                                8.3334519073e-3, 1.3981999507e-3, 1.9875691500e-4)))
+# parts, 1, the polynomial's coefficients). Compiled in, or, in a loop with more constants than
+# registers, read from an argument (see ``gelu_constants``).
+_SHIFTED_EXP32 = (np.float32(-87.0), _LOG2_E32, np.float32(_ROUND_MAGIC), _LN2_HIGH32, _LN2_LOW32,
+                  np.float32(1.0), _EXP32_POLYNOMIAL)
 
 
 @register_jitable(inline="always")
