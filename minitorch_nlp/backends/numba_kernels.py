@@ -25,9 +25,14 @@ machine with few cores the two pools slow each other down (measured on 2 cores: 
 matmul right after a kernel took 1.5x its time alone with OpenMP, 1.08x with ``workqueue``, and a
 kernel right after a matmul 2x). ``workqueue`` threads sleep between kernels. It must not be
 entered by two Python threads at once, so the backend serialises its parallel kernel calls with
-one lock. Small inputs, and every input when Numba has one thread, run on the calling thread
-(each kernel has a ``parallel`` switch): starting the threads costs tens of microseconds, and on
-one thread the workqueue layer would still hand the loop to a worker and wait for it.
+one lock. Inputs under 2^19 elements, and every input when Numba has one thread, run on the
+calling thread (each kernel has a ``parallel`` switch): waking the workqueue threads costs 70-85
+microseconds at every kernel start, and on one thread the workqueue layer would still hand the
+loop to a worker and wait for it. GNU OpenMP with a short spin (``GOMP_SPINCOUNT=1000``, read when
+libgomp loads) starts a kernel in 2-10 microseconds and made the GPT training step on two threads
+10% faster, but PyTorch loads a libgomp of the same name, shares it when imported later, and its
+GPT training step on two threads then took 116 ms, and 636 ms once Numba's threads had started,
+against 95 ms on its own libgomp: not a setting a library may make for its users.
 
 Compile cache. Every kernel is ``cache=True``: the first call of each signature (dtype) compiles
 it (about a second each) and stores the machine code; later processes load it in milliseconds.
