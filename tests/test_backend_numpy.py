@@ -2,6 +2,8 @@
 
 * the tanh GELU as x / (1 + exp(-2u)) (four passes fewer than 0.5 x (1 + tanh u)), forward and
   backward, as accurate as float32 allows and equal to the tanh formula in float64;
+* every GELU over blocks of rows shared among threads: the values of one block on the calling
+  thread;
 * ``one_blas_thread``: OpenBLAS on one thread inside, the count it had restored after (nested,
   concurrent and failing bodies included);
 * ``NumpyBackend.matmul``: ``np.matmul``'s values for every shape, with stacks of small products
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -64,6 +67,41 @@ def test_tanh_gelu_is_the_textbook_formula_in_float64(x, seed):
     np.testing.assert_allclose(NUMPY.gelu(x, "tanh"), value, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(NUMPY.gelu_backward(x, g, "tanh"), slope * g, rtol=1e-12,
                                atol=1e-14)
+
+
+@contextlib.contextmanager
+def row_blocks_in_threads(block, threads):
+    """The NumPy backend's row-block kernels with ``block`` elements per block, spread over
+    ``threads`` Python threads whatever the size of the input."""
+    with mock.patch.object(numpy_backend, "_ELEMENTWISE_BLOCK", block), \
+            mock.patch.object(NumpyBackend, "_task_threads",
+                              staticmethod(lambda work, tasks: min(threads, tasks))):
+        yield
+
+
+@given(x=S.maybe_noncontiguous(S.arrays(S.shapes(min_dims=0, max_dims=3), -12, 12)),
+       seed=S.seeds(), approximate=st.sampled_from(["tanh", "none"]),
+       block=st.sampled_from([1, 3, 8]), threads=st.integers(2, 3))
+def test_gelus_in_row_blocks_shared_among_threads_give_the_calling_threads_values(
+        x, seed, approximate, block, threads):
+    """The GELUs run over blocks of rows (``_in_row_blocks``) spread over Python threads: bit for
+    bit what one block on the calling thread gives, whatever the block size and thread count."""
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal(x.shape)
+    bias = rng.standard_normal(x.shape[-1:])
+
+    def results():
+        return (NUMPY.gelu(x, approximate), NUMPY.gelu_backward(x, g, approximate),
+                NUMPY.bias_gelu(x, bias, approximate),
+                NUMPY.bias_gelu_backward(x, bias, g, approximate))
+
+    with mock.patch.object(numpy_backend, "_ELEMENTWISE_BLOCK", 1 << 30):
+        alone = results()
+    with row_blocks_in_threads(block, threads):
+        shared = results()
+    for got, want in zip(shared, alone):
+        assert got.shape == x.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
 
 
 def test_tanh_gelu_of_large_inputs_is_exact_and_quiet():
