@@ -93,6 +93,48 @@ def test_column_major_keeps_values_shape_and_moves_the_version():
     assert param._version[0] > version
 
 
+def follows_the_layout_rule(layer):
+    """A ``Linear``'s weight is column-major exactly when its product widens."""
+    out_features, in_features = layer.weight.shape
+    flags = layer.weight.data.flags
+    return flags.f_contiguous if out_features >= in_features else flags.c_contiguous
+
+
+@pytest.mark.parametrize("n_in, n_out", [(3, 4), (4, 4), (4, 3)])
+def test_a_replaced_linear_weight_takes_the_layout_rule_again(n_in, n_out):
+    layer = nn.Linear(n_in, n_out, dtype=mt.float64)
+    for order in ("C", "F"):
+        values = np.arange(n_in * n_out, dtype=np.float64).reshape(n_out, n_in)
+        layer.weight = nn.Parameter(mt.tensor(np.asarray(values, order=order)))
+        assert layer.choose_weight_layout_() is layer
+        assert follows_the_layout_rule(layer)
+        np.testing.assert_array_equal(layer.weight.numpy(), values)
+
+
+def test_pruned_factorised_and_sharded_linears_follow_the_layout_rule():
+    """Pruning heads slices q, k, v (now narrowing) and the output projection (now widening);
+    FLOP's export and the tensor-parallel shards build Linears of new shapes."""
+    from minitorch_nlp.compress import hard_concrete, pruning
+    from minitorch_nlp.distributed import (ColumnParallelLinear, RowParallelLinear,
+                                           SingleProcess)
+    from minitorch_nlp.models.bert import BertConfig, BertModel
+
+    mt.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=23, hidden_size=12, num_hidden_layers=2,
+                                num_attention_heads=3, intermediate_size=16,
+                                max_position_embeddings=16))
+    pruning.prune_heads(bert, {0: [1], 1: [0, 2]})
+    attention = bert.encoder.layers[1].self_attn
+    assert attention.q_proj.weight.shape == (4, 12) and attention.out_proj.weight.shape == (12, 4)
+    linears = [m for m in bert.modules() if isinstance(m, nn.Linear)]
+    exported = hard_concrete.FactorizedLinear.from_linear(nn.Linear(6, 5)).export()
+    dense = nn.Linear(4, 6)
+    shards = [ColumnParallelLinear.from_dense(dense, SingleProcess()),
+              RowParallelLinear.from_dense(dense, SingleProcess())]
+    for layer in linears + list(exported) + shards:
+        assert follows_the_layout_rule(layer), (layer, layer.weight.data.flags)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_training_with_adamw_matches_row_major_weights(backend):
     with mt.backend(backend):

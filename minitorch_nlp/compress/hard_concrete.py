@@ -171,6 +171,7 @@ class HeadGates(Module):
             attention.out_proj.weight = Parameter(tensor(weight.numpy() * columns,
                                                          dtype=weight.dtype,
                                                          backend=weight.backend))
+            attention.out_proj.choose_weight_layout_()
         self.remove()
         return pruning.prune_heads(model, closed)
 
@@ -257,6 +258,8 @@ class FactorizedLinear(Module):
         down.weight = Parameter(tensor(self.Q.numpy()[keep], **like))
         up = Linear(len(keep), self.out_features, bias=self.bias is not None)
         up.weight = Parameter(tensor(self.P.numpy()[:, keep] * z[keep], **like))
+        down.choose_weight_layout_()
+        up.choose_weight_layout_()
         if self.bias is not None:
             up.bias = Parameter(self.bias.detach().clone())
         return Sequential(down, up)

@@ -208,6 +208,7 @@ def _sliced_linear(layer, rows=None, columns=None):
     out_features, in_features = weight.shape
     new = Linear(in_features, out_features, bias=layer.bias is not None)
     new.weight = Parameter(tensor(weight, dtype=layer.weight.dtype, backend=layer.weight.backend))
+    new.choose_weight_layout_()
     if layer.bias is not None:
         bias = layer.bias.numpy()
         new.bias = Parameter(tensor(bias if rows is None else bias[rows],

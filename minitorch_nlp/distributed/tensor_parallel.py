@@ -76,6 +76,7 @@ class ColumnParallelLinear(Linear):
         shard = cls(linear.in_features, linear.out_features, comm, linear.bias is not None,
                     gather_output)
         _set(shard.weight, _rows(linear.weight.data, comm))
+        shard.choose_weight_layout_()
         if linear.bias is not None:
             _set(shard.bias, _rows(linear.bias.data, comm))
         return shard
@@ -101,6 +102,7 @@ class RowParallelLinear(Linear):
     def from_dense(cls, linear, comm):
         shard = cls(linear.in_features, linear.out_features, comm, linear.bias is not None)
         _set(shard.weight, _rows(linear.weight.data, comm, axis=1))
+        shard.choose_weight_layout_()
         if linear.bias is not None:
             _set(shard.bias, linear.bias.data)
         return shard
@@ -165,6 +167,7 @@ class TensorParallelAttention(MultiHeadAttention):
         for name in ("q_proj", "k_proj", "v_proj"):
             dense, mine = getattr(attention, name), getattr(shard, name)
             _set(mine.weight, _rows(dense.weight.data, comm))
+            mine.choose_weight_layout_()
             if dense.bias is not None:
                 _set(mine.bias, _rows(dense.bias.data, comm))
         shard.out_proj = RowParallelLinear.from_dense(attention.out_proj, comm)

@@ -40,7 +40,8 @@ def column_major_(weight):
     lookup reads one row per token. Training products stay plain GEMMs in either layout.
     Everything that writes parameters works in place (``data[...] = ``) or in the parameter's
     layout: loading, optimizers (gradients and moments are made in the parameter's layout),
-    clipping, quantisation. Code that replaces ``weight.data`` by a new array gets its layout.
+    clipping, quantisation. Code that gives a ``Linear`` a new weight (pruning's sliced layers,
+    tensor-parallel shards) calls ``Linear.choose_weight_layout_`` afterwards.
     """
     weight.data = weight.backend.xp.asfortranarray(weight.data)
     weight._bump_version()
@@ -67,13 +68,25 @@ class Linear(Module):
         self.in_features = _positive_int(in_features, "in_features", "Linear")
         self.out_features = _positive_int(out_features, "out_features", "Linear")
         self.weight = Parameter(empty(out_features, in_features, dtype=dtype))
-        if out_features >= in_features:
-            column_major_(self.weight)
+        self.choose_weight_layout_()
         if bias:
             self.bias = Parameter(empty(out_features, dtype=dtype))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters(generator)
+
+    def choose_weight_layout_(self):
+        """Store the weight column-major when the product widens (``out_features >=
+        in_features``, where decoding reads it faster so; see ``column_major_``), row-major
+        otherwise; in place, values unchanged. Returns the layer."""
+        out_features, in_features = self.weight.shape
+        xp = self.weight.backend.xp
+        if out_features >= in_features:
+            column_major_(self.weight)
+        elif not self.weight.data.flags.c_contiguous:
+            self.weight.data = xp.ascontiguousarray(self.weight.data)
+            self.weight._bump_version()
+        return self
 
     def reset_parameters(self, generator=None):
         init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
