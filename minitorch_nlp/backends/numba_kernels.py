@@ -391,63 +391,74 @@ def softmax_backward_rows(parallel, y, grad, out, log):
 
 # ---- layer norm over the last axis ------------------------------------------------------------
 @_rows
-def _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, keep_xhat, r):
+def _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, first, end):
+    # Rows ``first`` .. ``end`` in one call: called once per row, the function took 200 against
+    # 106 microseconds for a (2048, 128) float32 forward (its dozens of array fields passed
+    # every time, nothing hoisted out of the row loop). ``xhat is None`` is decided when Numba
+    # compiles, one machine code each way.
     cols = x.shape[1]
-    total = 0.0
-    for j in range(cols):
-        total += x[r, j]
-    mean = x.dtype.type(total / cols)
-    squares = 0.0
-    for j in range(cols):
-        centred = x[r, j] - mean
-        squares += centred * centred
-    inv_std = x.dtype.type(1.0 / math.sqrt(x.dtype.type(squares / cols) + eps))
-    rstd[r] = inv_std
-    if keep_xhat:
+    for r in range(first, end):
+        x_row, y_row = x[r], y[r]
+        total = 0.0
         for j in range(cols):
-            normed = (x[r, j] - mean) * inv_std
-            xhat[r, j] = normed
-            y[r, j] = normed * weight[j] + bias[j]
-    else:
+            total += x_row[j]
+        mean = x.dtype.type(total / cols)
+        squares = 0.0
         for j in range(cols):
-            y[r, j] = (x[r, j] - mean) * inv_std * weight[j] + bias[j]
+            centred = x_row[j] - mean
+            squares += centred * centred
+        inv_std = x.dtype.type(1.0 / math.sqrt(x.dtype.type(squares / cols) + eps))
+        rstd[r] = inv_std
+        if xhat is None:
+            for j in range(cols):
+                y_row[j] = (x_row[j] - mean) * inv_std * weight[j] + bias[j]
+        else:
+            xhat_row = xhat[r]
+            for j in range(cols):
+                normed = (x_row[j] - mean) * inv_std
+                xhat_row[j] = normed
+                y_row[j] = normed * weight[j] + bias[j]
 
 
 @_kernel
-def layer_norm_rows(parallel, x, weight, bias, eps, y, xhat, rstd, keep_xhat):
-    """y = xhat * weight + bias, xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), per row;
-    ``eps`` has the dtype of ``x`` (ones / zeros stand for a missing weight / bias). ``xhat`` is
-    written only when ``keep_xhat`` (the backward reads it; an inference forward does not)."""
+def layer_norm_rows(parallel, x, weight, bias, eps, y, xhat, rstd, chunks):
+    """y = xhat * weight + bias, xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), per row,
+    in ``chunks`` chunks of consecutive rows when ``parallel``; ``eps`` has the dtype of ``x``
+    (ones / zeros stand for a missing weight / bias). ``xhat`` is None when it is not wanted
+    (the backward reads it; an inference forward does not)."""
+    rows = x.shape[0]
     if parallel:
-        for r in prange(x.shape[0]):
-            _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, keep_xhat, r)
+        for c in prange(chunks):
+            _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, c * rows // chunks,
+                              (c + 1) * rows // chunks)
     else:
-        for r in range(x.shape[0]):
-            _layer_norm_row(x, weight, bias, eps, y, xhat, rstd, keep_xhat, r)
+        _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, 0, rows)
 
 
 @_rows
 def _layer_norm_backward_chunk(grad, xhat, rstd, weight, dx, dweight_parts, dbias_parts, c):
     rows, cols = grad.shape
     chunks = dbias_parts.shape[0]
+    dweight_sum, dbias_sum = dweight_parts[c], dbias_parts[c]   # row views, as the forward
     for j in range(cols):
-        dweight_parts[c, j] = 0
-        dbias_parts[c, j] = 0
+        dweight_sum[j] = 0
+        dbias_sum[j] = 0
     for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+        g, x, d_row = grad[r], xhat[r], dx[r]
         for j in range(cols):
-            dbias_parts[c, j] += grad[r, j]
-            dweight_parts[c, j] += grad[r, j] * xhat[r, j]
+            dbias_sum[j] += g[j]
+            dweight_sum[j] += g[j] * x[j]
         sum_d = 0.0
         sum_dx = 0.0
         for j in range(cols):
-            d = grad[r, j] * weight[j]
+            d = g[j] * weight[j]
             sum_d += d
-            sum_dx += d * xhat[r, j]
+            sum_dx += d * x[j]
         mean_d = xhat.dtype.type(sum_d / cols)
         mean_dx = xhat.dtype.type(sum_dx / cols)
         inv_std = rstd[r]
         for j in range(cols):
-            dx[r, j] = (grad[r, j] * weight[j] - mean_d - xhat[r, j] * mean_dx) * inv_std
+            d_row[j] = (g[j] * weight[j] - mean_d - x[j] * mean_dx) * inv_std
 
 
 @_kernel
