@@ -89,11 +89,16 @@ def test_gelus_in_row_blocks_shared_among_threads_give_the_calling_threads_value
     rng = np.random.default_rng(seed)
     g = rng.standard_normal(x.shape)
     bias = rng.standard_normal(x.shape[-1:])
+    per_row = rng.standard_normal(x.shape[:-1] + (1,)) if x.ndim else None   # added first
 
     def results():
-        return (NUMPY.gelu(x, approximate), NUMPY.gelu_backward(x, g, approximate),
-                NUMPY.bias_gelu(x, bias, approximate),
-                NUMPY.bias_gelu_backward(x, bias, g, approximate))
+        out = [NUMPY.gelu(x, approximate), NUMPY.gelu_backward(x, g, approximate),
+               NUMPY.bias_gelu(x, bias, approximate),
+               NUMPY.bias_gelu_backward(x, bias, g, approximate)]
+        if per_row is not None:
+            out += [NUMPY.bias_gelu(x, per_row, approximate),
+                    NUMPY.bias_gelu_backward(x, per_row, g, approximate)]
+        return out
 
     with mock.patch.object(numpy_backend, "_ELEMENTWISE_BLOCK", 1 << 30):
         alone = results()

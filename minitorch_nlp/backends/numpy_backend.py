@@ -55,6 +55,14 @@ def _rows_of(x):
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
 
 
+def _as_last_axis_row(bias, x):
+    """``bias`` as a 1-D row added to every row of ``x`` (it varies along the last axis at most
+    and does not add axes to ``x``), or None when it broadcasts otherwise."""
+    if bias.ndim > x.ndim or any(n != 1 for n in bias.shape[:-1]):
+        return None
+    return bias.reshape(-1)
+
+
 def _max_for_shift(x, axis):
     """Row maxima used to shift logits before ``exp``; rows that are all ``-inf`` shift by 0."""
     m = x.max(axis=axis, keepdims=True)
@@ -296,14 +304,20 @@ class NumpyBackend:
             lambda out, x, grad: self._gelu_backward_block(x, grad, approximate, out), x, grad)
 
     def bias_gelu(self, x, bias, approximate):
-        """gelu(x + bias): the activation of a Transformer's feed-forward layer in one pass."""
-        return self._in_row_blocks(
-            lambda out, x: self._gelu_block(x + bias, approximate, out), x)
+        """gelu(x + bias): the activation of a Transformer's feed-forward layer in one pass (a
+        bias along the last axis is added block by block; any other broadcast first)."""
+        row = _as_last_axis_row(bias, x)
+        if row is None:
+            return self.gelu(x + bias, approximate)
+        return self._in_row_blocks(lambda out, x: self._gelu_block(x + row, approximate, out), x)
 
     def bias_gelu_backward(self, x, bias, grad, approximate):
         """d/dx gelu(x + bias) * grad (the bias gradient is its sum over rows)."""
+        row = _as_last_axis_row(bias, x)
+        if row is None:
+            return self.gelu_backward(x + bias, grad, approximate)
         return self._in_row_blocks(
-            lambda out, x, grad: self._gelu_backward_block(x + bias, grad, approximate, out),
+            lambda out, x, grad: self._gelu_backward_block(x + row, grad, approximate, out),
             x, grad)
 
     def _gelu_block(self, x, approximate, out):
