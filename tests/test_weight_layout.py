@@ -17,8 +17,11 @@ import minitorch_nlp as mt
 from minitorch_nlp import nn, optim
 from minitorch_nlp.backends import get_backend
 from minitorch_nlp.backends.numpy_backend import NumpyBackend
+from minitorch_nlp.compress import hard_concrete, pruning
 from minitorch_nlp.compress.hessian import quantize_weights_
+from minitorch_nlp.distributed import ColumnParallelLinear, RowParallelLinear, SingleProcess
 from minitorch_nlp.io import checkpoint
+from minitorch_nlp.models.bert import BertConfig, BertModel
 from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
@@ -114,11 +117,6 @@ def test_a_replaced_linear_weight_takes_the_layout_rule_again(n_in, n_out):
 def test_pruned_factorised_and_sharded_linears_follow_the_layout_rule():
     """Pruning heads slices q, k, v (now narrowing) and the output projection (now widening);
     FLOP's export and the tensor-parallel shards build Linears of new shapes."""
-    from minitorch_nlp.compress import hard_concrete, pruning
-    from minitorch_nlp.distributed import (ColumnParallelLinear, RowParallelLinear,
-                                           SingleProcess)
-    from minitorch_nlp.models.bert import BertConfig, BertModel
-
     mt.manual_seed(0)
     bert = BertModel(BertConfig(vocab_size=23, hidden_size=12, num_hidden_layers=2,
                                 num_attention_heads=3, intermediate_size=16,
