@@ -129,12 +129,6 @@ def _workspace(slot, shape, dtype):
     return buffer[:size].view(dtype).reshape(shape)
 
 
-def _row_chunks(rows):
-    """How many chunks of consecutive rows the layer-norm kernels share among the threads:
-    four per thread, for balance, and at most one per row."""
-    return max(1, min(rows, 4 * numba.get_num_threads()))
-
-
 def _as_rows(x):
     """``x`` as a C-contiguous (rows, last axis) array."""
     return np.ascontiguousarray(x).reshape(-1, x.shape[-1])
@@ -236,8 +230,7 @@ class NumbaBackend(NumpyBackend):
         y = np.empty_like(rows)
         xhat = np.empty_like(rows) if keep_xhat else None
         rstd = np.empty(rows.shape[0], dtype=dtype)
-        _run(kernels.layer_norm_rows, rows.size, rows, w, b, dtype.type(eps), y, xhat, rstd,
-             _row_chunks(rows.shape[0]))
+        _run(kernels.layer_norm_rows, rows.size, rows, w, b, dtype.type(eps), y, xhat, rstd)
         return (y.reshape(x.shape), xhat.reshape(x.shape) if keep_xhat else None,
                 rstd.reshape(x.shape[:-1] + (1,)))
 
@@ -257,7 +250,7 @@ class NumbaBackend(NumpyBackend):
         dtype, w, _ = params
         g = _as_rows(grad)
         rows, cols = g.shape
-        chunks = _row_chunks(rows)
+        chunks = max(1, min(rows, 4 * numba.get_num_threads()))
         dweight_parts = np.empty((chunks, cols))
         dbias_parts = np.empty((chunks, cols))
         dx = np.empty_like(g)

@@ -389,13 +389,24 @@ def softmax_backward_rows(parallel, y, grad, out, log):
             _softmax_backward_row(y, grad, out, log, r)
 
 
+# Kernels whose rows are short run a chunk of rows per call of their row function rather than
+# one row: each call passes every array's fields again and hoists nothing out of the row loop,
+# about 33 ns a row (the layer norm's (2048, 128) forward took 200 against 106 us so). In
+# parallel they split the rows into this many chunks, enough to balance any thread count here.
+_CHUNKS = 64
+
+
+@register_jitable
+def _chunk_bounds(rows, c):
+    """(first, end) of chunk ``c`` of ``_CHUNKS`` near-equal chunks of ``rows`` rows."""
+    return c * rows // _CHUNKS, (c + 1) * rows // _CHUNKS
+
+
 # ---- layer norm over the last axis ------------------------------------------------------------
 @_rows
 def _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, first, end):
-    # Rows ``first`` .. ``end`` in one call: called once per row, the function took 200 against
-    # 106 microseconds for a (2048, 128) float32 forward (its dozens of array fields passed
-    # every time, nothing hoisted out of the row loop). ``xhat is None`` is decided when Numba
-    # compiles, one machine code each way.
+    # rows ``first`` .. ``end`` in one call (see _chunk_bounds); ``xhat is None`` is decided
+    # when Numba compiles, one machine code each way
     cols = x.shape[1]
     for r in range(first, end):
         x_row, y_row = x[r], y[r]
@@ -421,16 +432,15 @@ def _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, first, end):
 
 
 @_kernel
-def layer_norm_rows(parallel, x, weight, bias, eps, y, xhat, rstd, chunks):
-    """y = xhat * weight + bias, xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), per row,
-    in ``chunks`` chunks of consecutive rows when ``parallel``; ``eps`` has the dtype of ``x``
-    (ones / zeros stand for a missing weight / bias). ``xhat`` is None when it is not wanted
-    (the backward reads it; an inference forward does not)."""
+def layer_norm_rows(parallel, x, weight, bias, eps, y, xhat, rstd):
+    """y = xhat * weight + bias, xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), per row;
+    ``eps`` has the dtype of ``x`` (ones / zeros stand for a missing weight / bias). ``xhat`` is
+    None when it is not wanted (the backward reads it; an inference forward does not)."""
     rows = x.shape[0]
     if parallel:
-        for c in prange(chunks):
-            _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, c * rows // chunks,
-                              (c + 1) * rows // chunks)
+        for c in prange(_CHUNKS):
+            first, end = _chunk_bounds(rows, c)
+            _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, first, end)
     else:
         _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, 0, rows)
 
@@ -765,19 +775,6 @@ def _exponentiate(line, top):
             part += e
         total += part
     return total
-
-
-# Kernels whose rows are short run a chunk of rows per call of their row function rather than
-# one row: each call passes every array's fields again and hoists nothing out of the row loop,
-# about 33 ns a row (the layer norm's (2048, 128) forward took 200 against 106 us so). In
-# parallel they split the rows into this many chunks, enough to balance any thread count here.
-_CHUNKS = 64
-
-
-@register_jitable
-def _chunk_bounds(rows, c):
-    """(first, end) of chunk ``c`` of ``_CHUNKS`` near-equal chunks of ``rows`` rows."""
-    return c * rows // _CHUNKS, (c + 1) * rows // _CHUNKS
 
 
 @register_jitable
