@@ -289,11 +289,12 @@ def _fast_erf_overload(z):
 
 
 def _rows(fn):
-    """The body of a kernel's loop, ``fn(*arrays, r)`` for one row (or block) ``r``.
+    """The body of a kernel's loop, ``fn(*arrays, r)`` for one row (or block) ``r``, or
+    ``fn(*arrays, first, end)`` for the rows ``first`` .. ``end`` where rows are short (see
+    ``_CHUNKS``).
 
     Each kernel takes ``parallel`` first and runs the same body under ``prange`` or, for small
-    inputs, under a plain loop on the calling thread (starting the threads costs more than the
-    work)."""
+    inputs, on the calling thread (starting the threads costs more than the work)."""
     return register_jitable(fastmath=_FASTMATH)(fn)
 
 
