@@ -52,7 +52,7 @@ import numpy as np
 from . import numba_kernels as kernels
 from . import numba_linear_kernels as linear_kernels
 from . import numba_sparse_kernels as sparse_kernels
-from .numpy_backend import NumpyBackend, sum_to_shape
+from .numpy_backend import NumpyBackend, _as_last_axis_row, _rows_of, sum_to_shape
 from .threads import in_threads, inside_a_task, one_blas_thread, task_threads
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -131,7 +131,7 @@ def _workspace(slot, shape, dtype):
 
 def _as_rows(x):
     """``x`` as a C-contiguous (rows, last axis) array."""
-    return np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+    return _rows_of(np.ascontiguousarray(x))
 
 
 class _AttentionState(NamedTuple):
@@ -280,8 +280,10 @@ class NumbaBackend(NumpyBackend):
             return False
         if grad is not None and grad.shape != x.shape:
             return False
-        return bias is None or (bias.size == x.shape[-1] and bias.ndim >= 1
-                                and bias.shape[-1] == x.shape[-1] and bias.ndim <= x.ndim)
+        if bias is None:
+            return True
+        row = _as_last_axis_row(bias, x)
+        return row is not None and row.size == x.shape[-1]
 
     def gelu(self, x, approximate):
         if self._gelu_applies(x):

@@ -660,7 +660,7 @@ class NumpyBackend:
         ``_task_threads`` (``threads.in_threads``: a stack of small products runs on one BLAS
         thread, so the blocks' products use more cores only side by side); the results in part
         order. With one thread, one part: ``[run(blocks)]``."""
-        threads = self._task_threads(work, len(blocks))
+        threads = self._task_threads(work, len(blocks)) if len(blocks) > 1 else 1
         if threads == 1:
             return [run(blocks)]
         size = -(-len(blocks) // threads)
