@@ -6,6 +6,7 @@
   thread;
 * ``one_blas_thread``: OpenBLAS on one thread inside, the count it had restored after (nested,
   concurrent and failing bodies included);
+* dense attention shared among threads by batch entries: the calling thread's values;
 * ``NumpyBackend.matmul``: ``np.matmul``'s values for every shape, with stacks of small products
   (attention's per-head products) run on one BLAS thread and everything else left to OpenBLAS.
 """
@@ -70,12 +71,19 @@ def test_tanh_gelu_is_the_textbook_formula_in_float64(x, seed):
 
 
 @contextlib.contextmanager
+def parts_in_threads(threads):
+    """``_in_parts`` spreads its blocks over ``threads`` Python threads whatever their work
+    (``threads`` 1: everything on the calling thread)."""
+    with mock.patch.object(NumpyBackend, "_task_threads",
+                           staticmethod(lambda work, tasks: min(threads, tasks))):
+        yield
+
+
+@contextlib.contextmanager
 def row_blocks_in_threads(block, threads):
     """The NumPy backend's row-block kernels with ``block`` elements per block, spread over
     ``threads`` Python threads whatever the size of the input."""
-    with mock.patch.object(numpy_backend, "_ELEMENTWISE_BLOCK", block), \
-            mock.patch.object(NumpyBackend, "_task_threads",
-                              staticmethod(lambda work, tasks: min(threads, tasks))):
+    with mock.patch.object(numpy_backend, "_ELEMENTWISE_BLOCK", block), parts_in_threads(threads):
         yield
 
 
@@ -296,3 +304,46 @@ def test_attention_takes_one_blas_thread_for_its_head_products(monkeypatch):
         NUMPY.attention_backward(np.ones_like(out), q, q, q, probs, 0.5, True, None)
         assert len(entered) == 6
 
+
+
+@st.composite
+def batched_attention_inputs(draw):
+    """q, k, v, the output's gradient, a key mask or None, a score bias or None, whether
+    causal: up to 5 batch entries, k and v sometimes shared by the whole batch."""
+    batch, heads = draw(st.integers(1, 5)), draw(st.integers(1, 3))
+    tq, tk, d, dv = (draw(st.integers(1, 5)) for _ in range(4))
+    shared_keys = draw(st.booleans())
+    q = draw(S.arrays((batch, heads, tq, d)))
+    k, v = (draw(S.maybe_noncontiguous(S.arrays((1 if shared_keys else batch, heads, tk, n))))
+            for n in (d, dv))
+    grad = draw(S.arrays((batch, heads, tq, dv)))
+    key_mask = draw(st.none() | S.bool_masks((batch, tk)))
+    bias = draw(st.none() | S.score_biases((batch, heads, tq, tk)))
+    return q, k, v, grad, key_mask, bias, draw(st.booleans())
+
+
+@given(inputs=batched_attention_inputs(), threads=st.integers(2, 3))
+def test_attention_shared_among_threads_by_batch_entries_gives_the_calling_threads_result(
+        inputs, threads):
+    """Dense attention runs consecutive batch entries on each thread: output, probabilities and
+    gradients are the calling thread's bit for bit; a bias shared by the batch sums its parts'
+    gradients, equal up to the order of that sum."""
+    q, k, v, grad, key_mask, bias, causal = inputs
+
+    def results():
+        out, state = NUMPY.attention(q, k, v, 0.5, causal, key_mask, bias)
+        return (out, state[0]) + NUMPY.attention_backward(grad, q, k, v, state, 0.5, causal,
+                                                          key_mask, bias is not None)
+
+    with parts_in_threads(1):
+        alone = results()
+    with parts_in_threads(threads):
+        shared = results()
+    for got, want in zip(shared[:-1], alone[:-1]):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    if bias is None:
+        assert shared[-1] is None and alone[-1] is None
+    else:
+        assert shared[-1].shape == bias.shape
+        np.testing.assert_allclose(shared[-1], alone[-1], rtol=1e-12, atol=1e-12)

@@ -63,6 +63,22 @@ def _as_last_axis_row(bias, x):
     return bias.reshape(-1)
 
 
+def _entries(x, b0, b1, batch_axes=4):
+    """Entries ``b0:b1`` of the batch axis of ``x``, None or an array that broadcasts against
+    arrays of ``batch_axes`` axes, the batch first: ``x`` itself where it does not vary along
+    the batch (fewer axes, or one entry)."""
+    if x is None or x.ndim < batch_axes or x.shape[0] == 1:
+        return x
+    return x[b0:b1]
+
+
+def _entries_shape(shape, b0, b1, batch_axes=4):
+    """The shape of ``_entries`` of an array of ``shape``."""
+    if len(shape) < batch_axes or shape[0] == 1:
+        return shape
+    return (b1 - b0,) + tuple(shape[1:])
+
+
 def _max_for_shift(x, axis):
     """Row maxima used to shift logits before ``exp``; rows that are all ``-inf`` shift by 0."""
     m = x.max(axis=axis, keepdims=True)
@@ -233,7 +249,16 @@ class NumpyBackend:
 
     # ---- softmax family (last-axis or any axis) -------------------------------------------
     def softmax(self, x, axis):
-        y = np.subtract(x, _max_for_shift(x, axis))
+        return self._normalised_exp(np.subtract(x, _max_for_shift(x, axis)), axis)
+
+    def _softmax_in_place(self, x, axis=-1):
+        """``softmax(x, axis)`` written over ``x``."""
+        x -= _max_for_shift(x, axis)
+        return self._normalised_exp(x, axis)
+
+    @staticmethod
+    def _normalised_exp(y, axis):
+        """exp(y) / sum(exp(y)) along ``axis``, over ``y`` (logits shifted by their maxima)."""
         np.exp(y, out=y)
         total = y.sum(axis=axis, keepdims=True)
         total[total == 0] = 1  # a row that was all -inf gives zeros, not NaN
@@ -479,16 +504,28 @@ class NumpyBackend:
 
         ``key_mask`` (B, Tk) is True for real keys; ``bias`` (None, or broadcastable to (B, H,
         Tq, Tk)) is added to the scaled scores, -inf entries hiding a key. A query whose keys
-        are all masked outputs 0."""
-        # the scale goes on q: Tq d multiplications rather than Tq Tk on the scores
-        scores = self.matmul(q * q.dtype.type(scale), k.swapaxes(-1, -2))
-        if bias is not None:
-            scores += bias
-        allowed = self._allowed(q.shape[-2], k.shape[-2], causal, key_mask)
-        if allowed is not None:
-            np.copyto(scores, -np.inf, where=~allowed)
-        probs = self.softmax(scores, -1)
-        return self.matmul(probs, v), (probs, None if bias is None else bias.shape)
+        are all masked outputs 0. The batch entries are shared among the threads
+        (``_in_batch_parts``)."""
+        leading = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        probs = np.empty(leading + (q.shape[-2], k.shape[-2]), dtype=np.result_type(q, k))
+        out = np.empty(leading + (q.shape[-2], v.shape[-1]), dtype=np.result_type(probs, v))
+
+        def run(b0, b1):
+            scores = probs[b0:b1]
+            # the scale goes on q: Tq d multiplications rather than Tq Tk on the scores
+            self.matmul(_entries(q, b0, b1) * q.dtype.type(scale),
+                        _entries(k, b0, b1).swapaxes(-1, -2), out=scores)
+            if bias is not None:
+                scores += _entries(bias, b0, b1)
+            allowed = self._allowed(q.shape[-2], k.shape[-2], causal,
+                                    _entries(key_mask, b0, b1, batch_axes=1))
+            if allowed is not None:
+                np.copyto(scores, -np.inf, where=~allowed)
+            self._softmax_in_place(scores)
+            self.matmul(scores, _entries(v, b0, b1), out=out[b0:b1])
+
+        self._in_batch_parts(leading[0], probs.size, run)
+        return out, (probs, None if bias is None else bias.shape)
 
     def attention_inference(self, q, k, v, scale, causal, key_mask, bias=None):
         """The output of ``attention`` alone, for a forward nothing will differentiate."""
@@ -497,16 +534,42 @@ class NumpyBackend:
     def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask, bias_grad=False):
         """(dq, dk, dv, dbias): dbias, the gradient of the forward's bias in its shape (the
         scores' gradient summed over the axes it was broadcast along), only when ``bias_grad``
-        (the forward had a bias), else None."""
+        (the forward had a bias), else None. dq, dk and dv have the broadcast batch and head
+        axes of the forward's probabilities. Shared among the threads as the forward."""
         probs, bias_shape = state
-        dv = self.matmul(probs.swapaxes(-1, -2), grad)
-        dscores = self.softmax_backward(probs, self.matmul(grad, v.swapaxes(-1, -2)), -1)
-        dbias = sum_to_shape(dscores, bias_shape) if bias_grad else None
-        dq = self.matmul(dscores, k)
-        dq *= scale  # the scale goes on the (T, d) products rather than on the (T, T) scores
-        dk = self.matmul(dscores.swapaxes(-1, -2), q)
-        dk *= scale
+        leading = probs.shape[:-2]
+        dtype = np.result_type(probs, grad, q, k, v)
+        dq, dk, dv = (np.empty(leading + (rows, x.shape[-1]), dtype=dtype) for rows, x in (
+            (probs.shape[-2], q), (probs.shape[-1], q), (probs.shape[-1], grad)))
+
+        def run(b0, b1):
+            part_probs, part_grad = probs[b0:b1], _entries(grad, b0, b1)
+            self.matmul(part_probs.swapaxes(-1, -2), part_grad, out=dv[b0:b1])
+            dscores = self.softmax_backward(
+                part_probs, self.matmul(part_grad, _entries(v, b0, b1).swapaxes(-1, -2)), -1)
+            # the scale goes on the (T, d) products rather than on the (T, T) scores
+            self.matmul(dscores, _entries(k, b0, b1), out=dq[b0:b1])
+            dq[b0:b1] *= scale
+            self.matmul(dscores.swapaxes(-1, -2), _entries(q, b0, b1), out=dk[b0:b1])
+            dk[b0:b1] *= scale
+            if bias_grad:
+                return sum_to_shape(dscores, _entries_shape(bias_shape, b0, b1))
+            return None
+
+        parts = self._in_batch_parts(leading[0], probs.size, run)
+        dbias = None
+        if bias_grad:   # each part's share: its entries of a batched bias, else a partial sum
+            batched = len(bias_shape) == probs.ndim and bias_shape[0] != 1
+            dbias = np.concatenate(parts) if batched else functools.reduce(np.add, parts)
         return dq, dk, dv, dbias
+
+    def _in_batch_parts(self, batch, work, run):
+        """``run(b0, b1)`` on consecutive ranges of the ``batch`` entries, one range per thread
+        (``_in_parts``: attention's per-head products are a stack of small products, each on
+        one BLAS thread, so only side by side do they use more cores); the results in order."""
+        if batch == 0:
+            return [run(0, 0)]
+        return self._in_parts(list(range(batch)), work, lambda part: run(part[0], part[-1] + 1))
 
     # ---- banded (sliding-window, optionally dilated) self-attention ---------------------------
     @staticmethod
