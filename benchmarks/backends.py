@@ -16,7 +16,9 @@ median time per runner and the median of the per-round ratios:
   n = 1k ... 16k, forward + backward time and peak memory (NumPy allocations traced with
   ``tracemalloc``, in a separate untimed call), next to full attention where it fits;
 * gpt: one AdamW training step of a small GPT (vocab 65, d_model 128, 4 heads, 4 layers,
-  context 128, batch 16; ``benchmarks/gpt.py``) on each runner, from the same weights; with
+  context 128, batch 16; ``benchmarks/gpt.py``) on each runner, from the same weights, each
+  timed step right after an untimed one of the same runner, as in a training loop (``interleaved``'s
+  ``lead_in``: otherwise the step after PyTorch's loses a core to its spinning workers); with
   ``--profile``, where the time of a step goes on the numpy and numba backends. The
   ``library/numba`` runner is the library's own ``models.gpt.GPT2LMHeadModel`` at the same sizes
   (what ``minitorch-nlp demo`` trains), from its own initialisation.
@@ -68,17 +70,27 @@ def _timed(fn):
     return clock() - start
 
 
-def interleaved(runners, repeats, budget, warmup=1):
+def interleaved(runners, repeats, budget, warmup=1, lead_in=False):
     """name -> list of seconds: ``warmup`` untimed rounds, then rounds of every runner once (the
-    first runner rotates), as many as fit in ``budget`` seconds, between 3 and ``repeats``."""
+    first runner rotates), as many as fit in ``budget`` seconds, between 3 and ``repeats``.
+
+    With ``lead_in``, each timed call comes right after an untimed call of the same runner, so
+    that it runs as in a loop of its own calls (a training loop), not in the wake of the runner
+    before it: PyTorch's OpenMP workers spin for milliseconds after its last operation and take a
+    core from whatever runs next (at two threads the numpy GPT step took 113 ms after its own
+    step and 118-121 ms right after PyTorch's, and 114 ms there with ``OMP_WAIT_POLICY=passive``,
+    which however slows PyTorch's own step from 95 to 116 ms)."""
     names = list(runners)
+    calls = 2 if lead_in else 1
     round_time = 0.0
     for _ in range(warmup):
-        round_time = sum(_timed(runners[name]) for name in names)
+        round_time = calls * sum(_timed(runners[name]) for name in names)
     rounds = max(3, min(repeats, int(budget / max(round_time, 1e-9))))
     times = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
+            if lead_in:
+                runners[name]()
             times[name].append(_timed(runners[name]))
     return times
 
@@ -502,9 +514,10 @@ def gpt_section(args, peers, have_numba):
 
     losses = {name: step() for name, step in steps.items()}  # step 0 from the same weights
     print("loss at step 0: " + ", ".join(f"{name} {loss:.6f}" for name, loss in losses.items()))
-    times = interleaved(steps, args.repeats, args.budget * 2)
+    times = interleaved(steps, args.repeats, args.budget * 4, lead_in=True)
     print(f"{'runner':<15}{'step ms':>10}{'/ pytorch':>11}{'hips /':>9}   (medians of "
-          f"{len(next(iter(times.values())))} interleaved rounds)")
+          f"{len(next(iter(times.values())))} interleaved rounds, each timed step right after "
+          "an untimed one of its own runner)")
     for name, t in times.items():
         vs_torch = (f"{median_ratio(t, times['pytorch']):>10.2f}x" if "pytorch" in times
                     else f"{'-':>11}")
