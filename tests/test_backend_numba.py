@@ -274,6 +274,38 @@ def test_softmax_all_masked_row_is_zero_not_nan():
         np.testing.assert_array_equal(NUMBA.log_softmax(x, -1)[0], -np.inf)
 
 
+@pytest.mark.parametrize("rows", [1, numba_kernels._CHUNKS - 1, numba_kernels._CHUNKS + 1, 200])
+def test_row_kernels_on_threads_give_the_calling_threads_bits(rows):
+    """The row kernels split the rows into ``_CHUNKS`` chunks of consecutive rows on Numba's
+    threads (every row in one chunk, whether there are fewer rows than chunks or more): each
+    row's result is the one the calling thread computes, bit for bit."""
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 33)).astype(np.float32) * 4
+    x[rows // 2] = -np.inf      # a row that sees nothing
+    finite = np.where(np.isfinite(x), x, 0)
+    grad = rng.standard_normal(x.shape).astype(np.float32)
+    target = rng.integers(-1, x.shape[1], rows)       # -1: ignored rows
+    weight, bias = (rng.standard_normal(x.shape[1]).astype(np.float32) for _ in range(2))
+
+    def results():
+        out = []
+        for name in ("softmax", "log_softmax"):
+            y = getattr(NUMBA, name)(x, -1)
+            out += [y, getattr(NUMBA, f"{name}_backward")(y, grad, -1)]
+        for smoothing in (0.0, 0.1):
+            loss, state = NUMBA.cross_entropy(finite, target, -1, smoothing)
+            out += [loss, NUMBA.cross_entropy_backward(state, target, grad[:, 0], -1, smoothing)]
+        y, xhat, rstd = NUMBA.layer_norm(finite, weight, bias, 1e-5)
+        return out + [y, xhat, rstd, NUMBA.layer_norm_backward(grad, xhat, rstd, weight)[0]]
+
+    with on_threads(False):
+        alone = results()
+    with on_threads(True):
+        shared = results()
+    for got, want in zip(shared, alone):
+        np.testing.assert_array_equal(got, want)
+
+
 @given(st.data())
 def test_layer_norm(data):
     dtype = data.draw(dtypes)

@@ -300,10 +300,9 @@ def _rows(fn):
 
 @register_jitable
 def _row_shift(x, r, cols):
-    """The maximum of row ``r``, or 0 when it is not finite (an all ``-inf`` row)."""
-    peak = x[r, 0]
-    for j in range(1, cols):
-        peak = max(peak, x[r, j])
+    """The maximum of row ``r`` (``_row_max``), or 0 when it is not finite (an all ``-inf``
+    row)."""
+    peak = _row_max(x[r], cols, x.dtype.type(-np.inf))
     if not math.isfinite(peak):
         peak = x.dtype.type(0)
     return peak
@@ -317,79 +316,6 @@ _BLOCK = 1024
 
 
 # ---- softmax and log-softmax over the last axis ----------------------------------------------
-@_rows
-def _softmax_row(x, out, log, r):
-    cols = x.shape[1]
-    shift = _row_shift(x, r, cols)
-    total = 0.0
-    for j0 in range(0, cols, _BLOCK):
-        x_blk = x[r, j0:j0 + _BLOCK]
-        out_blk = out[r, j0:j0 + _BLOCK]
-        part = x.dtype.type(0)
-        if log:
-            for j in range(x_blk.shape[0]):
-                part += fast_exp(x_blk[j] - shift)
-        else:
-            for j in range(x_blk.shape[0]):
-                e = fast_exp(x_blk[j] - shift)
-                out_blk[j] = e
-                part += e
-        total += part
-    if total == 0.0:
-        total = 1.0
-    if log:
-        log_total = x.dtype.type(math.log(total))
-        for j in range(cols):
-            out[r, j] = (x[r, j] - shift) - log_total
-    else:
-        inv = x.dtype.type(1.0 / total)
-        for j in range(cols):
-            out[r, j] *= inv
-
-
-@_kernel
-def softmax_rows(parallel, x, out, log):
-    """Softmax (log-softmax when ``log``) of each row of ``x`` (rows, cols) into ``out``.
-
-    An all ``-inf`` row gives zeros (log-softmax: ``-inf``), never NaN."""
-    if parallel:
-        for r in prange(x.shape[0]):
-            _softmax_row(x, out, log, r)
-    else:
-        for r in range(x.shape[0]):
-            _softmax_row(x, out, log, r)
-
-
-@_rows
-def _softmax_backward_row(y, grad, out, log, r):
-    cols = y.shape[1]
-    total = 0.0
-    if log:
-        for j in range(cols):
-            total += grad[r, j]
-        s = y.dtype.type(total)
-        for j in range(cols):
-            out[r, j] = grad[r, j] - fast_exp(y[r, j]) * s
-    else:
-        for j in range(cols):
-            total += grad[r, j] * y[r, j]
-        dot = y.dtype.type(total)
-        for j in range(cols):
-            out[r, j] = (grad[r, j] - dot) * y[r, j]
-
-
-@_kernel
-def softmax_backward_rows(parallel, y, grad, out, log):
-    """Vector-Jacobian product of ``softmax_rows`` given its output ``y``:
-    softmax: (g - sum(g y)) y;  log-softmax: g - exp(y) sum(g)."""
-    if parallel:
-        for r in prange(y.shape[0]):
-            _softmax_backward_row(y, grad, out, log, r)
-    else:
-        for r in range(y.shape[0]):
-            _softmax_backward_row(y, grad, out, log, r)
-
-
 # Kernels whose rows are short run a chunk of rows per call of their row function rather than
 # one row: each call passes every array's fields again and hoists nothing out of the row loop,
 # about 33 ns a row (the layer norm's (2048, 128) forward took 200 against 106 us so). In
@@ -401,6 +327,85 @@ _CHUNKS = 64
 def _chunk_bounds(rows, c):
     """(first, end) of chunk ``c`` of ``_CHUNKS`` near-equal chunks of ``rows`` rows."""
     return c * rows // _CHUNKS, (c + 1) * rows // _CHUNKS
+
+
+@_rows
+def _softmax_chunk(x, out, log, first, end):
+    cols = x.shape[1]
+    for r in range(first, end):
+        x_row, out_row = x[r], out[r]
+        shift = _row_shift(x, r, cols)
+        total = 0.0
+        for j0 in range(0, cols, _BLOCK):
+            x_blk = x_row[j0:j0 + _BLOCK]
+            out_blk = out_row[j0:j0 + _BLOCK]
+            part = x.dtype.type(0)
+            if log:
+                for j in range(x_blk.shape[0]):
+                    part += fast_exp(x_blk[j] - shift)
+            else:
+                for j in range(x_blk.shape[0]):
+                    e = fast_exp(x_blk[j] - shift)
+                    out_blk[j] = e
+                    part += e
+            total += part
+        if total == 0.0:
+            total = 1.0
+        if log:
+            log_total = x.dtype.type(math.log(total))
+            for j in range(cols):
+                out_row[j] = (x_row[j] - shift) - log_total
+        else:
+            inv = x.dtype.type(1.0 / total)
+            for j in range(cols):
+                out_row[j] *= inv
+
+
+@_kernel
+def softmax_rows(parallel, x, out, log):
+    """Softmax (log-softmax when ``log``) of each row of ``x`` (rows, cols) into ``out``.
+
+    An all ``-inf`` row gives zeros (log-softmax: ``-inf``), never NaN."""
+    rows = x.shape[0]
+    if parallel:
+        for c in prange(_CHUNKS):
+            first, end = _chunk_bounds(rows, c)
+            _softmax_chunk(x, out, log, first, end)
+    else:
+        _softmax_chunk(x, out, log, 0, rows)
+
+
+@_rows
+def _softmax_backward_chunk(y, grad, out, log, first, end):
+    cols = y.shape[1]
+    for r in range(first, end):
+        y_row, g_row, out_row = y[r], grad[r], out[r]
+        total = 0.0
+        if log:
+            for j in range(cols):
+                total += g_row[j]
+            s = y.dtype.type(total)
+            for j in range(cols):
+                out_row[j] = g_row[j] - fast_exp(y_row[j]) * s
+        else:
+            for j in range(cols):
+                total += g_row[j] * y_row[j]
+            dot = y.dtype.type(total)
+            for j in range(cols):
+                out_row[j] = (g_row[j] - dot) * y_row[j]
+
+
+@_kernel
+def softmax_backward_rows(parallel, y, grad, out, log):
+    """Vector-Jacobian product of ``softmax_rows`` given its output ``y``:
+    softmax: (g - sum(g y)) y;  log-softmax: g - exp(y) sum(g)."""
+    rows = y.shape[0]
+    if parallel:
+        for c in prange(_CHUNKS):
+            first, end = _chunk_bounds(rows, c)
+            _softmax_backward_chunk(y, grad, out, log, first, end)
+    else:
+        _softmax_backward_chunk(y, grad, out, log, 0, rows)
 
 
 # ---- layer norm over the last axis ------------------------------------------------------------
@@ -684,33 +689,35 @@ def scatter_add_rows(parallel, index, src, out, block):
 
 # ---- cross-entropy from logits, fused with its gradient ---------------------------------------
 @_rows
-def _cross_entropy_row(x, target, keep_weight, smoothing, loss, shift, log_total, r):
+def _cross_entropy_chunk(x, target, keep_weight, smoothing, loss, shift, log_total, first, end):
     cols = x.shape[1]
-    s = _row_shift(x, r, cols)
-    total = 0.0
-    for j0 in range(0, cols, _BLOCK):
-        x_blk = x[r, j0:j0 + _BLOCK]
-        part = x.dtype.type(0)
-        for j in range(x_blk.shape[0]):
-            part += fast_exp(x_blk[j] - s)
-        total += part
-    if total == 0.0:
-        total = 1.0
-    lt = x.dtype.type(math.log(total))
-    shift[r] = s
-    log_total[r] = lt
-    t = target[r]
-    if t < 0:
-        loss[r] = 0
-    else:
-        nll = -((x[r, t] - s) - lt)
-        if smoothing != 0:
-            total = 0.0
-            for j in range(cols):
-                total += (x[r, j] - s) - lt
-            loss[r] = keep_weight * nll - smoothing * x.dtype.type(total / cols)
+    for r in range(first, end):
+        x_row = x[r]
+        s = _row_shift(x, r, cols)
+        total = 0.0
+        for j0 in range(0, cols, _BLOCK):
+            x_blk = x_row[j0:j0 + _BLOCK]
+            part = x.dtype.type(0)
+            for j in range(x_blk.shape[0]):
+                part += fast_exp(x_blk[j] - s)
+            total += part
+        if total == 0.0:
+            total = 1.0
+        lt = x.dtype.type(math.log(total))
+        shift[r] = s
+        log_total[r] = lt
+        t = target[r]
+        if t < 0:
+            loss[r] = 0
         else:
-            loss[r] = nll
+            nll = -((x_row[t] - s) - lt)
+            if smoothing != 0:
+                total = 0.0
+                for j in range(cols):
+                    total += (x_row[j] - s) - lt
+                loss[r] = keep_weight * nll - smoothing * x.dtype.type(total / cols)
+            else:
+                loss[r] = nll
 
 
 @_kernel
@@ -719,29 +726,33 @@ def cross_entropy_rows(parallel, x, target, keep_weight, smoothing, loss, shift,
     where ``target`` is -1 (ignored); saves the row shift and log of the sum of exponentials, from
     which the backward recomputes log p = (x - shift) - log_total. ``keep_weight`` = 1 - eps and
     ``smoothing`` = eps have the dtype of ``x``."""
+    rows = x.shape[0]
     if parallel:
-        for r in prange(x.shape[0]):
-            _cross_entropy_row(x, target, keep_weight, smoothing, loss, shift, log_total, r)
+        for c in prange(_CHUNKS):
+            first, end = _chunk_bounds(rows, c)
+            _cross_entropy_chunk(x, target, keep_weight, smoothing, loss, shift, log_total,
+                                 first, end)
     else:
-        for r in range(x.shape[0]):
-            _cross_entropy_row(x, target, keep_weight, smoothing, loss, shift, log_total, r)
+        _cross_entropy_chunk(x, target, keep_weight, smoothing, loss, shift, log_total, 0, rows)
 
 
 @_rows
-def _cross_entropy_backward_row(x, target, shift, log_total, grad_rows, keep_weight, uniform,
-                                out, r):
+def _cross_entropy_backward_chunk(x, target, shift, log_total, grad_rows, keep_weight, uniform,
+                                  out, first, end):
     cols = x.shape[1]
-    t = target[r]
-    if t < 0:
-        for j in range(cols):
-            out[r, j] = 0
-    else:
-        g = grad_rows[r]
-        s = shift[r]
-        lt = log_total[r]
-        for j in range(cols):
-            out[r, j] = (fast_exp((x[r, j] - s) - lt) - uniform) * g
-        out[r, t] = (fast_exp((x[r, t] - s) - lt) - uniform - keep_weight) * g
+    for r in range(first, end):
+        x_row, out_row = x[r], out[r]
+        t = target[r]
+        if t < 0:
+            for j in range(cols):
+                out_row[j] = 0
+        else:
+            g = grad_rows[r]
+            s = shift[r]
+            lt = log_total[r]
+            for j in range(cols):
+                out_row[j] = (fast_exp((x_row[j] - s) - lt) - uniform) * g
+            out_row[t] = (fast_exp((x_row[t] - s) - lt) - uniform - keep_weight) * g
 
 
 @_kernel
@@ -749,14 +760,15 @@ def cross_entropy_backward_rows(parallel, x, target, shift, log_total, grad_rows
                                 uniform, out):
     """d loss_r / d x_r = (p_r - eps / C - (1 - eps) onehot(t_r)) * grad_r; 0 on ignored rows
     (target -1). ``uniform`` = eps / C and ``keep_weight`` = 1 - eps have the dtype of ``x``."""
+    rows = x.shape[0]
     if parallel:
-        for r in prange(x.shape[0]):
-            _cross_entropy_backward_row(x, target, shift, log_total, grad_rows, keep_weight,
-                                        uniform, out, r)
+        for c in prange(_CHUNKS):
+            first, end = _chunk_bounds(rows, c)
+            _cross_entropy_backward_chunk(x, target, shift, log_total, grad_rows, keep_weight,
+                                          uniform, out, first, end)
     else:
-        for r in range(x.shape[0]):
-            _cross_entropy_backward_row(x, target, shift, log_total, grad_rows, keep_weight,
-                                        uniform, out, r)
+        _cross_entropy_backward_chunk(x, target, shift, log_total, grad_rows, keep_weight,
+                                      uniform, out, 0, rows)
 
 
 # ---- attention: the masked softmax between two matmuls ----------------------------------------
