@@ -75,14 +75,19 @@ FLOAT32 = ErfCoefficients(
 
 
 def _horner(coefficients, u):
-    result = np.full_like(u, coefficients[-1])
-    for c in coefficients[-2::-1]:
+    result = u * coefficients[-1]
+    result += coefficients[-2]
+    for c in coefficients[-3::-1]:
         result *= u
         result += c
     return result
 
 
-BLOCK = 1 << 14  # elements per block: a block's dozens of passes stay in the L2 cache
+# Elements per block: a block's dozens of passes stay in the L2 cache, and each pass is long
+# enough that NumPy's cost per call (under the GIL) does not dominate. (1280, 1536) float32 on a
+# 1 MB L2, one thread: erf 25.7 / 19.8 / 16.1 / 14.4 / 13.7 / 13.9 ms at 2^12 ... 2^17; the NumPy
+# backend's bias + erf-GELU at two threads 37.3 / 24.9 / 18.2 / 17.1 / 14.4 / 13.7 ms.
+BLOCK = 1 << 16
 
 
 def _erf_block(x, c, out):
