@@ -79,6 +79,15 @@ def _entries_shape(shape, b0, b1, batch_axes=4):
     return (b1 - b0,) + tuple(shape[1:])
 
 
+def _sum_keepdims(x, axis):
+    """``x.sum(axis=axis, keepdims=True)``; over the last axis through einsum's loop, as NumPy's
+    reduction takes 3-4x as long on rows of 32 to 1024 elements, paying a fixed cost per row
+    ((16, 4, 128, 128) float32: 290 against 86 us)."""
+    if x.ndim and axis in (-1, x.ndim - 1):
+        return np.einsum("...i->...", x)[..., None]
+    return x.sum(axis=axis, keepdims=True)
+
+
 def _max_for_shift(x, axis):
     """Row maxima used to shift logits before ``exp``; rows that are all ``-inf`` shift by 0."""
     m = x.max(axis=axis, keepdims=True)
@@ -260,7 +269,7 @@ class NumpyBackend:
     def _normalised_exp(y, axis):
         """exp(y) / sum(exp(y)) along ``axis``, over ``y`` (logits shifted by their maxima)."""
         np.exp(y, out=y)
-        total = y.sum(axis=axis, keepdims=True)
+        total = _sum_keepdims(y, axis)
         total[total == 0] = 1  # a row that was all -inf gives zeros, not NaN
         y /= total
         return y
@@ -274,21 +283,20 @@ class NumpyBackend:
 
     def log_softmax(self, x, axis):
         shifted = np.subtract(x, _max_for_shift(x, axis))
-        total = np.exp(shifted).sum(axis=axis, keepdims=True)
+        total = _sum_keepdims(np.exp(shifted), axis)
         total[total == 0] = 1  # all -inf row: log-probabilities stay -inf, no NaN
         shifted -= np.log(total)
         return shifted
 
     def log_softmax_backward(self, y, grad, axis):
         out = np.exp(y)
-        out *= grad.sum(axis=axis, keepdims=True)
+        out *= _sum_keepdims(grad, axis)
         np.subtract(grad, out, out=out)
         return out
 
     # ---- layer norm over the last axis -------------------------------------------------------
     def layer_norm(self, x, weight, bias, eps):
-        mean = x.mean(axis=-1, keepdims=True)
-        xhat = np.subtract(x, mean)
+        xhat = np.subtract(x, _sum_keepdims(x, -1) / x.shape[-1])
         var = np.einsum("...i,...i->...", xhat, xhat)[..., None] / x.shape[-1]
         rstd = 1.0 / np.sqrt(var + eps)
         xhat *= rstd.astype(x.dtype, copy=False)
@@ -311,7 +319,7 @@ class NumpyBackend:
         dbias = g2.sum(axis=0)
         dxhat = grad * weight if weight is not None else grad.copy()
         n = grad.shape[-1]
-        mean_dxhat = dxhat.mean(axis=-1, keepdims=True)
+        mean_dxhat = _sum_keepdims(dxhat, -1) / n
         mean_dxhat_xhat = np.einsum("...i,...i->...", dxhat, xhat)[..., None] / n
         dxhat -= mean_dxhat
         dxhat -= xhat * mean_dxhat_xhat
