@@ -63,18 +63,18 @@ def _as_last_axis_row(bias, x):
     return bias.reshape(-1)
 
 
-def _entries(x, b0, b1, batch_axes=4):
-    """Entries ``b0:b1`` of the batch axis of ``x``, None or an array that broadcasts against
-    arrays of ``batch_axes`` axes, the batch first: ``x`` itself where it does not vary along
-    the batch (fewer axes, or one entry)."""
-    if x is None or x.ndim < batch_axes or x.shape[0] == 1:
+def _entries(x, b0, b1, ndim=4):
+    """Entries ``b0:b1`` along the batch axis of ``x``: None, or an array broadcast against
+    (batch, ...) arrays of ``ndim`` axes (4 for attention's q, k, v and score bias, 2 for its key
+    mask). ``x`` itself where it has no batch axis of its own (fewer axes, or one entry)."""
+    if x is None or x.ndim < ndim or x.shape[0] == 1:
         return x
     return x[b0:b1]
 
 
-def _entries_shape(shape, b0, b1, batch_axes=4):
+def _entries_shape(shape, b0, b1, ndim=4):
     """The shape of ``_entries`` of an array of ``shape``."""
-    if len(shape) < batch_axes or shape[0] == 1:
+    if len(shape) < ndim or shape[0] == 1:
         return shape
     return (b1 - b0,) + tuple(shape[1:])
 
@@ -526,7 +526,7 @@ class NumpyBackend:
             if bias is not None:
                 scores += _entries(bias, b0, b1)
             allowed = self._allowed(q.shape[-2], k.shape[-2], causal,
-                                    _entries(key_mask, b0, b1, batch_axes=1))
+                                    _entries(key_mask, b0, b1, ndim=2))
             if allowed is not None:
                 np.copyto(scores, -np.inf, where=~allowed)
             self._softmax_in_place(scores)
