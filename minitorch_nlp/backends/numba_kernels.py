@@ -637,31 +637,21 @@ def gelu_rows(parallel, x, bias, grad, out, tanh, backward, constants):
 @_rows
 def _adam_block(theta, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, amsgrad, decay, l2, beta1,
                 beta2, step_size, eps_hat, block, b):
-    # views from index 0, and a loop of its own without AMSGrad (``max_exp_avg_sq`` is then
-    # ``exp_avg_sq`` itself), so that LLVM vectorises: indexing the whole arrays from b * block,
-    # the loop ran scalar, twice the NumPy update's time on arrays in the cache
+    # over views from index 0, so that LLVM vectorises the loop (see _BLOCK)
     lo, hi = b * block, min(theta.shape[0], (b + 1) * block)
     t, g_in, m_out, v_out = theta[lo:hi], grad[lo:hi], exp_avg[lo:hi], exp_avg_sq[lo:hi]
+    v_max = max_exp_avg_sq[lo:hi]
     one = theta.dtype.type(1.0)
-    if amsgrad:
-        v_max = max_exp_avg_sq[lo:hi]
-        for i in range(t.shape[0]):
-            g = g_in[i] + l2 * t[i]
-            m = beta1 * m_out[i] + (one - beta1) * g
-            v = beta2 * v_out[i] + (one - beta2) * (g * g)
-            m_out[i] = m
-            v_out[i] = v
+    for i in range(t.shape[0]):
+        g = g_in[i] + l2 * t[i]
+        m = beta1 * m_out[i] + (one - beta1) * g
+        v = beta2 * v_out[i] + (one - beta2) * (g * g)
+        m_out[i] = m
+        v_out[i] = v
+        if amsgrad:
             v = max(v_max[i], v)
             v_max[i] = v
-            t[i] = decay * t[i] - step_size * m / (math.sqrt(v) + eps_hat)
-    else:
-        for i in range(t.shape[0]):
-            g = g_in[i] + l2 * t[i]
-            m = beta1 * m_out[i] + (one - beta1) * g
-            v = beta2 * v_out[i] + (one - beta2) * (g * g)
-            m_out[i] = m
-            v_out[i] = v
-            t[i] = decay * t[i] - step_size * m / (math.sqrt(v) + eps_hat)
+        t[i] = decay * t[i] - step_size * m / (math.sqrt(v) + eps_hat)
 
 
 @_kernel
