@@ -63,20 +63,17 @@ def _as_last_axis_row(bias, x):
     return bias.reshape(-1)
 
 
+def _has_batch(shape, ndim=4):
+    """Whether an array of ``shape``, broadcast against (batch, ...) arrays of ``ndim`` axes (4
+    for attention's q, k, v and score bias, 2 for its key mask), has a batch axis of its own: as
+    many axes, and more than one entry along the first."""
+    return len(shape) >= ndim and shape[0] != 1
+
+
 def _entries(x, b0, b1, ndim=4):
-    """Entries ``b0:b1`` along the batch axis of ``x``: None, or an array broadcast against
-    (batch, ...) arrays of ``ndim`` axes (4 for attention's q, k, v and score bias, 2 for its key
-    mask). ``x`` itself where it has no batch axis of its own (fewer axes, or one entry)."""
-    if x is None or x.ndim < ndim or x.shape[0] == 1:
-        return x
-    return x[b0:b1]
-
-
-def _entries_shape(shape, b0, b1, ndim=4):
-    """The shape of ``_entries`` of an array of ``shape``."""
-    if len(shape) < ndim or shape[0] == 1:
-        return shape
-    return (b1 - b0,) + tuple(shape[1:])
+    """Entries ``b0:b1`` along the batch axis of ``x`` (None, or an array as in ``_has_batch``);
+    ``x`` itself where it has no batch axis of its own."""
+    return x[b0:b1] if x is not None and _has_batch(x.shape, ndim) else x
 
 
 def _sum_keepdims(x, axis):
@@ -549,6 +546,7 @@ class NumpyBackend:
         dtype = np.result_type(probs, grad, q, k, v)
         dq, dk, dv = (np.empty(leading + (rows, x.shape[-1]), dtype=dtype) for rows, x in (
             (probs.shape[-2], q), (probs.shape[-1], q), (probs.shape[-1], grad)))
+        batched = bias_grad and _has_batch(bias_shape)
 
         def run(b0, b1):
             part_probs, part_grad = probs[b0:b1], _entries(grad, b0, b1)
@@ -561,13 +559,13 @@ class NumpyBackend:
             self.matmul(dscores.swapaxes(-1, -2), _entries(q, b0, b1), out=dk[b0:b1])
             dk[b0:b1] *= scale
             if bias_grad:
-                return sum_to_shape(dscores, _entries_shape(bias_shape, b0, b1))
+                part_shape = (b1 - b0,) + bias_shape[1:] if batched else bias_shape
+                return sum_to_shape(dscores, part_shape)
             return None
 
         parts = self._in_batch_parts(leading[0], probs.size, run)
         dbias = None
         if bias_grad:   # each part's share: its entries of a batched bias, else a partial sum
-            batched = len(bias_shape) == probs.ndim and bias_shape[0] != 1
             dbias = np.concatenate(parts) if batched else functools.reduce(np.add, parts)
         return dq, dk, dv, dbias
 
