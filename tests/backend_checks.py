@@ -49,6 +49,20 @@ def assert_same(got, want, tol=TOL):
         np.testing.assert_allclose(g, w, **tol, err_msg=f"output {i}")
 
 
+def heads_split_by_a_permute(x):
+    """``x`` (B, H, T, D) as ``MultiHeadAttention.split_heads`` hands it to the attention core: a
+    permute of a (B, T, H, D) array, so that each head's rows are strided."""
+    return np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+
+
+def assert_heads_merge_without_a_copy(out, grads=()):
+    """Attention's (B, H, T, D) output lies heads apart, (B, T, H, D) in memory, and so do
+    ``grads``, the gradients of ``heads_split_by_a_permute`` inputs: merging the heads back into
+    (B, T, H * D), or the backward of splitting them, is a reshape, not a copy."""
+    for array in (out, *grads):
+        assert array.transpose(0, 2, 1, 3).flags.c_contiguous
+
+
 def cotangent(seed, shape):
     return np.random.default_rng(seed).standard_normal(shape)
 

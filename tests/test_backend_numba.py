@@ -40,7 +40,8 @@ from minitorch_nlp.backends import erf as erf_coefficients, get_backend, numba_b
 from minitorch_nlp.backends import threads as cpu_threads
 from minitorch_nlp.backends.threads import in_threads
 from minitorch_nlp.testing import strategies as S
-from tests.backend_checks import (ERF_ULPS, adam_cases, adam_steps, erf_arguments, erf_grid,
+from tests.backend_checks import (ERF_ULPS, assert_heads_merge_without_a_copy,
+                                  heads_split_by_a_permute, adam_cases, adam_steps, erf_arguments, erf_grid,
                                   erf_ulp_errors)
 
 REF = get_backend("numpy")
@@ -440,13 +441,16 @@ def attention_inputs(draw, same_length=False):
 
 
 @given(attention_inputs(), st.booleans(), st.sampled_from([1 << 20, 7, 3]),
-       st.sampled_from([128, 2, 1]), parallel, st.data())
-def test_attention_with_a_score_bias(inputs, keep_probs, block, causal_rows, parallel, data):
+       st.sampled_from([128, 2, 1]), parallel, st.booleans(), st.data())
+def test_attention_with_a_score_bias(inputs, keep_probs, block, causal_rows, parallel, strided,
+                                     data):
     """As ``test_attention``, with a bias added to the scores inside the kernel; its gradient
     (the scores' gradient summed over the axes it was broadcast along) against the NumPy
     backend's."""
     q, k, v, grad, key_mask, scale, causal = inputs
     bias = data.draw(S.score_biases(q.shape[:3] + k.shape[2:3], q.dtype))
+    if strided:
+        q, k, v, grad = (heads_split_by_a_permute(x) for x in (q, k, v, grad))
     expected, ref_state = REF.attention(q, k, v, scale, causal, key_mask, bias)
     keep = (1 << 20) * keep_probs
     with mock.patch.multiple(numba_backend, _KEEP_PROBS=keep, _CAUSAL_KEEP_PROBS=keep,
@@ -460,6 +464,7 @@ def test_attention_with_a_score_bias(inputs, keep_probs, block, causal_rows, par
     assert grads[3].shape == bias.shape
     assert_all_same(grads, REF.attention_backward(grad, q, k, v, ref_state, scale, causal,
                                                   key_mask, True), cond=max(1.0, scale))
+    assert_heads_merge_without_a_copy(actual, grads[:3] if strided else ())
 
 
 def test_attention_bias_of_another_dtype_falls_back_to_numpy():
@@ -471,13 +476,16 @@ def test_attention_bias_of_another_dtype_falls_back_to_numpy():
 
 
 @given(attention_inputs(), st.booleans(), st.sampled_from([1 << 20, 7, 3]),
-       st.sampled_from([128, 2, 1]), parallel)
-def test_attention(inputs, keep_probs, block, causal_rows, parallel):
+       st.sampled_from([128, 2, 1]), parallel, st.booleans())
+def test_attention(inputs, keep_probs, block, causal_rows, parallel, strided):
     """Without ``keep_probs`` the backward recomputes the probabilities. A small ``block`` splits
     the scores, kept or not, into blocks of pairs and query rows; without ``keep_probs`` a small
     ``causal_rows`` then makes causal blocks of only the keys their rows can see, as at long
-    sequence lengths."""
+    sequence lengths. ``strided``: q, k, v and the output's gradient as heads split off a
+    projection, read where they are."""
     q, k, v, grad, key_mask, scale, causal = inputs
+    if strided:
+        q, k, v, grad = (heads_split_by_a_permute(x) for x in (q, k, v, grad))
     expected, ref_state = REF.attention(q, k, v, scale, causal, key_mask)
     keep = (1 << 20) * keep_probs
     with mock.patch.multiple(numba_backend, _KEEP_PROBS=keep, _CAUSAL_KEEP_PROBS=keep,
@@ -489,6 +497,7 @@ def test_attention(inputs, keep_probs, block, causal_rows, parallel):
     # in float32 a gradient's rounding error grows with the scale of the scores
     assert_all_same(grads, REF.attention_backward(grad, q, k, v, ref_state, scale, causal,
                                                   key_mask), cond=max(1.0, scale))
+    assert_heads_merge_without_a_copy(actual, grads[:3] if strided else ())
 
 
 @contextlib.contextmanager
@@ -509,10 +518,9 @@ def blocks_in_threads():
 def test_attention_blocks_in_threads_give_the_calling_threads_result(inputs, keep_probs, block,
                                                                      causal_rows, with_bias,
                                                                      data):
-    """With the blocks spread over Python threads (and the input copies by slices of the batch;
-    the backward's blocks only when they are whole pairs), the output, the saved state and the
-    gradients are those of the calling thread's run, bit for bit, and match the NumPy
-    backend."""
+    """With the blocks spread over Python threads (the backward's only when they are whole
+    pairs), the output, the saved state and the gradients are those of the calling thread's
+    run, bit for bit, and match the NumPy backend."""
     q, k, v, grad, key_mask, scale, causal = inputs
     bias = data.draw(S.score_biases(q.shape[:3] + k.shape[2:3], q.dtype)) if with_bias else None
     keep = (1 << 20) * keep_probs
@@ -527,9 +535,9 @@ def test_attention_blocks_in_threads_give_the_calling_threads_result(inputs, kee
             grads = NUMBA.attention_backward(grad, q, k, v, state, scale, causal, key_mask,
                                              with_bias)
     np.testing.assert_array_equal(actual, expected)
-    for saved, expected_saved in zip((state.peak, state.inv_total, state.probs, *state.qkv),
+    for saved, expected_saved in zip((state.peak, state.inv_total, state.probs),
                                      (expected_state.peak, expected_state.inv_total,
-                                      expected_state.probs, *expected_state.qkv)):
+                                      expected_state.probs)):
         np.testing.assert_array_equal(saved, expected_saved)
     for g, expected_g in zip(grads, expected_grads):
         np.testing.assert_array_equal(g, expected_g)
@@ -538,22 +546,25 @@ def test_attention_blocks_in_threads_give_the_calling_threads_result(inputs, kee
                                                   key_mask, with_bias), cond=max(1.0, scale))
 
 
-@given(st.integers(1, 40), st.integers(1, 9), st.integers(1, 9), st.booleans(),
-       st.integers(1, 4), st.sampled_from([1 << 18, 50, 7]))
-def test_attention_blocks_cover_every_pair_once_in_even_shares(pairs, tq, tk, causal, threads,
-                                                               block):
+@given(st.integers(1, 10), st.integers(1, 6), st.integers(1, 9), st.integers(1, 9),
+       st.booleans(), st.integers(1, 4), st.sampled_from([1 << 18, 50, 7]))
+def test_attention_blocks_cover_every_pair_once_in_slices_of_the_batch(batch, heads, tq, tk,
+                                                                      causal, threads, block):
     with mock.patch.object(numba_backend, "_ATTENTION_BLOCK", block):
-        blocks = list(NUMBA._attention_blocks(pairs, tq, tk, causal, threads))
-    covered = np.zeros((pairs, tq), dtype=int)
-    for p0, p1, i0, i1, keys in blocks:
-        assert (p1 - p0) * (i1 - i0) * keys <= max(block, tk)
-        covered[p0:p1, i0:i1] += 1
+        blocks = list(NUMBA._attention_blocks(batch, heads, tq, tk, causal, threads))
+    covered = np.zeros((batch, heads, tq), dtype=int)
+    for b0, b1, h0, h1, i0, i1, keys in blocks:
+        assert (b1 - b0) * (h1 - h0) * (i1 - i0) * keys <= max(block, tk)
+        # whole entries, or heads of one entry; query rows of one pair only: the block's
+        # kept probabilities are a contiguous slice of (batch, heads, tq, tk)
+        assert (h0, h1) == (0, heads) or b1 == b0 + 1
+        assert (i0, i1) == (0, tq) or (b1 - b0) * (h1 - h0) == 1
+        covered[b0:b1, h0:h1, i0:i1] += 1
     assert (covered == 1).all()
-    sizes = {p1 - p0 for p0, p1, *_ in blocks if p1 < pairs}
-    assert len(sizes) <= 1          # equal blocks of pairs, the last one possibly smaller
-    first_rows = [(p0, p1) for p0, p1, i0, *_ in blocks if i0 == 0]
+    pairs = batch * heads
+    first_rows = [(b1 - b0) * (h1 - h0) for b0, b1, h0, h1, i0, *_ in blocks if i0 == 0]
     if len(first_rows) < threads:   # fewer blocks than threads only when each is a thread's share
-        assert first_rows[0][1] - first_rows[0][0] <= -(-pairs // threads)
+        assert max(first_rows) <= -(-pairs // threads)
 
 
 def test_in_threads_runs_every_task_and_hands_back_its_error():

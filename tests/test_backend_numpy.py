@@ -29,6 +29,7 @@ from hypothesis import given, strategies as st
 from minitorch_nlp.backends import numpy_backend, threads
 from minitorch_nlp.backends.numpy_backend import NumpyBackend
 from minitorch_nlp.testing import strategies as S
+from tests.backend_checks import assert_heads_merge_without_a_copy, heads_split_by_a_permute
 
 pytestmark = pytest.mark.sec4
 
@@ -320,6 +321,26 @@ def batched_attention_inputs(draw):
     key_mask = draw(st.none() | S.bool_masks((batch, tk)))
     bias = draw(st.none() | S.score_biases((batch, heads, tq, tk)))
     return q, k, v, grad, key_mask, bias, draw(st.booleans())
+
+
+@given(inputs=batched_attention_inputs())
+def test_attention_output_lies_heads_apart_and_gradients_as_their_inputs(inputs):
+    """Heads split off a projection by a permute come back merged by a reshape, not a copy: the
+    output and q's gradient lie (B, T, H, D) in memory; the values are those of contiguous
+    inputs."""
+    q, k, v, grad, key_mask, bias, causal = inputs
+    strided = heads_split_by_a_permute(q)
+    out, state = NUMPY.attention(strided, k, v, 0.5, causal, key_mask, bias)
+    grads = NUMPY.attention_backward(grad, strided, k, v, state, 0.5, causal, key_mask,
+                                     bias is not None)
+    assert_heads_merge_without_a_copy(out, grads[:1])
+    want_out, want_state = NUMPY.attention(q, k, v, 0.5, causal, key_mask, bias)
+    want = NUMPY.attention_backward(grad, q, k, v, want_state, 0.5, causal, key_mask,
+                                    bias is not None)
+    for got, expected in zip((out,) + grads, (want_out,) + want):
+        if expected is not None:
+            assert got.shape == expected.shape
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
 @given(inputs=batched_attention_inputs(), threads=st.integers(2, 3))

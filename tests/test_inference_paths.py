@@ -21,6 +21,7 @@ import minitorch_nlp as mt
 from minitorch_nlp import nn
 from minitorch_nlp.backends import numba_backend
 from minitorch_nlp.testing import strategies as S
+from tests.backend_checks import assert_heads_merge_without_a_copy, heads_split_by_a_permute
 from tests.test_backend_numba import (NUMBA, REF, arrays, assert_same, attention_inputs,
                                       blocks_in_threads, dtypes, on_threads, parallel,
                                       small_shapes)
@@ -46,12 +47,6 @@ def test_layer_norm_inference_falls_back_to_numpy_for_what_the_kernel_does_not_t
                 REF.layer_norm(x, weight, None, 1e-5)[0])
 
 
-def heads_split_by_a_permute(x):
-    """``x`` (B, H, T, D) as the view ``MultiHeadAttention.split_heads`` hands the core: a
-    permute of a (B, T, H, D) array, so that each head's rows are strided."""
-    return np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
-
-
 @given(attention_inputs(), st.sampled_from([1 << 20, 7, 3]), st.booleans(), st.booleans(),
        parallel, st.data())
 def test_attention_inference_matches_numpy(inputs, block, strided, threaded, parallel, data):
@@ -66,8 +61,7 @@ def test_attention_inference_matches_numpy(inputs, block, strided, threaded, par
     with mock.patch.object(numba_backend, "_ATTENTION_BLOCK", block), threads:
         actual = NUMBA.attention_inference(q, k, v, scale, causal, key_mask, bias)
     assert_same(actual, expected)
-    # (B, H, T, D) seen over a (B, T, H, D) array: merging the heads needs no copy
-    assert actual.transpose(0, 2, 1, 3).flags.c_contiguous
+    assert_heads_merge_without_a_copy(actual)
 
 
 def test_attention_inference_falls_back_to_numpy_for_what_the_kernels_do_not_take():

@@ -52,7 +52,8 @@ import numpy as np
 from . import numba_kernels as kernels
 from . import numba_linear_kernels as linear_kernels
 from . import numba_sparse_kernels as sparse_kernels
-from .numpy_backend import NumpyBackend, _as_last_axis_row, _rows_of, sum_to_shape
+from .numpy_backend import (NumpyBackend, _as_last_axis_row, _rows_of, empty_heads_apart,
+                            empty_in_layout_of, sum_to_shape)
 from .threads import in_threads, inside_a_task, one_blas_thread, task_threads
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -140,9 +141,7 @@ class _AttentionState(NamedTuple):
     bias_shape: tuple | None  # the bias's own shape, None when there is none
     peak: np.ndarray      # (B*H, Tq) row shift of the scaled, masked scores
     inv_total: np.ndarray  # (B*H, Tq) 1 / sum of exponentials
-    probs: np.ndarray | None  # (B*H, Tq, Tk) when small enough to keep, else recomputed
-    qkv: tuple  # the contiguous (B*H, T, D) q, k, v the forward made (heads split by a permute
-    #             are views, and copying them again in backward cost ~10 ms per GPT step)
+    probs: np.ndarray | None  # (B, H, Tq, Tk) when small enough to keep, else recomputed
 
 
 class _CrossEntropyState(NamedTuple):
@@ -386,9 +385,14 @@ class NumbaBackend(NumpyBackend):
         return out
 
     # ---- attention ------------------------------------------------------------------------------
-    def _attention_inputs(self, q, k, v, key_mask, q_scale=None):
-        """(q (times ``q_scale`` when given), k, v as contiguous (B*H, T, D), the key mask as a
-        (B, Tk) bool array), or None. The copies run in threads, by slices of the batch."""
+    # The dense kernels read q, k and v where they are: heads split off a projection by a
+    # permute are strided (B, H, T, D) views that BLAS reads as they are. The output is laid out
+    # heads apart and the gradients as their inputs (``empty_heads_apart``,
+    # ``empty_in_layout_of``), so that merging the heads back moves no data. The scale is
+    # applied to the scores in the softmax kernel.
+    def _attention_inputs(self, q, k, v, key_mask):
+        """(q, k, v as contiguous (B*H, T, D), the key mask as a (B, Tk) bool array), or None,
+        for the banded kernels. The copies run in threads, by slices of the batch."""
         if not _attention_shapes_fit(q, k, v):
             return None
         batch, heads, tk = k.shape[0], k.shape[1], k.shape[2]
@@ -399,20 +403,26 @@ class NumbaBackend(NumpyBackend):
         bounds = np.linspace(0, batch, threads + 1).astype(int)
         copies = []
 
-        def as_pairs(x, factor=None):
-            if factor is None and x.flags.c_contiguous:
+        def as_pairs(x):
+            if x.flags.c_contiguous:
                 return x.reshape((batch * heads,) + x.shape[2:])
             out = np.empty(x.shape, dtype=x.dtype)
             for b0, b1 in zip(bounds[:-1], bounds[1:]):
-                copies.append(functools.partial(np.copyto, out[b0:b1], x[b0:b1]) if factor is None
-                              else functools.partial(np.multiply, x[b0:b1], factor,
-                                                     out=out[b0:b1]))
+                copies.append(functools.partial(np.copyto, out[b0:b1], x[b0:b1]))
             return out.reshape((batch * heads,) + x.shape[2:])
 
-        q3 = as_pairs(q, None if q_scale is None else q.dtype.type(q_scale))
-        k3, v3 = as_pairs(k), as_pairs(v)
+        q3, k3, v3 = as_pairs(q), as_pairs(k), as_pairs(v)
         in_threads(copies, threads)
         return q3, k3, v3, mask
+
+    def _dense_attention_arguments(self, q, k, v, key_mask, bias):
+        """(key mask, bias view) as the dense kernels read them, or None when they cannot take
+        these inputs (the NumPy backend's code then runs)."""
+        if not _attention_shapes_fit(q, k, v):
+            return None
+        mask = self._attention_key_mask(key_mask, k.shape[0], k.shape[2])
+        bias_view = None if mask is None else self._attention_bias(bias, q, k)
+        return None if bias_view is None else (mask, bias_view)
 
     @staticmethod
     def _attention_key_mask(key_mask, batch, tk):
@@ -443,150 +453,155 @@ class NumbaBackend(NumpyBackend):
             return None
 
     @staticmethod
-    def _attention_blocks(pairs, tq, tk, causal, threads=1, heads=1):
-        """(first pair, end pair, first query, end query, keys used) of each score block: whole
-        pairs when their scores fit in ``_ATTENTION_BLOCK`` elements, else blocks of query rows
-        of one pair; with a causal mask, blocks of at most ``_CAUSAL_ROWS`` queries, which use
-        only the keys their last query can see. The pairs are cut into a multiple of
-        ``threads`` blocks of equal size (as far as there are pairs), so that ``threads``
-        threads share them evenly. With ``heads`` > 1 a "pair" is a batch entry of that many
-        heads, whose scores a block holds together."""
+    def _attention_blocks(batch, heads, tq, tk, causal, threads=1):
+        """(b0, b1, h0, h1, i0, i1, keys) of each score block: batch entries b0:b1, heads
+        h0:h1, queries i0:i1, and the first ``keys`` keys. A block holds whole (entry, head)
+        pairs when their scores fit in ``_ATTENTION_BLOCK`` elements, else query rows of one
+        pair; with a causal mask, blocks of at most ``_CAUSAL_ROWS`` queries, which use only the
+        keys their last query can see. A block of several pairs takes whole batch entries (all
+        their heads) or heads of one entry, so that its q, k, v, output and kept probabilities
+        are slices of the (B, H, T, ...) arrays, the probabilities a contiguous one. The pairs
+        are cut into a multiple of ``threads`` blocks of about equal size (as far as there are
+        pairs), so that ``threads`` threads share them evenly."""
+        pairs = batch * heads
         rows = min(tq, _CAUSAL_ROWS) if causal else tq
-        rows = max(1, min(rows, _ATTENTION_BLOCK // (tk * heads)))
-        step = max(1, _ATTENTION_BLOCK // (rows * tk * heads))
+        rows = max(1, min(rows, _ATTENTION_BLOCK // tk))
+        step = max(1, _ATTENTION_BLOCK // (rows * tk))
         cuts = -(-pairs // step)
         step = -(-pairs // min(pairs, -(-cuts // threads) * threads))
+        if step >= heads:
+            entries = step // heads
+            ranges = [(b0, min(batch, b0 + entries), 0, heads)
+                      for b0 in range(0, batch, entries)]
+        else:
+            ranges = [(b, b + 1, h0, min(heads, h0 + step))
+                      for b in range(batch) for h0 in range(0, heads, step)]
         for i0 in range(0, tq, rows):
             i1 = min(tq, i0 + rows)
             keys = min(tk, max(1, i1 + tk - tq)) if causal else tk
-            for p0 in range(0, pairs, step):
-                yield p0, min(pairs, p0 + step), i0, i1, keys
+            for b0, b1, h0, h1 in ranges:
+                yield b0, b1, h0, h1, i0, i1, keys
 
     def attention(self, q, k, v, scale, causal, key_mask, bias=None):
-        # (scale q) k^T: tk / d_k fewer multiplications
-        inputs = self._attention_inputs(q, k, v, key_mask, scale)
-        bias_view = None if inputs is None else self._attention_bias(bias, q, k)
-        if bias_view is None:
+        arguments = self._dense_attention_arguments(q, k, v, key_mask, bias)
+        if arguments is None:
             return super().attention(q, k, v, scale, causal, key_mask, bias)
-        q3, k3, v3, mask = inputs
-        dtype = q3.dtype
-        pairs, tq, tk, heads = q3.shape[0], q3.shape[1], k3.shape[1], q.shape[1]
-        out = np.empty((pairs, tq, v3.shape[2]), dtype=dtype)
-        peak = np.empty((pairs, tq), dtype=dtype)
-        inv_total = np.empty((pairs, tq), dtype=dtype)
-        keep = _CAUSAL_KEEP_PROBS if causal else _KEEP_PROBS
-        kept = np.empty((pairs, tq, tk), dtype=dtype) if pairs * tq * tk <= keep else None
-        threads = self._task_threads(pairs * tq * tk, pairs)
-
-        def block(p0, p1, i0, i1, keys):
-            scores = kept[p0:p1, i0:i1] if kept is not None else \
-                _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
-            self.matmul(q3[p0:p1, i0:i1], k3[p0:p1, :keys].swapaxes(1, 2), out=scores)
-            _run(kernels.attention_probs, scores.size, scores, mask, key_mask is not None,
-                 bias_view, bias is not None, causal, heads, p0, i0, tq, tk, peak, inv_total,
-                 dtype.type(1))
-            self.matmul(scores, v3[p0:p1, :keys], out=out[p0:p1, i0:i1])
-
-        # kept probabilities are written in blocks that use every key, so that each block is a
-        # contiguous slice of ``kept``; the kernel applies the causal mask all the same
-        blocks = self._attention_blocks(pairs, tq, tk, causal and kept is None, threads)
-        in_threads([functools.partial(block, *b) for b in blocks], threads)
-        state = _AttentionState(mask, bias_view, None if bias is None else bias.shape, peak,
-                                inv_total, kept, (q3, k3, v3))
-        return out.reshape(q.shape[:3] + v.shape[3:]), state
+        out, peak, inv_total, kept = self._dense_attention(q, k, v, scale, causal, key_mask, bias,
+                                                           *arguments, recording=True)
+        mask, bias_view = arguments
+        return out, _AttentionState(mask, bias_view, None if bias is None else bias.shape, peak,
+                                    inv_total, kept)
 
     def attention_inference(self, q, k, v, scale, causal, key_mask, bias=None):
         """``attention``'s output alone, for a forward nothing will differentiate: no
-        probabilities or copies are kept. q, k and v are read where they are (heads split by a
-        permute are strided views that BLAS reads as they are), the scale is applied in the
-        softmax kernel, and the output is written as (batch, time, heads, d) seen as (batch,
-        heads, time, d), so that merging the heads afterwards is a reshape, not a copy. Blocks
-        of whole batch entries (all heads) or of their query rows stay within
-        ``_ATTENTION_BLOCK`` scores. A block skips the keys after the last unmasked key of each of
-        its entries (the right padding of a batch): their probabilities are 0, so neither the
+        probabilities are kept, and a block skips the keys after the last unmasked key of each
+        of its entries (the right padding of a batch): their probabilities are 0, so neither the
         products nor the softmax need them, and every output row, padding rows included, is the
         same up to rounding."""
-        if not _attention_shapes_fit(q, k, v):
+        arguments = self._dense_attention_arguments(q, k, v, key_mask, bias)
+        if arguments is None:
             return super().attention_inference(q, k, v, scale, causal, key_mask, bias)
-        batch, heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-        mask = self._attention_key_mask(key_mask, batch, tk)
-        bias_view = None if mask is None else self._attention_bias(bias, q, k)
-        if bias_view is None:
-            return super().attention_inference(q, k, v, scale, causal, key_mask, bias)
+        return self._dense_attention(q, k, v, scale, causal, key_mask, bias, *arguments,
+                                     recording=False)[0]
+
+    def _dense_attention(self, q, k, v, scale, causal, key_mask, bias, mask, bias_view,
+                         recording):
+        """(output, row shifts, 1 / sums of exponentials, kept probabilities or None) of the
+        kernels, block by block; ``recording``: keep the probabilities when they fit in
+        ``_KEEP_PROBS`` (``_CAUSAL_KEEP_PROBS``) elements, else skip padded keys."""
         dtype = q.dtype
-        out = np.empty((batch, tq, heads, v.shape[3]), dtype=dtype).transpose(0, 2, 1, 3)
-        peak = np.empty((batch * heads, tq), dtype=dtype)   # written by the kernel, not needed
+        batch, heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+        out = empty_heads_apart(q.shape[:3] + v.shape[3:], dtype)
+        peak = np.empty((batch * heads, tq), dtype=dtype)
         inv_total = np.empty((batch * heads, tq), dtype=dtype)
-        keys_in_use = _keys_in_use(mask)
-        threads = self._task_threads(heads * tq * int(keys_in_use.sum()), batch)
+        keep = _CAUSAL_KEEP_PROBS if causal else _KEEP_PROBS
+        kept, keys_in_use = None, None
+        if not recording:
+            keys_in_use = _keys_in_use(mask)
+            work = heads * tq * int(keys_in_use.sum())
+        else:
+            work = batch * heads * tq * tk
+            if work <= keep:
+                kept = np.empty((batch, heads, tq, tk), dtype=dtype)
+        threads = self._task_threads(work, batch * heads)
 
-        def block(b0, b1, i0, i1, keys):
-            keys = min(keys, int(keys_in_use[b0:b1].max()))
-            scores = _workspace(0, (b1 - b0, heads, i1 - i0, keys), dtype)
-            self.matmul(q[b0:b1, :, i0:i1], k[b0:b1, :, :keys].swapaxes(2, 3), out=scores)
+        def block(b0, b1, h0, h1, i0, i1, keys):
+            if keys_in_use is not None:
+                keys = min(keys, int(keys_in_use[b0:b1].max()))
+            scores = kept[b0:b1, h0:h1, i0:i1] if kept is not None else \
+                _workspace(0, (b1 - b0, h1 - h0, i1 - i0, keys), dtype)
+            self.matmul(q[b0:b1, h0:h1, i0:i1], k[b0:b1, h0:h1, :keys].swapaxes(2, 3),
+                        out=scores)
             _run(kernels.attention_probs, scores.size, scores.reshape(-1, i1 - i0, keys), mask,
-                 key_mask is not None, bias_view, bias is not None, causal, heads, b0 * heads,
-                 i0, tq, tk, peak, inv_total, dtype.type(scale))
-            self.matmul(scores, v[b0:b1, :, :keys], out=out[b0:b1, :, i0:i1])
+                 key_mask is not None, bias_view, bias is not None, causal, heads,
+                 b0 * heads + h0, i0, tq, tk, peak, inv_total, dtype.type(scale))
+            self.matmul(scores, v[b0:b1, h0:h1, :keys], out=out[b0:b1, h0:h1, i0:i1])
 
-        blocks = self._attention_blocks(batch, tq, tk, causal, threads, heads)
+        # kept probabilities are written in blocks that use every key, so that each block is a
+        # contiguous slice of ``kept``; the kernel applies the causal mask all the same
+        blocks = self._attention_blocks(batch, heads, tq, tk, causal and kept is None, threads)
         in_threads([functools.partial(block, *b) for b in blocks], threads)
-        return out
+        return out, peak, inv_total, kept
 
     def attention_backward(self, grad, q, k, v, state, scale, causal, key_mask, bias_grad=False):
         if not isinstance(state, _AttentionState):
             return super().attention_backward(grad, q, k, v, state, scale, causal, key_mask,
                                               bias_grad)
-        q3, k3, v3 = state.qkv   # q3 is scale q
-        dtype = q3.dtype
-        pairs, tq, tk, heads = q3.shape[0], q3.shape[1], k3.shape[1], q.shape[1]
-        g3 = np.ascontiguousarray(grad, dtype=dtype).reshape(pairs, tq, v3.shape[2])
+        dtype = q.dtype
+        grad = grad.astype(dtype, copy=False)
+        batch, heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
         kept = state.probs is not None
-        threads = self._task_threads(pairs * tq * tk, pairs)
-        blocks = list(self._attention_blocks(pairs, tq, tk, causal and not kept, threads))
-        whole_pairs = all(i0 == 0 and i1 == tq for _, _, i0, i1, _ in blocks)
+        threads = self._task_threads(batch * heads * tq * tk, batch * heads)
+        blocks = list(self._attention_blocks(batch, heads, tq, tk, causal and not kept, threads))
+        whole_pairs = all(i0 == 0 and i1 == tq for *_, i0, i1, _ in blocks)
         if not whole_pairs:     # blocks of rows of one pair add to the same key gradients
             threads = 1
-        # allocated in the inputs' shapes, so that the gradients handed back own their memory
-        # (the engine copies a view before storing it as a leaf's .grad)
-        grads = [(np.empty if whole_pairs or x is q else np.zeros)(x.shape, dtype=dtype)
-                 for x in (q, k, v)]
-        dq, dk, dv = (g.reshape(x3.shape) for g, x3 in zip(grads, (q3, k3, v3)))
+        dq, dk, dv = (empty_in_layout_of(x, dtype) for x in (q, k, v))
+        if not whole_pairs:
+            dk.fill(0)
+            dv.fill(0)
         # the bias's gradient is the scores' gradient: every block's is written into one array
         # (directly, when the blocks are whole pairs), then summed over the broadcast axes
         dscores_all = None
         direct = whole_pairs and all(keys == tk for *_, keys in blocks)
         if bias_grad:
-            dscores_all = (np.empty if direct else np.zeros)((pairs, tq, tk), dtype=dtype)
+            dscores_all = (np.empty if direct else np.zeros)((batch, heads, tq, tk), dtype=dtype)
+        scale = dtype.type(scale)
 
-        def block(p0, p1, i0, i1, keys):
-            q_blk, g_blk = q3[p0:p1, i0:i1], g3[p0:p1, i0:i1]
+        def block(b0, b1, h0, h1, i0, i1, keys):
+            pairs, rows = (slice(b0, b1), slice(h0, h1)), slice(i0, i1)
+            q_blk, g_blk = q[pairs + (rows,)], grad[pairs + (rows,)]
+            k_blk, v_blk = k[pairs + (slice(keys),)], v[pairs + (slice(keys),)]
+            shape = (b1 - b0, h1 - h0, i1 - i0, keys)
             if kept:
-                probs = state.probs[p0:p1, i0:i1]
+                probs = state.probs[pairs + (rows,)]
             else:
-                probs = _workspace(0, (p1 - p0, i1 - i0, keys), dtype)
-                self.matmul(q_blk, k3[p0:p1, :keys].swapaxes(1, 2), out=probs)
-            dscores = dscores_all[p0:p1] if bias_grad and direct else \
-                _workspace(1, (p1 - p0, i1 - i0, keys), dtype)
-            self.matmul(g_blk, v3[p0:p1, :keys].swapaxes(1, 2), out=dscores)
-            _run(kernels.attention_probs_backward, probs.size, probs, dscores, state.key_mask,
-                 state.bias, state.bias_shape is not None, causal, heads, p0, i0, tq, tk,
-                state.peak, state.inv_total, not kept)
+                probs = _workspace(0, shape, dtype)
+                self.matmul(q_blk, k_blk.swapaxes(2, 3), out=probs)
+            dscores = dscores_all[pairs] if bias_grad and direct else _workspace(1, shape, dtype)
+            self.matmul(g_blk, v_blk.swapaxes(2, 3), out=dscores)
+            _run(kernels.attention_probs_backward, probs.size, probs.reshape(-1, i1 - i0, keys),
+                 dscores.reshape(-1, i1 - i0, keys), state.key_mask, state.bias,
+                 state.bias_shape is not None, causal, heads, b0 * heads + h0, i0, tq, tk,
+                 state.peak, state.inv_total, not kept, scale)
             if bias_grad and not direct:
-                dscores_all[p0:p1, i0:i1, :keys] = dscores
-            self.matmul(dscores, k3[p0:p1, :keys], out=dq[p0:p1, i0:i1])
+                dscores_all[pairs + (rows, slice(keys))] = dscores
+            # dscores is the gradient of the scaled scores: the scale goes on the (T, d) products
+            dq_blk = dq[pairs + (rows,)]
+            self.matmul(dscores, k_blk, out=dq_blk)
+            dq_blk *= scale
             if whole_pairs:
-                self.matmul(probs.swapaxes(1, 2), g_blk, out=dv[p0:p1])
-                self.matmul(dscores.swapaxes(1, 2), q_blk, out=dk[p0:p1])
+                self.matmul(probs.swapaxes(2, 3), g_blk, out=dv[pairs])
+                dk_blk = dk[pairs]
+                self.matmul(dscores.swapaxes(2, 3), q_blk, out=dk_blk)
+                dk_blk *= scale
             else:
-                dv[p0:p1, :keys] += self.matmul(probs.swapaxes(1, 2), g_blk)
-                dk[p0:p1, :keys] += self.matmul(dscores.swapaxes(1, 2), q_blk)
+                dv[pairs + (slice(keys),)] += self.matmul(probs.swapaxes(2, 3), g_blk)
+                dk[pairs + (slice(keys),)] += scale * self.matmul(dscores.swapaxes(2, 3), q_blk)
 
         in_threads([functools.partial(block, *b) for b in blocks], threads)
-        dq *= dtype.type(scale)   # dscores is the gradient of the scaled scores
-        dbias = None if not bias_grad else sum_to_shape(
-            dscores_all.reshape(q.shape[:3] + (tk,)), state.bias_shape)
-        return (*grads, dbias)
+        dbias = None if not bias_grad else sum_to_shape(dscores_all, state.bias_shape)
+        return dq, dk, dv, dbias
 
     # ---- banded attention -----------------------------------------------------------------------
     def banded_attention(self, q, k, v, scale, window, dilation, causal, key_mask):

@@ -878,8 +878,7 @@ def _attention_probs_rows(scores, key_mask, use_mask, bias, use_bias, causal, he
 def attention_probs(parallel, scores, key_mask, use_mask, bias, use_bias, causal, heads,
                     first_pair, first_query, tq, tk, peak, inv_total, scale):
     """In place: the scores q k^T of a block (pairs, queries, keys), times ``scale`` (of the
-    scores' dtype; 1 when the scale was applied to q, as training does: a factor tk / d_k fewer
-    multiplications), become their softmax with, when ``use_bias``, the score bias (broadcast to
+    scores' dtype; 1 when the caller applied it to q), become their softmax with, when ``use_bias``, the score bias (broadcast to
     (batch, heads, tq, tk)) added, the causal mask and, when ``use_mask``, the key mask
     (batch, tk; True = real token) applied. The block holds
     the (batch * head) pairs from ``first_pair`` and the queries from ``first_query`` of
@@ -901,14 +900,18 @@ def attention_probs(parallel, scores, key_mask, use_mask, bias, use_bias, causal
 @_rows
 def _attention_probs_backward_rows(scores, dprobs, key_mask, bias, use_bias, causal, heads,
                                    first_pair, first_query, tq, tk, peak, inv_total, recompute,
-                                   first_row, end_row):
+                                   scale, first_row, end_row):
     # rows ``first_row`` .. ``end_row`` of the block in one call (see _chunk_bounds)
     zero = scores.dtype.type(0)
     for row in range(first_row, end_row):
         h, r, pair, i, b, end = _attention_row(scores, causal, heads, first_pair, first_query,
                                                tq, tk, row)
         if recompute:
-            _add_bias(scores[h, r], bias, use_bias, heads, pair, b, i, end)
+            line = scores[h, r]
+            if scale != 1:
+                for j in range(end):
+                    line[j] *= scale
+            _add_bias(line, bias, use_bias, heads, pair, b, i, end)
         top = peak[pair, i]
         inv = inv_total[pair, i]
         dot = 0.0
@@ -938,23 +941,23 @@ def _attention_probs_backward_rows(scores, dprobs, key_mask, bias, use_bias, cau
 
 @_kernel
 def attention_probs_backward(parallel, scores, dprobs, key_mask, bias, use_bias, causal, heads,
-                             first_pair, first_query, tq, tk, peak, inv_total, recompute):
+                             first_pair, first_query, tq, tk, peak, inv_total, recompute, scale):
     """On a block laid out as in ``attention_probs``: dprobs = g v^T becomes, in place,
     dscores = (dprobs - sum(dprobs p)) p, the gradient of the scaled scores (and of the bias),
     where p is ``scores`` itself (the saved probabilities) or, when ``recompute``, the forward's
-    probabilities computed again in place from the scores (scale q) k^T, the bias and the saved
-    shift and 1 / sum."""
+    probabilities computed again in place from the scores q k^T times ``scale``, the bias and
+    the saved shift and 1 / sum."""
     rows = scores.shape[0] * scores.shape[1]
     if parallel:
         for c in prange(_CHUNKS):
             first, end = _chunk_bounds(rows, c)
             _attention_probs_backward_rows(scores, dprobs, key_mask, bias, use_bias, causal,
                                            heads, first_pair, first_query, tq, tk, peak,
-                                           inv_total, recompute, first, end)
+                                           inv_total, recompute, scale, first, end)
     else:
         _attention_probs_backward_rows(scores, dprobs, key_mask, bias, use_bias, causal, heads,
                                        first_pair, first_query, tq, tk, peak, inv_total,
-                                       recompute, 0, rows)
+                                       recompute, scale, 0, rows)
 
 
 # ---- banded (sliding-window, dilated) self-attention -------------------------------------------

@@ -76,6 +76,28 @@ def _entries(x, b0, b1, ndim=4):
     return x[b0:b1] if x is not None and _has_batch(x.shape, ndim) else x
 
 
+# Heads split off a projection by a reshape and a permute are a (B, T, H, D) layout seen as
+# (B, H, T, D). Attention writes its output and its gradients in such layouts, so that merging
+# the heads back into (B, T, H * D), a permute and a reshape, or their backward, moves no data.
+def empty_heads_apart(shape, dtype):
+    """An uninitialised array of ``shape``; a (B, H, T, D) one laid out as (B, T, H, D)."""
+    if len(shape) != 4:
+        return np.empty(shape, dtype=dtype)
+    batch, heads, time, width = shape
+    return np.empty((batch, time, heads, width), dtype=dtype).transpose(0, 2, 1, 3)
+
+
+def empty_in_layout_of(x, dtype):
+    """An uninitialised array of ``x``'s shape whose axes lie in memory in the order of ``x``'s
+    (the largest stride outermost; axes that ``x`` broadcasts first), as ``np.empty_like``'s
+    order 'K' but with broadcast axes outermost; row-major ``x`` gives a plain array."""
+    order = sorted(range(x.ndim), key=lambda axis: -abs(x.strides[axis]) if x.strides[axis]
+                   else -math.inf)
+    if order == sorted(order):
+        return np.empty(x.shape, dtype=dtype)
+    return np.empty([x.shape[axis] for axis in order], dtype=dtype).transpose(np.argsort(order))
+
+
 def _sum_keepdims(x, axis):
     """``x.sum(axis=axis, keepdims=True)``; over the last axis through einsum's loop, as NumPy's
     reduction takes 3-4x as long on rows of 32 to 1024 elements, paying a fixed cost per row
@@ -513,7 +535,7 @@ class NumpyBackend:
         (``_in_batch_parts``)."""
         leading = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         probs = np.empty(leading + (q.shape[-2], k.shape[-2]), dtype=np.result_type(q, k))
-        out = np.empty(leading + (q.shape[-2], v.shape[-1]), dtype=np.result_type(probs, v))
+        out = empty_heads_apart(leading + (q.shape[-2], v.shape[-1]), np.result_type(probs, v))
 
         def run(b0, b1):
             scores = probs[b0:b1]
@@ -544,8 +566,8 @@ class NumpyBackend:
         probs, bias_shape = state
         leading = probs.shape[:-2]
         dtype = np.result_type(probs, grad, q, k, v)
-        dq, dk, dv = (np.empty(leading + (rows, x.shape[-1]), dtype=dtype) for rows, x in (
-            (probs.shape[-2], q), (probs.shape[-1], q), (probs.shape[-1], grad)))
+        dq, dk, dv = (empty_in_layout_of(np.broadcast_to(x, leading + x.shape[-2:]), dtype)
+                      for x in (q, k, v))
         batched = bias_grad and _has_batch(bias_shape)
 
         def run(b0, b1):
