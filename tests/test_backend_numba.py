@@ -40,9 +40,9 @@ from minitorch_nlp.backends import erf as erf_coefficients, get_backend, numba_b
 from minitorch_nlp.backends import threads as cpu_threads
 from minitorch_nlp.backends.threads import in_threads
 from minitorch_nlp.testing import strategies as S
-from tests.backend_checks import (ERF_ULPS, assert_heads_merge_without_a_copy,
-                                  heads_split_by_a_permute, adam_cases, adam_steps, erf_arguments, erf_grid,
-                                  erf_ulp_errors)
+from tests.backend_checks import (ERF_ULPS, adam_cases, adam_steps,
+                                  assert_heads_merge_without_a_copy, erf_arguments, erf_grid,
+                                  erf_ulp_errors, heads_split_by_a_permute)
 
 REF = get_backend("numpy")
 NUMBA = get_backend("numba")

@@ -514,15 +514,14 @@ class NumbaBackend(NumpyBackend):
         out = empty_heads_apart(q.shape[:3] + v.shape[3:], dtype)
         peak = np.empty((batch * heads, tq), dtype=dtype)
         inv_total = np.empty((batch * heads, tq), dtype=dtype)
-        keep = _CAUSAL_KEEP_PROBS if causal else _KEEP_PROBS
         kept, keys_in_use = None, None
-        if not recording:
+        if recording:
+            work = batch * heads * tq * tk
+            if work <= (_CAUSAL_KEEP_PROBS if causal else _KEEP_PROBS):
+                kept = np.empty((batch, heads, tq, tk), dtype=dtype)
+        else:
             keys_in_use = _keys_in_use(mask)
             work = heads * tq * int(keys_in_use.sum())
-        else:
-            work = batch * heads * tq * tk
-            if work <= keep:
-                kept = np.empty((batch, heads, tq, tk), dtype=dtype)
         threads = self._task_threads(work, batch * heads)
 
         def block(b0, b1, h0, h1, i0, i1, keys):

@@ -878,7 +878,7 @@ def _attention_probs_rows(scores, key_mask, use_mask, bias, use_bias, causal, he
 def attention_probs(parallel, scores, key_mask, use_mask, bias, use_bias, causal, heads,
                     first_pair, first_query, tq, tk, peak, inv_total, scale):
     """In place: the scores q k^T of a block (pairs, queries, keys), times ``scale`` (of the
-    scores' dtype; 1 when the caller applied it to q), become their softmax with, when ``use_bias``, the score bias (broadcast to
+    scores' dtype), become their softmax with, when ``use_bias``, the score bias (broadcast to
     (batch, heads, tq, tk)) added, the causal mask and, when ``use_mask``, the key mask
     (batch, tk; True = real token) applied. The block holds
     the (batch * head) pairs from ``first_pair`` and the queries from ``first_query`` of
