@@ -336,26 +336,40 @@ def _chunk_bounds(rows, c):
     return c * rows // _CHUNKS, (c + 1) * rows // _CHUNKS
 
 
+@register_jitable(fastmath=_FASTMATH, inline="always")
+def _sum_of_exps(line, shift):
+    """The sum of exp(line[j] - shift), accumulated in the line's dtype over blocks of
+    ``_BLOCK`` (so that the loop vectorises) and the block sums in float64: log-softmax's and
+    cross-entropy's normaliser."""
+    total = 0.0
+    for j0 in range(0, line.shape[0], _BLOCK):
+        block = line[j0:j0 + _BLOCK]
+        part = line.dtype.type(0)
+        for j in range(block.shape[0]):
+            part += fast_exp(block[j] - shift)
+        total += part
+    return total
+
+
 @_rows
 def _softmax_chunk(x, out, log, first, end):
     cols = x.shape[1]
     for r in range(first, end):
         x_row, out_row = x[r], out[r]
         shift = _row_shift(x, r, cols)
-        total = 0.0
-        for j0 in range(0, cols, _BLOCK):
-            x_blk = x_row[j0:j0 + _BLOCK]
-            out_blk = out_row[j0:j0 + _BLOCK]
-            part = x.dtype.type(0)
-            if log:
-                for j in range(x_blk.shape[0]):
-                    part += fast_exp(x_blk[j] - shift)
-            else:
+        if log:
+            total = _sum_of_exps(x_row, shift)
+        else:
+            total = 0.0
+            for j0 in range(0, cols, _BLOCK):
+                x_blk = x_row[j0:j0 + _BLOCK]
+                out_blk = out_row[j0:j0 + _BLOCK]
+                part = x.dtype.type(0)
                 for j in range(x_blk.shape[0]):
                     e = fast_exp(x_blk[j] - shift)
                     out_blk[j] = e
                     part += e
-            total += part
+                total += part
         if total == 0.0:
             total = 1.0
         if log:
@@ -705,13 +719,7 @@ def _cross_entropy_chunk(x, target, keep_weight, smoothing, loss, shift, log_tot
     for r in range(first, end):
         x_row = x[r]
         s = _row_shift(x, r, cols)
-        total = 0.0
-        for j0 in range(0, cols, _BLOCK):
-            x_blk = x_row[j0:j0 + _BLOCK]
-            part = x.dtype.type(0)
-            for j in range(x_blk.shape[0]):
-                part += fast_exp(x_blk[j] - s)
-            total += part
+        total = _sum_of_exps(x_row, s)
         if total == 0.0:
             total = 1.0
         lt = x.dtype.type(math.log(total))
