@@ -296,8 +296,8 @@ def test_row_kernels_on_threads_give_the_calling_threads_bits(rows):
         for smoothing in (0.0, 0.1):
             loss, state = NUMBA.cross_entropy(finite, target, -1, smoothing)
             out += [loss, NUMBA.cross_entropy_backward(state, target, grad[:, 0], -1, smoothing)]
-        y, xhat, rstd = NUMBA.layer_norm(finite, weight, bias, 1e-5)
-        return out + [y, xhat, rstd, NUMBA.layer_norm_backward(grad, xhat, rstd, weight)[0]]
+        y, state = NUMBA.layer_norm(finite, weight, bias, 1e-5)
+        return out + [y, *state, NUMBA.layer_norm_backward(grad, finite, state, weight)[0]]
 
     with on_threads(False):
         alone = results()
@@ -316,24 +316,40 @@ def test_layer_norm(data):
     bias = data.draw(st.none() | arrays(width, dtype))
     eps = data.draw(st.sampled_from([1e-5, 0.1]))
     grad = data.draw(arrays(x.shape, dtype))
-    expected = REF.layer_norm(x, weight, bias, eps)
+    expected, ref_state = REF.layer_norm(x, weight, bias, eps)
     with on_threads(data.draw(parallel)):
-        actual = NUMBA.layer_norm(x, weight, bias, eps)
-        grads = NUMBA.layer_norm_backward(grad, actual[1], actual[2], weight)
-    cond = max(1.0, float(np.abs(x).max() * expected[2].max()))
-    assert_all_same(actual, expected, cond)
+        actual, state = NUMBA.layer_norm(x, weight, bias, eps)
+        grads = NUMBA.layer_norm_backward(grad, x, state, weight)
+    assert isinstance(state, numba_backend._LayerNormState)  # the kernels ran, no fallback
+    rstd = ref_state[1].reshape(-1)
+    cond = max(1.0, float(np.abs(x).max() * rstd.max()))
+    assert_all_same((actual, state.mean, state.rstd),
+                    (expected, x.mean(axis=-1).reshape(-1), rstd), cond)
     rows = x.size // x.shape[-1]
-    assert_all_same(grads, REF.layer_norm_backward(grad, expected[1], expected[2], weight),
-                    cond * float(expected[2].max()) * rows)
+    assert_all_same(grads, REF.layer_norm_backward(grad, x, ref_state, weight),
+                    cond * float(rstd.max()) * rows)
+
+
+def test_layer_norm_falls_back_to_numpy_for_what_the_kernel_does_not_take():
+    x = np.arange(6.0).reshape(2, 3)
+    weight = np.ones(3, np.float32)               # another dtype than x's
+    grad = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+    expected, ref_state = REF.layer_norm(x, weight, None, 1e-5)
+    y, state = NUMBA.layer_norm(x, weight, None, 1e-5)
+    assert not isinstance(state, numba_backend._LayerNormState)
+    assert_same(y, expected)
+    assert_all_same(NUMBA.layer_norm_backward(grad, x, state, weight),
+                    REF.layer_norm_backward(grad, x, ref_state, weight))
 
 
 def test_layer_norm_constant_rows_give_bias():
     for dtype in FLOAT_DTYPES:
         x = np.full((2, 5), 0.7, dtype=dtype)
         bias = np.arange(5, dtype=dtype)
-        y, xhat, _ = NUMBA.layer_norm(x, np.ones(5, dtype), bias, 1e-5)
+        y, state = NUMBA.layer_norm(x, np.ones(5, dtype), bias, 1e-5)
         np.testing.assert_allclose(y, np.broadcast_to(bias, x.shape), atol=1e-3)
-        assert np.isfinite(xhat).all()
+        grads = NUMBA.layer_norm_backward(np.ones_like(x), x, state, np.ones(5, dtype))
+        assert all(np.isfinite(a).all() for a in (*state, *grads))
 
 
 @given(st.data())

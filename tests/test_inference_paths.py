@@ -1,8 +1,6 @@
 """The inference paths: what a forward does when nothing will differentiate it (``no_grad``, or
 no input that needs a gradient).
 
-* The numba backend's ``layer_norm_inference`` (no xhat written) against the NumPy backend's
-  ``layer_norm``.
 * The numba backend's ``attention_inference`` (no state kept, q/k/v read as strided views, the
   scale applied in the softmax kernel, the output laid out so that merging the heads is a
   reshape) against the NumPy backend's ``attention``, over blocks, threads, masks and biases.
@@ -22,29 +20,8 @@ from minitorch_nlp import nn
 from minitorch_nlp.backends import numba_backend
 from minitorch_nlp.testing import strategies as S
 from tests.backend_checks import assert_heads_merge_without_a_copy, heads_split_by_a_permute
-from tests.test_backend_numba import (NUMBA, REF, arrays, assert_same, attention_inputs,
-                                      blocks_in_threads, dtypes, on_threads, parallel,
-                                      small_shapes)
-
-
-@given(st.data())
-def test_layer_norm_inference_matches_numpy(data):
-    dtype = data.draw(dtypes)
-    x = data.draw(arrays(data.draw(small_shapes()), dtype))
-    weight = data.draw(st.none() | arrays(x.shape[-1:], dtype))
-    bias = data.draw(st.none() | arrays(x.shape[-1:], dtype))
-    eps = data.draw(st.sampled_from([1e-5, 0.1]))
-    expected, _, rstd = REF.layer_norm(x, weight, bias, eps)
-    with on_threads(data.draw(parallel)):
-        actual = NUMBA.layer_norm_inference(x, weight, bias, eps)
-    assert_same(actual, expected, max(1.0, float(np.abs(x).max() * rstd.max())))
-
-
-def test_layer_norm_inference_falls_back_to_numpy_for_what_the_kernel_does_not_take():
-    x = np.arange(6.0).reshape(2, 3)
-    weight = np.ones(3, np.float32)               # another dtype than x's
-    assert_same(NUMBA.layer_norm_inference(x, weight, None, 1e-5),
-                REF.layer_norm(x, weight, None, 1e-5)[0])
+from tests.test_backend_numba import (NUMBA, REF, assert_same, attention_inputs,
+                                      blocks_in_threads, on_threads, parallel)
 
 
 @given(attention_inputs(), st.sampled_from([1 << 20, 7, 3]), st.booleans(), st.booleans(),
@@ -101,25 +78,6 @@ def attention_layer(seed):
     x = mt.tensor(rng.standard_normal((2, 5, 12), dtype=np.float32), backend="numba")
     key_mask = np.array([[True] * 5, [True, True, True, False, False]])
     return layer, x, key_mask
-
-
-def test_layer_norm_under_no_grad_runs_the_inference_kernel_and_equals_the_recorded_one():
-    with mt.backend("numba"):
-        norm = nn.LayerNorm(6)
-    norm.weight.data[...] = np.linspace(0.5, 2.0, 6)
-    x = mt.tensor(np.random.default_rng(3).standard_normal((2, 3, 6)).astype(np.float32),
-                  backend="numba")
-    with mock.patch.object(NUMBA, "layer_norm", wraps=NUMBA.layer_norm) as recording, \
-            mock.patch.object(NUMBA, "layer_norm_inference",
-                              wraps=NUMBA.layer_norm_inference) as inference:
-        with mt.no_grad():
-            fast = norm(x)
-        recorded = norm(x)
-        assert (recording.call_count, inference.call_count) == (1, 1)
-    assert_same(fast.numpy(), recorded.numpy())
-    recorded.sum().backward()        # d sum(y) / d weight = xhat summed over the rows
-    assert_same(norm.weight.grad.numpy(),
-                REF.layer_norm(x.numpy(), None, None, 1e-5)[0].sum(axis=(0, 1)))
 
 
 @pytest.mark.parametrize("causal", [False, True])

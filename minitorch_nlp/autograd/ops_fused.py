@@ -93,16 +93,16 @@ class LayerNorm(FusedFunction):
     def forward(ctx, x, weight, bias, *, eps):
         ctx.save_inputs(0, 1, 2)
         ctx.static = {"eps": eps}
-        if not ctx.recorded:   # no backward will run: nothing to keep
-            return ctx.backend.layer_norm_inference(x, weight, bias, eps)
-        y, ctx.xhat, ctx.rstd = ctx.backend.layer_norm(x, weight, bias, eps)
+        y, state = ctx.backend.layer_norm(x, weight, bias, eps)
+        if ctx.recorded:   # else no backward will run: nothing to keep
+            ctx.kernel_state = state
         return y
 
     @staticmethod
     def fast_backward(ctx, grad):
-        _, weight, _ = ctx.saved_tensors
+        x, weight, _ = ctx.saved_tensors
         dx, dweight, dbias = ctx.backend.layer_norm_backward(
-            grad, ctx.xhat, ctx.rstd, None if weight is None else weight.data)
+            grad, x.data, ctx.kernel_state, None if weight is None else weight.data)
         needs = ctx.needs_input_grad
         return (dx if needs[0] else None, dweight if needs[1] else None,
                 dbias if needs[2] else None)

@@ -95,11 +95,11 @@ class CupyBackend:
 
     # ---- layer norm, GELU ----------------------------------------------------------------------
     def layer_norm(self, x, weight, bias, eps):
-        return self._kernels.layer_norm(x, weight, bias, eps)
+        y, xhat, rstd = self._kernels.layer_norm(x, weight, bias, eps)
+        return y, (xhat, rstd)
 
-    layer_norm_inference = NumpyBackend.layer_norm_inference
-
-    def layer_norm_backward(self, grad, xhat, rstd, weight):
+    def layer_norm_backward(self, grad, x, state, weight):
+        xhat, rstd = state
         return self._kernels.layer_norm_backward(grad, xhat, rstd, weight)
 
     def gelu(self, x, approximate):

@@ -54,7 +54,7 @@ from . import numba_linear_kernels as linear_kernels
 from . import numba_sparse_kernels as sparse_kernels
 from .numpy_backend import (NumpyBackend, _as_last_axis_row, _rows_of, empty_heads_apart,
                             empty_in_layout_of, sum_to_shape)
-from .threads import in_threads, inside_a_task, one_blas_thread, task_threads
+from .threads import in_threads, inside_a_task, task_threads
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _LAUNCH = threading.Lock()  # the workqueue threading layer must not be entered concurrently
@@ -92,11 +92,16 @@ def _run(kernel, work, *args):
     worth starting the threads for and there is more than one free: not inside a task of
     ``in_threads``, whose other threads run the other tasks. (On one thread the workqueue layer
     still hands the loop to a worker and waits for it: 15-25% of attention's time.)"""
-    if work < _PARALLEL_WORK or numba.get_num_threads() == 1 or inside_a_task():
-        kernel(False, *args)
-    else:
+    if _in_parallel(work):
         with _LAUNCH:
             kernel(True, *args)
+    else:
+        kernel(False, *args)
+
+
+def _in_parallel(work):
+    """Whether ``_run`` runs a kernel of ``work`` on Numba's threads."""
+    return work >= _PARALLEL_WORK and numba.get_num_threads() > 1 and not inside_a_task()
 
 
 def _float_dtype(*arrays):
@@ -142,6 +147,11 @@ class _AttentionState(NamedTuple):
     peak: np.ndarray      # (B*H, Tq) row shift of the scaled, masked scores
     inv_total: np.ndarray  # (B*H, Tq) 1 / sum of exponentials
     probs: np.ndarray | None  # (B, H, Tq, Tk) when small enough to keep, else recomputed
+
+
+class _LayerNormState(NamedTuple):
+    mean: np.ndarray  # (rows,) of each row of the input
+    rstd: np.ndarray  # (rows,) 1 / sqrt(var + eps)
 
 
 class _CrossEntropyState(NamedTuple):
@@ -218,43 +228,30 @@ class NumbaBackend(NumpyBackend):
         bias = np.zeros(width, dtype) if bias is None else np.ascontiguousarray(bias)
         return dtype, weight, bias
 
-    def _layer_norm(self, x, weight, bias, eps, keep_xhat):
-        """(y, xhat (None unless ``keep_xhat``), rstd) from the kernel, or None when it does not
-        apply."""
+    def layer_norm(self, x, weight, bias, eps):
         params = self._layer_norm_params(x, weight, bias)
         if params is None:
-            return None
+            return super().layer_norm(x, weight, bias, eps)
         dtype, w, b = params
         rows = _as_rows(x)
         y = np.empty_like(rows)
-        xhat = np.empty_like(rows) if keep_xhat else None
-        rstd = np.empty(rows.shape[0], dtype=dtype)
-        _run(kernels.layer_norm_rows, rows.size, rows, w, b, dtype.type(eps), y, xhat, rstd)
-        return (y.reshape(x.shape), xhat.reshape(x.shape) if keep_xhat else None,
-                rstd.reshape(x.shape[:-1] + (1,)))
+        mean, rstd = np.empty((2, rows.shape[0]), dtype=dtype)
+        _run(kernels.layer_norm_rows, rows.size, rows, w, b, dtype.type(eps), y, mean, rstd)
+        return y.reshape(x.shape), _LayerNormState(mean, rstd)
 
-    def layer_norm(self, x, weight, bias, eps):
-        result = self._layer_norm(x, weight, bias, eps, True)
-        return super().layer_norm(x, weight, bias, eps) if result is None else result
-
-    def layer_norm_inference(self, x, weight, bias, eps):
-        """``layer_norm``'s output alone: xhat is not written (one store per element less)."""
-        result = self._layer_norm(x, weight, bias, eps, False)
-        return super().layer_norm_inference(x, weight, bias, eps) if result is None else result[0]
-
-    def layer_norm_backward(self, grad, xhat, rstd, weight):
-        params = self._layer_norm_params(xhat, weight, None)
-        if params is None or grad.shape != xhat.shape or _float_dtype(grad, xhat, rstd) is None:
-            return super().layer_norm_backward(grad, xhat, rstd, weight)
-        dtype, w, _ = params
-        g = _as_rows(grad)
+    def layer_norm_backward(self, grad, x, state, weight):
+        if not isinstance(state, _LayerNormState):  # the forward fell back to NumPy's
+            return super().layer_norm_backward(grad, x, state, weight)
+        dtype = x.dtype
+        w = np.ones(x.shape[-1], dtype) if weight is None else np.ascontiguousarray(weight)
+        g = _as_rows(grad.astype(dtype, copy=False))
         rows, cols = g.shape
-        chunks = max(1, min(rows, 4 * numba.get_num_threads()))
-        dweight_parts = np.empty((chunks, cols))
-        dbias_parts = np.empty((chunks, cols))
+        # four chunks of rows per thread on Numba's threads, one on the calling thread
+        chunks = min(rows, 4 * numba.get_num_threads()) if _in_parallel(g.size) else 1
+        dweight_parts, dbias_parts = np.empty((2, chunks, cols))
         dx = np.empty_like(g)
-        _run(kernels.layer_norm_backward_rows, g.size, g, _as_rows(xhat),
-             np.ascontiguousarray(rstd).reshape(-1), w, dx, dweight_parts, dbias_parts)
+        _run(kernels.layer_norm_backward_rows, g.size, g, _as_rows(x), state.mean, state.rstd, w,
+             dx, dweight_parts, dbias_parts)
         dweight = None if weight is None else dweight_parts.sum(axis=0).astype(dtype)
         return dx.reshape(grad.shape), dweight, dbias_parts.sum(axis=0).astype(dtype)
 

@@ -431,49 +431,43 @@ def softmax_backward_rows(parallel, y, grad, out, log):
 
 # ---- layer norm over the last axis ------------------------------------------------------------
 @_rows
-def _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, first, end):
-    # rows ``first`` .. ``end`` in one call (see _chunk_bounds); ``xhat is None`` is decided
-    # when Numba compiles, one machine code each way
+def _layer_norm_chunk(x, weight, bias, eps, y, mean, rstd, first, end):
+    # rows ``first`` .. ``end`` in one call (see _chunk_bounds)
     cols = x.shape[1]
     for r in range(first, end):
         x_row, y_row = x[r], y[r]
         total = 0.0
         for j in range(cols):
             total += x_row[j]
-        mean = x.dtype.type(total / cols)
+        centre = x.dtype.type(total / cols)
         squares = 0.0
         for j in range(cols):
-            centred = x_row[j] - mean
+            centred = x_row[j] - centre
             squares += centred * centred
         inv_std = x.dtype.type(1.0 / math.sqrt(x.dtype.type(squares / cols) + eps))
+        mean[r] = centre
         rstd[r] = inv_std
-        if xhat is None:
-            for j in range(cols):
-                y_row[j] = (x_row[j] - mean) * inv_std * weight[j] + bias[j]
-        else:
-            xhat_row = xhat[r]
-            for j in range(cols):
-                normed = (x_row[j] - mean) * inv_std
-                xhat_row[j] = normed
-                y_row[j] = normed * weight[j] + bias[j]
+        for j in range(cols):
+            y_row[j] = (x_row[j] - centre) * inv_std * weight[j] + bias[j]
 
 
 @_kernel
-def layer_norm_rows(parallel, x, weight, bias, eps, y, xhat, rstd):
-    """y = xhat * weight + bias, xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), per row;
-    ``eps`` has the dtype of ``x`` (ones / zeros stand for a missing weight / bias). ``xhat`` is
-    None when it is not wanted (the backward reads it; an inference forward does not)."""
+def layer_norm_rows(parallel, x, weight, bias, eps, y, mean, rstd):
+    """y = (x - mean) * rstd * weight + bias with rstd = 1 / sqrt(var + eps), per row; ``eps``
+    has the dtype of ``x`` (ones / zeros stand for a missing weight / bias). Saves each row's
+    mean and rstd, from which the backward recomputes the normalised row: keeping it instead
+    would write a third array as large as x."""
     rows = x.shape[0]
     if parallel:
         for c in prange(_CHUNKS):
             first, end = _chunk_bounds(rows, c)
-            _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, first, end)
+            _layer_norm_chunk(x, weight, bias, eps, y, mean, rstd, first, end)
     else:
-        _layer_norm_chunk(x, weight, bias, eps, y, xhat, rstd, 0, rows)
+        _layer_norm_chunk(x, weight, bias, eps, y, mean, rstd, 0, rows)
 
 
 @_rows
-def _layer_norm_backward_chunk(grad, xhat, rstd, weight, dx, dweight_parts, dbias_parts, c):
+def _layer_norm_backward_chunk(grad, x, mean, rstd, weight, dx, dweight_parts, dbias_parts, c):
     rows, cols = grad.shape
     chunks = dbias_parts.shape[0]
     dweight_sum, dbias_sum = dweight_parts[c], dbias_parts[c]   # row views, as the forward
@@ -481,33 +475,38 @@ def _layer_norm_backward_chunk(grad, xhat, rstd, weight, dx, dweight_parts, dbia
         dweight_sum[j] = 0
         dbias_sum[j] = 0
     for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-        g, x, d_row = grad[r], xhat[r], dx[r]
-        for j in range(cols):
-            dbias_sum[j] += g[j]
-            dweight_sum[j] += g[j] * x[j]
+        g, x_row, d_row = grad[r], x[r], dx[r]
+        centre, inv_std = mean[r], rstd[r]
         sum_d = 0.0
         sum_dx = 0.0
         for j in range(cols):
+            normed = (x_row[j] - centre) * inv_std   # xhat, recomputed
+            dbias_sum[j] += g[j]
+            dweight_sum[j] += g[j] * normed
             d = g[j] * weight[j]
             sum_d += d
-            sum_dx += d * x[j]
-        mean_d = xhat.dtype.type(sum_d / cols)
-        mean_dx = xhat.dtype.type(sum_dx / cols)
-        inv_std = rstd[r]
+            sum_dx += d * normed
+        mean_d = x.dtype.type(sum_d / cols)
+        mean_dx = x.dtype.type(sum_dx / cols)
         for j in range(cols):
-            d_row[j] = (g[j] * weight[j] - mean_d - x[j] * mean_dx) * inv_std
+            normed = (x_row[j] - centre) * inv_std
+            d_row[j] = (g[j] * weight[j] - mean_d - normed * mean_dx) * inv_std
 
 
 @_kernel
-def layer_norm_backward_rows(parallel, grad, xhat, rstd, weight, dx, dweight_parts, dbias_parts):
-    """dx of ``layer_norm_rows`` (``weight`` ones when there is none), and the weight and bias
-    gradients summed over each of ``len(dbias_parts)`` chunks of rows (the caller adds them)."""
+def layer_norm_backward_rows(parallel, grad, x, mean, rstd, weight, dx, dweight_parts,
+                             dbias_parts):
+    """dx of ``layer_norm_rows`` from its input ``x`` and saved ``mean`` and ``rstd`` (``weight``
+    ones when there is none), and the weight and bias gradients summed over each of
+    ``len(dbias_parts)`` chunks of rows (the caller adds them)."""
     if parallel:
         for c in prange(dbias_parts.shape[0]):
-            _layer_norm_backward_chunk(grad, xhat, rstd, weight, dx, dweight_parts, dbias_parts, c)
+            _layer_norm_backward_chunk(grad, x, mean, rstd, weight, dx, dweight_parts,
+                                       dbias_parts, c)
     else:
         for c in range(dbias_parts.shape[0]):
-            _layer_norm_backward_chunk(grad, xhat, rstd, weight, dx, dweight_parts, dbias_parts, c)
+            _layer_norm_backward_chunk(grad, x, mean, rstd, weight, dx, dweight_parts,
+                                       dbias_parts, c)
 
 
 # ---- GELU, with a bias added first ------------------------------------------------------------

@@ -325,13 +325,12 @@ class NumpyBackend:
             y = xhat * weight
         if bias is not None:
             y += bias
-        return y, xhat, rstd.astype(x.dtype, copy=False)
+        return y, (xhat, rstd.astype(x.dtype, copy=False))
 
-    def layer_norm_inference(self, x, weight, bias, eps):
-        """The output of ``layer_norm`` alone, for a forward nothing will differentiate."""
-        return self.layer_norm(x, weight, bias, eps)[0]
-
-    def layer_norm_backward(self, grad, xhat, rstd, weight):
+    def layer_norm_backward(self, grad, x, state, weight):
+        """From the state (xhat, rstd) that ``layer_norm`` returned with y: the forward computes
+        xhat on the way to y, so keeping it costs no pass (x itself is not read)."""
+        xhat, rstd = state
         g2 = grad.reshape(-1, grad.shape[-1])
         x2 = xhat.reshape(-1, xhat.shape[-1])
         dweight = np.einsum("ni,ni->i", g2, x2) if weight is not None else None
