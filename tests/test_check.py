@@ -20,13 +20,14 @@ import pytest
 import minitorch_nlp as mt
 from minitorch_nlp import cli, cookbook, decoding, nn
 from minitorch_nlp.compress.lq_nets import lq_quantize
+from minitorch_nlp.compress.mobilebert_losses import attention_transfer_loss
 from minitorch_nlp.models.xlnet import permutation_inputs
 from minitorch_nlp.retrieval.realm import join_bert
 from minitorch_nlp.testing.equation_specs.decoding import markov_step
 from minitorch_nlp.testing.equation_specs.elmo import bilstm_states
 from minitorch_nlp.testing.equation_specs.retrieval import span_start_vectors
 from minitorch_nlp.testing import EquationMismatch, TaskNotDone, check_equation, specs
-from minitorch_nlp.testing.check import load_candidate
+from minitorch_nlp.testing.check import _gradient_hint, load_candidate
 from minitorch_nlp.testing.course import format_grades, grade, new_workspace, parse_sections
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,9 +187,16 @@ def test_attention_without_the_scale_fails_with_a_shrunk_example():
     assert q.shape == (1, 1, 1, 2) and k.shape == (1, 1, 2, 2)
     assert failure.value.inputs["key_mask"] is None and not failure.value.inputs["causal"]
     message = str(failure.value)
-    assert "eq 11: attention_without_scale differs from the reference" in message
+    assert "eq 11: tests.test_check:attention_without_scale differs from the reference" in message
     assert "inputs (shrunk by hypothesis)" in message and "q = float64 (1, 1, 1, 2)" in message
-    assert "got" in message and "expected" in message
+    # the values agree (q = 0 makes every score 0, scaled or not): the report says which input's
+    # gradient differs, by how much, and that it is off by sqrt(d_k)
+    assert "the values agree with the reference; the gradient" in message
+    assert "with respect to q: 1 of 2 entries differ; max abs error" in message
+    assert "max rel error 0.414 at [0, 0, 0, 1]" in message
+    assert "with respect to k: agrees" in message
+    assert "hint: the gradient with respect to q is 1.41421 (= sqrt(2)) times the reference's" \
+        in message and "1/sqrt(d_k)" in message
 
 
 def softmax_over_queries(q, k, *, causal=False, key_mask=None):
@@ -202,15 +210,41 @@ def test_softmax_over_the_wrong_axis_fails_with_a_shrunk_example():
     q, k = failure.value.inputs["q"], failure.value.inputs["k"]
     assert q.shape[:2] == (1, 1) and k.shape[:2] == (1, 1)
     assert q.shape[2] + k.shape[2] <= 3        # one query and two keys, or two queries and one key
-    assert "value: " in str(failure.value) and "entries differ; worst at" in str(failure.value)
+    assert "value: " in str(failure.value) and "entries differ; max abs error" in str(failure.value)
 
 
 def test_a_wrong_gradient_is_reported_as_one():
     def context_with_a_detached_memory(weights, memory):
         return (weights.unsqueeze(1) @ memory.detach()).squeeze(1)
 
-    with pytest.raises(EquationMismatch, match="gradient with respect to memory"):
+    with pytest.raises(EquationMismatch, match="gradient with respect to memory") as failure:
         check_equation(10, context_with_a_detached_memory)
+    assert "with respect to weights: agrees" in str(failure.value)
+    assert "hint: no gradient reaches memory: a detached path" in str(failure.value)
+
+
+def kl_in_the_reversed_direction(teacher_attention, student_attention, *, mask=None):
+    return attention_transfer_loss(student_attention, teacher_attention, mask=mask)
+
+
+def test_a_reversed_kl_is_reported_as_a_gradient_of_the_opposite_sign():
+    with pytest.raises(EquationMismatch) as failure:
+        check_equation(47, kl_in_the_reversed_direction)
+    message = str(failure.value)
+    # shrunk to teacher = student, where both directions of the KL are 0
+    assert "the values agree with the reference" in message
+    assert "with respect to teacher_attention: " in message
+    assert "with respect to student_attention: " in message
+    assert "has the opposite sign" in message and "KL(q || p) for KL(p || q)" in message
+
+
+def test_the_gradient_hint_reads_how_the_gradients_differ():
+    got = np.array([[1.0, 2.0], [3.0, 4.0]])
+    assert "transposed product" in _gradient_hint("W", got, got.T.copy(), {})
+    assert "times the reference's" in _gradient_hint("W", 3 * got, got, {})
+    assert "(= 1/sqrt(4))" in _gradient_hint("q", got / 2, got, {"q": np.zeros((1, 4))})
+    assert "part of the computation is hidden" in _gradient_hint("W", got + [[0, 1], [0, 0]],
+                                                                 got, {})
 
 
 def test_an_autograd_numpy_candidate_is_checked_with_autograd():

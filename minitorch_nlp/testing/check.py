@@ -39,8 +39,8 @@ from . import equation_specs
 from . import strategies as S
 from .spec import Spec, load_candidate
 
-__all__ = ["EquationMismatch", "Spec", "TaskNotDone", "check_equation", "load_candidate",
-           "specs"]
+__all__ = ["EquationMismatch", "Spec", "TaskNotDone", "candidate_name", "check_equation",
+           "load_candidate", "specs"]
 
 FORWARD = dict(rtol=1e-9, atol=1e-11)
 GRADIENT = dict(rtol=1e-7, atol=1e-10)
@@ -85,19 +85,106 @@ def _show(value) -> str:
     return repr(value)
 
 
+def _where(index) -> str:
+    return str(list(map(int, index)))
+
+
+def _mismatch(got, expected, tolerance) -> str | None:
+    """None when ``got`` matches ``expected`` within ``tolerance``, else one line: how many
+    entries differ, and the largest absolute and relative errors and where they are."""
+    bad = ~np.isclose(got, expected, **tolerance) | (np.isnan(got) != np.isnan(expected))
+    if not bad.any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        error = np.abs(got - expected)
+        relative = error / np.abs(expected)
+    error = np.where(np.isnan(error), np.inf, error)
+    relative = np.where(np.isnan(relative), np.inf, relative)
+    worst = np.unravel_index(int(np.argmax(np.where(bad, error, -1))), got.shape)
+    worst_relative = np.unravel_index(int(np.argmax(np.where(bad, relative, -1))), got.shape)
+    return (f"{int(bad.sum())} of {bad.size} entries differ; max abs error "
+            f"{error[worst]:.3g} at {_where(worst)} (got {got[worst]:.10g}, expected "
+            f"{expected[worst]:.10g}), max rel error {relative[worst_relative]:.3g} at "
+            f"{_where(worst_relative)}")
+
+
 def _diff(what, got, expected, tolerance) -> str | None:
     """None when ``got`` matches ``expected`` within ``tolerance``, else a readable report."""
     got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     if got.shape != expected.shape:
         return f"{what}: shape {got.shape}, expected {expected.shape}"
-    bad = ~np.isclose(got, expected, **tolerance) | (np.isnan(got) != np.isnan(expected))
-    if not bad.any():
+    summary = _mismatch(got, expected, tolerance)
+    if summary is None:
         return None
-    worst = np.unravel_index(int(np.argmax(np.where(bad, np.abs(got - expected), -1))),
-                             got.shape)
-    return (f"{what}: {int(bad.sum())} of {bad.size} entries differ; worst at "
-            f"{list(map(int, worst))}: got {got[worst]:.10g}, expected {expected[worst]:.10g}\n"
-            f"    got      {_show(got)}\n    expected {_show(expected)}")
+    return f"{what}: {summary}\n    got      {_show(got)}\n    expected {_show(expected)}"
+
+
+def _factor_name(factor, case) -> str:
+    """`` (= sqrt(2))`` when ``factor`` is a familiar function of a size in ``case``."""
+    sizes = sorted({size for value in case.values() if isinstance(value, np.ndarray)
+                    for size in value.shape if size > 1})
+    for size in sizes:
+        for name, candidate in ((f"sqrt({size})", np.sqrt(size)),
+                                (f"1/sqrt({size})", 1 / np.sqrt(size)),
+                                (f"{size}", size), (f"1/{size}", 1 / size)):
+            if np.isclose(factor, candidate, rtol=1e-6):
+                return f" (= {name})"
+    return ""
+
+
+def _gradient_hint(arg, got, expected, case) -> str:
+    """What a gradient that differs while the values agree usually means, read from how the
+    two differ."""
+    tiny = 1e-12
+    if np.all(np.abs(got) <= tiny):
+        return (f"no gradient reaches {arg}: a detached path (.detach(), maths on .numpy() "
+                f"or .data, a no_grad block), or {arg} not used at all")
+    if np.allclose(got, -expected, rtol=1e-6, atol=tiny):
+        return (f"the gradient with respect to {arg} has the opposite sign: a difference or a "
+                "direction reversed where the value is the same at this example (KL(q || p) for "
+                "KL(p || q), a - b for b - a)")
+    nonzero = np.abs(expected) > tiny
+    if nonzero.any() and np.all(np.abs(got[~nonzero]) <= tiny):
+        ratios = got[nonzero] / expected[nonzero]
+        if np.allclose(ratios, ratios[0], rtol=1e-6):
+            return (f"the gradient with respect to {arg} is {ratios[0]:.6g}"
+                    f"{_factor_name(ratios[0], case)} times the reference's: a missing or extra "
+                    "constant factor (the 1/sqrt(d_k) scale, a temperature, 1/(1-p), a mean for "
+                    "a sum) that the values do not show at this example")
+    if got.ndim >= 2 and got.shape[-1] == got.shape[-2] and \
+            np.allclose(got, np.swapaxes(expected, -1, -2), rtol=1e-6, atol=tiny):
+        return (f"the gradient with respect to {arg} is the reference's transposed: a "
+                "transposed product (x @ W for x @ W.T, k^T q for q k^T)")
+    return ("the values agree here but the gradient does not: part of the computation is "
+            "hidden from the engine (maths on .numpy() or .data, a detached normaliser), a "
+            "custom backward is wrong, or the formula coincides with the right one only at this "
+            "example (a missing scale, a reversed direction, a transposed product)")
+
+
+def _gradient_report(case, grads, wanted, cotangent, differentiable) -> str | None:
+    """None when every gradient agrees, else which inputs' gradients differ, by how much, what
+    that usually means, and the first differing one in full."""
+    lines, first = [], None
+    for arg, want in zip(differentiable, wanted):
+        got, want = np.asarray(grads[arg], dtype=np.float64), np.asarray(want, np.float64)
+        if got.shape != want.shape:
+            summary = f"shape {got.shape}, expected {want.shape}"
+        else:
+            summary = _mismatch(got, want, GRADIENT)
+        lines.append(f"  with respect to {arg}: {summary or 'agrees'}")
+        if summary is not None and first is None:
+            first = (arg, got, want)
+    if first is None:
+        return None
+    arg, got, want = first
+    report = ["the values agree with the reference; the gradient (of <output, cotangent>) "
+              "differs:", *lines]
+    if got.shape == want.shape:
+        report += [f"hint: {_gradient_hint(arg, got, want, case)}",
+                   f"gradient with respect to {arg}:", f"    got      {_show(got)}",
+                   f"    expected {_show(want)}"]
+    report.append(f"    cotangent {_show(cotangent)}")
+    return "\n".join(report)
 
 
 def _as_values(out):
@@ -172,12 +259,7 @@ def _compare(spec, candidate, name, case, seed, inputs):
                 "ignore", "Output seems independent of input", UserWarning)
             wanted = autograd.grad(loss, tuple(range(len(spec.differentiable))))(   # one pass
                 *(case[a] for a in spec.differentiable))
-        for arg, want in zip(spec.differentiable, wanted):
-            problem = _diff(f"gradient with respect to {arg} (of <output, cotangent>)",
-                            grads[arg], want, GRADIENT)
-            if problem is not None:
-                problem += f"\n    cotangent {_show(cotangent)}"
-                break
+        problem = _gradient_report(case, grads, wanted, cotangent, spec.differentiable)
     if problem is not None:
         raise EquationMismatch(f"eq {spec.number}: {name} differs from the reference "
                                f"{spec.signature}\n{_shown(case)}\n{problem}", case)
@@ -191,8 +273,17 @@ class CheckResult:
     examples: int
 
 
+def candidate_name(candidate: Callable) -> str:
+    """``module:function``, the name the ``check`` command takes."""
+    qualname = getattr(candidate, "__qualname__", None)
+    module = getattr(candidate, "__module__", None)
+    if qualname is None:
+        return repr(candidate)
+    return f"{module}:{qualname}" if module else qualname
+
+
 def check_equation(n: int, candidate: Callable, *, max_examples: int | None = None,
-                   inputs: str = "tensors") -> CheckResult:
+                   inputs: str = "tensors", name: str | None = None) -> CheckResult:
     """Property-test ``candidate`` as an implementation of equation ``n`` (see ``specs[n]`` for
     the signature it must have).
 
@@ -202,7 +293,8 @@ def check_equation(n: int, candidate: Callable, *, max_examples: int | None = No
     reference. ``inputs`` is ``"tensors"`` (the candidate uses minitorch_nlp Tensors) or
     ``"numpy"`` (it uses ``autograd.numpy`` on arrays). Returns a :class:`CheckResult`; raises
     :class:`EquationMismatch` with the shrunk counter-example and a diff when they differ, and
-    lets :class:`TaskNotDone` from a course stub through.
+    lets :class:`TaskNotDone` from a course stub through. The messages call the candidate
+    ``name`` (default: ``module:function``, as the ``check`` command names it).
     """
     spec = _spec(n)
     if inputs not in INPUT_KINDS:
@@ -210,7 +302,7 @@ def check_equation(n: int, candidate: Callable, *, max_examples: int | None = No
     if not callable(candidate):
         raise TypeError(f"check_equation: the candidate must be callable, got "
                         f"{type(candidate).__name__}")
-    name = getattr(candidate, "__qualname__", repr(candidate))
+    name = name or candidate_name(candidate)
     examples = 0
     not_done = []
 

@@ -6,6 +6,7 @@ that the command line works without the ``test`` extra until one of these is use
 from __future__ import annotations
 
 import argparse
+import os
 
 from . import import_extra
 
@@ -21,7 +22,9 @@ def add_testing_commands(commands) -> None:
     )
     check.add_argument("number", type=int, metavar="N", help="the equation number")
     check.add_argument("candidate", nargs="?", metavar="MODULE:FUNCTION",
-                       help="the function to check, e.g. mypackage.attention:attention_weights")
+                       help="the function to check, e.g. mypackage.attention:attention_weights "
+                       "(modules are found from the working directory) or hw1/sec4.py:"
+                       "attention_weights")
     check.add_argument("--max-examples", type=int, metavar="K", help="hypothesis examples (100)")
     check.add_argument("--numpy", action="store_true",
                        help="the candidate uses autograd.numpy on arrays, not Tensors")
@@ -59,12 +62,19 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(specs[args.number].describe())
         return 0
     try:
-        candidate = check.load_candidate(args.candidate)
-    except (ImportError, ValueError, TypeError) as error:
+        candidate = check.load_candidate(args.candidate, search_path=os.getcwd())
+    except ModuleNotFoundError as error:
+        parser.error(f"cannot import {args.candidate}: {error} (modules are looked up from the "
+                     f"working directory {os.getcwd()}; a file can be named as "
+                     "path/to/file.py:function)")
+    except (ValueError, TypeError) as error:
         parser.error(str(error))
+    except Exception as error:   # noqa: BLE001 - a student's file that fails to import
+        parser.error(f"importing {args.candidate} raised {type(error).__name__}: {error}")
     try:
         result = check.check_equation(args.number, candidate, max_examples=args.max_examples,
-                                inputs="numpy" if args.numpy else "tensors")
+                                      inputs="numpy" if args.numpy else "tensors",
+                                      name=args.candidate)
     except EquationMismatch as error:
         print(error)
         return 1
