@@ -6,6 +6,7 @@ that the command line works without the ``test`` extra until one of these is use
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 from . import import_extra
@@ -25,25 +26,43 @@ def add_testing_commands(commands) -> None:
                        help="the function to check, e.g. mypackage.attention:attention_weights "
                        "(modules are found from the working directory) or hw1/sec4.py:"
                        "attention_weights")
-    check.add_argument("--max-examples", type=int, metavar="K", help="hypothesis examples (100)")
+    check.add_argument("--max-examples", type=_examples, metavar="K",
+                       help="hypothesis examples (100)")
     check.add_argument("--numpy", action="store_true",
                        help="the candidate uses autograd.numpy on arrays, not Tensors")
     check.set_defaults(run=_check)
 
     course = commands.add_parser(
         "course", help="write a student workspace of stubs, or grade one",
-        description="'course new DIR --sections sec3,sec4' writes a stub for each checkable "
-        "equation of those chapters; 'course grade DIR' checks each and prints a grade table.")
+        description="'course new DIR --sections sec3,sec4' (or '--equations 9,10,11') writes a "
+        "stub for each chosen checkable equation; 'course grade DIR' checks each and prints a "
+        "grade table (--json: points per task, for collecting a class).")
     actions = course.add_subparsers(dest="action", required=True)
     new = actions.add_parser("new", help="write a workspace of stubs into a new folder")
     new.add_argument("directory", metavar="DIR")
-    new.add_argument("--sections", required=True, metavar="LIST",
-                     help="comma-separated chapters, e.g. sec3,sec4")
+    chosen = new.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--sections", metavar="LIST",
+                        help="comma-separated chapters, e.g. sec3,sec4")
+    chosen.add_argument("--equations", metavar="LIST",
+                        help="comma-separated equation numbers or ranges, e.g. 9,10,11 or 40-44")
     new.set_defaults(run=_course_new)
     grade = actions.add_parser("grade", help="check every task of a workspace")
     grade.add_argument("directory", metavar="DIR")
-    grade.add_argument("--max-examples", type=int, metavar="K", help="hypothesis examples (100)")
+    grade.add_argument("--max-examples", type=_examples, metavar="K",
+                       help="hypothesis examples (100)")
+    grade.add_argument("--json", action="store_true",
+                       help="print the grades as JSON (schema minitorch-nlp/course-grades/1)")
     grade.set_defaults(run=_course_grade)
+
+
+def _examples(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return count
 
 
 def _extra(submodule, parser):
@@ -86,7 +105,8 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _course_new(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
-        tasks = _extra("course", parser).new_workspace(args.directory, args.sections)
+        tasks = _extra("course", parser).new_workspace(args.directory, args.sections,
+                                                       equations=args.equations)
     except (ValueError, FileExistsError) as error:
         parser.error(str(error))
     for task in tasks:
@@ -100,7 +120,10 @@ def _course_grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     course = _extra("course", parser)
     try:
         grades = course.grade(args.directory, max_examples=args.max_examples)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:
         parser.error(str(error))
-    print(course.format_grades(grades))
+    if args.json:
+        print(json.dumps(course.grades_json(grades, args.directory), indent=2))
+    else:
+        print(course.format_grades(grades))
     return 0 if all(g.status == "done" for g in grades) else 1
