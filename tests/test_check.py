@@ -1,4 +1,4 @@
-"""``check_equation``, the ``check`` command and course mode (``course new`` / ``course grade``).
+"""``check_equation`` and the ``check`` command (course mode is in ``test_course.py``).
 
 The library's own implementation of every checkable equation passes; deliberately wrong ones
 (attention without the 1/sqrt(d_k) scale, a softmax over the wrong axis, a context vector
@@ -6,7 +6,6 @@ summed over the wrong axis) fail with a hypothesis-shrunk counter-example.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -28,7 +27,6 @@ from minitorch_nlp.testing.equation_specs.elmo import bilstm_states
 from minitorch_nlp.testing.equation_specs.retrieval import span_start_vectors
 from minitorch_nlp.testing import EquationMismatch, TaskNotDone, check_equation, specs
 from minitorch_nlp.testing.check import _gradient_hint, load_candidate
-from minitorch_nlp.testing.course import format_grades, grade, new_workspace, parse_sections
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -433,6 +431,77 @@ def test_check_command_passes_the_library_and_fails_a_wrong_candidate(capsys):
     assert "scaled_dot_product_attention(q, k, v" in capsys.readouterr().out
 
 
+def console_script(directory: Path) -> Path:
+    """A launcher like the ``minitorch-nlp`` console script that pip writes: run as a file, it
+    puts its own folder on ``sys.path``, not the working directory."""
+    launcher = directory / "bin" / "minitorch-nlp"
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    launcher.write_text("import sys\nfrom minitorch_nlp.cli import main\nsys.exit(main())\n")
+    return launcher
+
+
+def run_printed(command: str, cwd: Path, launcher: Path) -> subprocess.CompletedProcess:
+    """Run a ``minitorch-nlp ...`` command line as printed, from ``cwd``."""
+    words = command.split()
+    assert words[0] == "minitorch-nlp"
+    return subprocess.run([sys.executable, str(launcher), *words[1:]], cwd=cwd,
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+MYPACKAGE = """\
+import minitorch_nlp as mt
+
+
+def my_context(weights, memory):
+    return (weights.unsqueeze(-1) * memory).sum(axis=1)
+
+
+def summed_over_the_wrong_axis(weights, memory):
+    return (weights.unsqueeze(-1) * memory).sum(axis=2)
+"""
+
+
+def test_check_finds_modules_from_the_working_directory_and_takes_a_file(tmp_path):
+    (tmp_path / "mypackage").mkdir()
+    (tmp_path / "mypackage" / "__init__.py").write_text("")
+    (tmp_path / "mypackage" / "ctx.py").write_text(MYPACKAGE)
+    launcher = console_script(tmp_path / "elsewhere")
+    passed = run_printed("minitorch-nlp check 10 mypackage.ctx:my_context --max-examples 5",
+                         tmp_path, launcher)
+    assert passed.returncode == 0, passed.stderr
+    assert passed.stdout.startswith("eq 10: mypackage.ctx:my_context agrees with the reference")
+    # the failure names the candidate as the pass line does, module:fn
+    failed = run_printed("minitorch-nlp check 10 mypackage.ctx:summed_over_the_wrong_axis "
+                         "--max-examples 5", tmp_path, launcher)
+    assert failed.returncode == 1
+    assert failed.stdout.startswith("eq 10: mypackage.ctx:summed_over_the_wrong_axis differs")
+    by_file = run_printed("minitorch-nlp check 10 mypackage/ctx.py:my_context --max-examples 5",
+                          tmp_path, launcher)
+    assert by_file.returncode == 0, by_file.stderr
+    assert by_file.stdout.startswith("eq 10: mypackage/ctx.py:my_context agrees")
+    missing = run_printed("minitorch-nlp check 10 nopackage.ctx:my_context", tmp_path, launcher)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    assert "minitorch-nlp: error: cannot import nopackage.ctx:my_context: No module named " \
+        "'nopackage' (modules are looked up from the working directory" in missing.stderr
+
+
+def test_a_candidate_file_that_fails_to_import_is_one_line(tmp_path, capsys, monkeypatch):
+    (tmp_path / "broken.py").write_text("import minitorch_nlp\nundefined_name\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["check", "10", "broken.py:context"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err == ("minitorch-nlp: error: importing broken.py:context raised "
+                                       "NameError: name 'undefined_name' is not defined\n")
+    with pytest.raises(SystemExit):
+        cli.main(["check", "10", "nothere.py:context"])
+    assert "'nothere.py' is not a Python file" in capsys.readouterr().err
+    assert cli.main(["check", "10", "broken.py:context", "--max-examples", "0"]) == 2
+    assert "argument --max-examples: must be a whole number >= 1, got '0'" in \
+        capsys.readouterr().err
+
+
 def test_check_command_refuses_bad_input(capsys, monkeypatch):
     monkeypatch.delitem(specs, 12)
     with pytest.raises(SystemExit):
@@ -441,78 +510,6 @@ def test_check_command_refuses_bad_input(capsys, monkeypatch):
     with pytest.raises(SystemExit):
         cli.main(["check", "10", "no_such_module_here:f"])
     assert "no_such_module_here" in capsys.readouterr().err
-
-
-# ---- course mode ---------------------------------------------------------------------------------
-def test_parse_sections():
-    assert parse_sections("sec4, 3,sec3") == [3, 4]
-    with pytest.raises(ValueError, match="unknown section 'sec2'; sections with checkable"):
-        parse_sections("sec2")
-    with pytest.raises(ValueError, match="name at least one section"):
-        parse_sections(" , ")
-
-
-def test_an_untouched_workspace_grades_every_task_as_not_done(tmp_path, capsys):
-    workspace = tmp_path / "student"
-    assert cli.main(["course", "new", str(workspace), "--sections", "sec3,sec4"]) == 0
-    tasks = json.loads((workspace / "course.json").read_text())["tasks"]
-    chapters = {cookbook.EQUATIONS[n].chapter for n in specs}
-    assert {t["equation"] for t in tasks} == {n for n in specs if cookbook.EQUATIONS[n].chapter
-                                              in {3, 4} & chapters}
-    stub = (workspace / "sec4.py").read_text()
-    assert 'raise TaskNotDone("implement eq 12' in stub and "softmax(q k^T / sqrt(d_k) + bias) v" in stub
-    capsys.readouterr()
-    assert cli.main(["course", "grade", str(workspace), "--max-examples", "3"]) == 1
-    out = capsys.readouterr().out
-    assert f"0 of {len(tasks)} tasks done" in out
-    assert out.count("not done") == len(tasks)
-
-
-def test_equations_that_share_a_function_share_one_stub_naming_each(tmp_path):
-    new_workspace(tmp_path, "sec7")
-    source = (tmp_path / "sec7.py").read_text()
-    shared = {}
-    for number, spec in specs.items():
-        if cookbook.EQUATIONS[number].chapter == 7:
-            shared.setdefault(spec.function, []).append(number)
-    assert len(shared["retrieval_log_probs"]) > 1   # eq 70, 72 and 83
-    for function, numbers in shared.items():
-        assert source.count(f"\ndef {function}(") == 1
-        stub = source[source.index(f"\ndef {function}("):].split("\ndef ", 2)[1]
-        for number in numbers:
-            assert f"minitorch-nlp check {number} MODULE:{function}" in stub
-            assert f"eq {number} (" in stub.split("raise TaskNotDone(", 1)[1]
-
-
-def test_a_workspace_with_the_librarys_functions_pasted_in_grades_as_done(tmp_path):
-    new_workspace(tmp_path, ",".join(sorted({f"sec{cookbook.EQUATIONS[n].chapter}"
-                                             for n in specs})))
-    for number, spec in specs.items():
-        module, function = spec.library.split(":")
-        path = tmp_path / f"sec{cookbook.EQUATIONS[number].chapter}.py"
-        path.write_text(path.read_text() + f"\nfrom {module} import {function}  # noqa: E402\n")
-    grades = grade(tmp_path, max_examples=5)
-    assert [g.status for g in grades] == ["done"] * len(specs)
-    assert format_grades(grades).endswith(f"{len(specs)} of {len(specs)} tasks done")
-
-
-def test_a_wrong_or_broken_task_is_graded_so(tmp_path):
-    new_workspace(tmp_path, [4])
-    with open(tmp_path / "sec4.py", "a") as f:
-        f.write("\nfrom tests.test_check import attention_without_scale as attention_weights\n")
-    grades = {g.equation: g for g in grade(tmp_path, max_examples=20)}
-    assert grades[11].status == "wrong" and "shrunk" in grades[11].detail
-    assert "inputs (shrunk by hypothesis)" in format_grades(list(grades.values()))
-    (tmp_path / "sec4.py").write_text("this is not python")
-    assert {g.status for g in grade(tmp_path)} == {"error"}
-
-
-def test_course_refuses_a_used_folder_and_a_missing_workspace(tmp_path):
-    (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="is not empty"):
-        new_workspace(tmp_path, "sec3")
-    with pytest.raises(FileNotFoundError, match="course.json not found"):
-        grade(tmp_path)
 
 
 def test_the_package_imports_without_the_test_extra_and_says_what_to_install():

@@ -95,20 +95,24 @@ def parse_equations(text: str) -> list[int]:
     return sorted(set(numbers))
 
 
+_POINTS_TO_SOLUTION = re.compile(
+    r"^the library\b|\bthe library's (?:side\b|``|:class:|:func:)|\blibrary registers\b",
+    re.IGNORECASE)
+
+
 def _without_solution(text: str) -> str:
     """``text`` without the sentences that point to the library's implementation ("The
-    library's ``nn.RNN`` computes it ..."), which would hand the student the answer; a paragraph
-    that loses a sentence is wrapped again."""
+    library's ``nn.RNN`` computes it ...", "The library's side is ..."), which would hand the
+    student the answer; a paragraph that loses a sentence is wrapped again."""
     paragraphs = []
     for paragraph in re.split(r"\n\s*\n", text.strip()):
-        if not re.search(r"\blibrary\b", paragraph, re.IGNORECASE):
-            paragraphs.append(paragraph)
-            continue
         indent = re.match(r"\s*", paragraph).group()
         sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z`])", " ".join(paragraph.split()))
-        kept = " ".join(s for s in sentences if not re.search(r"\blibrary\b", s, re.IGNORECASE))
-        if kept:
-            paragraphs.append(textwrap.fill(kept, width=96, initial_indent=indent,
+        kept = [sentence for sentence in sentences if not _POINTS_TO_SOLUTION.search(sentence)]
+        if len(kept) == len(sentences):
+            paragraphs.append(paragraph)
+        elif kept:
+            paragraphs.append(textwrap.fill(" ".join(kept), width=96, initial_indent=indent,
                                             subsequent_indent=indent))
     return "\n\n".join(paragraphs)
 
