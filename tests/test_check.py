@@ -197,6 +197,15 @@ def test_attention_without_the_scale_fails_with_a_shrunk_example():
         in message and "1/sqrt(d_k)" in message
 
 
+def test_the_check_page_shows_this_report_as_check_prints_it():
+    page = (ROOT / "docs" / "check.md").read_text()
+    shown = page.split("**When it differs**", 1)[1].split("```text\n", 1)[1].split("\n```", 1)[0]
+    with pytest.raises(EquationMismatch) as failure:
+        check_equation(11, attention_without_scale,
+                       name="mypackage.attention:attention_without_scale")
+    assert shown == str(failure.value)
+
+
 def softmax_over_queries(q, k, *, causal=False, key_mask=None):
     scores = (q @ k.swapaxes(-1, -2)) / math.sqrt(q.shape[-1])
     return scores.softmax(axis=-2)
