@@ -252,8 +252,9 @@ class _LibraryWatch:
     ``watched`` calls (a profile hook on the code object: any alias, wrapper or helper)."""
 
     def __init__(self, candidate, library, watched=3):
-        self.candidate, self.code, self.watched = candidate, getattr(library, "__code__", None), \
-            watched
+        self.candidate = candidate
+        self.code = getattr(library, "__code__", None)
+        self.watched = watched
         self.called = False
 
     def __call__(self, *args, **kwargs):
@@ -324,9 +325,9 @@ def grade(directory, max_examples: int | None = None) -> list[Grade]:
         if file not in modules:
             try:
                 modules[file] = load_file(directory / file)
-            except Exception as error:   # noqa: BLE001 - a broken student file is a grade
+            except (Exception, SystemExit) as error:   # noqa: BLE001 - a broken file is a grade
                 modules[file] = error
-        if isinstance(modules[file], Exception):
+        if isinstance(modules[file], BaseException):
             error = modules[file]
             grades.append(Grade(task["equation"], file, task["function"], "error", 0,
                                 task["points"], f"{type(error).__name__}: {error}"))
