@@ -153,8 +153,9 @@ def test_the_commands_printed_in_the_stubs_work_as_printed(tmp_path):
     assert done.stdout.startswith("eq 10: sec3.py:context_vector agrees with the reference on "
                                   "100 examples")
     stub = run_printed("minitorch-nlp check 9 sec3.py:alignment_weights", workspace, launcher)
-    assert stub.returncode != 0 and "implement eq 9 (attention weights softmax)" in \
-        stub.stdout + stub.stderr
+    assert stub.returncode == 1 and stub.stderr == ""
+    assert stub.stdout == ("eq 9: sec3.py:alignment_weights is not done yet (implement eq 9 "
+                           "(attention weights softmax))\n")
     graded = run_printed("minitorch-nlp course grade .", workspace, launcher)
     assert graded.returncode == 1, graded.stderr
     assert "1 of 2 tasks done, 1 of 2 points" in graded.stdout

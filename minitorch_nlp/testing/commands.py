@@ -97,6 +97,9 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except EquationMismatch as error:
         print(error)
         return 1
+    except check.TaskNotDone as error:
+        print(f"eq {args.number}: {args.candidate} is not done yet ({error})")
+        return 1
     compared = "values and gradients" if specs[args.number].differentiable else "values"
     print(f"eq {args.number}: {args.candidate} agrees with the reference on "
           f"{result.examples} examples ({compared}, float64)")
