@@ -207,6 +207,21 @@ def test_calling_the_library_through_any_alias_or_helper_is_not_done(tmp_path):
     assert [g.points for g in grades.values()] == [0, 0, 0]
 
 
+def test_softmax_through_the_tensor_method_is_the_librarys_softmax(tmp_path):
+    """``F.softmax`` is ``x.softmax()``: either one is eq 35's solution, by hand is not."""
+    new_workspace(tmp_path / "method", equations="35")
+    implement(tmp_path / "method" / "sec6.py", "softmax", "    return x.softmax(axis=-1)\n")
+    [by_method] = grade(tmp_path / "method", max_examples=5)
+    assert (by_method.status, by_method.detail) == (
+        "not done", "softmax runs the library's own minitorch_nlp.functional:softmax when it is "
+        "called: write it yourself")
+    new_workspace(tmp_path / "hand", equations="35")
+    implement(tmp_path / "hand" / "sec6.py", "softmax",
+              "    e = (x - x.max(axis=-1, keepdims=True).detach()).exp()\n"
+              "    return e / e.sum(axis=-1, keepdims=True)\n")
+    assert grade(tmp_path / "hand", max_examples=5)[0].status == "done"
+
+
 def test_own_work_that_uses_other_library_pieces_is_done(tmp_path):
     """F.softmax is not eq 9's solution: a student may build on it."""
     new_workspace(tmp_path, equations="9,10")

@@ -23,6 +23,7 @@ import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import minitorch_nlp as mt
 from minitorch_nlp import cookbook
 
 from .check import EquationMismatch, TaskNotDone, check_equation, specs
@@ -229,9 +230,9 @@ def _resolve(module, node):
     return target
 
 
-def _names_of_library(module, function, library) -> str | None:
-    """Where the student's ``function`` names ``library`` (through any import alias), read from
-    its source with ``ast``: ``"line 12: F.softmax"``, or None."""
+def _names_of_library(module, function, versions) -> str | None:
+    """Where the student's ``function`` names one of the library's ``versions`` (through any
+    import alias), read from its source with ``ast``: ``"line 12: F.softmax"``, or None."""
     try:
         tree = ast.parse(Path(module.__file__).read_text())
     except (OSError, SyntaxError, ValueError):
@@ -242,28 +243,37 @@ def _names_of_library(module, function, library) -> str | None:
         for node in ast.walk(definition):
             if isinstance(node, (ast.Name, ast.Attribute)):
                 target = _resolve(module, node)
-                if target is not None and inspect.unwrap(target) is library:
+                if target is not None and any(inspect.unwrap(target) is version
+                                              for version in versions):
                     return f"line {node.lineno}: {ast.unparse(node)}"
     return None
 
 
+def _library_versions(spec) -> list:
+    """The library's implementations of ``spec``'s equation: its function, and the ``Tensor``
+    method of the same name that the function runs (``F.softmax`` is ``x.softmax()``)."""
+    library = inspect.unwrap(spec.library_function())
+    method = getattr(mt.Tensor, library.__name__, None)
+    return [library] + ([method] if inspect.isfunction(method) else [])
+
+
 class _LibraryWatch:
     """Calls ``candidate``, and notes whether the library's own code runs during its first
-    ``watched`` calls (a profile hook on the code object: any alias, wrapper or helper)."""
+    ``watched`` calls (a profile hook on the code objects: any alias, wrapper or helper)."""
 
-    def __init__(self, candidate, library, watched=3):
+    def __init__(self, candidate, versions, watched=3):
         self.candidate = candidate
-        self.code = getattr(library, "__code__", None)
+        self.codes = {version.__code__ for version in versions if hasattr(version, "__code__")}
         self.watched = watched
         self.called = False
 
     def __call__(self, *args, **kwargs):
-        if self.code is None or self.watched <= 0:
+        if not self.codes or self.watched <= 0:
             return self.candidate(*args, **kwargs)
         self.watched -= 1
 
         def profile(frame, event, arg):
-            if event == "call" and frame.f_code is self.code:
+            if event == "call" and frame.f_code in self.codes:
                 self.called = True
 
         previous = sys.getprofile()
@@ -276,10 +286,10 @@ class _LibraryWatch:
 
 def _uses_library(module, function, candidate, spec) -> str | None:
     """Why ``candidate`` counts as the library's own implementation, or None."""
-    library = inspect.unwrap(spec.library_function())
-    if inspect.unwrap(candidate) is library:
+    versions = _library_versions(spec)
+    if any(inspect.unwrap(candidate) is version for version in versions):
         return f"{function} is the library's own {spec.library} (imported or assigned)"
-    where = _names_of_library(module, function, library)
+    where = _names_of_library(module, function, versions)
     if where is not None:
         return f"{function} calls the library's own {spec.library} ({where})"
     return None
@@ -299,7 +309,7 @@ def _grade_task(task, module, max_examples) -> Grade:
     reason = _uses_library(module, function, candidate, spec)
     if reason is not None:
         return graded("not done", f"{reason}: write it yourself")
-    watch = _LibraryWatch(candidate, inspect.unwrap(spec.library_function()))
+    watch = _LibraryWatch(candidate, _library_versions(spec))
     try:
         result = check_equation(number, watch, max_examples=max_examples,
                                 name=f"{file}:{function}")
