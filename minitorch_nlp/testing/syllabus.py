@@ -95,7 +95,7 @@ def syllabus_markdown() -> str:
     lines = []
     for index, unit in enumerate(UNITS, start=1):
         minutes = sum(TASKS[n][1] for n in unit.equations)
-        after = ", ".join(f"unit {u}" for u in unit.builds_on) or "the engine only"
+        after = _units(unit.builds_on)
         lines += [f"### Unit {index}: {unit.title}", "",
                   f"{len(unit.equations)} tasks, about {_duration(minutes)}; builds on {after}.",
                   "", "| eq | function | what it is | difficulty | time | checked on |",
@@ -111,9 +111,19 @@ def syllabus_markdown() -> str:
     return "\n".join(lines).rstrip("\n")
 
 
+def _units(numbers) -> str:
+    if not numbers:
+        return "the engine only"
+    if len(numbers) == 1:
+        return f"unit {numbers[0]}"
+    return f"units {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}"
+
+
 def _duration(minutes: int) -> str:
     hours, rest = divmod(minutes, 60)
-    return f"{hours} h {rest:02d} min" if hours else f"{rest} min"
+    if not hours:
+        return f"{rest} min"
+    return f"{hours} h {rest:02d} min" if rest else f"{hours} h"
 
 
 BEGIN, END = "<!-- syllabus: begin -->", "<!-- syllabus: end -->"
