@@ -471,6 +471,7 @@ def summed_over_the_wrong_axis(weights, memory):
 """
 
 
+@pytest.mark.slow
 def test_check_finds_modules_from_the_working_directory_and_takes_a_file(tmp_path):
     (tmp_path / "mypackage").mkdir()
     (tmp_path / "mypackage" / "__init__.py").write_text("")
