@@ -222,6 +222,28 @@ def test_softmax_through_the_tensor_method_is_the_librarys_softmax(tmp_path):
     assert grade(tmp_path / "hand", max_examples=5)[0].status == "done"
 
 
+def test_using_the_reference_maths_that_grading_checks_against_is_not_done(tmp_path):
+    """A values-only equation's reference gives the right values: it is the answer key."""
+    new_workspace(tmp_path / "named", equations="56")
+    implement(tmp_path / "named" / "sec6.py", "quantize_to_levels",
+              "    return answers.eq56_quantize_to_levels(x, levels)\n",
+              "from minitorch_nlp.testing.reference import quantization as answers\n")
+    [named] = grade(tmp_path / "named", max_examples=5)
+    assert named.status == "not done"
+    assert re.fullmatch(r"quantize_to_levels uses the reference maths that grading checks "
+                        r"against \(line \d+: answers\.eq56_quantize_to_levels\): write it "
+                        r"yourself", named.detail)
+    new_workspace(tmp_path / "hidden", equations="56")
+    implement(tmp_path / "hidden" / "sec6.py", "quantize_to_levels",
+              "    return _key().eq56_quantize_to_levels(x, levels)\n",
+              "import importlib\n\n\ndef _key():\n"
+              "    return importlib.import_module('minitorch_nlp.testing.' + 'reference.quantization')\n")
+    [hidden] = grade(tmp_path / "hidden", max_examples=5)
+    assert (hidden.status, hidden.detail) == (
+        "not done", "quantize_to_levels runs the reference maths that grading checks against "
+        "when it is called: write it yourself")
+
+
 def test_own_work_that_uses_other_library_pieces_is_done(tmp_path):
     """F.softmax is not eq 9's solution: a student may build on it."""
     new_workspace(tmp_path, equations="9,10")

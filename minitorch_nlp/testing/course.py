@@ -230,9 +230,22 @@ def _resolve(module, node):
     return target
 
 
-def _names_of_library(module, function, versions) -> str | None:
-    """Where the student's ``function`` names one of the library's ``versions`` (through any
-    import alias), read from its source with ``ast``: ``"line 12: F.softmax"``, or None."""
+_ANSWER_KEY = ("minitorch_nlp.testing.reference", "minitorch_nlp.testing.equation_specs")
+"""The maths and adapters the grader checks against: no student's function may use them."""
+_ANSWER_KEY_FOLDERS = tuple(str(Path(__file__).parent / name.rsplit(".", 1)[1])
+                            for name in _ANSWER_KEY)
+
+
+def _in_answer_key(target) -> bool:
+    name = target.__name__ if isinstance(target, types.ModuleType) else \
+        getattr(target, "__module__", None)
+    return isinstance(name, str) and name.startswith(_ANSWER_KEY)
+
+
+def _named_in_source(module, function, spec, versions) -> str | None:
+    """Why the student's ``function`` counts as not their own, read from its source with
+    ``ast``: it names one of the library's ``versions`` or the grader's reference maths, through
+    any import alias (``"... (line 12: F.softmax)"``), or None."""
     try:
         tree = ast.parse(Path(module.__file__).read_text())
     except (OSError, SyntaxError, ValueError):
@@ -241,11 +254,15 @@ def _names_of_library(module, function, versions) -> str | None:
                    and node.name == function]
     for definition in definitions[-1:]:
         for node in ast.walk(definition):
-            if isinstance(node, (ast.Name, ast.Attribute)):
-                target = _resolve(module, node)
-                if target is not None and any(inspect.unwrap(target) is version
-                                              for version in versions):
-                    return f"line {node.lineno}: {ast.unparse(node)}"
+            if not isinstance(node, (ast.Name, ast.Attribute)):
+                continue
+            target = _resolve(module, node)
+            where = f"line {node.lineno}: {ast.unparse(node)}"
+            if target is not None and any(inspect.unwrap(target) is version
+                                          for version in versions):
+                return f"{function} calls the library's own {spec.library} ({where})"
+            if target is not None and _in_answer_key(target):
+                return f"{function} uses the reference maths that grading checks against ({where})"
     return None
 
 
@@ -258,23 +275,28 @@ def _library_versions(spec) -> list:
 
 
 class _LibraryWatch:
-    """Calls ``candidate``, and notes whether the library's own code runs during its first
-    ``watched`` calls (a profile hook on the code objects: any alias, wrapper or helper)."""
+    """Calls ``candidate``, and notes whether the library's own code (``library_called``) or the
+    grader's reference maths (``answer_key_called``) runs during its first ``watched`` calls: a
+    profile hook on the code objects and files, which sees any alias, wrapper or helper."""
 
     def __init__(self, candidate, versions, watched=3):
         self.candidate = candidate
         self.codes = {version.__code__ for version in versions if hasattr(version, "__code__")}
         self.watched = watched
-        self.called = False
+        self.library_called = self.answer_key_called = False
 
     def __call__(self, *args, **kwargs):
-        if not self.codes or self.watched <= 0:
+        if self.watched <= 0:
             return self.candidate(*args, **kwargs)
         self.watched -= 1
 
         def profile(frame, event, arg):
-            if event == "call" and frame.f_code in self.codes:
-                self.called = True
+            if event != "call":
+                return
+            if frame.f_code in self.codes:
+                self.library_called = True
+            elif frame.f_code.co_filename.startswith(_ANSWER_KEY_FOLDERS):
+                self.answer_key_called = True
 
         previous = sys.getprofile()
         sys.setprofile(profile)
@@ -285,14 +307,14 @@ class _LibraryWatch:
 
 
 def _uses_library(module, function, candidate, spec) -> str | None:
-    """Why ``candidate`` counts as the library's own implementation, or None."""
+    """Why ``candidate`` counts as the library's own implementation (or the grader's), or
+    None."""
     versions = _library_versions(spec)
     if any(inspect.unwrap(candidate) is version for version in versions):
         return f"{function} is the library's own {spec.library} (imported or assigned)"
-    where = _names_of_library(module, function, versions)
-    if where is not None:
-        return f"{function} calls the library's own {spec.library} ({where})"
-    return None
+    if _in_answer_key(inspect.unwrap(candidate)):
+        return f"{function} is the reference maths that grading checks against"
+    return _named_in_source(module, function, spec, versions)
 
 
 def _grade_task(task, module, max_examples) -> Grade:
@@ -319,9 +341,12 @@ def _grade_task(task, module, max_examples) -> Grade:
         outcome = graded("wrong", str(error))
     else:
         outcome = graded("done", f"{result.examples} examples agree")
-    if watch.called:
+    if watch.library_called:
         return graded("not done", f"{function} runs the library's own {spec.library} when it "
                       "is called: write it yourself")
+    if watch.answer_key_called:
+        return graded("not done", f"{function} runs the reference maths that grading checks "
+                      "against when it is called: write it yourself")
     return outcome
 
 
