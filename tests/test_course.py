@@ -236,8 +236,8 @@ def test_using_the_reference_maths_that_grading_checks_against_is_not_done(tmp_p
     new_workspace(tmp_path / "hidden", equations="56")
     implement(tmp_path / "hidden" / "sec6.py", "quantize_to_levels",
               "    return _key().eq56_quantize_to_levels(x, levels)\n",
-              "import importlib\n\n\ndef _key():\n"
-              "    return importlib.import_module('minitorch_nlp.testing.' + 'reference.quantization')\n")
+              "import importlib\n\n\ndef _key():\n    return importlib.import_module("
+              "'minitorch_nlp.testing.' + 'reference.quantization')\n")
     [hidden] = grade(tmp_path / "hidden", max_examples=5)
     assert (hidden.status, hidden.detail) == (
         "not done", "quantize_to_levels runs the reference maths that grading checks against "
