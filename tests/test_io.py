@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import minitorch_nlp as mt
+from minitorch_nlp import nn, optim
 from minitorch_nlp.io import checkpoint, load, save
 
 ARRAY_DTYPES = ["float32", "float64", "int64", "bool", "int8", "uint8", "int32", "float16",
@@ -487,15 +488,8 @@ def test_missing_file_raises_file_not_found(tmp_path):
 
 # ---- modules -------------------------------------------------------------------------------
 
-def _linear_or_skip():
-    nn = pytest.importorskip("minitorch_nlp.nn")
-    if not hasattr(nn, "Linear"):
-        pytest.skip("minitorch_nlp.nn.Linear does not exist yet")
-    return nn.Linear
-
-
 def test_module_state_dict_round_trip(tmp_path):
-    linear = _linear_or_skip()
+    linear = nn.Linear
     mt.manual_seed(0)
     model = linear(4, 3)
     save({"model": model.state_dict()}, tmp_path / "m.npz")
@@ -510,8 +504,7 @@ def test_module_state_dict_round_trip(tmp_path):
 
 
 def test_training_resumes_exactly_from_a_checkpoint(tmp_path):
-    linear = _linear_or_skip()
-    optim = pytest.importorskip("minitorch_nlp.optim")
+    linear = nn.Linear
     rng = np.random.default_rng(0)
     x = mt.tensor(rng.normal(size=(8, 4)), dtype=mt.float32)
     y = mt.tensor(rng.normal(size=(8, 2)), dtype=mt.float32)
