@@ -13,8 +13,21 @@ import numpy as np
 
 from .autograd import Tensor
 
-__all__ = ["attention_mask", "features", "ids_array", "int_at_least", "memories",
+__all__ = ["SettingError", "attention_mask", "features", "ids_array", "int_at_least", "memories",
            "positive_int", "token_ids"]
+
+
+class SettingError(ValueError):
+    """A run setting that cannot work: ``setting`` names the ``TrainConfig`` field, so that the
+    command line can name its option (``n_layer`` -> ``--n-layer``)."""
+
+    def __init__(self, setting, problem):
+        self.setting, self.problem = setting, problem
+        super().__init__("TrainConfig: " + self.about(setting))
+
+    def about(self, name):
+        """The problem told about the setting called ``name`` (a field or an option)."""
+        return name + ("" if self.problem.startswith("=") else " ") + self.problem
 
 
 def int_at_least(value, minimum, name, where):

@@ -38,34 +38,21 @@ import numpy as np
 from . import io, optim
 from .autograd import no_grad, random as mt_random, tensor
 from .backends import backend as use_backend, get_backend
+from .checks import SettingError
 from .data.corpus import load_text
 from .data.tokenizers import tokenizer_from_state
+from .io.runs import CHECKPOINT_NAME, FORMAT, checkpoint_file, read_checkpoint
 from .models import registry
 from .nn.moe import aux_losses
 
-__all__ = ["CHECKPOINT_NAME", "LanguageModelRun", "SettingError", "TextFileError",
-           "TrainConfig", "checkpoint_file", "demo_config", "load_for_inference",
-           "read_checkpoint", "read_text_file", "write_report"]
+__all__ = ["CHECKPOINT_NAME", "LanguageModelRun", "TextFileError", "TrainConfig",
+           "checkpoint_file", "demo_config", "read_checkpoint", "read_text_file", "saved_model",
+           "write_report"]
 
-CHECKPOINT_NAME = "checkpoint.npz"
-FORMAT = "minitorch-nlp-language-model"
 TOKENIZERS = ("char", "bpe", "wordpiece", "unigram")
 DEFAULT_WARMUP_STEPS = 100
 MOE_AUX_WEIGHT = 0.01
 CHECKPOINT_SECONDS = 300.0
-
-
-class SettingError(ValueError):
-    """A run setting that cannot work: ``setting`` names the ``TrainConfig`` field, so that the
-    command line can name its option (``n_layer`` -> ``--n-layer``)."""
-
-    def __init__(self, setting, problem):
-        self.setting, self.problem = setting, problem
-        super().__init__("TrainConfig: " + self.about(setting))
-
-    def about(self, name):
-        """The problem told about the setting called ``name`` (a field or an option)."""
-        return name + ("" if self.problem.startswith("=") else " ") + self.problem
 
 
 @dataclass
@@ -126,9 +113,10 @@ class TrainConfig:
                 or self.experts < 0 or self.experts == 1:
             raise SettingError("experts", f"must be 0 (no mixture of experts) or an int >= 2 "
                                f"(GShard's top-2 routing), got {self.experts!r}")
-        if self.experts and self.model != "gpt":
+        if self.experts and not family.takes_experts:
+            names = [name for name, other in registry.families().items() if other.takes_experts]
             raise SettingError("experts", f"={self.experts}: mixture-of-experts layers are built "
-                               f"for the gpt family, not {self.model}")
+                               f"for the {', '.join(names)} family, not {self.model}")
         if self.experts and self.n_layer < 2:
             raise SettingError("experts", f"={self.experts} replaces the feed-forward network of "
                                f"every other layer (the 2nd, 4th ...): give --n-layer 2 or more, "
@@ -502,25 +490,6 @@ class LanguageModelRun:
         return TrainConfig(**values), state
 
 
-def checkpoint_file(path):
-    """The checkpoint file that ``path`` (the file, or the run directory holding it) names."""
-    path = os.fspath(path)
-    return os.path.join(path, CHECKPOINT_NAME) if os.path.isdir(path) else path
-
-
-def read_checkpoint(path):
-    """The state saved by ``LanguageModelRun.save`` at ``path`` (file or run directory)."""
-    path = checkpoint_file(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path}; train one with `minitorch-nlp train` "
-                                "or `minitorch-nlp demo`")
-    state = io.load(path)
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a language-model checkpoint written by "
-                         "minitorch-nlp train/demo")
-    return state
-
-
 @contextlib.contextmanager
 def _sigint_stops_after_the_step():
     """A list that becomes non-empty on Ctrl-C (SIGINT), so that the training loop stops between
@@ -625,25 +594,18 @@ def _plot_losses(history, path, config):
     return True
 
 
-def load_for_inference(path, backend=None):
-    """(model in eval mode, tokenizer, its ``registry.ModelFamily``) from a checkpoint written
-    by ``LanguageModelRun`` (the file or its run directory), or from a HuggingFace directory
-    (``config.json`` + ``model.safetensors`` + the tokenizer's files, e.g. one written by
-    ``save_pretrained`` and ``tokenizer.save``)."""
-    from .data.tokenizers import load_tokenizer
-    from .io.huggingface import CONFIG_NAME, architecture_for, from_pretrained, read_config
-    if os.path.isfile(os.path.join(os.fspath(path), CONFIG_NAME)):
-        family = registry.family_for_architecture(architecture_for(read_config(path)).name)
-        return from_pretrained(path, backend=backend), load_tokenizer(path), family
-    state = read_checkpoint(path)
+def saved_model(state, backend=None, restructure=None):
+    """(model in eval mode, tokenizer, its ``registry.ModelFamily``) of a run's checkpoint
+    ``state`` (``read_checkpoint``) on ``backend`` (None: the run's); ``restructure(model)``,
+    when given, reshapes the freshly built model before its weights are loaded (a compressed
+    run's pruned heads and int8 Linears)."""
     config = TrainConfig(**{**state["config"], **({} if backend is None else
                                                    {"backend": backend})})
     tokenizer = tokenizer_from_state(state["tokenizer"])
     family = registry.family(config.model)
     with use_backend(get_backend(config.backend)):
         model = family.build(config, tokenizer)
-        if state.get("compression"):          # written by `minitorch-nlp compress`
-            from .compress.checkpoints import rebuild
-            rebuild(model, state["compression"])
+        if restructure is not None:
+            restructure(model)
     model.load_state_dict(state["model"])
     return model.eval(), tokenizer, family

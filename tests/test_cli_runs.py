@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp import cli, training
+from minitorch_nlp import checks, cli, inference, training
+from minitorch_nlp.cli import common as cli_common
+from minitorch_nlp.cli.common import UsageError
 from minitorch_nlp.io.huggingface import supported_architectures
 from minitorch_nlp.models import registry
 
@@ -94,7 +96,7 @@ def test_a_missing_text_file_names_the_option(tmp_path, capsys):
 def test_generate_with_a_backend_that_cannot_start(tmp_path, capsys, monkeypatch):
     def no_gpu(name=None):
         raise RuntimeError("the cupy backend needs an NVIDIA GPU; none was found")
-    monkeypatch.setattr(cli, "get_backend", no_gpu)
+    monkeypatch.setattr(cli_common, "get_backend", no_gpu)
     err = fails(capsys, ["generate", tmp_path, "--backend", "cupy"])
     assert "--backend cupy: the cupy backend needs an NVIDIA GPU" in err
 
@@ -112,10 +114,10 @@ def test_generate_refuses_files_that_are_not_checkpoints(tmp_path, capsys, make,
 
 
 def test_debug_shows_the_traceback(capsys):
-    with pytest.raises(cli.UsageError, match="--lr must be a finite number") as raised:
+    with pytest.raises(UsageError, match="--lr must be a finite number") as raised:
         cli.main(["--debug", "train", "gpt", "--lr", "nan"])
-    assert isinstance(raised.value.__cause__, training.SettingError)
-    with pytest.raises(cli.UsageError, match="no checkpoint at nowhere") as raised:
+    assert isinstance(raised.value.__cause__, checks.SettingError)
+    with pytest.raises(UsageError, match="no checkpoint at nowhere") as raised:
         cli.main(["generate", "nowhere", "--debug"])
     assert isinstance(raised.value.__cause__, FileNotFoundError)
 
@@ -284,7 +286,7 @@ def test_every_family_builds_trains_and_answers_generate(tmp_path, text_file, ca
     for name, family in registry.families().items():
         assert cli.main(["train", name, "--text", str(text_file), *TINY, "--steps", "2",
                          "--vocab-size", "300", "--out", str(tmp_path / name)]) == 0, name
-        model, tokenizer, loaded = training.load_for_inference(tmp_path / name)
+        model, tokenizer, loaded = inference.load_for_inference(tmp_path / name)
         # a model HuggingFace knows is one of its family's architectures; ELECTRA trains a
         # generator-discriminator pair, which HuggingFace keeps as two models
         assert loaded is family and (type(model).__name__ in family.hf_architectures

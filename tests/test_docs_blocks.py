@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp import cli, cookbook
+from minitorch_nlp import cookbook
+from minitorch_nlp.cli.equations import coverage_line, equation_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
@@ -58,7 +59,7 @@ def test_every_python_block_runs(page, tmp_path, monkeypatch):
 
 def test_the_readme_coverage_line_is_the_registry_s():
     cookbook.import_all()
-    line = cli.coverage_line(cli.equation_rows(list(cookbook.EQUATIONS.values())))
+    line = coverage_line(equation_rows(list(cookbook.EQUATIONS.values())))
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     quoted = re.findall(r"^\s+(\d+ equations: .*)$", readme, re.M)
     assert quoted == [line], "regenerate the README's coverage line with `minitorch-nlp equations`"

@@ -1,9 +1,12 @@
-"""The ``compress`` command of ``minitorch-nlp`` (registered by ``cli.py``): parsing and the
+"""The ``compress`` command of ``minitorch-nlp`` (registered by ``cli.entry``): parsing and the
 report; the work is :func:`minitorch_nlp.compress.checkpoints.compress_checkpoint`."""
 from __future__ import annotations
 
 import argparse
 import os
+
+from ..cli.common import UsageError
+from .checkpoints import compress_checkpoint
 
 
 def add_compress_commands(commands) -> None:
@@ -30,9 +33,6 @@ def add_compress_commands(commands) -> None:
 
 
 def _compress(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ..cli import UsageError
-    from .checkpoints import compress_checkpoint
-
     if os.path.abspath(args.out) == os.path.abspath(args.run_dir):
         raise UsageError("--out must differ from RUN_DIR: the compressed model cannot resume "
                          "training, so it does not replace the run")

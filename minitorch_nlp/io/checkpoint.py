@@ -67,12 +67,9 @@ removed by the next write to the same ``path``.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import re
-import secrets
 import struct
 import zipfile
 
@@ -80,6 +77,7 @@ import numpy as np
 
 from ..autograd import Tensor
 from ..backends import available_backends, get_backend
+from .files import atomic_write, safetensors_numpy
 
 FORMAT_NAME = "minitorch_nlp.checkpoint"
 FORMAT_VERSION = 1
@@ -234,54 +232,6 @@ def _backend_array_to_numpy(obj):
     return None
 
 
-def atomic_write(path, write):
-    """Call ``write(file)`` on a new temporary file next to ``path``, then rename it over ``path``:
-    readers see the old file or the complete new one, never a half-written one."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"cannot write {path}: the folder {directory} does not exist; "
-                                "create it first (os.makedirs)")
-    _remove_stale_temp_files(directory, os.path.basename(path))
-    fd, temp_path = _create_temp_file(directory, os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp_path, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_path)
-        raise
-    _fsync_directory(directory)
-
-
-def _temp_name(name, token):
-    return f".{name[:64]}.{token}.tmp"
-
-
-def _remove_stale_temp_files(directory, name):
-    """Remove what earlier writes to ``name`` left when they were killed mid-write (their
-    temporary files). Two processes writing the same file at once are not supported anyway:
-    the last rename wins."""
-    stale = re.compile(re.escape(_temp_name(name, "@")).replace("@", "[0-9a-f]{12}"))
-    for entry in os.listdir(directory):
-        if stale.fullmatch(entry):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, entry))
-
-
-def _create_temp_file(directory, name):
-    """A new file next to the target; created with mode 0o666 so the umask applies as usual."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    while True:
-        temp_path = os.path.join(directory, _temp_name(name, secrets.token_hex(6)))
-        try:
-            return os.open(temp_path, flags, 0o666), temp_path
-        except FileExistsError:
-            continue
-
-
 def _write_npz(file, entries, compress):
     """What ``np.savez`` writes, to an open file (so no ``.npz`` is appended) and never pickling."""
     compression = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
@@ -289,19 +239,6 @@ def _write_npz(file, entries, compress):
         for key, array in entries.items():
             with archive.open(key + ".npy", mode="w", force_zip64=True) as member:
                 np.lib.format.write_array(member, array, allow_pickle=False)
-
-
-def _fsync_directory(directory):
-    """Make the rename itself durable (POSIX; other systems have no directory handles)."""
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _as_str_path(path):
@@ -317,20 +254,18 @@ def _save_safetensors(state, path):
             for key, value in state.items()):
         raise TypeError(f"save: a {SAFETENSORS_SUFFIX} file holds a flat dict of str -> Tensor "
                         f"or array (a state_dict()); save other states to {path!r} as .npz")
-    from .huggingface import _safetensors_numpy
     arrays = {key: np.ascontiguousarray(value.numpy() if isinstance(value, Tensor) else value)
               for key, value in state.items()}
-    payload = _safetensors_numpy().save(arrays)
+    payload = safetensors_numpy().save(arrays)
     atomic_write(path, lambda file: file.write(payload))
 
 
 def _load_safetensors(path, backend):
     """The tensors of a safetensors file, as a dict of str -> Tensor on ``backend``."""
-    from .huggingface import _safetensors_numpy
     if not os.path.isfile(path):
         raise FileNotFoundError(f"load: {path} does not exist")
     try:
-        arrays = _safetensors_numpy().load_file(path)
+        arrays = safetensors_numpy().load_file(path)
     except Exception as exc:  # noqa: BLE001 (SafetensorError derives from Exception only)
         raise ValueError(f"{path!r} is not a readable safetensors file ({exc})") from None
     return {key: _to_tensor(array, False, backend) for key, array in arrays.items()}

@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from .checkpoint import atomic_write
+from .files import atomic_write, safetensors_numpy
 
 __all__ = ["HFArchitecture", "Rule", "concat_columns", "from_pretrained", "register_architecture",
            "save_pretrained", "split_columns", "supported_architectures", "transpose"]
@@ -206,15 +206,6 @@ def _listed(keys):
 
 
 # ---- reading -------------------------------------------------------------------------------------
-def _safetensors_numpy():
-    try:
-        import safetensors.numpy
-    except ImportError:
-        raise ImportError("HuggingFace checkpoints need the safetensors package: "
-                          "pip install 'minitorch-nlp[hf]'") from None
-    return safetensors.numpy
-
-
 def read_config(path):
     """The ``config.json`` of the HuggingFace directory ``path`` as a dict."""
     config_path = os.path.join(os.fspath(path), CONFIG_NAME)
@@ -315,7 +306,7 @@ def from_pretrained(path, *, backend=None, dtype=None):
 def _read_safetensors(path):
     """The tensors of the safetensors file ``path``; a truncated or corrupt file is a
     ``ValueError`` naming it (safetensors' own error type is not a ValueError)."""
-    reader = _safetensors_numpy()
+    reader = safetensors_numpy()
     try:
         return reader.load_file(path)
     except Exception as error:  # noqa: BLE001 (SafetensorError derives from Exception only)
@@ -346,7 +337,7 @@ def save_pretrained(model, path):
         raise ValueError(f"save_pretrained: the {architecture.name} key map has no rule for our "
                          f"{_listed(left)}")
     os.makedirs(path, exist_ok=True)
-    payload = _safetensors_numpy().save(hf_state, metadata={"format": "pt"})
+    payload = safetensors_numpy().save(hf_state, metadata={"format": "pt"})
     atomic_write(os.path.join(os.fspath(path), WEIGHTS_NAME), lambda file: file.write(payload))
     text = json.dumps(config, indent=2, sort_keys=True).encode("utf-8")
     atomic_write(os.path.join(os.fspath(path), CONFIG_NAME), lambda file: file.write(text))

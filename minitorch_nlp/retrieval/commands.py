@@ -1,4 +1,4 @@
-"""The ``index`` and ``ask`` commands of ``minitorch-nlp`` (registered by ``cli.py``): build a
+"""The ``index`` and ``ask`` commands of ``minitorch-nlp`` (registered by ``cli.entry``): build a
 passage index from a text file, search it, and answer a question from its best passages with an
 extractive reader.
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import os
+
+from ..cli.common import UsageError
 
 
 def add_retrieval_commands(commands) -> None:
@@ -71,7 +73,6 @@ def add_retrieval_commands(commands) -> None:
 
 def _usage(message):
     """A usage error: ``minitorch-nlp: error: ...`` on one line, exit status 2."""
-    from ..cli import UsageError   # cli imports this module
     raise UsageError(message)
 
 

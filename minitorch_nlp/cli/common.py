@@ -1,0 +1,131 @@
+"""What the ``minitorch-nlp`` commands share: the error style (one line naming the option, exit
+status 2), the checks of options, and running a training command (``train``, ``demo``,
+``distill``). The packages' sub-command modules import these names; this module imports none of
+them (``cli.entry`` assembles the commands)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from .. import training
+from ..backends import get_backend
+from ..checks import SettingError
+from ..distributed import fail_together
+
+__all__ = ["PROG", "Parser", "UsageError", "add_run_options", "at_least", "backend_named",
+           "check_run_options", "option", "print_error", "refuse_overwrite", "run_training",
+           "setting_usage_error"]
+
+PROG = "minitorch-nlp"
+
+
+class UsageError(Exception):
+    """A command line that cannot work as given: the message names the option to change."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the command's one error style: ``minitorch-nlp: error: ...`` on one line,
+    exit status 2."""
+
+    def error(self, message):
+        print_error(message)
+        raise SystemExit(2)
+
+
+def print_error(message):
+    print(f"{PROG}: error: " + " ".join(str(message).split()), file=sys.stderr)
+
+
+def option(setting: str) -> str:
+    """The option of a setting: ``n_layer`` -> ``--n-layer``."""
+    return "--" + setting.replace("_", "-")
+
+
+def at_least(low, **values) -> None:
+    """Each given value (None: not given) is at least ``low``; else a usage error naming it."""
+    for setting, value in values.items():
+        if value is not None and value < low:
+            raise UsageError(f"{option(setting)} must be at least {low}, got {value}")
+
+
+def backend_named(name):
+    """The backend ``--backend NAME`` names; a usage error saying why it cannot run otherwise."""
+    try:
+        return get_backend(name)
+    except (ValueError, RuntimeError, ImportError) as error:
+        raise UsageError(f"--backend {name}: {error}") from error
+
+
+def setting_usage_error(error: SettingError) -> UsageError:
+    """A run setting that cannot work, told as a usage error naming its option."""
+    return UsageError(error.about(option(error.setting)))
+
+
+def add_run_options(command, out) -> None:
+    """The options every training command takes."""
+    command.add_argument("--backend", help=f"array backend ({training.TrainConfig.backend}; "
+                         "on --resume: the checkpoint's)")
+    command.add_argument("--out", default=out,
+                         help="output directory (%(default)s)" if out else "output directory "
+                         "(runs/MODEL; on --resume: the checkpoint's directory)")
+    command.add_argument("--threads", type=int, default=1,
+                         help="threads for BLAS and Numba (%(default)s: small matrices run "
+                         "fastest on one, and on a busy machine more threads spin against each "
+                         "other)")
+    command.add_argument("--checkpoint-every", type=int, metavar="N",
+                         help="also save the run every N steps")
+    command.add_argument("--checkpoint-minutes", type=float, default=5.0, metavar="M",
+                         help="save the run whenever M minutes of training have passed since "
+                         "the last save (%(default)s; 0: only at the end and on Ctrl-C)")
+    command.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def check_run_options(args) -> None:
+    at_least(1, stop_at=getattr(args, "stop_at", None), checkpoint_every=args.checkpoint_every,
+              threads=args.threads)
+    if not args.checkpoint_minutes >= 0:
+        raise UsageError(f"--checkpoint-minutes must be >= 0 (0: no timed saves), got "
+                         f"{args.checkpoint_minutes}")
+
+
+def refuse_overwrite(out, overwrite):
+    """A usage error when the folder ``out`` holds a run and ``--overwrite`` was not given."""
+    path = os.path.join(out, training.CHECKPOINT_NAME)
+    if os.path.exists(path) and not overwrite:
+        raise UsageError(f"--out {out} already holds a run ({path}); continue it with "
+                         f"--resume {out}, or start afresh there with --overwrite")
+
+
+def run_training(run, out, stop_at, args) -> int:
+    """Train ``run``; with several ranks every rank runs this, rank 0 prints, shows the progress
+    bar and writes the files, and an error on any rank ends them all with its message."""
+    config, writes = run.config, run.parallel.writes
+    with fail_together(run.parallel.comm):
+        if writes:
+            print(f"{config.model}: {run.parallel.num_parameters(run.model):,} parameters, "
+                  f"{config.tokenizer} tokenizer ({len(run.tokenizer)} tokens), "
+                  f"{len(run.train_ids):,} training tokens, backend {config.backend}, steps "
+                  f"{run.step} -> {stop_at or config.steps}"
+                  + (f", {run.parallel.describe()}" if run.parallel.is_parallel else ""))
+        checkpoint = os.path.join(out, training.CHECKPOINT_NAME)
+        start = time.perf_counter()
+        val_loss = run.train(stop_at, progress=writes and not args.no_progress,
+                             checkpoint_path=checkpoint, checkpoint_every=args.checkpoint_every,
+                             checkpoint_seconds=60 * args.checkpoint_minutes or None)
+        seconds = time.perf_counter() - start
+        model = run.dense_model()
+    if not writes:
+        return 130 if run.interrupted else 0
+    if run.interrupted:
+        print(f"\ninterrupted: saved step {run.step} in {checkpoint}\n"
+              f"resume with: {PROG} {run.COMMAND} --resume {out}", file=sys.stderr)
+        return 130
+    report = training.write_report(run, out, seconds, model=model)
+    print(f"step {run.step}: validation loss {val_loss:.4f} ({seconds:.1f} s); wrote {out}/: "
+          + ", ".join(report["files"]))
+    for sample in report.get("samples", []):
+        print("-" * 72)
+        print(sample)
+    return 0
