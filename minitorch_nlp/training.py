@@ -45,7 +45,7 @@ from .io.runs import CHECKPOINT_NAME, FORMAT, checkpoint_file, read_checkpoint
 from .models import registry
 from .nn.moe import aux_losses
 
-__all__ = ["CHECKPOINT_NAME", "LanguageModelRun", "TextFileError", "TrainConfig",
+__all__ = ["CHECKPOINT_NAME", "LanguageModelRun", "RunDiverged", "TextFileError", "TrainConfig",
            "checkpoint_file", "demo_config", "read_checkpoint", "read_text_file", "saved_model",
            "write_report"]
 
@@ -126,9 +126,14 @@ class TrainConfig:
             raise SettingError("max_chars", f"must be a positive int, got {self.max_chars!r}")
         if self.n_embd % self.n_head:
             raise SettingError("n_head", f"={self.n_head} must divide n_embd={self.n_embd}")
-        if self.block_size <= family.objective.extra_tokens:
-            raise SettingError("block_size", f"must be more than {family.objective.extra_tokens} "
-                               f"for a {self.model}, got {self.block_size}")
+        objective = family.objective
+        least = objective.extra_tokens + (2 if objective.generates_text else 1)
+        if self.block_size < least:
+            why = ("a window must hold a token and the next one, which it learns to predict"
+                   if objective.generates_text else
+                   f"{objective.extra_tokens} special tokens go around each window of text")
+            raise SettingError("block_size", f"must be at least {least} for a {self.model} "
+                               f"({why}), got {self.block_size}")
         _check_range("lr", self.lr, 0, math.inf, low_open=True)
         _check_range("dropout", self.dropout, 0, 1, high_open=True)
         _check_range("weight_decay", self.weight_decay, 0, math.inf)
@@ -158,6 +163,19 @@ def _check_range(name, value, low, high, low_open=False, high_open=False):
 
 class TextFileError(ValueError):
     """The text file of a run cannot be used (missing, a directory, not UTF-8, empty)."""
+
+
+class RunDiverged(ArithmeticError):
+    """The training loss (or a weight) stopped being a finite number: the run stops there and
+    its last checkpoint, written before, is left as it was."""
+
+    def __init__(self, what, step, lr, saved_step, path):
+        kept = (f"the last good checkpoint (step {saved_step}) is kept in {path}"
+                if saved_step is not None else "no checkpoint had been written yet")
+        super().__init__(f"{what} at step {step}: the run diverged and stopped; {kept}. The "
+                         f"usual cause is a learning rate too high for the model (--lr {lr:g}): "
+                         "lower it, or warm up longer (--warmup-steps)")
+        self.step, self.saved_step = step, saved_step
 
 
 def read_text_file(path):
@@ -273,6 +291,7 @@ class LanguageModelRun:
         # an objective that carries a memory: the next segment of each stream, the model's memory
         self.segment, self.memory = 0, None
         self.interrupted = False
+        self.saved_step = None        # the step of the last checkpoint this process wrote
         if state is not None:
             self._restore(state)
 
@@ -357,6 +376,11 @@ class LanguageModelRun:
         with use_backend(self.backend), _sigint_stops_after_the_step() as stop:
             while self.step < until and not stop:
                 self._train_step()
+                if not math.isfinite(self.history["loss"][-1]):
+                    bar.close()
+                    raise RunDiverged(f"the training loss became {self.history['loss'][-1]}",
+                                      self.step, self.config.lr, self.saved_step,
+                                      checkpoint_path)
                 if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
                     val_loss = self.evaluate()
                     self.history["val_step"].append(self.step)
@@ -444,12 +468,18 @@ class LanguageModelRun:
 
     def save(self, path):
         """Write the run to ``path``; a parallel run gathers it (every rank must call this) and
-        rank 0 writes the one file, which resumes on any number of ranks."""
+        rank 0 writes the one file, which resumes on any number of ranks. Weights that are no
+        longer finite are never written: the run has diverged (``RunDiverged``)."""
+        if not all(np.isfinite(parameter.numpy()).all()
+                   for parameter in self.trained_parameters()):
+            raise RunDiverged("the weights stopped being finite numbers", self.step,
+                              self.config.lr, self.saved_step, path)
         state = self.state_dict()
         if self.parallel.writes:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             io.save(state, path)
         self.parallel.comm.barrier()
+        self.saved_step = self.step
 
     RESUMABLE = ("backend", "eval_every", "steps")
 
@@ -575,8 +605,19 @@ def write_report(run, out, seconds, model=None):
             file.write("\n\n".join(metrics["samples"]) + "\n")
         metrics["files"].append("samples.txt")
     with open(os.path.join(out, "metrics.json"), "w", encoding="utf-8") as file:
-        json.dump(metrics, file, indent=2)
+        json.dump(finite_or_none(metrics), file, indent=2, allow_nan=False)
     return metrics
+
+
+def finite_or_none(value):
+    """``value`` with every NaN or infinite float replaced by None, so that it is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(item) for item in value]
+    return value
 
 
 def _plot_losses(history, path, config):

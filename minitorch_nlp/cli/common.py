@@ -5,18 +5,23 @@ them (``cli.entry`` assembles the commands)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
 import time
+
+import numpy as np
 
 from .. import training
 from ..backends import get_backend
 from ..checks import SettingError
 from ..distributed import fail_together
+from ..io.run_lock import FolderInUse, hold_folder
 
 __all__ = ["PROG", "Parser", "UsageError", "add_run_options", "at_least", "backend_named",
-           "check_run_options", "option", "print_error", "refuse_overwrite", "run_training",
-           "setting_usage_error"]
+           "check_run_options", "describe_run", "option", "owned_folder", "print_error",
+           "refuse_overwrite", "run_folder", "run_training", "setting_usage_error"]
 
 PROG = "minitorch-nlp"
 
@@ -90,12 +95,53 @@ def check_run_options(args) -> None:
                          f"{args.checkpoint_minutes}")
 
 
-def refuse_overwrite(out, overwrite):
-    """A usage error when the folder ``out`` holds a run and ``--overwrite`` was not given."""
+@contextlib.contextmanager
+def owned_folder(folder, command, *, option_name="--out", writes=True):
+    """Hold ``folder`` for this process while the ``with`` block writes it (``io.run_lock``):
+    another live process writing it is a usage error naming ``option_name``. With ``writes``
+    False (a rank other than 0 of a parallel run) nothing is held."""
+    if not writes:
+        yield
+        return
+    try:
+        with hold_folder(folder, f"{PROG} {command}"):
+            yield
+    except FolderInUse as error:
+        raise UsageError(f"{option_name} {error}") from error
+
+
+def run_folder(args, default) -> str:
+    """The folder a training command writes: ``--out``, else the resumed run's folder, else
+    ``default``."""
+    if args.out:
+        return args.out
+    if getattr(args, "resume", None):
+        return os.path.dirname(os.path.abspath(training.checkpoint_file(args.resume)))
+    return default
+
+
+def describe_run(folder) -> str:
+    """What the run in ``folder`` is, read from its ``metrics.json`` when there is one: "a gpt
+    run (step 800 of 800)"."""
+    try:
+        with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as file:
+            metrics = json.load(file)
+        config = metrics.get("config", {})
+        return (f"a {config.get('model', '?')} run (step {metrics.get('step', '?')} of "
+                f"{config.get('steps', '?')})")
+    except (OSError, ValueError, AttributeError):
+        return "a run"
+
+
+def refuse_overwrite(out, overwrite, *, resumable=True):
+    """A usage error when the folder ``out`` holds a run and ``--overwrite`` was not given; it
+    says what is there and, for a ``resumable`` run, how to continue it."""
     path = os.path.join(out, training.CHECKPOINT_NAME)
     if os.path.exists(path) and not overwrite:
-        raise UsageError(f"--out {out} already holds a run ({path}); continue it with "
-                         f"--resume {out}, or start afresh there with --overwrite")
+        keep = f"continue it with --resume {out}, or " if resumable else ""
+        raise UsageError(f"--out {out} already holds {describe_run(out)} ({path}); {keep}start "
+                         "afresh there with --overwrite (the run is then lost), or choose "
+                         "another --out")
 
 
 def run_training(run, out, stop_at, args) -> int:
@@ -111,9 +157,14 @@ def run_training(run, out, stop_at, args) -> int:
                   + (f", {run.parallel.describe()}" if run.parallel.is_parallel else ""))
         checkpoint = os.path.join(out, training.CHECKPOINT_NAME)
         start = time.perf_counter()
-        val_loss = run.train(stop_at, progress=writes and not args.no_progress,
-                             checkpoint_path=checkpoint, checkpoint_every=args.checkpoint_every,
-                             checkpoint_seconds=60 * args.checkpoint_minutes or None)
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):   # divergence is told below
+                val_loss = run.train(stop_at, progress=writes and not args.no_progress,
+                                     checkpoint_path=checkpoint,
+                                     checkpoint_every=args.checkpoint_every,
+                                     checkpoint_seconds=60 * args.checkpoint_minutes or None)
+        except training.RunDiverged as error:
+            raise UsageError(str(error)) from error
         seconds = time.perf_counter() - start
         model = run.dense_model()
     if not writes:

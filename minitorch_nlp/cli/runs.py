@@ -13,7 +13,8 @@ from ..distributed.commands import add_parallel_options, parallel_training
 from ..inference import load_for_inference
 from ..models import registry
 from .common import (UsageError, add_run_options, at_least, backend_named, check_run_options,
-                     option, refuse_overwrite, run_training, setting_usage_error)
+                     option, owned_folder, refuse_overwrite, run_folder, run_training,
+                     setting_usage_error)
 
 __all__ = ["add_run_commands"]
 
@@ -32,7 +33,7 @@ def _add_demo_command(commands) -> None:
         description="The main job: a GPT-2-style character model (4 layers, d 128, context 128) "
         "trained on the Python standard library's docstrings (no download), with a progress bar, "
         "validation loss, a loss-curve PNG, a checkpoint and generated samples, all in --out "
-        "(each demo starts afresh there). Under 6 minutes on 2 CPU cores. Ctrl-C saves the run; "
+        "(a folder that holds a run is replaced only with --overwrite). Under 6 minutes on 2 CPU cores. Ctrl-C saves the run; "
         "`minitorch-nlp train --resume DIR` continues it.",
     )
     demo.add_argument("--steps", type=int,
@@ -40,6 +41,8 @@ def _add_demo_command(commands) -> None:
     demo.add_argument("--seed", type=int, default=0, help="seed (%(default)s)")
     demo.add_argument("--smoke", action="store_true",
                       help="a tiny model for a few steps: checks the pipeline in seconds")
+    demo.add_argument("--overwrite", action="store_true",
+                      help="start afresh in an --out folder that holds a run, replacing it")
     add_run_options(demo, "runs/demo")
     demo.set_defaults(run=_demo)
 
@@ -126,7 +129,9 @@ def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     set_num_threads(args.threads)
     config = _config(training.demo_config, steps=args.steps, backend=backend_name,
                      seed=args.seed, smoke=args.smoke)
-    return run_training(_start(config), args.out, None, args)
+    with owned_folder(args.out, "demo"):
+        refuse_overwrite(args.out, args.overwrite)
+        return run_training(_start(config), args.out, None, args)
 
 
 def _config(make, **values):
@@ -159,28 +164,32 @@ def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.backend is not None:
         backend_named(args.backend)
     parallel = _config(parallel_training, parallel=args.parallel, zero=args.zero)
-    if args.resume:
-        run, out = _resume(args, parallel)
-    else:
-        if args.model is None:
-            raise UsageError("give the model to train (" + ", ".join(registry.families())
-                             + "), or --resume PATH to continue a run")
-        out = args.out or f"runs/{args.model}"
-        refuse_overwrite(out, args.overwrite)
-        given = {name: getattr(args, name) for name in (*_TRAIN_INTS, *_TRAIN_FLOATS, "text",
-                                                        "tokenizer", "backend")}
-        config = _config(training.TrainConfig, model=args.model,
-                         **{name: value for name, value in given.items() if value is not None})
-        run = _start(config, parallel)
-    if args.stop_at is not None and not run.step < args.stop_at <= run.config.steps:
-        raise UsageError(f"--stop-at {args.stop_at} must lie after the run's current step "
-                         f"{run.step} and at most at its end, step {run.config.steps} (--steps)")
-    return run_training(run, out, args.stop_at, args)
+    if args.resume is None and args.model is None:
+        raise UsageError("give the model to train (" + ", ".join(registry.families())
+                         + "), or --resume PATH to continue a run")
+    out = run_folder(args, f"runs/{args.model}")
+    folder_option = "--resume" if args.resume and not args.out else "--out"
+    with owned_folder(out, "train", option_name=folder_option, writes=parallel.writes):
+        if args.resume:
+            run = _resume(args, parallel)
+        else:
+            refuse_overwrite(out, args.overwrite)
+            given = {name: getattr(args, name) for name in (*_TRAIN_INTS, *_TRAIN_FLOATS,
+                                                            "text", "tokenizer", "backend")}
+            config = _config(training.TrainConfig, model=args.model,
+                             **{name: value for name, value in given.items()
+                                if value is not None})
+            run = _start(config, parallel)
+        if args.stop_at is not None and not run.step < args.stop_at <= run.config.steps:
+            raise UsageError(f"--stop-at {args.stop_at} must lie after the run's current step "
+                             f"{run.step} and at most at its end, step {run.config.steps} "
+                             "(--steps)")
+        return run_training(run, out, args.stop_at, args)
 
 
 def _resume(args, parallel):
-    """The run that ``--resume`` names and the folder to write to; the options that would
-    change what it was trained with are refused, naming each."""
+    """The run that ``--resume`` names; the options that would change what it was trained with
+    are refused, naming each."""
     if args.overwrite:
         raise UsageError("--overwrite starts afresh and --resume continues: give one of them")
     path = training.checkpoint_file(args.resume)
@@ -206,7 +215,7 @@ def _resume(args, parallel):
     if run.step >= run.config.steps:
         raise UsageError(f"--resume {args.resume}: the run finished at step {run.step}; give "
                          f"--steps N (more than {run.step}) to train it further")
-    return run, args.out or os.path.dirname(os.path.abspath(path))
+    return run
 
 
 def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -12,7 +12,8 @@ from .. import training
 from ..backends.threads import set_num_threads
 from ..checks import SettingError
 from ..cli.common import (UsageError, add_run_options, backend_named, check_run_options, option,
-                          refuse_overwrite, run_training, setting_usage_error)
+                          owned_folder, refuse_overwrite, run_folder, run_training,
+                          setting_usage_error)
 from .distillation_run import STUDENTS, DistillationRun, student_config
 
 # the TrainConfig fields `distill` takes as options (the teacher's, unless given)
@@ -78,25 +79,28 @@ def _distill(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.temperature is not None and not args.temperature > 0:
         raise UsageError(f"--temperature must be a number > 0, got {args.temperature}")
     settings = {name: getattr(args, name) for name in (*_INTS, *_FLOATS)}
-    with _usage_errors():
-        if args.resume:
-            run, out = _resume(args, settings, DistillationRun)
-        else:
-            if args.teacher is None or args.student is None:
-                raise UsageError("give --teacher RUN_DIR and --student (distilbert, tinybert "
-                                 "or mobilebert), or --resume PATH to continue a distillation")
-            out = args.out or f"runs/{args.student}"
-            refuse_overwrite(out, args.overwrite)
-            config = student_config(args.teacher, args.student, backend=args.backend,
-                                    **settings)
-            run = DistillationRun(config, teacher=args.teacher, student=args.student,
-                                  temperature=args.temperature)
-    if args.stop_at is not None and not run.step < args.stop_at <= run.config.steps:
-        raise UsageError(f"--stop-at {args.stop_at} must lie after the run's current step "
-                         f"{run.step} and at most at its end, step {run.config.steps} (--steps)")
-    print(f"distilling {run.teacher_dir} ({run.teacher.num_parameters():,} parameters) into a "
-          f"{run.student} student")
-    status = run_training(run, out, args.stop_at, args)
+    if args.resume is None and (args.teacher is None or args.student is None):
+        raise UsageError("give --teacher RUN_DIR and --student (distilbert, tinybert or "
+                         "mobilebert), or --resume PATH to continue a distillation")
+    out = run_folder(args, f"runs/{args.student}")
+    folder_option = "--resume" if args.resume and not args.out else "--out"
+    with owned_folder(out, "distill", option_name=folder_option):
+        with _usage_errors():
+            if args.resume:
+                run = _resume(args, settings, DistillationRun)
+            else:
+                refuse_overwrite(out, args.overwrite)
+                config = student_config(args.teacher, args.student, backend=args.backend,
+                                        **settings)
+                run = DistillationRun(config, teacher=args.teacher, student=args.student,
+                                      temperature=args.temperature)
+        if args.stop_at is not None and not run.step < args.stop_at <= run.config.steps:
+            raise UsageError(f"--stop-at {args.stop_at} must lie after the run's current step "
+                             f"{run.step} and at most at its end, step {run.config.steps} "
+                             "(--steps)")
+        print(f"distilling {run.teacher_dir} ({run.teacher.num_parameters():,} parameters) "
+              f"into a {run.student} student")
+        status = run_training(run, out, args.stop_at, args)
     if status == 0:
         with open(os.path.join(out, "metrics.json"), encoding="utf-8") as file:
             teacher_loss = json.load(file)["distillation"]["teacher_val_loss"]
@@ -105,8 +109,8 @@ def _distill(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _resume(args, settings, run_class):
-    """The distillation that ``--resume`` names and the folder to write to; the options that
-    would change what it was trained with are refused, naming each."""
+    """The distillation that ``--resume`` names; the options that would change what it was
+    trained with are refused, naming each."""
     if args.overwrite:
         raise UsageError("--overwrite starts afresh and --resume continues: give one of them")
     fixed = [option(name) for name, value in settings.items()
@@ -129,4 +133,4 @@ def _resume(args, settings, run_class):
     if run.step >= run.config.steps:
         raise UsageError(f"--resume {args.resume}: the run finished at step {run.step}; give "
                          f"--steps N (more than {run.step}) to train it further")
-    return run, args.out or os.path.dirname(os.path.abspath(path))
+    return run

@@ -36,13 +36,29 @@ def _temp_name(name, token):
     return f".{name[:64]}.{token}.tmp"
 
 
+def _writer_is_gone(pid: int) -> bool:
+    """Whether the process ``pid`` (on this machine) has ended."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:             # it exists, owned by another user
+        return False
+    return False
+
+
 def _remove_stale_temp_files(directory, name):
-    """Remove what earlier writes to ``name`` left when they were killed mid-write (their
-    temporary files). Two processes writing the same file at once are not supported anyway:
-    the last rename wins."""
-    stale = re.compile(re.escape(_temp_name(name, "@")).replace("@", "[0-9a-f]{12}"))
+    """Remove what earlier writes to ``name`` left when they were killed mid-write: the
+    temporary files of writers that are no longer running (each name carries its writer's pid),
+    so that a second process writing the same file at the same time keeps its own (the last
+    rename wins). Names of the earlier form, without a pid, are always leftovers."""
+    stale = re.compile(re.escape(_temp_name(name, "@"))
+                       .replace("@", "(?:([0-9]+)-)?[0-9a-f]{12}"))
     for entry in os.listdir(directory):
-        if stale.fullmatch(entry):
+        match = stale.fullmatch(entry)
+        if match and (match.group(1) is None or _writer_is_gone(int(match.group(1)))):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(directory, entry))
 
@@ -51,7 +67,8 @@ def _create_temp_file(directory, name):
     """A new file next to the target; created with mode 0o666 so the umask applies as usual."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
-        temp_path = os.path.join(directory, _temp_name(name, secrets.token_hex(6)))
+        temp_path = os.path.join(directory, _temp_name(
+            name, f"{os.getpid()}-{secrets.token_hex(6)}"))
         try:
             return os.open(temp_path, flags, 0o666), temp_path
         except FileExistsError:
