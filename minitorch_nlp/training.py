@@ -502,6 +502,10 @@ class LanguageModelRun:
         that command continues it the way it was trained."""
         path = checkpoint_file(path)
         state = read_checkpoint(path)
+        if state.get("compression") is not None:
+            raise ValueError(f"{path} holds a compressed model, made for inference (`generate` "
+                             "loads it): training cannot resume from it; resume the run it "
+                             "was compressed from")
         command = state.get("command", LanguageModelRun.COMMAND)
         if command != cls.COMMAND:
             raise ValueError(f"{path} was written by `minitorch-nlp {command}`; continue it "

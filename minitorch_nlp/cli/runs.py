@@ -150,7 +150,12 @@ def _start(config, parallel=None, **load):
     try:
         if load:
             path = load.pop("path")
-            return training.LanguageModelRun.load(path, parallel=parallel, **load)
+            try:
+                return training.LanguageModelRun.load(path, parallel=parallel, **load)
+            except (FileNotFoundError, ValueError) as error:
+                if isinstance(error, (training.TextFileError, SettingError)):
+                    raise
+                raise UsageError(f"--resume: {error}") from error
         return training.LanguageModelRun(config, parallel=parallel)
     except training.TextFileError as error:
         raise UsageError(f"--text: {error}") from error

@@ -35,6 +35,12 @@ def parse_drop_layers(text):
     return strategy, int(count)
 
 
+def _described(record):
+    parts = [f"heads pruned in {len(record['pruned_heads'])} layer(s)"
+             if record.get("pruned_heads") else "", "int8" if record.get("quantize") else ""]
+    return ", ".join(part for part in parts if part) or "layers dropped"
+
+
 def rebuild(model, record):
     """Give a freshly built ``model`` the structure a ``compression`` record describes (the
     layers were already dropped in the config): its heads removed, its Linears int8."""
@@ -65,6 +71,9 @@ def compress_checkpoint(path, out, *, drop_layers=None, prune_heads=None, quanti
     strategy = None if drop_layers is None else parse_drop_layers(drop_layers)
     source = checkpoint_file(path)
     state = read_checkpoint(source)
+    if state.get("compression") is not None:
+        raise ValueError(f"{source} is already compressed ({_described(state['compression'])})"
+                         "; compress the run it was made from instead")
     run = training.LanguageModelRun.load(source)
     model = run.model.eval()
     report = {"values_before": sum(t.size for t in model.state_dict().values()),
@@ -73,7 +82,11 @@ def compress_checkpoint(path, out, *, drop_layers=None, prune_heads=None, quanti
     config = dict(state["config"])
     if strategy is not None:
         depth = len(pruning.transformer_stack(model).layers)
-        dropped = pruning.poor_mans_layers_to_drop(strategy[0], depth, strategy[1])
+        try:
+            dropped = pruning.poor_mans_layers_to_drop(strategy[0], depth, strategy[1])
+        except ValueError as error:
+            raise ValueError(f"--drop-layers {drop_layers}: the model has {depth} layer(s); "
+                             f"{str(error).split(': ', 1)[-1]}") from error
         pruning.drop_layers(model, dropped)
         config["n_layer"] = depth - len(dropped)
         report["dropped_layers"] = dropped

@@ -311,12 +311,28 @@ class _Reader:
         key = node["key"]
         if key not in self.archive.files:
             raise ValueError(f"{self.path!r}: the header refers to a missing entry {key!r}")
+        self._check_stored_size(key, node)
         array = _read_entry(self.archive, key, self.path)
         if str(array.dtype) != node["dtype"] or list(array.shape) != node["shape"]:
             raise ValueError(
                 f"{self.path!r}: entry {key!r} is {array.dtype} {array.shape} but the header "
                 f"says {node['dtype']} {tuple(node['shape'])}")
         return array
+
+    def _check_stored_size(self, key, node):
+        """The bytes the header's shape and dtype need are there in the archive, checked before
+        NumPy allocates the array its own header describes (which a damaged file can make
+        enormous)."""
+        try:
+            needed = math.prod(node["shape"]) * np.dtype(node["dtype"]).itemsize
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.path!r}: entry {key!r} has the unreadable shape or dtype "
+                             f"{node.get('shape')!r} {node.get('dtype')!r}") from None
+        held = self.archive.zip.getinfo(f"{key}.npy").file_size
+        if needed > held:
+            raise ValueError(f"{self.path!r}: entry {key!r} should hold {needed} bytes "
+                             f"({node['dtype']} {tuple(node['shape'])}) but holds {held}; the "
+                             "file is damaged")
 
 
 def _decode(node, reader):

@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from .files import atomic_write, safetensors_numpy
+from .sizes import check_sizes
 
 __all__ = ["HFArchitecture", "Rule", "concat_columns", "from_pretrained", "register_architecture",
            "save_pretrained", "split_columns", "supported_architectures", "transpose"]
@@ -293,6 +294,8 @@ def from_pretrained(path, *, backend=None, dtype=None):
         raise FileNotFoundError(f"from_pretrained: {weights_path} does not exist (only "
                                 f"safetensors weights are read, never pickled .bin files)")
     hf_state = _read_safetensors(weights_path)
+    check_sizes(os.path.join(os.fspath(path), CONFIG_NAME), config,
+                {name: tuple(array.shape) for name, array in hf_state.items()})
     model = architecture.from_config(config)
     our_shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     model.load_state_dict(convert_to_ours(architecture, hf_state, our_shapes))
