@@ -39,7 +39,7 @@ from . import io, optim
 from .autograd import no_grad, random as mt_random, tensor
 from .backends import backend as use_backend, get_backend
 from .checks import SettingError
-from .data.corpus import load_text
+from .data.corpus import TextFileError, load_text, read_text_file
 from .data.tokenizers import tokenizer_from_state
 from .io.runs import CHECKPOINT_NAME, FORMAT, checkpoint_file, read_checkpoint
 from .models import registry
@@ -161,10 +161,6 @@ def _check_range(name, value, low, high, low_open=False, high_open=False):
         raise SettingError(name, f"must be a finite number {where}, got {value!r}")
 
 
-class TextFileError(ValueError):
-    """The text file of a run cannot be used (missing, a directory, not UTF-8, empty)."""
-
-
 class RunDiverged(ArithmeticError):
     """The training loss (or a weight) stopped being a finite number: the run stops there and
     its last checkpoint, written before, is left as it was."""
@@ -178,28 +174,9 @@ class RunDiverged(ArithmeticError):
         self.step, self.saved_step = step, saved_step
 
 
-def read_text_file(path):
-    """The text of the UTF-8 file ``path``; ``TextFileError`` saying what to change otherwise."""
-    try:
-        with open(path, "rb") as file:
-            raw = file.read()
-    except FileNotFoundError:
-        raise TextFileError(f"{path} does not exist") from None
-    except IsADirectoryError:
-        raise TextFileError(f"{path} is a directory; give a text file") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise TextFileError(f"{path} is not UTF-8 text (byte 0x{raw[error.start]:02x} at offset "
-                            f"{error.start}): re-save it as UTF-8") from None
-    if not text.strip():
-        raise TextFileError(f"{path} holds no text")
-    return text
-
-
 def _read_text(config):
     if config.text is not None:
-        return read_text_file(config.text)
+        return read_text_file(config.text, config.max_chars)
     text = load_text(None)
     return text if config.max_chars is None else text[:config.max_chars]
 

@@ -90,6 +90,11 @@ def add_run_options(command, out) -> None:
 def check_run_options(args) -> None:
     at_least(1, stop_at=getattr(args, "stop_at", None), checkpoint_every=args.checkpoint_every,
               threads=args.threads)
+    cores = os.cpu_count() or 1
+    if args.threads > cores:
+        raise UsageError(f"--threads {args.threads} is more than the {cores} cores of this "
+                         f"machine; give at most {cores} (more threads than cores only wait on "
+                         "each other)")
     if not args.checkpoint_minutes >= 0:
         raise UsageError(f"--checkpoint-minutes must be >= 0 (0: no timed saves), got "
                          f"{args.checkpoint_minutes}")
@@ -103,6 +108,9 @@ def owned_folder(folder, command, *, option_name="--out", writes=True):
     if not writes:
         yield
         return
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"{option_name} {folder} is a file; give a folder (it is created if "
+                         "need be)")
     try:
         with hold_folder(folder, f"{PROG} {command}"):
             yield
@@ -133,15 +141,17 @@ def describe_run(folder) -> str:
         return "a run"
 
 
-def refuse_overwrite(out, overwrite, *, resumable=True):
-    """A usage error when the folder ``out`` holds a run and ``--overwrite`` was not given; it
-    says what is there and, for a ``resumable`` run, how to continue it."""
-    path = os.path.join(out, training.CHECKPOINT_NAME)
+def refuse_overwrite(out, overwrite, *, resumable=True, marker=training.CHECKPOINT_NAME,
+                     what=None):
+    """A usage error when the folder ``out`` holds a run (its file ``marker``) and
+    ``--overwrite`` was not given; it says what is there (``what``, default read from the run)
+    and, for a ``resumable`` run, how to continue it."""
+    path = os.path.join(out, marker)
     if os.path.exists(path) and not overwrite:
         keep = f"continue it with --resume {out}, or " if resumable else ""
-        raise UsageError(f"--out {out} already holds {describe_run(out)} ({path}); {keep}start "
-                         "afresh there with --overwrite (the run is then lost), or choose "
-                         "another --out")
+        raise UsageError(f"--out {out} already holds {what or describe_run(out)} ({path}); "
+                         f"{keep}start afresh there with --overwrite (what is there is then "
+                         "lost), or choose another --out")
 
 
 def run_training(run, out, stop_at, args) -> int:

@@ -124,6 +124,7 @@ def load(path, *, backend=None):
     target = get_backend(backend)
     if path.endswith(SAFETENSORS_SUFFIX):
         return _load_safetensors(path, target)
+    _refuse_what_is_not_an_archive(path)
     try:
         archive = np.load(path, allow_pickle=False)
     except ValueError as exc:   # NumPy's advice to allow pickles is not ours to give
@@ -140,6 +141,22 @@ def load(path, *, backend=None):
             return _decode(header["tree"], _Reader(archive, path, target))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{path!r}: malformed checkpoint header ({exc!r})") from None
+
+
+def _refuse_what_is_not_an_archive(path):
+    """Say what the file is, from its first bytes, when it is not a zip (``.npz``) archive:
+    NumPy would take any unknown content for a pickle and say so."""
+    try:
+        with open(path, "rb") as file:
+            start = file.read(6)
+    except IsADirectoryError:
+        raise ValueError(f"{path!r} is a folder, not a checkpoint file") from None
+    if start.startswith(b"PK"):
+        return
+    what = ("it is a single .npy array" if start.startswith(b"\x93NUMPY") else
+            "it holds pickled data, which minitorch_nlp never loads" if start[:1] == b"\x80"
+            else "it is empty" if not start else "it is not a NumPy .npz file (a text file?)")
+    raise ValueError(f"{path!r} is not a minitorch_nlp checkpoint: {what}")
 
 
 # ---- save side -----------------------------------------------------------------------------

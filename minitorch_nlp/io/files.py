@@ -7,7 +7,7 @@ import os
 import re
 import secrets
 
-__all__ = ["atomic_write", "safetensors_numpy"]
+__all__ = ["atomic_write", "path_inside", "safetensors_numpy"]
 
 
 def atomic_write(path, write):
@@ -30,6 +30,21 @@ def atomic_write(path, write):
             os.unlink(temp_path)
         raise
     _fsync_directory(directory)
+
+
+def path_inside(folder, name, source):
+    """``folder/name`` for a ``name`` read from the file ``source``: a relative path that stays
+    inside ``folder`` (links resolved). An absolute path, or one that climbs out (``../x``), is
+    a ``ValueError`` naming ``source``: a file only ever points within its own folder."""
+    if not isinstance(name, str) or not name or os.path.isabs(name):
+        raise ValueError(f"{source} names {name!r}; only a relative path inside {folder} is "
+                         "followed")
+    root = os.path.realpath(folder)
+    target = os.path.realpath(os.path.join(root, name))
+    if os.path.commonpath([root, target]) != root:
+        raise ValueError(f"{source} names {name!r}, which leads out of {folder}; only a path "
+                         "inside it is followed")
+    return target
 
 
 def _temp_name(name, token):
