@@ -313,9 +313,112 @@ def test_hf_architectures_that_neither_generate_nor_fill_masks_are_named():
         registry.family_for_architecture("BertModel")
 
 
-def test_ctrl_c_before_training_starts_is_one_line(capsys, monkeypatch):
+def test_ctrl_c_before_training_starts_is_one_line(tmp_path, capsys, monkeypatch):
     def interrupted(config, **options):
         raise KeyboardInterrupt
+    main = cli.main   # the commands are imported before the run class is replaced
     monkeypatch.setattr(training, "LanguageModelRun", interrupted)
-    assert cli.main(["train", "gpt", "--out", "nowhere-yet"]) == 130
+    assert main(["train", "gpt", "--out", str(tmp_path / "run")]) == 130
     assert capsys.readouterr().err == "\nminitorch-nlp: interrupted\n"
+
+
+# ---- errors a user can cause in generate and the Python API (issue #41, items 8 and 9) ----------
+def test_an_empty_prompt_names_the_option(tmp_path, text_file, capsys):
+    assert train(tmp_path, text_file, "--steps", "2") == 0
+    capsys.readouterr()
+    err = fails(capsys, ["generate", tmp_path / "run", "--prompt", ""])
+    assert "--prompt '': generate_text: the prompt is empty" in err
+
+
+def test_a_masked_lm_prompt_without_a_mask_names_the_option(tmp_path, text_file, capsys):
+    assert cli.main(["train", "bert", "--text", str(text_file), *TINY, "--steps", "2",
+                     "--vocab-size", "300", "--out", str(tmp_path / "bert")]) == 0
+    capsys.readouterr()
+    err = fails(capsys, ["generate", tmp_path / "bert", "--prompt", "the fox"])
+    assert "--prompt 'the fox': fill_masks: the prompt has no [MASK]" in err
+
+
+@pytest.mark.parametrize("family, architecture", [
+    ("bart", "BartForConditionalGeneration"), ("t5", "T5ForConditionalGeneration")])
+def test_generate_on_an_encoder_decoder_honours_max_new_tokens(tmp_path, text_file, capsys,
+                                                               monkeypatch, family,
+                                                               architecture):
+    assert cli.main(["train", family, "--text", str(text_file), *TINY, "--steps", "2",
+                     "--vocab-size", "300", "--out", str(tmp_path / family)]) == 0
+    model, _, _ = inference.load_for_inference(tmp_path / family)
+    assert type(model).__name__ == architecture
+    asked = []
+    generate = type(model).generate
+
+    def recording(self, input_ids, **options):
+        asked.append(options["max_new_tokens"])
+        out = generate(self, input_ids, **options)
+        assert out.shape[1] <= options["max_new_tokens"] + 1   # the start token and the new ones
+        return out
+    monkeypatch.setattr(type(model), "generate", recording)
+    for limit in ("3", "5"):
+        assert cli.main(["generate", str(tmp_path / family), "--prompt", "the fox",
+                         "--max-new-tokens", limit]) == 0
+    assert asked == [3, 5]
+
+
+def test_generate_on_bart_stops_at_its_position_table(tmp_path, text_file, monkeypatch):
+    assert cli.main(["train", "bart", "--text", str(text_file), *TINY, "--steps", "2",
+                     "--vocab-size", "300", "--out", str(tmp_path / "bart")]) == 0
+    model, _, _ = inference.load_for_inference(tmp_path / "bart")
+    asked = []
+    monkeypatch.setattr(type(model), "generate",
+                        lambda self, ids, **options: asked.append(options["max_new_tokens"])
+                        or np.asarray([[0]]))
+    assert cli.main(["generate", str(tmp_path / "bart"), "--max-new-tokens", "100000"]) == 0
+    assert asked == [model.config.max_position_embeddings - 1]
+
+
+def test_from_pretrained_on_a_training_run_points_to_its_loader(tmp_path, text_file):
+    assert train(tmp_path, text_file, "--steps", "2") == 0
+    for path in (tmp_path / "run", tmp_path / "run" / "checkpoint.npz"):
+        with pytest.raises(FileNotFoundError, match=r"is a training run .*load_for_inference"):
+            mt.io.huggingface.from_pretrained(path)
+    with pytest.raises(FileNotFoundError, match="config.json does not exist; a HuggingFace"):
+        mt.io.huggingface.from_pretrained(tmp_path)
+
+
+def _encoder_decoders():
+    from minitorch_nlp.models.bart import (
+        BartConfig,
+        BartForConditionalGeneration,
+        BartModel,
+        MBartConfig,
+        MBartForConditionalGeneration,
+    )
+    from minitorch_nlp.models.t5 import (
+        T5Config,
+        T5DecoderOnly,
+        T5ForConditionalGeneration,
+        T5Model,
+    )
+    t5 = T5Config(vocab_size=20, d_model=8, d_kv=4, d_ff=16, num_layers=1, num_heads=2)
+    bart = {"vocab_size": 20, "d_model": 8, "encoder_layers": 1, "decoder_layers": 1,
+            "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 16,
+            "decoder_ffn_dim": 16, "max_position_embeddings": 16}
+    return [T5ForConditionalGeneration(t5), T5DecoderOnly(t5),
+            BartForConditionalGeneration(BartConfig(**bart)),
+            MBartForConditionalGeneration(MBartConfig(**bart)), T5Model(t5),
+            BartModel(BartConfig(**bart))]
+
+
+def test_encoder_decoders_refuse_inputs_and_labels_of_different_batches():
+    from minitorch_nlp.models.transformer import Transformer
+    inputs, targets = np.ones((1, 5), dtype=np.int64), np.full((2, 4), 3, dtype=np.int64)
+    for model in _encoder_decoders():
+        name = type(model).__name__
+        target = "labels" if "labels" in model.forward.__code__.co_varnames else \
+            "decoder_input_ids"
+        with pytest.raises(ValueError, match=rf"^{name}: input_ids of batch 1, {target} of "
+                           r"batch 2: give each the same number of rows"):
+            model(input_ids=inputs, **{target: targets})
+    transformer = Transformer(20, d_model=8, num_heads=2, num_encoder_layers=1,
+                              num_decoder_layers=1, d_ff=16)
+    with pytest.raises(ValueError, match=r"^Transformer: src of batch 1, tgt_in of batch 2"):
+        transformer(inputs, targets)
+    assert transformer(np.ones((2, 5), dtype=np.int64), targets).shape == (2, 4, 20)

@@ -365,5 +365,5 @@ def test_train_t5_resumes_exactly_and_generate_fills_spans(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed.startswith("the quick ") and printed.rstrip().endswith(" fox")
     assert "<extra_id" not in printed
-    assert cli.main(["generate", str(tmp_path / "once"), "--prompt", "the <extra_id_9>"]) == 1
+    assert cli.main(["generate", str(tmp_path / "once"), "--prompt", "the <extra_id_9>"]) == 2
     assert "<extra_id_9> is not one of this model's 4 sentinels" in capsys.readouterr().err

@@ -106,7 +106,9 @@ def _add_generate_command(commands) -> None:
     generate.add_argument("checkpoint", help="checkpoint.npz, its run directory, or a "
                           "HuggingFace model directory")
     generate.add_argument("--prompt", default="The ", help="text to continue (%(default)r)")
-    generate.add_argument("--max-new-tokens", type=int, default=200, help="(%(default)s)")
+    generate.add_argument("--max-new-tokens", type=int,
+                          help="tokens to write at most (200; bart: its position table's "
+                          "length, t5: 64)")
     generate.add_argument("--temperature", type=float, default=0.8,
                           help="(%(default)s; 0: greedy, the likeliest token every step)")
     generate.add_argument("--top-k", type=int, default=None, help="keep the k likeliest tokens")
@@ -239,14 +241,19 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(f"{args.checkpoint}: {error}" if args.checkpoint not in str(error)
                          else str(error)) from error
-    if not family.objective.generates_text:
-        print(family.objective.respond(model, tokenizer, args.prompt))
-        return 0
-    print(args.prompt, end="", flush=True)
-    family.objective.respond(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
-                             temperature=0.0 if args.greedy else args.temperature,
-                             top_k=args.top_k, top_p=args.top_p,
-                             repetition_penalty=args.repetition_penalty, seed=args.seed,
-                             on_text=lambda piece: print(piece, end="", flush=True))
+    length = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+    try:
+        if not family.objective.generates_text:
+            print(family.objective.respond(model, tokenizer, args.prompt, **length))
+            return 0
+        print(args.prompt, end="", flush=True)
+        family.objective.respond(model, tokenizer, args.prompt, **length,
+                                 temperature=0.0 if args.greedy else args.temperature,
+                                 top_k=args.top_k, top_p=args.top_p,
+                                 repetition_penalty=args.repetition_penalty, seed=args.seed,
+                                 on_text=lambda piece: print(piece, end="", flush=True))
+    except ValueError as error:   # a prompt this model cannot answer: empty, too long, no mask
+        print(flush=True)
+        raise UsageError(f"--prompt {args.prompt!r}: {error}") from error
     print()
     return 0

@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from .files import atomic_write, safetensors_numpy
+from .runs import checkpoint_file
 from .sizes import check_sizes
 
 __all__ = ["HFArchitecture", "Rule", "concat_columns", "from_pretrained", "register_architecture",
@@ -211,6 +212,12 @@ def read_config(path):
     """The ``config.json`` of the HuggingFace directory ``path`` as a dict."""
     config_path = os.path.join(os.fspath(path), CONFIG_NAME)
     if not os.path.isfile(config_path):
+        run = checkpoint_file(path)
+        if os.path.isfile(run):   # a folder (or file) that `minitorch-nlp train` wrote
+            raise FileNotFoundError(
+                f"from_pretrained: {path} is a training run ({run}), not a HuggingFace model "
+                "directory; load it with minitorch_nlp.inference.load_for_inference(path), or "
+                "on the command line `minitorch-nlp generate PATH`")
         raise FileNotFoundError(f"from_pretrained: {config_path} does not exist; a HuggingFace "
                                 f"model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
     try:
