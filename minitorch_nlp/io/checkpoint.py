@@ -313,9 +313,32 @@ def _read_header(archive, path):
 
 def _read_entry(archive, key, path):
     try:
+        _check_entry_bytes(archive, key, path)
         return archive[key]
     except (ValueError, EOFError, zipfile.BadZipFile) as exc:  # pickled or corrupt entry
         raise ValueError(f"{path!r}: cannot read entry {key!r}: {exc}") from None
+
+
+def _check_entry_bytes(archive, key, path):
+    """The shape and dtype in the entry's own ``.npy`` header fit the bytes the archive holds
+    for it: NumPy allocates what that header says before it reads, so a damaged header claiming
+    1e10 values would allocate tens of gigabytes."""
+    member = f"{key}.npy"
+    if member not in archive.zip.NameToInfo:
+        raise ValueError("it is not a .npy array")
+    with archive.zip.open(member) as file:
+        version = np.lib.format.read_magic(file)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read_header(file)
+        data_offset = file.tell()
+    if dtype.hasobject:
+        return   # refused when read: NumPy will not unpickle it
+    needed = math.prod(shape) * dtype.itemsize
+    held = archive.zip.getinfo(member).file_size - data_offset
+    if needed > held:
+        raise ValueError(f"its header claims {dtype} {shape} ({needed} bytes) but it holds "
+                         f"{held} bytes; the file is damaged")
 
 
 class _Reader:
@@ -326,7 +349,7 @@ class _Reader:
 
     def array(self, node):
         key = node["key"]
-        if key not in self.archive.files:
+        if f"{key}.npy" not in self.archive.zip.NameToInfo:
             raise ValueError(f"{self.path!r}: the header refers to a missing entry {key!r}")
         self._check_stored_size(key, node)
         array = _read_entry(self.archive, key, self.path)
