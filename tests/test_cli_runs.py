@@ -422,3 +422,58 @@ def test_encoder_decoders_refuse_inputs_and_labels_of_different_batches():
     with pytest.raises(ValueError, match=r"^Transformer: src of batch 1, tgt_in of batch 2"):
         transformer(inputs, targets)
     assert transformer(np.ones((2, 5), dtype=np.int64), targets).shape == (2, 4, 20)
+
+
+# ---- what the rest of issue #41 asked of train, demo and generate -------------------------------
+@pytest.mark.parametrize("family", ["gpt", "xl"])
+def test_a_one_token_window_is_refused_with_its_reason(capsys, family):
+    err = fails(capsys, ["train", family, "--block-size", "1"])
+    assert f"--block-size must be at least 2 for a {family} (a window must hold a token and " \
+           "the next one, which it learns to predict), got 1" in err
+
+
+def test_generate_refuses_a_one_token_context_instead_of_looping():
+    from minitorch_nlp.data.tokenizers import CharTokenizer
+    from minitorch_nlp.decoding import generate_text
+    from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
+    tokenizer = CharTokenizer.train("abc")
+    model = GPT2LMHeadModel(GPTConfig(vocab_size=len(tokenizer), n_positions=1, n_embd=8,
+                                      n_layer=1, n_head=2))
+    with pytest.raises(ValueError, match="generating needs a context of at least 2"):
+        generate_text(model, tokenizer, "ab", max_new_tokens=5)
+
+
+def test_demo_does_not_replace_a_train_run(tmp_path, text_file, capsys):
+    assert train(tmp_path, text_file, "--steps", "2") == 0
+    before = (tmp_path / "run" / "checkpoint.npz").read_bytes()
+    err = fails(capsys, ["demo", "--smoke", "--out", tmp_path / "run"])
+    assert f"--out {tmp_path / 'run'} already holds a gpt run (step 2 of 2)" in err
+    assert "--overwrite" in err
+    assert (tmp_path / "run" / "checkpoint.npz").read_bytes() == before
+
+
+def test_out_naming_a_file_and_too_many_threads_name_the_option(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    for command in (["train", "gpt"], ["demo"]):
+        err = fails(capsys, [*command, "--out", tmp_path / "file"])
+        assert f"--out {tmp_path / 'file'} is a file; give a folder" in err
+    cores = os.cpu_count()
+    err = fails(capsys, ["demo", "--threads", cores + 1, "--out", tmp_path / "demo"])
+    assert f"--threads {cores + 1} is more than the {cores} cores of this machine" in err
+
+
+def test_resume_of_a_text_file_says_what_it_is(tmp_path, capsys):
+    (tmp_path / "my.txt").write_text("hello\n")
+    err = fails(capsys, ["train", "--resume", tmp_path / "my.txt"])
+    assert "is not a NumPy .npz file (a text file?)" in err and "pickled" not in err
+
+
+def test_max_chars_reads_no_more_of_an_endless_text(tmp_path):
+    trained = subprocess.run(
+        [sys.executable, "-m", "minitorch_nlp", "train", "gpt", "--text", "/dev/zero",
+         "--max-chars", "1000", *TINY, "--steps", "1", "--out", str(tmp_path / "run")],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr
+    read = json.loads((tmp_path / "run" / "metrics.json").read_text())["config"]
+    assert read["max_chars"] == 1000
