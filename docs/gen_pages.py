@@ -295,6 +295,31 @@ def api_index(modules: list[str]) -> str:
     return "\n".join(lines)
 
 
+def benchmark_chart(path) -> None:
+    """The bar chart of benchmarks/figures.json: our time / the peer's, one bar per figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    figures = json.loads((ROOT / "benchmarks" / "figures.json").read_text())["figures"]
+    labels = [f"{item['measurement'].split(' (')[0].split(',')[0]}\n{item['ours']} vs "
+              f"{item['peer']}, {item['threads']} thread{'s' if item['threads'] != 1 else ''}"
+              for item in figures]
+    ratios = [item["ours_ms"] / item["peer_ms"] for item in figures]
+    figure = Figure(figsize=(9, 0.55 * len(figures) + 1.2), layout="constrained")
+    ax = figure.subplots()
+    rows = range(len(figures))[::-1]
+    ax.barh(list(rows), ratios, color=["#2b6cb0" if r <= 1 else "#c05621" for r in ratios])
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_yticks(list(rows), labels, fontsize=8)
+    for row, ratio in zip(rows, ratios):
+        ax.text(ratio, row, f" {ratio:.2f}x", va="center", fontsize=8)
+    ax.set_xlabel("our time / the peer's time (below 1: faster)")
+    ax.set_xlim(0, max(ratios) * 1.15)
+    figure.savefig(path, dpi=100)
+
+
 def main() -> None:
     import mkdocs_gen_files
 
@@ -309,6 +334,8 @@ def main() -> None:
             f.write(api_page(module))
     with mkdocs_gen_files.open("api/index.md", "w") as f:
         f.write(api_index(modules))
+    with mkdocs_gen_files.open("figures/benchmarks.png", "wb") as f:
+        benchmark_chart(f)
 
 
 if __name__ in ("__main__", "<run_path>"):

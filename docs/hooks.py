@@ -4,6 +4,8 @@ the committed full runs recorded.
 ``<!-- computation-graph -->``: a Mermaid drawing of the graph that the engine records for a small
 expression, walked from the output's ``grad_fn``. ``<!-- check-specs -->``: the table of the
 equations that ``check`` knows, with each candidate's signature, from the specs.
+``<!-- benchmark-figures -->``: the table of the backends' speed figures, from
+``benchmarks/figures.json``.
 
 ``{{ result("EXAMPLE", "metrics.KEY.SUBKEY") }}`` quotes a value from
 ``docs/results/EXAMPLE/metrics.json`` (an optional third argument is a format spec, e.g. ".3f");
@@ -26,6 +28,8 @@ from minitorch_nlp.autograd.function import LeafNode
 
 GRAPH_MARKER = "<!-- computation-graph -->"
 SPECS_MARKER = "<!-- check-specs -->"
+BENCHMARKS_MARKER = "<!-- benchmark-figures -->"
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks" / "figures.json"
 EXPRESSION = "y = (x * w + b).tanh().sum()"
 RESULTS = Path(__file__).resolve().parent / "results"
 TEMPLATE = re.compile(r'\{\{\s*(result|figure)\(\s*"([^"]+)"\s*,\s*"([^"]+)"\s*'
@@ -77,6 +81,20 @@ def check_specs() -> str:
     return "\n".join(rows)
 
 
+def benchmark_figures() -> str:
+    """The table of benchmarks/figures.json: each measurement, its peer and the ratio."""
+    recorded = json.loads(BENCHMARKS.read_text())
+    rows = ["| measurement | ours | peer | threads | ours / peer | command |",
+            "|---|---|---|---|---|---|"]
+    for item in recorded["figures"]:
+        ratio = item["ours_ms"] / item["peer_ms"]
+        rows.append(f"| {item['measurement']} | {item['ours']}, {item['ours_ms']:g} ms | "
+                    f"{item['peer']}, {item['peer_ms']:g} ms | {item['threads']} | "
+                    f"**{ratio:.2f}x** | `{item['command']}` |")
+    machines = "; ".join(f"{name}: {text}" for name, text in recorded["machines"].items())
+    return "\n".join(rows) + f"\n\nMachine ({machines}).\n"
+
+
 def result(example: str, key: str, spec: str | None = None, *, where: str = "a page") -> str:
     """The value at the dotted ``key`` of an example's recorded metrics.json, formatted."""
     path = RESULTS / example / "metrics.json"
@@ -126,6 +144,8 @@ def on_page_markdown(markdown, page, config, files):
         markdown = markdown.replace(GRAPH_MARKER, computation_graph())
     if SPECS_MARKER in markdown:
         markdown = markdown.replace(SPECS_MARKER, check_specs())
+    if BENCHMARKS_MARKER in markdown:
+        markdown = markdown.replace(BENCHMARKS_MARKER, benchmark_figures())
     markdown = fill_templates(markdown, page.file.src_uri)
     _shown.update(FIGURE_LINK.findall(markdown))
     return markdown

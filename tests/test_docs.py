@@ -166,3 +166,14 @@ def test_the_api_index_groups_modules_by_package_with_their_summaries():
 
     first_line = minitorch_nlp.functional.__doc__.strip().splitlines()[0]
     assert f"- [`minitorch_nlp.functional`](minitorch_nlp.functional.md): {first_line}" in index
+
+
+def test_the_backends_page_shows_the_recorded_benchmark_figures():
+    hooks = _load("hooks")
+    recorded = json.loads(hooks.BENCHMARKS.read_text())
+    table = hooks.benchmark_figures()
+    for item in recorded["figures"]:
+        assert f"**{item['ours_ms'] / item['peer_ms']:.2f}x**" in table
+        assert item["measurement"] in table
+    page = (DOCS / "backends.md").read_text()
+    assert "<!-- benchmark-figures -->" in page and "(figures/benchmarks.png)" in page
