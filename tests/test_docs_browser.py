@@ -92,6 +92,16 @@ def load_offline(browser, url):
     return page, refused, errors
 
 
+def settle(page, condition):
+    """Wait up to 15 s for the scripts to finish; the assertions that follow say what did not."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(condition, timeout=15_000)
+    except PlaywrightTimeout:
+        pass
+
+
 # Material draws each Mermaid diagram into a closed shadow root; opened, the test can read the SVG.
 OPEN_SHADOW_ROOTS = """
 const attach = Element.prototype.attachShadow;
@@ -116,9 +126,8 @@ DIAGRAMS = """() => [...document.querySelectorAll('.mermaid')]
 def test_page_works_offline(browser, server, path):
     page, refused, errors = load_offline(browser, server + path)
     try:
-        page.wait_for_function("() => document.querySelectorAll('.arithmatex').length === "
-                               "document.querySelectorAll('.arithmatex .katex').length",
-                               timeout=15_000)
+        settle(page, "() => document.querySelectorAll('.arithmatex').length === "
+                     "document.querySelectorAll('.arithmatex .katex').length")
         typeset = page.evaluate(TYPESET)
         assert not typeset["raw"], f"{path}: equations left as raw LaTeX: {typeset['raw'][:3]}"
         if path in CHAPTERS:
@@ -127,9 +136,8 @@ def test_page_works_offline(browser, server, path):
         assert all(image["ok"] for image in images), \
             f"{path}: images that did not load: {[i['src'] for i in images if not i['ok']]}"
         if path == "engine/":
-            page.wait_for_function("() => [...document.querySelectorAll('.mermaid')].every("
-                                   "b => b.shadowRoot && b.shadowRoot.querySelector('svg'))",
-                                   timeout=15_000)
+            settle(page, "() => [...document.querySelectorAll('.mermaid')].every("
+                         "b => b.shadowRoot && b.shadowRoot.querySelector('svg'))")
             drawn = page.evaluate(DIAGRAMS)
             assert drawn and all("TanhBackward" in text for text in drawn), \
                 f"{path}: the engine graph is not drawn: {drawn}"
@@ -137,5 +145,21 @@ def test_page_works_offline(browser, server, path):
             assert any("attention_masks/all_masks.png" in image["src"] for image in images)
         assert not errors, f"{path}: script errors: {errors}"
         assert not refused, f"{path}: requests to other hosts: {refused}"
+    finally:
+        page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query, chapter", [("ELECTRA discriminator", "sections/sec9/"),
+                                             ("knowledge distillation", "sections/sec6/")])
+def test_search_finds_the_chapter_before_the_source(browser, server, query, chapter):
+    page, refused, errors = load_offline(browser, server)
+    try:
+        page.click("label.md-search__icon, .md-search__input")
+        page.fill(".md-search__input", query)
+        page.wait_for_selector(".md-search-result__item a", timeout=15_000)
+        first = page.eval_on_selector(".md-search-result__item a", "link => link.href")
+        assert chapter in first, f"searching {query!r}: the first result is {first}"
+        assert not errors and not refused
     finally:
         page.close()
