@@ -185,7 +185,31 @@ def results_block(example: str, page_folder: str = "..") -> list[str]:
              f"([metrics.json]({page_folder}/results/{example}/metrics.json)).", ""]
     for png in sorted((RESULTS / example).glob("*.png")):
         lines += [f"![{example}: {png.stem}]({page_folder}/results/{example}/{png.name})", ""]
+    numbers = flat_metrics(record.get("metrics", {}))
+    if numbers:
+        lines += [f'??? info "The numbers of this run (`metrics.json`)"', "",
+                  "    | metric | value |", "    |---|---|"]
+        lines += [f"    | `{key}` | {value} |" for key, value in numbers]
+        lines += [""]
     return lines
+
+
+def flat_metrics(metrics, prefix: str = "", limit: int = 60) -> list[tuple[str, str]]:
+    """The scalar values of a metrics dict as (dotted key, formatted value), at most ``limit``;
+    short lists of numbers are shown whole, longer ones (curves) are left to the figures."""
+    rows = []
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            rows += flat_metrics(value, f"{name}.", limit)
+        elif isinstance(value, bool) or isinstance(value, str):
+            rows.append((name, str(value)))
+        elif isinstance(value, (int, float)):
+            rows.append((name, f"{value:,}" if isinstance(value, int) else f"{value:.4g}"))
+        elif isinstance(value, list) and 0 < len(value) <= 8 and all(
+                isinstance(item, (int, float)) and not isinstance(item, bool) for item in value):
+            rows.append((name, ", ".join(f"{item:.4g}" for item in value)))
+    return rows[:limit]
 
 
 def section_entries(chapter: int, tests: dict[int, list[str]]) -> str:

@@ -177,3 +177,13 @@ def test_the_backends_page_shows_the_recorded_benchmark_figures():
         assert item["measurement"] in table
     page = (DOCS / "backends.md").read_text()
     assert "<!-- benchmark-figures -->" in page and "(figures/benchmarks.png)" in page
+
+
+def test_a_recorded_run_s_numbers_are_listed_from_its_metrics_json():
+    gen_pages = _load("gen_pages")
+    metrics = {"accuracy": 0.9871, "by_bits": {"8": 0.99, "2": 0.5}, "steps": 600,
+               "curve": list(range(100)), "heads": [0.5, 0.25], "smoke": False}
+    assert gen_pages.flat_metrics(metrics) == [
+        ("accuracy", "0.9871"), ("by_bits.8", "0.99"), ("by_bits.2", "0.5"), ("steps", "600"),
+        ("heads", "0.5, 0.25"), ("smoke", "False")]
+    assert len(gen_pages.flat_metrics({str(i): i for i in range(100)}, limit=60)) == 60
