@@ -156,10 +156,14 @@ def test_search_finds_the_chapter_before_the_source(browser, server, query, chap
     page, refused, errors = load_offline(browser, server)
     try:
         page.click("label.md-search__icon, .md-search__input")
-        page.fill(".md-search__input", query)
-        page.wait_for_selector(".md-search-result__item a", timeout=15_000)
-        first = page.eval_on_selector(".md-search-result__item a", "link => link.href")
-        assert chapter in first, f"searching {query!r}: the first result is {first}"
+        page.wait_for_function("() => !/Initializing/.test(document.querySelector("
+                               "'.md-search-result__meta').textContent)", timeout=60_000)
+        page.locator(".md-search__input").press_sequentially(query)   # keys, as a reader types
+        settle(page, "() => /matching/.test(document.querySelector('.md-search-result__meta')"
+                     ".textContent) && document.querySelector('.md-search-result__item a')")
+        found = page.eval_on_selector_all(".md-search-result__item > a",
+                                          "links => links.map(link => link.href)")
+        assert found and chapter in found[0], f"searching {query!r}, the results: {found[:3]}"
         assert not errors and not refused
     finally:
         page.close()
