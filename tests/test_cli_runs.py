@@ -18,6 +18,7 @@ import pytest
 import minitorch_nlp as mt
 from minitorch_nlp import checks, cli, inference, training
 from minitorch_nlp.cli import common as cli_common
+from minitorch_nlp.cli import entry as cli_entry
 from minitorch_nlp.cli.common import UsageError
 from minitorch_nlp.io.huggingface import supported_architectures
 from minitorch_nlp.models import registry
@@ -477,3 +478,17 @@ def test_max_chars_reads_no_more_of_an_endless_text(tmp_path):
     assert trained.returncode == 0, trained.stderr
     read = json.loads((tmp_path / "run" / "metrics.json").read_text())["config"]
     assert read["max_chars"] == 1000
+
+
+def test_the_getting_started_page_names_every_family_and_command():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "getting-started.md").read_text()
+    reference = page[page.index("### The command line"):page.index("## nn and functional")]
+    for name in registry.families():
+        assert f"`{name}`" in reference, f"the train family {name} is not listed"
+    subcommands = next(action for action in cli_entry.build_parser()._actions
+                       if action.dest == "command").choices
+    for name in subcommands:
+        assert f"minitorch-nlp {name} " in reference, f"the command {name} is not shown"
+    for status in ("| 0 |", "| 1 |", "| 2 |", "| 130 |"):
+        assert status in reference
+    assert "--allow-run-as-root" in reference and "QA_DIR" in reference

@@ -40,7 +40,8 @@ def _add_demo_command(commands) -> None:
                       help=f"training steps ({training.TrainConfig.steps}; --smoke: 20)")
     demo.add_argument("--seed", type=int, default=0, help="seed (%(default)s)")
     demo.add_argument("--smoke", action="store_true",
-                      help="a tiny model for a few steps: checks the pipeline in seconds")
+                      help="a tiny model for a few steps: checks the pipeline (a first run "
+                      "on numba also waits for its kernels to compile)")
     demo.add_argument("--overwrite", action="store_true",
                       help="start afresh in an --out folder that holds a run, replacing it")
     add_run_options(demo, "runs/demo")
