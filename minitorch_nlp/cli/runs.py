@@ -254,7 +254,8 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                  repetition_penalty=args.repetition_penalty, seed=args.seed,
                                  on_text=lambda piece: print(piece, end="", flush=True))
     except ValueError as error:   # a prompt this model cannot answer: empty, too long, no mask
-        print(flush=True)
+        if family.objective.generates_text:
+            print(flush=True)   # ends the line the prompt was printed on
         raise UsageError(f"--prompt {args.prompt!r}: {error}") from error
     print()
     return 0
