@@ -1,16 +1,43 @@
-"""MkDocs hook: fills two markers at build time, so that the pages show what the code does.
+"""MkDocs hook: fills markers at build time, so that the pages show what the code does and what
+the committed full runs recorded.
 
 ``<!-- computation-graph -->``: a Mermaid drawing of the graph that the engine records for a small
 expression, walked from the output's ``grad_fn``. ``<!-- check-specs -->``: the table of the
-equations that ``check`` knows, with each candidate's signature, from the specs."""
+equations that ``check`` knows, with each candidate's signature, from the specs.
+``<!-- benchmark-figures -->``: the table of the backends' speed figures, from
+``benchmarks/figures.json``.
+
+``{{ result("EXAMPLE", "metrics.KEY.SUBKEY") }}`` quotes a value from
+``docs/results/EXAMPLE/metrics.json`` (an optional third argument is a format spec, e.g. ".3f");
+``{{ figure("EXAMPLE", "NAME.png") }}`` shows a recorded figure. A missing file or key fails the
+build, and so does a recorded figure that no page shows.
+
+The API source listings and the chapters' "Source of" boxes are left out of the search index,
+so that a search finds the prose first."""
 from __future__ import annotations
+
+import json
+import posixpath
+import re
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
 
 import minitorch_nlp as mt
 from minitorch_nlp.autograd.function import LeafNode
 
 GRAPH_MARKER = "<!-- computation-graph -->"
 SPECS_MARKER = "<!-- check-specs -->"
+BENCHMARKS_MARKER = "<!-- benchmark-figures -->"
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks" / "figures.json"
 EXPRESSION = "y = (x * w + b).tanh().sum()"
+RESULTS = Path(__file__).resolve().parent / "results"
+TEMPLATE = re.compile(r'\{\{\s*(result|figure)\(\s*"([^"]+)"\s*,\s*"([^"]+)"\s*'
+                      r'(?:,\s*"([^"]*)"\s*)?\)\s*\}\}')
+FIGURE_LINK = re.compile(r"results/([\w-]+)/([\w.-]+\.png)")
+SOURCE_BOXES = re.compile(r'<details class="(mkdocstrings-source|example)"')
+
+_shown: set[tuple[str, str]] = set()
 
 
 def computation_graph() -> str:
@@ -54,9 +81,88 @@ def check_specs() -> str:
     return "\n".join(rows)
 
 
+def benchmark_figures() -> str:
+    """The table of benchmarks/figures.json: each measurement, its peer and the ratio."""
+    recorded = json.loads(BENCHMARKS.read_text())
+    rows = ["| measurement | ours | peer | threads | ours / peer | command |",
+            "|---|---|---|---|---|---|"]
+    for item in recorded["figures"]:
+        ratio = item["ours_ms"] / item["peer_ms"]
+        rows.append(f"| {item['measurement']} | {item['ours']}, {item['ours_ms']:g} ms | "
+                    f"{item['peer']}, {item['peer_ms']:g} ms | {item['threads']} | "
+                    f"**{ratio:.2f}x** | `{item['command']}` |")
+    machines = "; ".join(f"{name}: {text}" for name, text in recorded["machines"].items())
+    return "\n".join(rows) + f"\n\nMachine ({machines}).\n"
+
+
+def result(example: str, key: str, spec: str | None = None, *, where: str = "a page") -> str:
+    """The value at the dotted ``key`` of an example's recorded metrics.json, formatted."""
+    path = RESULTS / example / "metrics.json"
+    if not path.exists():
+        raise PluginError(f"{where} quotes result({example!r}, {key!r}), but {path} is not "
+                          f"recorded: run `python docs/make_results.py --only {example}`")
+    value = json.loads(path.read_text())
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise PluginError(f"{where} quotes result({example!r}, {key!r}): {path} has no "
+                              f"{part!r} there")
+        value = value[part]
+    if spec:
+        return format(value, spec)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:.3g}"
+
+
+def figure(example: str, name: str, page_uri: str, *, where: str = "a page") -> str:
+    """A Markdown image of a recorded figure, linked relative to the page."""
+    if not (RESULTS / example / name).exists():
+        raise PluginError(f"{where} shows figure({example!r}, {name!r}), but "
+                          f"docs/results/{example}/{name} is not recorded")
+    target = posixpath.relpath(f"results/{example}/{name}", posixpath.dirname(page_uri) or ".")
+    return f"![{example}: {Path(name).stem}]({target})"
+
+
+def fill_templates(markdown: str, page_uri: str) -> str:
+    where = f"docs/{page_uri}"
+
+    def fill(match):
+        kind, example, argument, spec = match.groups()
+        if kind == "result":
+            return result(example, argument, spec, where=where)
+        return figure(example, argument, page_uri, where=where)
+
+    return TEMPLATE.sub(fill, markdown)
+
+
+def on_pre_build(config):
+    _shown.clear()
+
+
 def on_page_markdown(markdown, page, config, files):
     if GRAPH_MARKER in markdown:
         markdown = markdown.replace(GRAPH_MARKER, computation_graph())
     if SPECS_MARKER in markdown:
         markdown = markdown.replace(SPECS_MARKER, check_specs())
+    if BENCHMARKS_MARKER in markdown:
+        markdown = markdown.replace(BENCHMARKS_MARKER, benchmark_figures())
+    markdown = fill_templates(markdown, page.file.src_uri)
+    _shown.update(FIGURE_LINK.findall(markdown))
     return markdown
+
+
+def on_page_content(html, page, config, files):
+    return SOURCE_BOXES.sub(r'<details class="\1" data-search-exclude', html)
+
+
+def unplaced_figures() -> list[str]:
+    """The recorded figures that no page shows."""
+    return sorted(f"docs/results/{png.parent.name}/{png.name}"
+                  for png in RESULTS.glob("*/*.png") if (png.parent.name, png.name) not in _shown)
+
+
+def on_post_build(config):
+    missing = unplaced_figures()
+    if missing:
+        raise PluginError("recorded figures that no page shows (place them in docs/gen_pages.py's "
+                          "EXAMPLES or with {{ figure(...) }} on a page): " + ", ".join(missing))

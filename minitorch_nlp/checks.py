@@ -13,8 +13,21 @@ import numpy as np
 
 from .autograd import Tensor
 
-__all__ = ["attention_mask", "features", "ids_array", "int_at_least", "memories",
-           "positive_int", "token_ids"]
+__all__ = ["SettingError", "attention_mask", "features", "ids_array", "int_at_least", "memories",
+           "positive_int", "same_batch", "token_ids"]
+
+
+class SettingError(ValueError):
+    """A run setting that cannot work: ``setting`` names the ``TrainConfig`` field, so that the
+    command line can name its option (``n_layer`` -> ``--n-layer``)."""
+
+    def __init__(self, setting, problem):
+        self.setting, self.problem = setting, problem
+        super().__init__("TrainConfig: " + self.about(setting))
+
+    def about(self, name):
+        """The problem told about the setting called ``name`` (a field or an option)."""
+        return name + ("" if self.problem.startswith("=") else " ") + self.problem
 
 
 def int_at_least(value, minimum, name, where):
@@ -74,6 +87,19 @@ def token_ids(values, vocab_size, where, name="input_ids", size_name="vocab_size
         raise ValueError(f"{where}: {name} holds {int(array[outside][0])}, outside {table}"
                          f"[0, {size_name}={vocab_size})")
     return array
+
+
+def same_batch(where, **arrays):
+    """The arrays given by name (None: not given; ids, masks or hidden states) hold one batch:
+    the first axis of each is as long as the others', as an encoder-decoder needs of its inputs,
+    its labels and its decoder's inputs before the decoder attends to the encoder."""
+    batches = {name: (value.shape[0] if hasattr(value, "shape") else len(value))
+               for name, value in arrays.items()
+               if value is not None and (not hasattr(value, "shape") or len(value.shape))}
+    if len(set(batches.values())) > 1:
+        given = ", ".join(f"{name} of batch {batch}" for name, batch in batches.items())
+        raise ValueError(f"{where}: {given}: give each the same number of rows (one per "
+                         "example)")
 
 
 def attention_mask(mask, shape, where):

@@ -558,6 +558,9 @@ def generate_text(model, tokenizer, prompt, *, max_new_tokens=200, temperature=0
         raise ValueError(f"generate_text: max_new_tokens must be a positive int, got "
                          f"{max_new_tokens!r}")
     window, keep = model.config.n_positions, max(1, model.config.n_positions // 2)
+    if window < 2:    # the sliding window below needs room for one new token beside the kept
+        raise ValueError(f"generate_text: the model reads {window} token at a time; generating "
+                         "needs a context of at least 2 (n_positions)")
     generator = Generator(seed)
     ids, new_ids, printed = list(prompt_ids), [], [0]
 

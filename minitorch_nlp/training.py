@@ -38,34 +38,21 @@ import numpy as np
 from . import io, optim
 from .autograd import no_grad, random as mt_random, tensor
 from .backends import backend as use_backend, get_backend
-from .data.corpus import load_text
+from .checks import SettingError
+from .data.corpus import TextFileError, load_text, read_text_file
 from .data.tokenizers import tokenizer_from_state
+from .io.runs import CHECKPOINT_NAME, FORMAT, checkpoint_file, read_checkpoint
 from .models import registry
 from .nn.moe import aux_losses
 
-__all__ = ["CHECKPOINT_NAME", "LanguageModelRun", "SettingError", "TextFileError",
-           "TrainConfig", "checkpoint_file", "demo_config", "load_for_inference",
-           "read_checkpoint", "read_text_file", "write_report"]
+__all__ = ["CHECKPOINT_NAME", "LanguageModelRun", "RunDiverged", "TextFileError", "TrainConfig",
+           "checkpoint_file", "demo_config", "read_checkpoint", "read_text_file", "saved_model",
+           "write_report"]
 
-CHECKPOINT_NAME = "checkpoint.npz"
-FORMAT = "minitorch-nlp-language-model"
 TOKENIZERS = ("char", "bpe", "wordpiece", "unigram")
 DEFAULT_WARMUP_STEPS = 100
 MOE_AUX_WEIGHT = 0.01
 CHECKPOINT_SECONDS = 300.0
-
-
-class SettingError(ValueError):
-    """A run setting that cannot work: ``setting`` names the ``TrainConfig`` field, so that the
-    command line can name its option (``n_layer`` -> ``--n-layer``)."""
-
-    def __init__(self, setting, problem):
-        self.setting, self.problem = setting, problem
-        super().__init__("TrainConfig: " + self.about(setting))
-
-    def about(self, name):
-        """The problem told about the setting called ``name`` (a field or an option)."""
-        return name + ("" if self.problem.startswith("=") else " ") + self.problem
 
 
 @dataclass
@@ -126,9 +113,10 @@ class TrainConfig:
                 or self.experts < 0 or self.experts == 1:
             raise SettingError("experts", f"must be 0 (no mixture of experts) or an int >= 2 "
                                f"(GShard's top-2 routing), got {self.experts!r}")
-        if self.experts and self.model != "gpt":
+        if self.experts and not family.takes_experts:
+            names = [name for name, other in registry.families().items() if other.takes_experts]
             raise SettingError("experts", f"={self.experts}: mixture-of-experts layers are built "
-                               f"for the gpt family, not {self.model}")
+                               f"for the {', '.join(names)} family, not {self.model}")
         if self.experts and self.n_layer < 2:
             raise SettingError("experts", f"={self.experts} replaces the feed-forward network of "
                                f"every other layer (the 2nd, 4th ...): give --n-layer 2 or more, "
@@ -138,9 +126,14 @@ class TrainConfig:
             raise SettingError("max_chars", f"must be a positive int, got {self.max_chars!r}")
         if self.n_embd % self.n_head:
             raise SettingError("n_head", f"={self.n_head} must divide n_embd={self.n_embd}")
-        if self.block_size <= family.objective.extra_tokens:
-            raise SettingError("block_size", f"must be more than {family.objective.extra_tokens} "
-                               f"for a {self.model}, got {self.block_size}")
+        objective = family.objective
+        least = objective.extra_tokens + (2 if objective.generates_text else 1)
+        if self.block_size < least:
+            why = ("a window must hold a token and the next one, which it learns to predict"
+                   if objective.generates_text else
+                   f"{objective.extra_tokens} special tokens go around each window of text")
+            raise SettingError("block_size", f"must be at least {least} for a {self.model} "
+                               f"({why}), got {self.block_size}")
         _check_range("lr", self.lr, 0, math.inf, low_open=True)
         _check_range("dropout", self.dropout, 0, 1, high_open=True)
         _check_range("weight_decay", self.weight_decay, 0, math.inf)
@@ -168,32 +161,22 @@ def _check_range(name, value, low, high, low_open=False, high_open=False):
         raise SettingError(name, f"must be a finite number {where}, got {value!r}")
 
 
-class TextFileError(ValueError):
-    """The text file of a run cannot be used (missing, a directory, not UTF-8, empty)."""
+class RunDiverged(ArithmeticError):
+    """The training loss (or a weight) stopped being a finite number: the run stops there and
+    its last checkpoint, written before, is left as it was."""
 
-
-def read_text_file(path):
-    """The text of the UTF-8 file ``path``; ``TextFileError`` saying what to change otherwise."""
-    try:
-        with open(path, "rb") as file:
-            raw = file.read()
-    except FileNotFoundError:
-        raise TextFileError(f"{path} does not exist") from None
-    except IsADirectoryError:
-        raise TextFileError(f"{path} is a directory; give a text file") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise TextFileError(f"{path} is not UTF-8 text (byte 0x{raw[error.start]:02x} at offset "
-                            f"{error.start}): re-save it as UTF-8") from None
-    if not text.strip():
-        raise TextFileError(f"{path} holds no text")
-    return text
+    def __init__(self, what, step, lr, saved_step, path):
+        kept = (f"the last good checkpoint (step {saved_step}) is kept in {path}"
+                if saved_step is not None else "no checkpoint had been written yet")
+        super().__init__(f"{what} at step {step}: the run diverged and stopped; {kept}. The "
+                         f"usual cause is a learning rate too high for the model (--lr {lr:g}): "
+                         "lower it, or warm up longer (--warmup-steps)")
+        self.step, self.saved_step = step, saved_step
 
 
 def _read_text(config):
     if config.text is not None:
-        return read_text_file(config.text)
+        return read_text_file(config.text, config.max_chars)
     text = load_text(None)
     return text if config.max_chars is None else text[:config.max_chars]
 
@@ -285,6 +268,7 @@ class LanguageModelRun:
         # an objective that carries a memory: the next segment of each stream, the model's memory
         self.segment, self.memory = 0, None
         self.interrupted = False
+        self.saved_step = None        # the step of the last checkpoint this process wrote
         if state is not None:
             self._restore(state)
 
@@ -369,6 +353,11 @@ class LanguageModelRun:
         with use_backend(self.backend), _sigint_stops_after_the_step() as stop:
             while self.step < until and not stop:
                 self._train_step()
+                if not math.isfinite(self.history["loss"][-1]):
+                    bar.close()
+                    raise RunDiverged(f"the training loss became {self.history['loss'][-1]}",
+                                      self.step, self.config.lr, self.saved_step,
+                                      checkpoint_path)
                 if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
                     val_loss = self.evaluate()
                     self.history["val_step"].append(self.step)
@@ -456,12 +445,18 @@ class LanguageModelRun:
 
     def save(self, path):
         """Write the run to ``path``; a parallel run gathers it (every rank must call this) and
-        rank 0 writes the one file, which resumes on any number of ranks."""
+        rank 0 writes the one file, which resumes on any number of ranks. Weights that are no
+        longer finite are never written: the run has diverged (``RunDiverged``)."""
+        if not all(np.isfinite(parameter.numpy()).all()
+                   for parameter in self.trained_parameters()):
+            raise RunDiverged("the weights stopped being finite numbers", self.step,
+                              self.config.lr, self.saved_step, path)
         state = self.state_dict()
         if self.parallel.writes:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             io.save(state, path)
         self.parallel.comm.barrier()
+        self.saved_step = self.step
 
     RESUMABLE = ("backend", "eval_every", "steps")
 
@@ -484,6 +479,10 @@ class LanguageModelRun:
         that command continues it the way it was trained."""
         path = checkpoint_file(path)
         state = read_checkpoint(path)
+        if state.get("compression") is not None:
+            raise ValueError(f"{path} holds a compressed model, made for inference (`generate` "
+                             "loads it): training cannot resume from it; resume the run it "
+                             "was compressed from")
         command = state.get("command", LanguageModelRun.COMMAND)
         if command != cls.COMMAND:
             raise ValueError(f"{path} was written by `minitorch-nlp {command}`; continue it "
@@ -500,25 +499,6 @@ class LanguageModelRun:
         if values["text"] and not os.path.exists(values["text"]) and os.path.exists(beside):
             values["text"] = beside
         return TrainConfig(**values), state
-
-
-def checkpoint_file(path):
-    """The checkpoint file that ``path`` (the file, or the run directory holding it) names."""
-    path = os.fspath(path)
-    return os.path.join(path, CHECKPOINT_NAME) if os.path.isdir(path) else path
-
-
-def read_checkpoint(path):
-    """The state saved by ``LanguageModelRun.save`` at ``path`` (file or run directory)."""
-    path = checkpoint_file(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path}; train one with `minitorch-nlp train` "
-                                "or `minitorch-nlp demo`")
-    state = io.load(path)
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a language-model checkpoint written by "
-                         "minitorch-nlp train/demo")
-    return state
 
 
 @contextlib.contextmanager
@@ -606,8 +586,19 @@ def write_report(run, out, seconds, model=None):
             file.write("\n\n".join(metrics["samples"]) + "\n")
         metrics["files"].append("samples.txt")
     with open(os.path.join(out, "metrics.json"), "w", encoding="utf-8") as file:
-        json.dump(metrics, file, indent=2)
+        json.dump(finite_or_none(metrics), file, indent=2, allow_nan=False)
     return metrics
+
+
+def finite_or_none(value):
+    """``value`` with every NaN or infinite float replaced by None, so that it is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(item) for item in value]
+    return value
 
 
 def _plot_losses(history, path, config):
@@ -625,25 +616,18 @@ def _plot_losses(history, path, config):
     return True
 
 
-def load_for_inference(path, backend=None):
-    """(model in eval mode, tokenizer, its ``registry.ModelFamily``) from a checkpoint written
-    by ``LanguageModelRun`` (the file or its run directory), or from a HuggingFace directory
-    (``config.json`` + ``model.safetensors`` + the tokenizer's files, e.g. one written by
-    ``save_pretrained`` and ``tokenizer.save``)."""
-    from .data.tokenizers import load_tokenizer
-    from .io.huggingface import CONFIG_NAME, architecture_for, from_pretrained, read_config
-    if os.path.isfile(os.path.join(os.fspath(path), CONFIG_NAME)):
-        family = registry.family_for_architecture(architecture_for(read_config(path)).name)
-        return from_pretrained(path, backend=backend), load_tokenizer(path), family
-    state = read_checkpoint(path)
+def saved_model(state, backend=None, restructure=None):
+    """(model in eval mode, tokenizer, its ``registry.ModelFamily``) of a run's checkpoint
+    ``state`` (``read_checkpoint``) on ``backend`` (None: the run's); ``restructure(model)``,
+    when given, reshapes the freshly built model before its weights are loaded (a compressed
+    run's pruned heads and int8 Linears)."""
     config = TrainConfig(**{**state["config"], **({} if backend is None else
                                                    {"backend": backend})})
     tokenizer = tokenizer_from_state(state["tokenizer"])
     family = registry.family(config.model)
     with use_backend(get_backend(config.backend)):
         model = family.build(config, tokenizer)
-        if state.get("compression"):          # written by `minitorch-nlp compress`
-            from .compress.checkpoints import rebuild
-            rebuild(model, state["compression"])
+        if restructure is not None:
+            restructure(model)
     model.load_state_dict(state["model"])
     return model.eval(), tokenizer, family

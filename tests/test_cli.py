@@ -131,3 +131,20 @@ def test_python_dash_m():
         cwd=Path(__file__).resolve().parents[1],
     )
     assert "Linformer low-rank head" in result.stdout
+
+
+@pytest.mark.parametrize("first", ["minitorch_nlp.compress.distill_commands",
+                                   "minitorch_nlp.retrieval.commands",
+                                   "minitorch_nlp.distributed.commands",
+                                   "minitorch_nlp.cli.common"])
+def test_a_sub_command_module_imported_first_leaves_the_console_script_whole(first):
+    """The console script is ``minitorch_nlp.cli:main``: it must resolve to the function in a
+    process that imported a package's sub-command module before the command line."""
+    code = (f"import importlib; importlib.import_module({first!r})\n"
+            "from importlib.metadata import EntryPoint\n"
+            "main = EntryPoint('minitorch-nlp', 'minitorch_nlp.cli:main', None).load()\n"
+            "raise SystemExit(main(['plan', '--model', 'gpt3-small', '--gpus', '8']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert "gpt3-small on 8 devices" in result.stdout

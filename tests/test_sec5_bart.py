@@ -225,7 +225,7 @@ class TestMBartChecks(ModelChecks):
 
 # ---- the command line: train bart, resume exactly, generate --------------------------------------
 def test_train_bart_resumes_exactly_and_generate_reconstructs(tmp_path, capsys):
-    from minitorch_nlp import cli, training
+    from minitorch_nlp import cli, inference, training
     text_file = tmp_path / "text.txt"
     text_file.write_text("the quick brown fox jumps. over the lazy dog. " * 30, encoding="utf-8")
     common = ["--text", str(text_file), "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
@@ -240,7 +240,7 @@ def test_train_bart_resumes_exactly_and_generate_reconstructs(tmp_path, capsys):
     twice = training.read_checkpoint(tmp_path / "twice")["model"]
     for name in once:
         np.testing.assert_array_equal(once[name], twice[name], err_msg=name)
-    model, tokenizer, _ = training.load_for_inference(tmp_path / "once")
+    model, tokenizer, _ = inference.load_for_inference(tmp_path / "once")
     assert type(model) is BartForConditionalGeneration
     capsys.readouterr()
     assert cli.main(["generate", str(tmp_path / "once"), "--prompt", "the <mask> fox"]) == 0

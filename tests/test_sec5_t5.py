@@ -341,7 +341,7 @@ def test_beam_1_equals_greedy(seed):
 
 # ---- the command line: train t5, resume exactly, generate ---------------------------------------
 def test_train_t5_resumes_exactly_and_generate_fills_spans(tmp_path, capsys):
-    from minitorch_nlp import cli, training
+    from minitorch_nlp import cli, inference, training
     text_file = tmp_path / "text.txt"
     text_file.write_text("the quick brown fox jumps over the lazy dog. " * 30, encoding="utf-8")
     common = ["--text", str(text_file), "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
@@ -356,7 +356,7 @@ def test_train_t5_resumes_exactly_and_generate_fills_spans(tmp_path, capsys):
     assert once.keys() == twice.keys()
     for name in once:
         np.testing.assert_array_equal(once[name], twice[name], err_msg=name)
-    model, tokenizer, _ = training.load_for_inference(tmp_path / "once")
+    model, tokenizer, _ = inference.load_for_inference(tmp_path / "once")
     assert type(model) is T5ForConditionalGeneration
     assert model.config.vocab_size == len(tokenizer) + 20 // 10 + 2
     capsys.readouterr()
@@ -365,5 +365,5 @@ def test_train_t5_resumes_exactly_and_generate_fills_spans(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed.startswith("the quick ") and printed.rstrip().endswith(" fox")
     assert "<extra_id" not in printed
-    assert cli.main(["generate", str(tmp_path / "once"), "--prompt", "the <extra_id_9>"]) == 1
+    assert cli.main(["generate", str(tmp_path / "once"), "--prompt", "the <extra_id_9>"]) == 2
     assert "<extra_id_9> is not one of this model's 4 sentinels" in capsys.readouterr().err

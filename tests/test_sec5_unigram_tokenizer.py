@@ -225,14 +225,14 @@ def test_a_t5_directory_loads_with_its_sentinels_and_template(tmp_path):
 
 def test_generate_runs_on_an_imported_t5_directory(tmp_path, capsys):
     pytest.importorskip("safetensors")
-    from minitorch_nlp import cli, training
+    from minitorch_nlp import cli, inference
     from minitorch_nlp.models.t5 import T5Config, T5ForConditionalGeneration
     directory = t5_directory(tmp_path / "t5")
     mt.manual_seed(0)
     model = T5ForConditionalGeneration(T5Config.tiny(vocab_size=704, decoder_start_token_id=0,
                                                      pad_token_id=0, eos_token_id=1))
     mt.save_pretrained(model.eval(), directory)
-    _, tokenizer, family = training.load_for_inference(directory)
+    _, tokenizer, family = inference.load_for_inference(directory)
     assert isinstance(tokenizer, UnigramTokenizer) and family.name == "t5"
     capsys.readouterr()
     assert cli.main(["generate", str(directory), "--prompt", "Return <extra_id_0> value.",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minitorch_nlp import cli, training
+from minitorch_nlp import checks, cli, inference, training
 from minitorch_nlp.data.tokenizers import UnigramTokenizer
 
 pytestmark = pytest.mark.sec5
@@ -29,9 +29,9 @@ def test_train_bert_with_unigram_resumes_exactly(tmp_path):
     twice = training.read_checkpoint(tmp_path / "twice")
     for name in once["model"]:
         np.testing.assert_array_equal(once["model"][name], twice["model"][name], err_msg=name)
-    _, tokenizer, _ = training.load_for_inference(tmp_path / "once")
+    _, tokenizer, _ = inference.load_for_inference(tmp_path / "once")
     assert isinstance(tokenizer, UnigramTokenizer) and len(tokenizer) <= 60
-    assert tokenizer.state_dict() == training.load_for_inference(
+    assert tokenizer.state_dict() == inference.load_for_inference(
         tmp_path / "twice")[1].state_dict()
     # a masked LM needs the mask, cls and sep tokens: RoBERTa's set, as a bpe run gets
     assert {"mask", "cls", "sep", "pad"} <= set(tokenizer.special_tokens)
@@ -57,6 +57,6 @@ def test_a_bad_tokenizer_is_one_error_line(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("minitorch-nlp: error: ")
     assert "--tokenizer" in err and "'unigram'" in err and "'sentencepiece'" in err
-    with pytest.raises(training.SettingError, match="tokenizer must be one of char, bpe, "
+    with pytest.raises(checks.SettingError, match="tokenizer must be one of char, bpe, "
                                                     "wordpiece, unigram, got 'spm'"):
         training.TrainConfig(model="gpt", tokenizer="spm")

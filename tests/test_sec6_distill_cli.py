@@ -9,7 +9,7 @@ import signal
 import numpy as np
 import pytest
 
-from minitorch_nlp import cli, io, training
+from minitorch_nlp import cli, inference, io, training
 from minitorch_nlp.autograd import Tensor
 from minitorch_nlp.compress.distillation_run import DistillationRun, student_config
 from minitorch_nlp.models.bert import BertForMaskedLM
@@ -99,7 +99,7 @@ def test_distill_resumes_exactly_and_generate_reads_the_student(teachers, tmp_pa
     teacher_parameters = metrics["distillation"]["teacher_parameters"]
     assert metrics["parameters"] < teacher_parameters
 
-    model, tokenizer, family = training.load_for_inference(tmp_path / "whole")
+    model, tokenizer, family = inference.load_for_inference(tmp_path / "whole")
     assert type(model) is STUDENT_CLASSES[student]
     capsys.readouterr()
     assert cli.main(["generate", str(tmp_path / "whole"), "--prompt",

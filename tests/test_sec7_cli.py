@@ -72,10 +72,16 @@ def test_dense_index_with_dpr_encoders_ranks_as_the_retriever(passages, tmp_path
 def test_errors_are_one_line_naming_the_option(passages, tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\u00e9 au lait".encode("latin-1"))
     out = str(tmp_path / "index")
     cases = [
-        (["index", "build", str(tmp_path / "missing.txt"), "--out", out], "PASSAGES: .* is not a"),
+        (["index", "build", str(tmp_path / "missing.txt"), "--out", out],
+         "PASSAGES: .* does not exist"),
         (["index", "build", str(empty), "--out", out], "holds no text"),
+        (["index", "build", str(latin1), "--out", out],
+         "PASSAGES: .*latin1.txt is not UTF-8 text \\(byte 0xe9 at offset 3\\)"),
+        (["index", "build", str(passages), "--out", str(passages)], "--out .* is a file"),
         (["index", "build", str(passages), "--out", out, "--words-per-passage", "0"],
          "--words-per-passage must be >= 1"),
         (["index", "build", str(passages), "--out", out, "--encoder", str(tmp_path / "no")],
@@ -91,6 +97,19 @@ def test_errors_are_one_line_naming_the_option(passages, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["index", "search", out, "cat", "-k", "0"]) == 2
     assert "-k must be >= 1" in capsys.readouterr().err
+    assert cli.main(["index", "build", str(passages), "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already holds an index" in err and "--overwrite" in err
+    assert cli.main(["index", "build", str(passages), "--out", out, "--overwrite"]) == 0
+
+
+def test_a_query_that_matches_no_word_says_so(passages, tmp_path, capsys):
+    out = str(tmp_path / "index")
+    assert cli.main(["index", "build", str(passages), "--out", out]) == 0
+    capsys.readouterr()
+    assert cli.main(["index", "search", out, "zzyzx qwxv"]) == 0
+    printed = capsys.readouterr().out
+    assert "shares a word with the query" in printed and "#" not in printed
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp import nn, training
+from minitorch_nlp import checks, nn, training
 from minitorch_nlp.io import load
 from minitorch_nlp.models.transformer_xl import (RelativePositionAttention, TransfoXLConfig,
                                                  TransfoXLLMHeadModel, TransformerXLLayer,
@@ -504,5 +504,5 @@ def test_train_xl_reads_consecutive_segments_and_carries_the_memory():
 
 
 def test_train_xl_refuses_streams_shorter_than_a_segment():
-    with pytest.raises(training.SettingError, match="batch_size=40 cuts the training text"):
+    with pytest.raises(checks.SettingError, match="batch_size=40 cuts the training text"):
         xl_run("abcdefghij" * 30, batch_size=40)

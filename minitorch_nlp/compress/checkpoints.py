@@ -5,7 +5,7 @@ the compressed model's structure when it is loaded again.
 layers by a Poor Man's BERT strategy, removes the least important heads (eq 54, scored on the
 run's validation batches) and converts every Linear to int8 (Q8BERT, input ranges calibrated on
 the validation batches). It writes a checkpoint of the same format whose ``compression`` entry
-records what was done; ``training.load_for_inference`` (and so ``generate``) calls ``rebuild`` to
+records what was done; ``inference.load_for_inference`` (and so ``generate``) calls ``rebuild`` to
 give the freshly built model the same shape before loading the weights. Such a checkpoint is for
 inference: training cannot resume from it.
 """
@@ -15,6 +15,7 @@ import os
 
 from .. import io, training
 from ..autograd import no_grad
+from ..io.runs import CHECKPOINT_NAME, checkpoint_file, read_checkpoint
 from . import pruning, quantization
 
 __all__ = ["compress_checkpoint", "parse_drop_layers", "rebuild"]
@@ -32,6 +33,12 @@ def parse_drop_layers(text):
         raise ValueError(f"--drop-layers must be STRATEGY:K with STRATEGY one of {choices} "
                          f"(odd, even for short) and K a count, got {text!r}")
     return strategy, int(count)
+
+
+def _described(record):
+    parts = [f"heads pruned in {len(record['pruned_heads'])} layer(s)"
+             if record.get("pruned_heads") else "", "int8" if record.get("quantize") else ""]
+    return ", ".join(part for part in parts if part) or "layers dropped"
 
 
 def rebuild(model, record):
@@ -62,8 +69,11 @@ def compress_checkpoint(path, out, *, drop_layers=None, prune_heads=None, quanti
     if quantize is not None and quantize not in QUANTIZE_CHOICES:
         raise ValueError(f"--quantize must be one of {QUANTIZE_CHOICES}, got {quantize!r}")
     strategy = None if drop_layers is None else parse_drop_layers(drop_layers)
-    source = training.checkpoint_file(path)
-    state = training.read_checkpoint(source)
+    source = checkpoint_file(path)
+    state = read_checkpoint(source)
+    if state.get("compression") is not None:
+        raise ValueError(f"{source} is already compressed ({_described(state['compression'])})"
+                         "; compress the run it was made from instead")
     run = training.LanguageModelRun.load(source)
     model = run.model.eval()
     report = {"values_before": sum(t.size for t in model.state_dict().values()),
@@ -72,7 +82,11 @@ def compress_checkpoint(path, out, *, drop_layers=None, prune_heads=None, quanti
     config = dict(state["config"])
     if strategy is not None:
         depth = len(pruning.transformer_stack(model).layers)
-        dropped = pruning.poor_mans_layers_to_drop(strategy[0], depth, strategy[1])
+        try:
+            dropped = pruning.poor_mans_layers_to_drop(strategy[0], depth, strategy[1])
+        except ValueError as error:
+            raise ValueError(f"--drop-layers {drop_layers}: the model has {depth} layer(s); "
+                             f"{str(error).split(': ', 1)[-1]}") from error
         pruning.drop_layers(model, dropped)
         config["n_layer"] = depth - len(dropped)
         report["dropped_layers"] = dropped
@@ -95,7 +109,7 @@ def compress_checkpoint(path, out, *, drop_layers=None, prune_heads=None, quanti
                                               "history")}
     compressed.update(config=config, model=model.state_dict(), compression=record)
     os.makedirs(out, exist_ok=True)
-    target = os.path.join(out, training.CHECKPOINT_NAME)
+    target = os.path.join(out, CHECKPOINT_NAME)
     io.save(compressed, target)
     report["bytes_after"] = os.path.getsize(target)
     report["checkpoint"] = target

@@ -1,9 +1,12 @@
-"""The ``compress`` command of ``minitorch-nlp`` (registered by ``cli.py``): parsing and the
+"""The ``compress`` command of ``minitorch-nlp`` (registered by ``cli.entry``): parsing and the
 report; the work is :func:`minitorch_nlp.compress.checkpoints.compress_checkpoint`."""
 from __future__ import annotations
 
 import argparse
 import os
+
+from ..cli.common import UsageError, owned_folder, refuse_overwrite
+from .checkpoints import compress_checkpoint
 
 
 def add_compress_commands(commands) -> None:
@@ -26,18 +29,24 @@ def add_compress_commands(commands) -> None:
                           help="remove this fraction of all heads, least important first")
     compress.add_argument("--quantize", choices=("int8",),
                           help="int8 weights and activations for every Linear")
+    compress.add_argument("--overwrite", action="store_true",
+                          help="replace a run already in --out (it is then lost)")
     compress.set_defaults(run=_compress)
 
 
 def _compress(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ..cli import UsageError
-    from .checkpoints import compress_checkpoint
-
     if os.path.abspath(args.out) == os.path.abspath(args.run_dir):
         raise UsageError("--out must differ from RUN_DIR: the compressed model cannot resume "
                          "training, so it does not replace the run")
-    report = compress_checkpoint(args.run_dir, args.out, drop_layers=args.drop_layers,
-                                 prune_heads=args.prune_heads, quantize=args.quantize)
+    with owned_folder(args.out, "compress"):
+        refuse_overwrite(args.out, args.overwrite, resumable=False)
+        try:
+            report = compress_checkpoint(args.run_dir, args.out, drop_layers=args.drop_layers,
+                                         prune_heads=args.prune_heads, quantize=args.quantize)
+        except FileNotFoundError as error:
+            raise UsageError(f"RUN_DIR {args.run_dir}: {error}") from error
+        except ValueError as error:    # each names the option or the file at fault
+            raise UsageError(str(error).removeprefix("compress: ")) from error
     if "dropped_layers" in report:
         print(f"dropped layers {report['dropped_layers']}")
     if "pruned_heads" in report:

@@ -1,4 +1,4 @@
-"""The ``distill`` command of ``minitorch-nlp`` (registered by ``cli.py``): parsing and usage
+"""The ``distill`` command of ``minitorch-nlp`` (registered by ``cli.entry``): parsing and usage
 errors; the run is :class:`minitorch_nlp.compress.distillation_run.DistillationRun`, trained and
 reported by the same code as ``minitorch-nlp train``."""
 from __future__ import annotations
@@ -9,6 +9,12 @@ import json
 import os
 
 from .. import training
+from ..backends.threads import set_num_threads
+from ..checks import SettingError
+from ..cli.common import (UsageError, add_run_options, backend_named, check_run_options, option,
+                          owned_folder, refuse_overwrite, run_folder, run_training,
+                          setting_usage_error)
+from .distillation_run import STUDENTS, DistillationRun, student_config
 
 # the TrainConfig fields `distill` takes as options (the teacher's, unless given)
 _INTS = ("n_layer", "n_embd", "batch_size", "steps", "warmup_steps", "eval_every", "seed")
@@ -17,9 +23,6 @@ _FLOATS = ("lr", "weight_decay")
 
 def add_distill_commands(commands) -> None:
     """Add ``distill`` to the ``minitorch-nlp`` sub-command parser ``commands``."""
-    from ..cli import _add_run_options, _option
-    from .distillation_run import STUDENTS
-
     distill = commands.add_parser(
         "distill",
         help="train a DistilBERT, TinyBERT or MobileBERT student from a trained BERT run",
@@ -38,11 +41,11 @@ def add_distill_commands(commands) -> None:
     distill.add_argument("--student", choices=list(STUDENTS),
                          help="the student's architecture (on --resume: the checkpoint's)")
     for name in _INTS:
-        distill.add_argument(_option(name), type=int,
+        distill.add_argument(option(name), type=int,
                              help="(the student's default)" if name in ("n_layer", "n_embd")
                              else "(the teacher run's)")
     for name in _FLOATS:
-        distill.add_argument(_option(name), type=float, help="(the teacher run's)")
+        distill.add_argument(option(name), type=float, help="(the teacher run's)")
     distill.add_argument("--temperature", type=float,
                          help="of the soft targets (distilbert 2, tinybert 1; mobilebert: 1, "
                          "fixed)")
@@ -53,53 +56,51 @@ def add_distill_commands(commands) -> None:
                          help="start afresh in an --out folder that holds a run, replacing it")
     distill.add_argument("--stop-at", type=int, metavar="STEP",
                          help="stop (and save) after this step; --resume continues")
-    _add_run_options(distill, None)
+    add_run_options(distill, None)
     distill.set_defaults(run=_distill)
 
 
 @contextlib.contextmanager
 def _usage_errors():
     """A setting or text problem of the run, as a usage error naming the option."""
-    from ..cli import UsageError, _option
     try:
         yield
-    except training.SettingError as error:
-        raise UsageError(error.about(_option(error.setting))) from error
+    except SettingError as error:
+        raise setting_usage_error(error) from error
     except training.TextFileError as error:
         raise UsageError(f"--teacher: the teacher's text: {error}") from error
 
 
 def _distill(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .. import set_num_threads
-    from ..cli import UsageError, _backend, _check_run_options, _refuse_overwrite, _run_training
-    from .distillation_run import DistillationRun, student_config
-
-    _check_run_options(args)
+    check_run_options(args)
     set_num_threads(args.threads)
     if args.backend is not None:
-        _backend(args.backend)
+        backend_named(args.backend)
     if args.temperature is not None and not args.temperature > 0:
         raise UsageError(f"--temperature must be a number > 0, got {args.temperature}")
     settings = {name: getattr(args, name) for name in (*_INTS, *_FLOATS)}
-    with _usage_errors():
-        if args.resume:
-            run, out = _resume(args, settings, DistillationRun)
-        else:
-            if args.teacher is None or args.student is None:
-                raise UsageError("give --teacher RUN_DIR and --student (distilbert, tinybert "
-                                 "or mobilebert), or --resume PATH to continue a distillation")
-            out = args.out or f"runs/{args.student}"
-            _refuse_overwrite(out, args.overwrite)
-            config = student_config(args.teacher, args.student, backend=args.backend,
-                                    **settings)
-            run = DistillationRun(config, teacher=args.teacher, student=args.student,
-                                  temperature=args.temperature)
-    if args.stop_at is not None and not run.step < args.stop_at <= run.config.steps:
-        raise UsageError(f"--stop-at {args.stop_at} must lie after the run's current step "
-                         f"{run.step} and at most at its end, step {run.config.steps} (--steps)")
-    print(f"distilling {run.teacher_dir} ({run.teacher.num_parameters():,} parameters) into a "
-          f"{run.student} student")
-    status = _run_training(run, out, args.stop_at, args)
+    if args.resume is None and (args.teacher is None or args.student is None):
+        raise UsageError("give --teacher RUN_DIR and --student (distilbert, tinybert or "
+                         "mobilebert), or --resume PATH to continue a distillation")
+    out = run_folder(args, f"runs/{args.student}")
+    folder_option = "--resume" if args.resume and not args.out else "--out"
+    with owned_folder(out, "distill", option_name=folder_option):
+        with _usage_errors():
+            if args.resume:
+                run = _resume(args, settings, DistillationRun)
+            else:
+                refuse_overwrite(out, args.overwrite)
+                config = student_config(args.teacher, args.student, backend=args.backend,
+                                        **settings)
+                run = DistillationRun(config, teacher=args.teacher, student=args.student,
+                                      temperature=args.temperature)
+        if args.stop_at is not None and not run.step < args.stop_at <= run.config.steps:
+            raise UsageError(f"--stop-at {args.stop_at} must lie after the run's current step "
+                             f"{run.step} and at most at its end, step {run.config.steps} "
+                             "(--steps)")
+        print(f"distilling {run.teacher_dir} ({run.teacher.num_parameters():,} parameters) "
+              f"into a {run.student} student")
+        status = run_training(run, out, args.stop_at, args)
     if status == 0:
         with open(os.path.join(out, "metrics.json"), encoding="utf-8") as file:
             teacher_loss = json.load(file)["distillation"]["teacher_val_loss"]
@@ -108,13 +109,11 @@ def _distill(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _resume(args, settings, run_class):
-    """The distillation that ``--resume`` names and the folder to write to; the options that
-    would change what it was trained with are refused, naming each."""
-    from ..cli import UsageError, _option
-
+    """The distillation that ``--resume`` names; the options that would change what it was
+    trained with are refused, naming each."""
     if args.overwrite:
         raise UsageError("--overwrite starts afresh and --resume continues: give one of them")
-    fixed = [_option(name) for name, value in settings.items()
+    fixed = [option(name) for name, value in settings.items()
              if value is not None and name not in run_class.RESUMABLE]
     fixed += [option for option, value in (("--student", args.student),
                                            ("--temperature", args.temperature)) if value]
@@ -127,11 +126,11 @@ def _resume(args, settings, run_class):
     path = training.checkpoint_file(args.resume)
     try:
         run = run_class.load(path, teacher=args.teacher, **overrides)
-    except training.SettingError:
+    except SettingError:
         raise                  # names its option: _usage_errors tells it
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(f"--resume {args.resume}: {error}") from error
     if run.step >= run.config.steps:
         raise UsageError(f"--resume {args.resume}: the run finished at step {run.step}; give "
                          f"--steps N (more than {run.step}) to train it further")
-    return run, args.out or os.path.dirname(os.path.abspath(path))
+    return run

@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from .. import training
+from ..checks import SettingError
+from ..io.runs import read_checkpoint
 from ..autograd import no_grad, tensor
 from ..backends import backend as use_backend
 from ..data.tokenizers import tokenizer_from_state
@@ -41,36 +45,108 @@ from .distillation import Distiller, TripleLoss
 from .mobilebert_losses import MobileBertTransferLoss
 from .tinybert import TinyBertLoss
 
-__all__ = ["STUDENTS", "DistillationRun", "student_config"]
+__all__ = ["STUDENTS", "DistillationRun", "StudentKind", "student_config"]
 
-# each student kind and the model family its checkpoint belongs to
-STUDENTS = {"distilbert": "distilbert", "tinybert": "bert", "mobilebert": "mobilebert"}
 TEACHER_FAMILY = "bert"
 # a student trains on the teacher's text with its tokenizer and context: these are not options
 TEACHER_FIXED = ("text", "max_chars", "tokenizer", "vocab_size", "block_size", "mask_prob",
                  "validation_fraction", "eval_batches", "n_head")
 
 
+@dataclass(frozen=True)
+class StudentKind:
+    """One kind of student, as ``distill --student NAME`` builds and trains it.
+
+    ``family``: the model family its checkpoint belongs to; ``shape(depth, width, heads,
+    teacher_dir)``: for ``n_layer`` and ``n_embd``, (the default, whether a given value fits,
+    what fits), from the teacher's depth, width and heads; ``objective(student, teacher,
+    temperature)``: the distillation loss; ``initialise(student, teacher, n_layer)``: what a
+    fresh student starts from (None: its random init); ``fixed_temperature``: why the
+    temperature cannot be given (None: it can)."""
+
+    family: str
+    shape: Callable
+    objective: Callable
+    initialise: Callable | None = None
+    fixed_temperature: str | None = None
+
+
+def _distilbert_shape(depth, width, heads, teacher_dir):
+    return {"n_layer": ((depth + 1) // 2, lambda n: 1 <= n <= depth,
+                        f"1 to the teacher's {depth} layers"),
+            "n_embd": (width, lambda n: n == width, f"the teacher's width {width} "
+                       "(DistilBERT keeps it: its layers are copied from the teacher)")}
+
+
+def _tinybert_shape(depth, width, heads, teacher_dir):
+    return {"n_layer": ((depth + 1) // 2, lambda n: 1 <= n <= depth,
+                        f"1 to the teacher's {depth} layers (eq 40 maps each student layer to "
+                        "one of them)"),
+            "n_embd": (max(heads, width // 2 // heads * heads),
+                       lambda n: n >= heads and n % heads == 0,
+                       f"a multiple of the teacher's {heads} heads (eq 41 compares the "
+                       "attention head by head)")}
+
+
+def _mobilebert_shape(depth, width, heads, teacher_dir):
+    if width // 4 < 1 or (width // 4) % heads:
+        raise SettingError(
+            "teacher", f"{teacher_dir}: a mobilebert student has the teacher's width {width} "
+            f"and {heads} heads, which must divide its bottleneck width {width} // 4 = "
+            f"{width // 4}; distil another student, or train a teacher of a width that is a "
+            f"multiple of {4 * heads}")
+    return {"n_layer": (depth, lambda n: n == depth, f"the teacher's {depth} layers "
+                        "(eq 46-47 transfer layer l to layer l)"),
+            "n_embd": (width, lambda n: n == width, f"the teacher's width {width} (eq 46 "
+                       "compares the feature maps at the inter-block width)")}
+
+
+def _every_other_teacher_layer(student, teacher, n_layer):
+    """Sanh et al.: the student's layers start as one teacher layer in two."""
+    depth = teacher.config.num_hidden_layers
+    layers = [i * depth // n_layer for i in range(n_layer)]
+    student.load_state_dict(distilbert_from_teacher(teacher, layers).state_dict())
+
+
+STUDENTS = {
+    "distilbert": StudentKind(
+        family="distilbert", shape=_distilbert_shape,
+        objective=lambda student, teacher, temperature: TripleLoss(
+            **({} if temperature is None else {"temperature": temperature})),
+        initialise=_every_other_teacher_layer),
+    "tinybert": StudentKind(
+        family="bert", shape=_tinybert_shape,
+        objective=lambda student, teacher, temperature: TinyBertLoss(
+            student.config, teacher.config, temperature=1.0 if temperature is None
+            else temperature)),
+    "mobilebert": StudentKind(
+        family="mobilebert", shape=_mobilebert_shape,
+        objective=lambda student, teacher, temperature: MobileBertTransferLoss(),
+        fixed_temperature="MobileBERT's transfer distils the masked-LM distribution at T = 1 "
+        "(eq 48)"),
+}
+
+
 def _teacher_state(teacher_dir):
     """The checkpoint of the teacher run ``teacher_dir``; a ``SettingError`` on ``teacher``
     saying what is wrong with it otherwise."""
     try:
-        state = training.read_checkpoint(teacher_dir)
+        state = read_checkpoint(teacher_dir)
     except (FileNotFoundError, ValueError) as error:
-        raise training.SettingError("teacher", f"{teacher_dir}: {error}") from None
+        raise SettingError("teacher", f"{teacher_dir}: {error}") from None
     if state.get("command", training.LanguageModelRun.COMMAND) != "train" \
             or state["config"]["model"] != TEACHER_FAMILY:
-        raise training.SettingError(
+        raise SettingError(
             "teacher", f"{teacher_dir}: a {state['config']['model']} run written by "
             f"`minitorch-nlp {state.get('command', 'train')}`; the teacher is a run of "
             f"`minitorch-nlp train {TEACHER_FAMILY}`")
     return state
 
 
-def _check_student(student):
+def _student_kind(student):
     if student not in STUDENTS:
-        raise training.SettingError("student", f"{student!r}: choose one of "
-                                    f"{', '.join(STUDENTS)}")
+        raise SettingError("student", f"{student!r}: choose one of {', '.join(STUDENTS)}")
+    return STUDENTS[student]
 
 
 def student_config(teacher_dir, student, *, n_layer=None, n_embd=None, **settings):
@@ -79,42 +155,17 @@ def student_config(teacher_dir, student, *, n_layer=None, n_embd=None, **setting
     (``n_layer``, ``n_embd``, None: the student's default, see the module docstring); the other
     ``settings`` (``steps``, ``lr`` ... None: the teacher's, ``warmup_steps`` None: the
     default for the run's length). A ``SettingError`` names the setting that cannot work."""
-    _check_student(student)
+    kind = _student_kind(student)
     teacher = _teacher_state(teacher_dir)["config"]
-    depth, width, heads = teacher["n_layer"], teacher["n_embd"], teacher["n_head"]
-    # each setting: (the default, whether a given value fits, what fits)
-    if student == "distilbert":
-        rules = {"n_layer": ((depth + 1) // 2, lambda n: 1 <= n <= depth,
-                             f"1 to the teacher's {depth} layers"),
-                 "n_embd": (width, lambda n: n == width, f"the teacher's width {width} "
-                            "(DistilBERT keeps it: its layers are copied from the teacher)")}
-    elif student == "tinybert":
-        rules = {"n_layer": ((depth + 1) // 2, lambda n: 1 <= n <= depth,
-                             f"1 to the teacher's {depth} layers (eq 40 maps each student "
-                             "layer to one of them)"),
-                 "n_embd": (max(heads, width // 2 // heads * heads),
-                            lambda n: n >= heads and n % heads == 0,
-                            f"a multiple of the teacher's {heads} heads (eq 41 compares the "
-                            "attention head by head)")}
-    else:
-        if width // 4 < 1 or (width // 4) % heads:
-            raise training.SettingError(
-                "teacher", f"{teacher_dir}: a mobilebert student has the teacher's width "
-                f"{width} and {heads} heads, which must divide its bottleneck width {width} // "
-                f"4 = {width // 4}; distil another student, or train a teacher of a width that "
-                f"is a multiple of {4 * heads}")
-        rules = {"n_layer": (depth, lambda n: n == depth, f"the teacher's {depth} layers "
-                             "(eq 46-47 transfer layer l to layer l)"),
-                 "n_embd": (width, lambda n: n == width, f"the teacher's width {width} (eq 46 "
-                            "compares the feature maps at the inter-block width)")}
+    rules = kind.shape(teacher["n_layer"], teacher["n_embd"], teacher["n_head"], teacher_dir)
     shape = {}
     for name, given in (("n_layer", n_layer), ("n_embd", n_embd)):
         default, fits, told = rules[name]
         if given is not None and not fits(given):
-            raise training.SettingError(name, f"{given}: a {student} student has {told}")
+            raise SettingError(name, f"{given}: a {student} student has {told}")
         shape[name] = default if given is None else given
     values = {**teacher, **{name: teacher[name] for name in TEACHER_FIXED}, **shape,
-              "model": STUDENTS[student], "warmup_steps": None}
+              "model": kind.family, "warmup_steps": None}
     values.update((name, value) for name, value in settings.items() if value is not None)
     return training.TrainConfig(**values)
 
@@ -143,33 +194,31 @@ class DistillationRun(training.LanguageModelRun):
             saved = state["distillation"]
             student, temperature = saved["student"], saved["temperature"]
             teacher = saved["teacher"] if teacher is None else teacher
-        _check_student(student)
-        if student == "mobilebert" and temperature is not None:
-            raise training.SettingError("temperature", f"{temperature}: MobileBERT's transfer "
-                                        "distils the masked-LM distribution at T = 1 (eq 48)")
+        self.kind = _student_kind(student)
+        if self.kind.fixed_temperature and temperature is not None:
+            raise SettingError("temperature", f"{temperature}: {self.kind.fixed_temperature}")
         self.student, self.temperature = student, temperature
         self.teacher_dir = os.path.abspath(os.fspath(teacher))
         teacher_state = _teacher_state(self.teacher_dir)
-        self.teacher, tokenizer, _ = training.load_for_inference(self.teacher_dir,
-                                                                 backend=config.backend)
+        self.teacher, tokenizer, _ = training.saved_model(teacher_state, backend=config.backend)
         self.teacher_digest = _digest(self.teacher)
         if state is not None:
             self._check_same_teacher(tokenizer, state)
         super().__init__(config, state=state, text=text, tokenizer=tokenizer)
         if state is None and self.text_digest != teacher_state["text_sha256"]:
-            raise training.SettingError("teacher", f"{self.teacher_dir}: its text "
-                                        f"({config.text or 'the built-in corpus'}) changed "
-                                        "since the teacher was trained on it")
+            raise SettingError("teacher", f"{self.teacher_dir}: its text "
+                               f"({config.text or 'the built-in corpus'}) changed since the "
+                               "teacher was trained on it")
 
     def _check_same_teacher(self, tokenizer, state):
         saved = tokenizer_from_state(state["tokenizer"])
         if list(saved.id_to_token) != list(tokenizer.id_to_token):
-            raise training.SettingError(
+            raise SettingError(
                 "teacher", f"{self.teacher_dir}: its vocabulary ({len(tokenizer)} tokens) "
                 f"differs from the student's ({len(saved)} tokens); distillation compares the "
                 "two models token by token: give the teacher this run was distilled from")
         if self.teacher_digest != state["distillation"]["teacher_sha256"]:
-            raise training.SettingError(
+            raise SettingError(
                 "teacher", f"{self.teacher_dir}: its weights differ from those of the teacher "
                 f"this run was distilled from ({state['distillation']['teacher']}); give that "
                 "teacher")
@@ -182,21 +231,11 @@ class DistillationRun(training.LanguageModelRun):
     # ---- the student and what it learns from ----------------------------------------------------
     def build_model(self, fresh):
         student = self.family.build(self.config, self.tokenizer)
-        if fresh and self.student == "distilbert":   # Sanh et al.: one teacher layer in two
-            depth = self.teacher.config.num_hidden_layers
-            layers = [i * depth // self.config.n_layer for i in range(self.config.n_layer)]
-            student.load_state_dict(distilbert_from_teacher(self.teacher, layers).state_dict())
-        self.distiller = Distiller(self.teacher, student, self._objective(student))
+        if fresh and self.kind.initialise is not None:
+            self.kind.initialise(student, self.teacher, self.config.n_layer)
+        objective = self.kind.objective(student, self.teacher, self.temperature)
+        self.distiller = Distiller(self.teacher, student, objective)
         return student
-
-    def _objective(self, student):
-        if self.student == "distilbert":
-            return TripleLoss(**({} if self.temperature is None
-                                 else {"temperature": self.temperature}))
-        if self.student == "tinybert":
-            return TinyBertLoss(student.config, self.teacher.config,
-                                temperature=1.0 if self.temperature is None else self.temperature)
-        return MobileBertTransferLoss()
 
     def trained_parameters(self):
         """The student's parameters and the objective's (TinyBERT's W_e and W_h)."""

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-import minitorch_nlp as mt
+from ..autograd import Tensor, int64, tensor
 
 from .vocab import Vocab
 
@@ -38,11 +38,11 @@ class Seq2SeqBatch:
       ``tgt_mask`` (B, T) bool numpy array, True where ``tgt_out`` is a real token (the loss mask).
     """
 
-    src: mt.Tensor
+    src: Tensor
     src_mask: np.ndarray
     src_lengths: np.ndarray
-    tgt_in: mt.Tensor
-    tgt_out: mt.Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
     tgt_mask: np.ndarray
 
     def __len__(self) -> int:
@@ -83,8 +83,8 @@ def make_batches(pairs: Sequence[tuple[Sequence[str], Sequence[str]]], src_vocab
         tgt_out, tgt_mask = pad_sequences([ids + [tgt_vocab.eos_id] for ids in targets],
                                           tgt_vocab.pad_id)
         batches.append(Seq2SeqBatch(
-            src=mt.tensor(src, dtype=mt.int64), src_mask=src_mask,
+            src=tensor(src, dtype=int64), src_mask=src_mask,
             src_lengths=src_mask.sum(axis=1).astype(np.int64),
-            tgt_in=mt.tensor(tgt_in, dtype=mt.int64), tgt_out=mt.tensor(tgt_out, dtype=mt.int64),
+            tgt_in=tensor(tgt_in, dtype=int64), tgt_out=tensor(tgt_out, dtype=int64),
             tgt_mask=tgt_mask))
     return batches

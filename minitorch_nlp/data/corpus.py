@@ -5,6 +5,7 @@ English prose about programming: enough to train a small language model without 
 """
 from __future__ import annotations
 
+import codecs
 import functools
 import importlib
 import inspect
@@ -150,15 +151,46 @@ def stdlib_corpus(max_chars: int | None = None) -> str:
 
 
 def load_text(path: str | os.PathLike | None = None) -> str:
-    """The UTF-8 text of the file at ``path``, or the built-in :func:`stdlib_corpus` when ``path``
-    is None."""
-    if path is None:
-        return stdlib_corpus()
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
+    """The UTF-8 text of the file at ``path`` (``read_text_file``), or the built-in
+    :func:`stdlib_corpus` when ``path`` is None."""
+    return stdlib_corpus() if path is None else read_text_file(path)
+
+
+class TextFileError(ValueError):
+    """The text file of a run cannot be used (missing, a directory, not UTF-8, empty)."""
+
+
+def read_text_file(path, max_chars=None):
+    """The text of the UTF-8 file ``path`` (its first ``max_chars`` characters: the rest is not
+    read); ``TextFileError`` saying what to change otherwise."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    parts, length, offset = [], 0, 0
+    try:
+        with open(path, "rb") as file:
+            while max_chars is None or length < max_chars:
+                chunk = file.read(_READ_CHUNK)
+                try:
+                    text = decoder.decode(chunk, final=not chunk)
+                except UnicodeDecodeError as error:
+                    at = offset - (len(error.object) - len(chunk)) + error.start
+                    raise TextFileError(f"{path} is not UTF-8 text (byte "
+                                        f"0x{error.object[error.start]:02x} at offset {at}): "
+                                        "re-save it as UTF-8") from None
+                parts.append(text)
+                length, offset = length + len(text), offset + len(chunk)
+                if not chunk:
+                    break
+    except FileNotFoundError:
+        raise TextFileError(f"{path} does not exist") from None
+    except IsADirectoryError:
+        raise TextFileError(f"{path} is a directory; give a text file") from None
+    text = "".join(parts)[:max_chars]
     if not text.strip():
-        raise ValueError(f"load_text: {os.fspath(path)!r} holds no text")
+        raise TextFileError(f"{path} holds no text")
     return text
+
+
+_READ_CHUNK = 1 << 20          # bytes read at a time from a text file
 
 
 if __name__ == "__main__":  # the isolated child of _build_corpus

@@ -1,9 +1,14 @@
-"""The ``plan`` command of ``minitorch-nlp`` (registered by ``cli.py``): the cost model of
+"""The ``plan`` command of ``minitorch-nlp`` (registered by ``cli.entry``): the cost model of
 :mod:`.plan` on a named model; and the options ``--parallel`` and ``--zero`` of ``train``, which
 lay a run out over the ranks ``mpirun`` started (:mod:`.training`)."""
 from __future__ import annotations
 
 import argparse
+
+from ..cli.common import UsageError
+from . import communicator
+from .plan import model_config, parse_layout, plan as plan_layout
+from .training import ParallelTraining
 
 GIB = 2 ** 30
 
@@ -49,9 +54,7 @@ def add_parallel_options(train) -> None:
 def parallel_training(parallel, zero):
     """The ``ParallelTraining`` of ``--parallel`` and ``--zero`` over MPI's world (one process
     without mpirun)."""
-    from .communicator import world
-    from .training import ParallelTraining
-    return ParallelTraining(parallel, zero, world())
+    return ParallelTraining(parallel, zero, communicator.world())
 
 
 def _gib(nbytes):
@@ -59,12 +62,10 @@ def _gib(nbytes):
 
 
 def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ..cli import UsageError
-    from .plan import model_config, parse_layout, plan
     try:
         config = model_config(args.model)
         layout = parse_layout(args.parallel, args.gpus)
-        result = plan(config, layout, zero=args.zero, micro_batch=args.micro_batch,
+        result = plan_layout(config, layout, zero=args.zero, micro_batch=args.micro_batch,
                       global_batch=args.global_batch, seq_len=args.seq_len,
                       precision=args.precision, recompute=args.recompute)
     except ValueError as error:

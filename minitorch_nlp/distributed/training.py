@@ -34,6 +34,8 @@ import numpy as np
 
 from .. import optim
 from ..autograd import random as mt_random
+from ..checks import SettingError
+from ..models import registry
 from ..nn.moe import MixtureOfExperts
 from .communicator import SingleProcess
 from .data_parallel import DataParallel
@@ -49,10 +51,9 @@ ZERO_STAGES = (0, 1, 2, 3)
 class ParallelTraining:
     """The layout ``parallel`` (``"dp=2,tp=2"``; empty: dp = all ranks) of a run over ``comm``
     (default: one process) with ZeRO stage ``zero`` (0: none) over the dp ranks. Errors are
-    ``training.SettingError`` naming the setting (``parallel``, ``zero``, ``n_head`` ...)."""
+    ``checks.SettingError`` naming the setting (``parallel``, ``zero``, ``n_head`` ...)."""
 
     def __init__(self, parallel="", zero=0, comm=None):
-        from ..training import SettingError
         self.comm = SingleProcess() if comm is None else comm
         try:
             layout = parse_layout(parallel, self.comm.size, command="train",
@@ -95,11 +96,12 @@ class ParallelTraining:
     def check(self, config, vocab_size):
         """Refuse a run the layout cannot split: ``config`` a ``TrainConfig``, ``vocab_size`` its
         tokenizer's."""
-        from ..training import SettingError
-        if self.is_parallel and config.model != "gpt":
+        if self.is_parallel and not registry.family(config.model).trains_in_parallel:
+            names = [name for name, family in registry.families().items()
+                     if family.trains_in_parallel]
             raise SettingError("parallel", f"{self.layout or 'dp'} / --zero: parallel training is "
-                               f"built for the gpt family (TensorParallelGPT2, data parallelism "
-                               f"on its token-mean loss), not {config.model}")
+                               f"built for the {', '.join(names)} family (TensorParallelGPT2, "
+                               f"data parallelism on its token-mean loss), not {config.model}")
         if config.batch_size % self.dp:
             raise SettingError("batch_size", f"={config.batch_size} must be divisible by dp="
                                f"{self.dp}: each data-parallel rank takes an equal share")

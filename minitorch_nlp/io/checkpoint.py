@@ -67,12 +67,9 @@ removed by the next write to the same ``path``.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import re
-import secrets
 import struct
 import zipfile
 
@@ -80,6 +77,7 @@ import numpy as np
 
 from ..autograd import Tensor
 from ..backends import available_backends, get_backend
+from .files import atomic_write, safetensors_numpy
 
 FORMAT_NAME = "minitorch_nlp.checkpoint"
 FORMAT_VERSION = 1
@@ -126,6 +124,7 @@ def load(path, *, backend=None):
     target = get_backend(backend)
     if path.endswith(SAFETENSORS_SUFFIX):
         return _load_safetensors(path, target)
+    _refuse_what_is_not_an_archive(path)
     try:
         archive = np.load(path, allow_pickle=False)
     except ValueError as exc:   # NumPy's advice to allow pickles is not ours to give
@@ -142,6 +141,22 @@ def load(path, *, backend=None):
             return _decode(header["tree"], _Reader(archive, path, target))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{path!r}: malformed checkpoint header ({exc!r})") from None
+
+
+def _refuse_what_is_not_an_archive(path):
+    """Say what the file is, from its first bytes, when it is not a zip (``.npz``) archive:
+    NumPy would take any unknown content for a pickle and say so."""
+    try:
+        with open(path, "rb") as file:
+            start = file.read(6)
+    except IsADirectoryError:
+        raise ValueError(f"{path!r} is a folder, not a checkpoint file") from None
+    if start.startswith(b"PK"):
+        return
+    what = ("it is a single .npy array" if start.startswith(b"\x93NUMPY") else
+            "it holds pickled data, which minitorch_nlp never loads" if start[:1] == b"\x80"
+            else "it is empty" if not start else "it is not a NumPy .npz file (a text file?)")
+    raise ValueError(f"{path!r} is not a minitorch_nlp checkpoint: {what}")
 
 
 # ---- save side -----------------------------------------------------------------------------
@@ -234,54 +249,6 @@ def _backend_array_to_numpy(obj):
     return None
 
 
-def atomic_write(path, write):
-    """Call ``write(file)`` on a new temporary file next to ``path``, then rename it over ``path``:
-    readers see the old file or the complete new one, never a half-written one."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"cannot write {path}: the folder {directory} does not exist; "
-                                "create it first (os.makedirs)")
-    _remove_stale_temp_files(directory, os.path.basename(path))
-    fd, temp_path = _create_temp_file(directory, os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp_path, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_path)
-        raise
-    _fsync_directory(directory)
-
-
-def _temp_name(name, token):
-    return f".{name[:64]}.{token}.tmp"
-
-
-def _remove_stale_temp_files(directory, name):
-    """Remove what earlier writes to ``name`` left when they were killed mid-write (their
-    temporary files). Two processes writing the same file at once are not supported anyway:
-    the last rename wins."""
-    stale = re.compile(re.escape(_temp_name(name, "@")).replace("@", "[0-9a-f]{12}"))
-    for entry in os.listdir(directory):
-        if stale.fullmatch(entry):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, entry))
-
-
-def _create_temp_file(directory, name):
-    """A new file next to the target; created with mode 0o666 so the umask applies as usual."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    while True:
-        temp_path = os.path.join(directory, _temp_name(name, secrets.token_hex(6)))
-        try:
-            return os.open(temp_path, flags, 0o666), temp_path
-        except FileExistsError:
-            continue
-
-
 def _write_npz(file, entries, compress):
     """What ``np.savez`` writes, to an open file (so no ``.npz`` is appended) and never pickling."""
     compression = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
@@ -289,19 +256,6 @@ def _write_npz(file, entries, compress):
         for key, array in entries.items():
             with archive.open(key + ".npy", mode="w", force_zip64=True) as member:
                 np.lib.format.write_array(member, array, allow_pickle=False)
-
-
-def _fsync_directory(directory):
-    """Make the rename itself durable (POSIX; other systems have no directory handles)."""
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _as_str_path(path):
@@ -317,20 +271,18 @@ def _save_safetensors(state, path):
             for key, value in state.items()):
         raise TypeError(f"save: a {SAFETENSORS_SUFFIX} file holds a flat dict of str -> Tensor "
                         f"or array (a state_dict()); save other states to {path!r} as .npz")
-    from .huggingface import _safetensors_numpy
     arrays = {key: np.ascontiguousarray(value.numpy() if isinstance(value, Tensor) else value)
               for key, value in state.items()}
-    payload = _safetensors_numpy().save(arrays)
+    payload = safetensors_numpy().save(arrays)
     atomic_write(path, lambda file: file.write(payload))
 
 
 def _load_safetensors(path, backend):
     """The tensors of a safetensors file, as a dict of str -> Tensor on ``backend``."""
-    from .huggingface import _safetensors_numpy
     if not os.path.isfile(path):
         raise FileNotFoundError(f"load: {path} does not exist")
     try:
-        arrays = _safetensors_numpy().load_file(path)
+        arrays = safetensors_numpy().load_file(path)
     except Exception as exc:  # noqa: BLE001 (SafetensorError derives from Exception only)
         raise ValueError(f"{path!r} is not a readable safetensors file ({exc})") from None
     return {key: _to_tensor(array, False, backend) for key, array in arrays.items()}
@@ -361,9 +313,32 @@ def _read_header(archive, path):
 
 def _read_entry(archive, key, path):
     try:
+        _check_entry_bytes(archive, key, path)
         return archive[key]
     except (ValueError, EOFError, zipfile.BadZipFile) as exc:  # pickled or corrupt entry
         raise ValueError(f"{path!r}: cannot read entry {key!r}: {exc}") from None
+
+
+def _check_entry_bytes(archive, key, path):
+    """The shape and dtype in the entry's own ``.npy`` header fit the bytes the archive holds
+    for it: NumPy allocates what that header says before it reads, so a damaged header claiming
+    1e10 values would allocate tens of gigabytes."""
+    member = f"{key}.npy"
+    if member not in archive.zip.NameToInfo:
+        raise ValueError("it is not a .npy array")
+    with archive.zip.open(member) as file:
+        version = np.lib.format.read_magic(file)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read_header(file)
+        data_offset = file.tell()
+    if dtype.hasobject:
+        return   # refused when read: NumPy will not unpickle it
+    needed = math.prod(shape) * dtype.itemsize
+    held = archive.zip.getinfo(member).file_size - data_offset
+    if needed > held:
+        raise ValueError(f"its header claims {dtype} {shape} ({needed} bytes) but it holds "
+                         f"{held} bytes; the file is damaged")
 
 
 class _Reader:
@@ -374,14 +349,30 @@ class _Reader:
 
     def array(self, node):
         key = node["key"]
-        if key not in self.archive.files:
+        if f"{key}.npy" not in self.archive.zip.NameToInfo:
             raise ValueError(f"{self.path!r}: the header refers to a missing entry {key!r}")
+        self._check_stored_size(key, node)
         array = _read_entry(self.archive, key, self.path)
         if str(array.dtype) != node["dtype"] or list(array.shape) != node["shape"]:
             raise ValueError(
                 f"{self.path!r}: entry {key!r} is {array.dtype} {array.shape} but the header "
                 f"says {node['dtype']} {tuple(node['shape'])}")
         return array
+
+    def _check_stored_size(self, key, node):
+        """The bytes the header's shape and dtype need are there in the archive, checked before
+        NumPy allocates the array its own header describes (which a damaged file can make
+        enormous)."""
+        try:
+            needed = math.prod(node["shape"]) * np.dtype(node["dtype"]).itemsize
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.path!r}: entry {key!r} has the unreadable shape or dtype "
+                             f"{node.get('shape')!r} {node.get('dtype')!r}") from None
+        held = self.archive.zip.getinfo(f"{key}.npy").file_size
+        if needed > held:
+            raise ValueError(f"{self.path!r}: entry {key!r} should hold {needed} bytes "
+                             f"({node['dtype']} {tuple(node['shape'])}) but holds {held}; the "
+                             "file is damaged")
 
 
 def _decode(node, reader):

@@ -29,7 +29,9 @@ from typing import Callable
 
 import numpy as np
 
-from .checkpoint import atomic_write
+from .files import atomic_write, safetensors_numpy
+from .runs import checkpoint_file
+from .sizes import check_sizes
 
 __all__ = ["HFArchitecture", "Rule", "concat_columns", "from_pretrained", "register_architecture",
            "save_pretrained", "split_columns", "supported_architectures", "transpose"]
@@ -206,19 +208,16 @@ def _listed(keys):
 
 
 # ---- reading -------------------------------------------------------------------------------------
-def _safetensors_numpy():
-    try:
-        import safetensors.numpy
-    except ImportError:
-        raise ImportError("HuggingFace checkpoints need the safetensors package: "
-                          "pip install 'minitorch-nlp[hf]'") from None
-    return safetensors.numpy
-
-
 def read_config(path):
     """The ``config.json`` of the HuggingFace directory ``path`` as a dict."""
     config_path = os.path.join(os.fspath(path), CONFIG_NAME)
     if not os.path.isfile(config_path):
+        run = checkpoint_file(path)
+        if os.path.isfile(run):   # a folder (or file) that `minitorch-nlp train` wrote
+            raise FileNotFoundError(
+                f"from_pretrained: {path} is a training run ({run}), not a HuggingFace model "
+                "directory; load it with minitorch_nlp.inference.load_for_inference(path), or "
+                "on the command line `minitorch-nlp generate PATH`")
         raise FileNotFoundError(f"from_pretrained: {config_path} does not exist; a HuggingFace "
                                 f"model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
     try:
@@ -302,6 +301,8 @@ def from_pretrained(path, *, backend=None, dtype=None):
         raise FileNotFoundError(f"from_pretrained: {weights_path} does not exist (only "
                                 f"safetensors weights are read, never pickled .bin files)")
     hf_state = _read_safetensors(weights_path)
+    check_sizes(os.path.join(os.fspath(path), CONFIG_NAME), config,
+                {name: tuple(array.shape) for name, array in hf_state.items()})
     model = architecture.from_config(config)
     our_shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     model.load_state_dict(convert_to_ours(architecture, hf_state, our_shapes))
@@ -315,7 +316,7 @@ def from_pretrained(path, *, backend=None, dtype=None):
 def _read_safetensors(path):
     """The tensors of the safetensors file ``path``; a truncated or corrupt file is a
     ``ValueError`` naming it (safetensors' own error type is not a ValueError)."""
-    reader = _safetensors_numpy()
+    reader = safetensors_numpy()
     try:
         return reader.load_file(path)
     except Exception as error:  # noqa: BLE001 (SafetensorError derives from Exception only)
@@ -346,7 +347,7 @@ def save_pretrained(model, path):
         raise ValueError(f"save_pretrained: the {architecture.name} key map has no rule for our "
                          f"{_listed(left)}")
     os.makedirs(path, exist_ok=True)
-    payload = _safetensors_numpy().save(hf_state, metadata={"format": "pt"})
+    payload = safetensors_numpy().save(hf_state, metadata={"format": "pt"})
     atomic_write(os.path.join(os.fspath(path), WEIGHTS_NAME), lambda file: file.write(payload))
     text = json.dumps(config, indent=2, sort_keys=True).encode("utf-8")
     atomic_write(os.path.join(os.fspath(path), CONFIG_NAME), lambda file: file.write(text))

@@ -267,6 +267,8 @@ class BartForConditionalGeneration(decoding.Seq2SeqGeneration, Module):
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
                 decoder_attention_mask=None, labels=None, encoder_outputs=None, cache=None,
                 output_hidden_states=False, output_attentions=False):
+        checks.same_batch(type(self).__name__, input_ids=input_ids, labels=labels,
+                          decoder_input_ids=decoder_input_ids)
         if decoder_input_ids is None and labels is not None:
             decoder_input_ids = self.model.shift_right(labels)
         encoder, decoder = self.model.run(input_ids, attention_mask, decoder_input_ids,
@@ -499,13 +501,15 @@ def _denoising_batcher(tokenizer, mask_prob):
 
 
 def _reconstruct(model, tokenizer, prompt, **options):
-    """The model's greedy reconstruction of ``prompt`` (write <mask> where text is missing)."""
+    """The model's greedy reconstruction of ``prompt`` (write <mask> where text is missing), at
+    most ``max_new_tokens`` long and no longer than the decoder's position table allows."""
     ids = tokenizer.encode(prompt)
     limit = model.config.max_position_embeddings
     if len(ids) > limit:
         raise ValueError(f"generate: the prompt is {len(ids)} tokens, more than this model's "
                          f"max_position_embeddings={limit}")
-    out = model.generate(np.asarray([ids]), max_new_tokens=limit - 1)
+    length = min(options.get("max_new_tokens", limit - 1), limit - 1)
+    out = model.generate(np.asarray([ids]), max_new_tokens=length)
     return tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
 
 

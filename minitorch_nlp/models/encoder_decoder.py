@@ -48,6 +48,9 @@ def encode_and_decode(model, input_ids, attention_mask, decoder_input_ids, decod
                       encoder_outputs, cache, output_hidden_states, output_attentions):
     """(encoder outputs, decoder outputs) of a ``model`` with ``encode`` and ``decode``;
     ``encoder_outputs`` reuses an encoding already computed."""
+    encoded = None if encoder_outputs is None else encoder_outputs.last_hidden_state
+    checks.same_batch(type(model).__name__, input_ids=input_ids, encoder_outputs=encoded,
+                      decoder_input_ids=decoder_input_ids)
     if encoder_outputs is None:
         encoder_outputs = model.encode(input_ids, attention_mask, output_hidden_states,
                                        output_attentions)

@@ -719,4 +719,5 @@ def _build_for_training(settings, tokenizer):
 register_family(ModelFamily(
     name="gpt", summary="a GPT-2-style decoder trained on next-token prediction (eq 18, L1)",
     objective=CAUSAL_LM, build=_build_for_training, default_tokenizer="char", bpe_style="gpt2",
-    hf_architectures=("GPT2LMHeadModel", "OpenAIGPTLMHeadModel")))
+    hf_architectures=("GPT2LMHeadModel", "OpenAIGPTLMHeadModel"), trains_in_parallel=True,
+    takes_experts=True))

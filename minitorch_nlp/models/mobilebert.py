@@ -465,13 +465,12 @@ def _build_for_training(settings, tokenizer):
     4 stacked feed-forward networks): inter-block width H = ``n_embd``, intra-block width and
     embedding size B = E = H / 4, feed-forward width H; ``block_size`` positions, [CLS] and [SEP]
     included. Attention works at width B, so ``n_head`` must divide H / 4."""
-    from ..training import SettingError
     bottleneck = settings.n_embd // 4
     if bottleneck < 1 or bottleneck % settings.n_head:
-        raise SettingError("n_head", f"={settings.n_head} must divide a mobilebert's bottleneck "
-                           f"width n_embd / 4 = {settings.n_embd} // 4 = {bottleneck} (its "
-                           "attention works at that width); give a multiple of "
-                           f"{4 * settings.n_head} as --n-embd")
+        raise checks.SettingError(
+            "n_head", f"={settings.n_head} must divide a mobilebert's bottleneck width n_embd / 4 "
+            f"= {settings.n_embd} // 4 = {bottleneck} (its attention works at that width); give "
+            f"a multiple of {4 * settings.n_head} as --n-embd")
     return _bert_build_for_training(settings, tokenizer, MobileBertForMaskedLM,
                                     intermediate_size=settings.n_embd, embedding_size=bottleneck,
                                     intra_bottleneck_size=bottleneck)

@@ -22,6 +22,10 @@ A family registers itself at the end of its model module (``models/gpt.py``, ``m
 * ``hf_architectures`` names the HuggingFace architectures (registered with
   ``io.huggingface.register_architecture``, whose key maps sit beside this registration) that
   ``minitorch-nlp generate`` treats as this family;
+* ``trains_in_parallel`` says that ``train --parallel`` / ``--zero`` can split the family's model
+  (``distributed.training``: Megatron's tensor parallelism of GPT-2, data parallelism on a
+  token-mean loss); ``takes_experts`` that ``train --experts E`` can make its feed-forward
+  networks mixtures of experts;
 * ``progress(model, fraction)``, when given, is called before each training step with the
   fraction of the run done, for objectives that change during training (the character
   Transformer drops its intermediate layers' losses on a schedule).
@@ -122,6 +126,8 @@ class ModelFamily:
     bpe_style: str
     refused_tokenizers: dict = field(default_factory=dict)
     hf_architectures: tuple = ()
+    trains_in_parallel: bool = False
+    takes_experts: bool = False
     progress: Callable | None = None
 
     def check_tokenizer(self, tokenizer):

@@ -417,6 +417,8 @@ class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
                 decoder_attention_mask=None, labels=None, encoder_outputs=None, cache=None,
                 output_hidden_states=False, output_attentions=False):
+        checks.same_batch(type(self).__name__, input_ids=input_ids, labels=labels,
+                          decoder_input_ids=decoder_input_ids)
         if decoder_input_ids is None:
             if labels is None:
                 raise ValueError(f"{type(self).__name__}: give decoder_input_ids (starting with "
@@ -498,6 +500,8 @@ class T5DecoderOnly(decoding.Seq2SeqGeneration, T5EncoderModel):
         """``labels`` (batch, target_time), -100 on padding, are shifted right after
         ``decoder_start_token_id`` into the target's inputs (or give ``decoder_input_ids``)."""
         name = type(self).__name__
+        checks.same_batch(name, input_ids=input_ids, labels=labels,
+                          decoder_input_ids=decoder_input_ids)
         ids, mask = self._left_aligned(input_ids, attention_mask)
         if decoder_input_ids is None:
             if labels is None:

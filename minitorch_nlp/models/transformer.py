@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .. import decoding
+from .. import checks, decoding
 from .. import functional as F
 from ..autograd import Tensor
 from ..nn import (Dropout, Embedding, LearnedPositionalEmbedding, Module,
@@ -162,6 +162,7 @@ class Transformer(decoding.Seq2SeqGeneration, Module):
         ``tgt_in[:, t + 1]``, i.e. ``tgt_out[:, t]``. With ``need_weights=True`` returns
         ``(logits, {"encoder": [...], "decoder": [...]})``, every layer's attention weights
         (batch, heads, query_time, key_time), for pictures."""
+        checks.same_batch("Transformer", src=src, tgt_in=tgt_in)
         src = _ids(src, "src")
         src_key_mask = self._key_mask(src, src_key_mask)
         encoded = self.encode(src, src_key_mask, output_attentions=need_weights)

@@ -6,12 +6,12 @@ from numbers import Real
 
 import numpy as np
 
-import minitorch_nlp as mt
+from ..autograd import Tensor
 
 
 def _grads(parameters) -> list:
     """The gradient Tensors of ``parameters`` (one Tensor or an iterable), skipping ``None``."""
-    if isinstance(parameters, mt.Tensor):
+    if isinstance(parameters, Tensor):
         parameters = [parameters]
     return [p.grad for p in parameters if p.grad is not None]
 

@@ -21,8 +21,8 @@ from numbers import Real
 
 import numpy as np
 
-import minitorch_nlp as mt
-from minitorch_nlp.autograd.function import memory_order, writable
+from ..autograd import Tensor, enable_grad
+from ..autograd.function import memory_order, writable
 
 
 class ParamState(MutableMapping):
@@ -107,7 +107,7 @@ class Optimizer:
         self.param_groups: list[dict] = []
         self._scratch_buffers: dict = {}
         name = type(self).__name__
-        if isinstance(params, mt.Tensor):
+        if isinstance(params, Tensor):
             raise TypeError(f"{name}: params must be an iterable of Tensors or of dicts, got a "
                             f"single Tensor of shape {tuple(params.shape)}; pass [tensor]")
         if isinstance(params, (set, frozenset)):
@@ -147,7 +147,7 @@ class Optimizer:
         if "params" not in param_group:
             raise ValueError(f"{name}: parameter group {index} has no 'params' entry")
         params = param_group["params"]
-        if isinstance(params, mt.Tensor):
+        if isinstance(params, Tensor):
             params = [params]
         elif isinstance(params, (set, frozenset)):
             raise TypeError(f"{name}: the params of group {index} must be an ordered iterable "
@@ -155,7 +155,7 @@ class Optimizer:
         else:
             params = list(params)
         for position, param in enumerate(params):
-            if not isinstance(param, mt.Tensor):
+            if not isinstance(param, Tensor):
                 raise TypeError(f"{name}: parameter {position} of group {index} is a "
                                 f"{type(param).__name__}, not a Tensor")
             if not param.is_leaf:
@@ -196,7 +196,7 @@ class Optimizer:
         """
         loss = None
         if closure is not None:
-            with mt.enable_grad():
+            with enable_grad():
                 loss = closure()
         for group in self.param_groups:
             for param in group["params"]:

@@ -4,8 +4,8 @@ from .dpr import (DenseRetriever, bm25_hard_negatives, dpr_loss, retrieval_log_p
                   retrieval_scores)
 from .golden import (QueryGenerator, extend_context, golden_retrieve, oracle_query,
                      query_span_log_likelihood)
-from .index import (DenseIndex, FaissIndex, load_index, load_index_folder, save_index_folder,
-                    top_k)
+from .index import DenseIndex, FaissIndex, load_index, load_index_folder, save_index_folder
+from .ranking import top_k
 from .orqa import (ORQA, SpanReader, SpanScorer, answer_derivation_log_likelihood,
                    answer_span_mask, best_answers, inverse_cloze_task, read_spans,
                    split_sentences)

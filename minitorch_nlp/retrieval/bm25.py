@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from ..io import checkpoint
-from .index import clamp_k, top_k
+from .ranking import clamp_k, top_k
 
 __all__ = ["BM25", "tokenize"]
 

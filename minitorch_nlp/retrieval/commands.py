@@ -1,4 +1,4 @@
-"""The ``index`` and ``ask`` commands of ``minitorch-nlp`` (registered by ``cli.py``): build a
+"""The ``index`` and ``ask`` commands of ``minitorch-nlp`` (registered by ``cli.entry``): build a
 passage index from a text file, search it, and answer a question from its best passages with an
 extractive reader.
 
@@ -16,6 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 
+import numpy as np
+
+from ..cli.common import UsageError, owned_folder, refuse_overwrite
+from ..data.corpus import TextFileError, read_text_file
+
 
 def add_retrieval_commands(commands) -> None:
     """Add ``index build``, ``index search`` and ``ask`` to the sub-command parser ``commands``."""
@@ -28,6 +33,8 @@ def add_retrieval_commands(commands) -> None:
     build = actions.add_parser("build", help="index the passages of a text file")
     build.add_argument("passages", metavar="PASSAGES", help="a UTF-8 text file")
     build.add_argument("--out", required=True, metavar="DIR", help="the index folder to write")
+    build.add_argument("--overwrite", action="store_true",
+                       help="replace an index already in --out")
     build.add_argument("--words-per-passage", type=int, metavar="N",
                        help="cut the text into passages of N words (default: one per line)")
     build.add_argument("--encoder", metavar="DIR",
@@ -71,16 +78,15 @@ def add_retrieval_commands(commands) -> None:
 
 def _usage(message):
     """A usage error: ``minitorch-nlp: error: ...`` on one line, exit status 2."""
-    from ..cli import UsageError   # cli imports this module
     raise UsageError(message)
 
 
 def _passages(args):
     from ..data.knowledge_base import split_passages
-    if not os.path.isfile(args.passages):
-        _usage(f"PASSAGES: {args.passages} is not a file")
-    with open(args.passages, encoding="utf-8") as file:
-        text = file.read()
+    try:
+        text = read_text_file(args.passages)
+    except TextFileError as error:
+        _usage(f"PASSAGES: {error}")
     if args.words_per_passage is not None:
         if args.words_per_passage < 1:
             _usage(f"--words-per-passage must be >= 1, got {args.words_per_passage}")
@@ -104,14 +110,18 @@ def _encoder(directory, option):
 def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from . import BM25, DenseRetriever
     from .index import save_index_folder
+    from .index import INDEX_META
     passages = _passages(args)
-    if args.encoder is None:
-        kind, index = "bm25", BM25().fit(passages)
-    else:
-        encoder, tokenizer = _encoder(args.encoder, "--encoder")
-        kind = "dense"
-        index = DenseRetriever(None, encoder, tokenizer).index_passages(passages)
-    save_index_folder(args.out, index, passages)
+    with owned_folder(args.out, "index build"):
+        refuse_overwrite(args.out, args.overwrite, resumable=False, marker=INDEX_META,
+                         what="an index")
+        if args.encoder is None:
+            kind, index = "bm25", BM25().fit(passages)
+        else:
+            encoder, tokenizer = _encoder(args.encoder, "--encoder")
+            kind = "dense"
+            index = DenseRetriever(None, encoder, tokenizer).index_passages(passages)
+        save_index_folder(args.out, index, passages)
     print(f"indexed {len(passages)} passages ({kind}) in {args.out}")
     return 0
 
@@ -132,7 +142,7 @@ def _check_k(args):
 
 def _retrieve(args, query):
     """The ``args.k`` best passages of the index folder ``args.index`` for ``query``:
-    ``(scores, ids, passages)``."""
+    ``(kind, scores, ids, passages)``, ``kind`` being the index's ("bm25" or "dense")."""
     from . import DenseRetriever
     kind, index, passages = _index_folder(args)
     _check_k(args)
@@ -144,7 +154,7 @@ def _retrieve(args, query):
             _usage("--encoder: a dense index needs the DPRQuestionEncoder folder")
         encoder, tokenizer = _encoder(args.encoder, "--encoder")
         scores, ids = DenseRetriever(encoder, None, tokenizer).retrieve([query], index, k)
-    return scores[0], ids[0], passages
+    return kind, scores[0], ids[0], passages
 
 
 def _shortened(text):
@@ -152,7 +162,10 @@ def _shortened(text):
 
 
 def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    scores, ids, passages = _retrieve(args, args.query)
+    kind, scores, ids, passages = _retrieve(args, args.query)
+    if kind == "bm25" and not np.any(np.asarray(scores) > 0):   # BM25 scores shared words
+        print(f"no passage of {args.index} shares a word with the query {args.query!r}")
+        return 0
     for rank, (score, i) in enumerate(zip(scores, ids), 1):
         print(f"{rank:>3}  {score:9.4f}  #{i:<6} {_shortened(passages[i])}")
     return 0
@@ -198,7 +211,7 @@ def _ask_reader(args):
         _usage(f"--reader: {args.reader} holds a {type(reader).__name__}, not a "
                "BertForQuestionAnswering")
     args.k = 3 if args.k is None else args.k
-    _, ids, passages = _retrieve(args, args.question)
+    _, _, ids, passages = _retrieve(args, args.question)
     answer, score, which = read_answer(reader, load_tokenizer(args.reader), args.question,
                                        [passages[i] for i in ids], args.max_answer_length)
     passage = ids[which]

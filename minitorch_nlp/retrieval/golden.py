@@ -23,7 +23,7 @@ from .. import checks, cookbook
 from ..autograd import Tensor, concatenate
 from ..models.bert import best_span
 from .bm25 import tokenize
-from .index import top_k
+from .ranking import top_k
 
 __all__ = ["QueryGenerator", "extend_context", "golden_retrieve", "oracle_query",
            "query_span_log_likelihood"]

@@ -28,7 +28,6 @@ number of passages), ``passages.json`` (the texts) and the index, ``bm25.npz`` o
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 
@@ -36,8 +35,10 @@ from .. import checks
 from ..backends import get_backend
 from ..io import checkpoint
 from ..data.tokenizers.base import read_json, write_json
+from .bm25 import BM25
+from .ranking import clamp_k, top_k
 
-__all__ = ["DenseIndex", "FaissIndex", "load_index", "top_k"]
+__all__ = ["DenseIndex", "FaissIndex", "load_index", "load_index_folder", "save_index_folder"]
 
 FORMAT = "minitorch_nlp.index"
 FAISS_KINDS = ("flat", "ivf", "hnsw")
@@ -57,30 +58,6 @@ def _matrix(values, width, name, where):
     if not np.isfinite(array).all():
         raise ValueError(f"{where}: {name} hold nan or inf")
     return np.ascontiguousarray(array, dtype=np.float32)
-
-
-def clamp_k(k, size, where):
-    checks.positive_int(k, "k", where)
-    if size == 0:
-        raise ValueError(f"{where}: the index is empty; add vectors before searching")
-    if k > size:
-        warnings.warn(f"{where}: k={k} is larger than the index ({size} vectors); returning "
-                      f"all {size}", stacklevel=3)
-    return min(k, size)
-
-
-def top_k(scores, k, xp=np):
-    """The ``k`` largest entries of each row of ``scores`` (rows, n), best first: ``(values,
-    indices)``, both (rows, k). ``xp`` is the array namespace
-    (``numpy`` or ``cupy``) that holds ``scores``."""
-    n = scores.shape[1]
-    if k < n:
-        part = xp.argpartition(-scores, k - 1, axis=1)[:, :k]
-    else:
-        part = xp.broadcast_to(xp.arange(n), scores.shape)
-    values = xp.take_along_axis(scores, part, axis=1)
-    order = xp.argsort(-values, axis=1, kind="stable")
-    return xp.take_along_axis(values, order, axis=1), xp.take_along_axis(part, order, axis=1)
 
 
 class DenseIndex:
@@ -288,7 +265,6 @@ def save_index_folder(directory, index, passages):
     """Write ``index`` (a :class:`~minitorch_nlp.retrieval.BM25` or a :class:`DenseIndex`) and
     its ``passages`` (the texts, in the index's order) as the index folder ``directory``
     (created if needed; each file written atomically)."""
-    from .bm25 import BM25
     kind = "dense" if isinstance(index, DenseIndex) else "bm25" if isinstance(index, BM25) \
         else None
     if kind is None:
@@ -308,7 +284,6 @@ def load_index_folder(directory, *, backend=None):
     :class:`~minitorch_nlp.retrieval.BM25`, or ``"dense"`` and a :class:`DenseIndex` (its
     vectors on ``backend``, default the active one). A folder that is not an index folder, or
     whose passages do not match its index, is a ``ValueError`` naming it."""
-    from .bm25 import BM25
     meta_path = os.path.join(directory, INDEX_META)
     if not os.path.isfile(meta_path):
         raise ValueError(f"{directory} is not an index folder (no {INDEX_META}); write one with "

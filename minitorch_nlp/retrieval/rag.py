@@ -33,6 +33,7 @@ from .. import checks, cookbook, decoding
 from .. import functional as F
 from ..autograd import Tensor, no_grad, tensor
 from ..data.tokenizers.base import read_json, write_json
+from ..io.files import path_inside
 from ..nn import Module
 from .dpr import DenseRetriever
 from .index import DenseIndex, load_index_folder, save_index_folder
@@ -339,7 +340,8 @@ class RAG(Module):
         if not isinstance(settings, dict) or settings.get("format") != FORMAT:
             raise ValueError(f"RAG.load: {directory} is not a saved RAG (no {SETTINGS} of "
                              f"format {FORMAT!r}); write one with RAG.save")
-        folder = os.path.join(directory, settings["index"]) if index is None else index
+        folder = (path_inside(directory, settings["index"], os.path.join(directory, SETTINGS))
+                  if index is None else index)
         kind, dense_index, passages = load_index_folder(folder, backend=backend)
         if kind != "dense":
             raise ValueError(f"RAG.load: {folder} holds a {kind} index; RAG retrieves from a "

@@ -1,4 +1,4 @@
-"""The ``check`` and ``course`` commands of ``minitorch-nlp`` (registered by ``cli.py``).
+"""The ``check`` and ``course`` commands of ``minitorch-nlp`` (registered by ``cli.entry``).
 
 Parsing only: the work is in :mod:`.check` and :mod:`.course`, imported when a command runs, so
 that the command line works without the ``test`` extra until one of these is used.

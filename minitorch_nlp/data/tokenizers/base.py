@@ -38,7 +38,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from ...io.checkpoint import atomic_write
+from ...io.files import atomic_write
 
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
