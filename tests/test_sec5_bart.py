@@ -182,7 +182,7 @@ def test_errors():
         BartConfig.tiny(encoder_attention_heads=3)
     with pytest.raises(ValueError, match="activation_function must be one of"):
         BartConfig.tiny(activation_function="swish")
-    with pytest.raises(ValueError, match="forced_bos_token_id=40 is outside the vocabulary"):
+    with pytest.warns(UserWarning, match="forced_bos_token_id=40 is outside the vocabulary"):
         BartConfig.tiny(forced_bos_token_id=40)
     model = BartForConditionalGeneration(BartConfig.tiny(max_position_embeddings=4))
     with pytest.raises(ValueError, match="5 tokens is longer than max_position_embeddings=4"):

@@ -167,8 +167,8 @@ def test_bad_inputs_and_configurations_are_errors():
         model(np.array([[99]]))
     with pytest.raises(ValueError, match="ETCConfig: local_radius must be a positive int"):
         ETCConfig(**{**TINY, "local_radius": 0})
-    with pytest.raises(ValueError, match="hidden_size=16 is not a multiple of "
-                                         "num_attention_heads=3"):
+    with pytest.raises(ValueError, match="num_attention_heads=3 does not divide "
+                                         "hidden_size=16"):
         ETCConfig(**{**TINY, "num_attention_heads": 3})
 
 

@@ -60,20 +60,20 @@ class AlbertConfig(BertConfig):
 
     model_type = "albert"
 
+    RULES = BertConfig.RULES + (
+        checks.positive("embedding_size"),
+        checks.one_of("share_layers", SHARING_MODES),
+        checks.probabilities("classifier_dropout_prob"),
+        checks.special_token_ids("bos_token_id", "eos_token_id"),
+    )
+
     def __post_init__(self):
         super().__post_init__()
-        checks.positive_int(self.embedding_size, "embedding_size", "AlbertConfig")
         if self.embedding_size > self.hidden_size:
             raise ValueError(f"AlbertConfig: embedding_size={self.embedding_size} is larger than "
                              f"hidden_size={self.hidden_size}; ALBERT factorises the embeddings "
                              "as V x E + E x H to need fewer parameters than V x H, which takes "
                              "E <= H (Lan et al. 3.1: H >> E); lower embedding_size")
-        if self.share_layers not in SHARING_MODES:
-            raise ValueError(f"AlbertConfig: share_layers must be one of {SHARING_MODES}, got "
-                             f"{self.share_layers!r}")
-        if not 0.0 <= self.classifier_dropout_prob < 1.0:
-            raise ValueError(f"AlbertConfig: classifier_dropout_prob must be in [0, 1), got "
-                             f"{self.classifier_dropout_prob!r}")
 
     @classmethod
     def from_hf(cls, hf_config):

@@ -73,28 +73,21 @@ class BartConfig:
     forced_bos_token_id: int | None = None
     forced_eos_token_id: int | None = 2
 
+    RULES = (
+        checks.positive("vocab_size", "d_model", "encoder_layers", "decoder_layers",
+                        "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim",
+                        "decoder_ffn_dim", "max_position_embeddings"),
+        checks.divides("encoder_attention_heads", "d_model"),
+        checks.divides("decoder_attention_heads", "d_model"),
+        checks.one_of("activation_function", _HF_ACTIVATIONS),
+        checks.probabilities("dropout", "attention_dropout", "activation_dropout"),
+        checks.special_token_ids("pad_token_id", "bos_token_id", "eos_token_id",
+                                 "decoder_start_token_id", "forced_bos_token_id",
+                                 "forced_eos_token_id"),
+    )
+
     def __post_init__(self):
-        where = type(self).__name__
-        for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers",
-                     "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim",
-                     "decoder_ffn_dim", "max_position_embeddings"):
-            checks.positive_int(getattr(self, name), name, where)
-        for heads in ("encoder_attention_heads", "decoder_attention_heads"):
-            if self.d_model % getattr(self, heads):
-                raise ValueError(f"{where}: {heads}={getattr(self, heads)} does not divide "
-                                 f"d_model={self.d_model}")
-        if self.activation_function not in _HF_ACTIVATIONS:
-            raise ValueError(f"{where}: activation_function must be one of "
-                             f"{sorted(_HF_ACTIVATIONS)}, got {self.activation_function!r}")
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{where}: {name} must be in [0, 1), got {getattr(self, name)}")
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
-                     "forced_bos_token_id", "forced_eos_token_id"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < self.vocab_size:
-                raise ValueError(f"{where}: {name}={value} is outside the vocabulary "
-                                 f"[0, {self.vocab_size})")
+        checks.validate(self)
 
     @classmethod
     def tiny(cls, **overrides):

@@ -86,29 +86,20 @@ class BertConfig:
     model_type = "bert"
     activations = HIDDEN_ACT     # the hidden_act values the model implements
 
+    RULES = (
+        checks.positive("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                        "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                        "num_labels"),
+        checks.divides("num_attention_heads", "hidden_size"),
+        checks.one_of("hidden_act", lambda config: config.activations),
+        checks.probabilities("hidden_dropout_prob", "attention_probs_dropout_prob",
+                             "classifier_dropout"),
+        checks.positive_numbers("layer_norm_eps", "initializer_range"),
+        checks.special_token_ids("pad_token_id"),
+    )
+
     def __post_init__(self):
-        name = type(self).__name__
-        for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                      "intermediate_size", "max_position_embeddings", "type_vocab_size",
-                      "num_labels"):
-            checks.positive_int(getattr(self, field), field, name)
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"{name}: hidden_size={self.hidden_size} is not a multiple of "
-                             f"num_attention_heads={self.num_attention_heads}")
-        if self.hidden_act not in self.activations:
-            raise ValueError(f"{name}: hidden_act must be one of {sorted(self.activations)}, "
-                             f"got {self.hidden_act!r}")
-        for field in ("hidden_dropout_prob", "attention_probs_dropout_prob",
-                      "classifier_dropout"):
-            value = getattr(self, field)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise ValueError(f"{name}: {field} must be in [0, 1), got {value!r}")
-        if not self.layer_norm_eps > 0 or not self.initializer_range > 0:
-            raise ValueError(f"{name}: layer_norm_eps and initializer_range must be > 0, got "
-                             f"{self.layer_norm_eps!r} and {self.initializer_range!r}")
-        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"{name}: pad_token_id={self.pad_token_id} is outside the "
-                             f"vocabulary [0, {self.vocab_size})")
+        checks.validate(self)
 
     @classmethod
     def from_hf(cls, hf_config):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import checks
 from ..attention.bigbird import BigBirdBlockSparseAttention
 from .bert import (MLM_HEAD_RULES, BertConfig, BertEmbeddings, BertForMaskedLM,
                    BertForPreTraining, BertModel, bert_rules, register_bert_architecture,
@@ -52,20 +53,17 @@ class BigBirdConfig(BertConfig):
 
     model_type = "big_bird"
 
+    RULES = BertConfig.RULES + (
+        checks.one_of("attention_type", ATTENTION_TYPES),
+        checks.positive("block_size"),
+        checks.ints_at_least(0, "num_random_blocks"),
+        checks.special_token_ids("bos_token_id", "eos_token_id", "sep_token_id"),
+    )
+
     def __post_init__(self):
         super().__post_init__()
-        name = type(self).__name__
-        if self.attention_type not in ATTENTION_TYPES:
-            raise ValueError(f"{name}: attention_type must be one of {ATTENTION_TYPES}, got "
-                             f"{self.attention_type!r}")
-        if not isinstance(self.block_size, int) or self.block_size < 1:
-            raise ValueError(f"{name}: block_size must be a positive int, got "
-                             f"{self.block_size!r}")
-        if not isinstance(self.num_random_blocks, int) or self.num_random_blocks < 0:
-            raise ValueError(f"{name}: num_random_blocks must be an int >= 0, got "
-                             f"{self.num_random_blocks!r}")
         if not self.use_bias:
-            raise ValueError(f"{name}: use_bias=False (query, key and value projections "
+            raise ValueError(f"{type(self).__name__}: use_bias=False (query, key and value projections "
                              "without biases) is not implemented")
 
     def to_hf(self):

@@ -73,12 +73,13 @@ class CharTransformerConfig(GPTConfig):
     num_targets: int = 2
     extra_target_weight: float = 0.5
 
+    RULES = GPTConfig.RULES + (checks.positive("num_targets"),)
+
     def __post_init__(self):
         super().__post_init__()
         if self.variant != "gpt2":
             raise ValueError(f"CharTransformerConfig: variant must be 'gpt2' (pre-LN blocks, as "
                              f"the paper's Transformer), got {self.variant!r}")
-        checks.positive_int(self.num_targets, "num_targets", "CharTransformerConfig")
         _check_fraction(self.intermediate_stop, "intermediate_stop", "CharTransformerConfig",
                         low_open=True)
         if not isinstance(self.extra_target_weight, numbers.Real) or self.extra_target_weight < 0:

@@ -34,9 +34,7 @@ class DPRConfig(BertConfig):
 
     model_type = "dpr"
 
-    def __post_init__(self):
-        super().__post_init__()
-        checks.int_at_least(self.projection_dim, 0, "projection_dim", "DPRConfig")
+    RULES = BertConfig.RULES + (checks.ints_at_least(0, "projection_dim"),)
 
     @classmethod
     def tiny(cls, vocab_size, **changes):

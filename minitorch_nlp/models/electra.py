@@ -61,9 +61,7 @@ class ElectraConfig(BertConfig):
 
     model_type = "electra"
 
-    def __post_init__(self):
-        super().__post_init__()
-        checks.positive_int(self.embedding_size, "embedding_size", "ElectraConfig")
+    RULES = BertConfig.RULES + (checks.positive("embedding_size"),)
 
     def generator(self, fraction=0.25):
         """The generator's config for this discriminator: ``fraction`` of its width, heads and

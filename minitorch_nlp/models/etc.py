@@ -64,22 +64,19 @@ class ETCConfig:
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
 
+    RULES = (
+        checks.positive("vocab_size", "global_vocab_size", "hidden_size", "num_hidden_layers",
+                        "num_attention_heads", "intermediate_size", "local_radius",
+                        "long_per_global"),
+        checks.ints_at_least(0, "max_distance"),
+        checks.divides("num_attention_heads", "hidden_size"),
+        checks.one_of("hidden_act", ("gelu",)),
+        checks.probabilities("hidden_dropout_prob", "attention_probs_dropout_prob"),
+        checks.special_token_ids("pad_token_id"),
+    )
+
     def __post_init__(self):
-        name = type(self).__name__
-        for field in ("vocab_size", "global_vocab_size", "hidden_size", "num_hidden_layers",
-                      "num_attention_heads", "intermediate_size", "local_radius",
-                      "long_per_global"):
-            checks.positive_int(getattr(self, field), field, name)
-        checks.int_at_least(self.max_distance, 0, "max_distance", name)
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"{name}: hidden_size={self.hidden_size} is not a multiple of "
-                             f"num_attention_heads={self.num_attention_heads}")
-        if self.hidden_act != "gelu":
-            raise ValueError(f"{name}: hidden_act must be 'gelu', got {self.hidden_act!r}")
-        for field in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, field) < 1.0:
-                raise ValueError(f"{name}: {field} must be in [0, 1), got "
-                                 f"{getattr(self, field)!r}")
+        checks.validate(self)
 
 
 def blocks_as_global_input(batch, n_long, long_per_global, attention_mask=None):

@@ -98,29 +98,19 @@ class GPTConfig:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
 
+    RULES = (
+        checks.positive("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"),
+        checks.positive("n_inner", optional=True),
+        checks.divides("n_head", "n_embd"),
+        checks.one_of("variant", VARIANTS),
+        checks.one_of("activation", ("gelu_tanh", "gelu", "relu")),
+        checks.probabilities("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"),
+        checks.positive_numbers("layer_norm_epsilon", "initializer_range"),
+        checks.special_token_ids("bos_token_id", "eos_token_id"),
+    )
+
     def __post_init__(self):
-        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
-            checks.positive_int(getattr(self, name), name, "GPTConfig")
-        if self.n_inner is not None:
-            checks.positive_int(self.n_inner, "n_inner", "GPTConfig")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"GPTConfig: n_head={self.n_head} does not divide n_embd="
-                             f"{self.n_embd}; each head gets n_embd / n_head features")
-        if self.variant not in VARIANTS:
-            raise ValueError(f"GPTConfig: variant must be one of {VARIANTS}, got {self.variant!r}")
-        if self.activation not in ("gelu_tanh", "gelu", "relu"):
-            raise ValueError(f"GPTConfig: activation must be 'gelu_tanh', 'gelu' or 'relu', got "
-                             f"{self.activation!r}")
-        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"GPTConfig: {name} must be in [0, 1), got {getattr(self, name)}")
-        if not self.layer_norm_epsilon > 0 or not self.initializer_range > 0:
-            raise ValueError("GPTConfig: layer_norm_epsilon and initializer_range must be > 0")
-        for name in ("bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < self.vocab_size:
-                raise ValueError(f"GPTConfig: {name}={value} is outside the vocabulary "
-                                 f"[0, {self.vocab_size})")
+        checks.validate(self)
 
     @property
     def d_ff(self):

@@ -77,9 +77,10 @@ class GPT3Config(GPTConfig):
     n_positions: int = 2048
     attention_window: int = 256
 
+    RULES = GPTConfig.RULES + (checks.positive("attention_window"),)
+
     def __post_init__(self):
         super().__post_init__()
-        checks.positive_int(self.attention_window, "attention_window", "GPT3Config")
         if self.variant != "gpt2":
             raise ValueError(f"GPT3Config: GPT-3 has GPT-2's pre-LN layout; variant must be "
                              f"'gpt2', got {self.variant!r}")

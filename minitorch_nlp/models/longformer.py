@@ -55,6 +55,8 @@ class LongformerConfig(RobertaConfig):
 
     model_type = "longformer"
 
+    RULES = RobertaConfig.RULES + (checks.special_token_ids("sep_token_id"),)
+
     def __post_init__(self):
         super().__post_init__()
         name, layers = type(self).__name__, self.num_hidden_layers

@@ -71,14 +71,14 @@ class MobileBertConfig(BertConfig):
     activations = {"relu": "relu", "gelu": "gelu"}
     NORMALIZATIONS = ("no_norm", "layer_norm")
 
+    RULES = BertConfig.RULES + (
+        checks.positive("embedding_size", "intra_bottleneck_size", "num_feedforward_networks"),
+        checks.one_of("normalization_type", lambda config: config.NORMALIZATIONS),
+    )
+
     def __post_init__(self):
         super().__post_init__()
         name = type(self).__name__
-        for field in ("embedding_size", "intra_bottleneck_size", "num_feedforward_networks"):
-            checks.positive_int(getattr(self, field), field, name)
-        if self.normalization_type not in self.NORMALIZATIONS:
-            raise ValueError(f"{name}: normalization_type={self.normalization_type!r} must be one "
-                             f"of {self.NORMALIZATIONS}")
         if self.use_bottleneck and not self.use_bottleneck_attention \
                 and not self.key_query_shared_bottleneck \
                 and self.intra_bottleneck_size != self.hidden_size:

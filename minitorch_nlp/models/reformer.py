@@ -122,31 +122,31 @@ class ReformerConfig:
     pad_token_id: int = 0
     eos_token_id: int | None = 2
 
+    RULES = (
+        checks.positive("vocab_size", "hidden_size", "num_attention_heads", "attention_head_size",
+                        "num_hashes", "lsh_attn_chunk_length", "local_attn_chunk_length",
+                        "feed_forward_size", "max_position_embeddings"),
+        checks.ints_at_least(0, "lsh_num_chunks_before", "lsh_num_chunks_after",
+                             "local_num_chunks_before", "local_num_chunks_after",
+                             "chunk_size_feed_forward", "chunk_size_lm_head"),
+        checks.one_of("hidden_act", _HF_ACTIVATIONS),
+        checks.probabilities("hidden_dropout_prob", "lsh_attention_probs_dropout_prob",
+                             "local_attention_probs_dropout_prob"),
+        checks.special_token_ids("pad_token_id", "eos_token_id"),
+    )
+
     def __post_init__(self):
         name = "ReformerConfig"
         self.attn_layers = tuple(self.attn_layers)
         self.axial_pos_shape = tuple(self.axial_pos_shape)
         self.axial_pos_embds_dim = tuple(self.axial_pos_embds_dim)
-        for key in ("vocab_size", "hidden_size", "num_attention_heads", "attention_head_size",
-                    "num_hashes", "lsh_attn_chunk_length", "local_attn_chunk_length",
-                    "feed_forward_size", "max_position_embeddings"):
-            checks.positive_int(getattr(self, key), key, name)
-        for key in ("lsh_num_chunks_before", "lsh_num_chunks_after", "local_num_chunks_before",
-                    "local_num_chunks_after", "chunk_size_feed_forward", "chunk_size_lm_head"):
-            checks.int_at_least(getattr(self, key), 0, key, name)
+        checks.validate(self)
         if not self.attn_layers or any(kind not in ATTENTION_TYPES for kind in self.attn_layers):
             raise ValueError(f"{name}: attn_layers must list 'lsh' or 'local' for each layer, "
                              f"got {list(self.attn_layers)}")
         if isinstance(self.num_buckets, list):
             self.num_buckets = tuple(self.num_buckets)
         _bucket_factors(self.num_buckets, name)
-        if self.hidden_act not in _HF_ACTIVATIONS:
-            raise ValueError(f"{name}: hidden_act must be one of {sorted(_HF_ACTIVATIONS)}, got "
-                             f"{self.hidden_act!r}")
-        for key in ("hidden_dropout_prob", "lsh_attention_probs_dropout_prob",
-                    "local_attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise ValueError(f"{name}: {key} must be in [0, 1), got {getattr(self, key)}")
         if self.axial_pos_embds:
             if len(self.axial_pos_shape) != 2 or len(self.axial_pos_embds_dim) != 2:
                 raise ValueError(f"{name}: axial_pos_shape and axial_pos_embds_dim need two "
@@ -159,9 +159,6 @@ class ReformerConfig:
                 raise ValueError(f"{name}: axial_pos_shape {list(self.axial_pos_shape)} gives "
                                  f"{math.prod(self.axial_pos_shape)} positions, fewer than "
                                  f"max_position_embeddings={self.max_position_embeddings}")
-        if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
-            raise ValueError(f"{name}: eos_token_id={self.eos_token_id} is outside the "
-                             f"vocabulary [0, {self.vocab_size})")
 
     @property
     def num_hidden_layers(self):

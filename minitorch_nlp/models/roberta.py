@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import checks
 from ..io.huggingface import Rule
 from .bert import (BertConfig, BertEmbeddings, BertForMaskedLM, BertModel, bert_rules,
                    register_bert_architecture, weight_and_bias)
@@ -42,6 +43,8 @@ class RobertaConfig(BertConfig):
     eos_token_id: int = 2
 
     model_type = "roberta"
+
+    RULES = BertConfig.RULES + (checks.special_token_ids("bos_token_id", "eos_token_id"),)
 
     def __post_init__(self):
         super().__post_init__()

@@ -87,29 +87,23 @@ class T5Config:
     eos_token_id: int = 1
     decoder_start_token_id: int = 0
 
+    RULES = (
+        checks.positive("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
+                        "relative_attention_max_distance"),
+        checks.positive("num_decoder_layers", optional=True),
+        # the encoder's table is halved (one half per direction) and needs 2 buckets per half
+        checks.ints_at_least(4, "relative_attention_num_buckets"),
+        checks.one_of("feed_forward_proj", FEED_FORWARD),
+        checks.probabilities("dropout_rate"),
+        checks.special_token_ids("pad_token_id", "eos_token_id", "decoder_start_token_id"),
+    )
+
     def __post_init__(self):
-        where = "T5Config"
-        for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
-                     "relative_attention_max_distance"):
-            checks.positive_int(getattr(self, name), name, where)
+        checks.validate(self)
         if self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_layers
-        checks.positive_int(self.num_decoder_layers, "num_decoder_layers", where)
-        # the encoder's table is halved (one half per direction) and needs 2 buckets per half
-        checks.int_at_least(self.relative_attention_num_buckets, 4,
-                            "relative_attention_num_buckets", where)
-        if self.feed_forward_proj not in FEED_FORWARD:
-            raise ValueError(f"{where}: feed_forward_proj must be one of {FEED_FORWARD}, got "
-                             f"{self.feed_forward_proj!r}")
-        if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"{where}: dropout_rate must be in [0, 1), got {self.dropout_rate}")
         if self.scale_decoder_outputs is None:
             self.scale_decoder_outputs = self.tie_word_embeddings
-        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
-            if not 0 <= value < self.vocab_size:
-                raise ValueError(f"{where}: {name}={value} is outside the vocabulary "
-                                 f"[0, {self.vocab_size})")
 
     @classmethod
     def tiny(cls, **overrides):

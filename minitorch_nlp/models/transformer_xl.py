@@ -105,15 +105,18 @@ class TransfoXLConfig:
     tie_projs: list | None = None
     eos_token_id: int | None = None
 
+    RULES = (
+        checks.positive("vocab_size", "d_model", "d_embed", "n_head", "d_head", "d_inner",
+                        "div_val", "n_layer"),
+        checks.ints_at_least(0, "mem_len", "clamp_len"),
+        checks.ints_at_least(0, "eval_mem_len", optional=True),
+        checks.probabilities("dropout", "dropatt"),
+        checks.special_token_ids("eos_token_id"),
+    )
+
     def __post_init__(self):
         name = "TransfoXLConfig"
-        for key in ("vocab_size", "d_model", "d_embed", "n_head", "d_head", "d_inner", "div_val",
-                    "n_layer"):
-            checks.positive_int(getattr(self, key), key, name)
-        for key in ("mem_len", "clamp_len"):
-            checks.int_at_least(getattr(self, key), 0, key, name)
-        if self.eval_mem_len is not None:
-            checks.int_at_least(self.eval_mem_len, 0, "eval_mem_len", name)
+        checks.validate(self)
         self.cutoffs = [int(c) for c in self.cutoffs]
         bounds = [0, *self.cutoffs, self.vocab_size]
         if any(a >= b for a, b in zip(bounds, bounds[1:])):
@@ -129,9 +132,6 @@ class TransfoXLConfig:
         if len(self.tie_projs) != len(self.cutoffs) + 1:
             raise ValueError(f"{name}: tie_projs needs one entry per cluster, "
                              f"{len(self.cutoffs) + 1}, got {len(self.tie_projs)}")
-        for key in ("dropout", "dropatt"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise ValueError(f"{name}: {key} must be in [0, 1), got {getattr(self, key)}")
 
     @property
     def memory_length(self):

@@ -106,31 +106,21 @@ class XLNetConfig:
     same_length: bool = False
     reuse_len: int | None = None
 
+    RULES = (
+        checks.positive("vocab_size", "d_model", "n_layer", "n_head", "d_inner"),
+        checks.positive("d_head", "permutation_k", "span_max_len", optional=True),
+        checks.one_of("ff_activation", _HF_ACTIVATIONS),
+        checks.ints_at_least(0, "mem_len", "reuse_len", optional=True),
+        checks.probabilities("dropout"),
+        checks.one_of("attn_type", ("bi", "uni")),
+        checks.special_token_ids("pad_token_id", "bos_token_id", "eos_token_id"),
+    )
+
     def __post_init__(self):
-        name = "XLNetConfig"
-        for key in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner"):
-            checks.positive_int(getattr(self, key), key, name)
-        if self.d_head is None:
-            if self.d_model % self.n_head:
-                raise ValueError(f"{name}: n_head={self.n_head} does not divide d_model="
-                                 f"{self.d_model}; set d_head or pick another n_head")
+        checks.validate(self)
+        if self.d_head is None:      # HuggingFace's default: the width shared out over the heads
+            checks.divides("n_head", "d_model")(self, "XLNetConfig")
             self.d_head = self.d_model // self.n_head
-        checks.positive_int(self.d_head, "d_head", name)
-        if self.ff_activation not in _HF_ACTIVATIONS:
-            raise ValueError(f"{name}: ff_activation must be one of {sorted(_HF_ACTIVATIONS)}, "
-                             f"got {self.ff_activation!r}")
-        if self.mem_len is not None:
-            checks.int_at_least(self.mem_len, 0, "mem_len", name)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"{name}: dropout must be in [0, 1), got {self.dropout}")
-        if self.permutation_k is not None:
-            checks.positive_int(self.permutation_k, "permutation_k", name)
-        if self.span_max_len is not None:
-            checks.positive_int(self.span_max_len, "span_max_len", name)
-        if self.attn_type not in ("bi", "uni"):
-            raise ValueError(f"{name}: attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
-        if self.reuse_len is not None:
-            checks.int_at_least(self.reuse_len, 0, "reuse_len", name)
 
     @property
     def n_positions(self):
