@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import checks
-from ..attention.bigbird import BigBirdBlockSparseAttention
+from ..attention.big_bird import BigBirdBlockSparseAttention
 from .bert import (MLM_HEAD_RULES, BertConfig, BertEmbeddings, BertForMaskedLM,
                    BertForPreTraining, BertModel, bert_rules, register_bert_architecture,
                    weight_and_bias)

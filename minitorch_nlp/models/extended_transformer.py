@@ -1,7 +1,7 @@
-"""ETC as a model (Ainslie et al., 2020, "ETC: Encoding Long and Structured Inputs in
-Transformers"; the survey's section VIII-D): a BERT-style encoder whose every layer attends with
-``attention.ETCAttention`` (g2g, g2l, l2g, l2l within a radius, relative position labels, the
-global-local mapping).
+"""ETC, the Extended Transformer Construction, as a model (Ainslie et al., 2020, "ETC: Encoding
+Long and Structured Inputs in Transformers"; the survey's section VIII-D): a BERT-style encoder
+whose every layer attends with ``attention.ETCAttention`` (g2g, g2l, l2g, l2l within a radius,
+relative position labels, the global-local mapping).
 
 The input is two sequences. The *long* input is the text (``input_ids``, its own word
 embeddings). The *global* input is a few tokens (``global_ids``, a small vocabulary of their own,
@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import checks
 from .. import functional as F
-from ..attention.etc import ETCAttention
+from ..attention.extended_transformer import ETCAttention
 from ..autograd import concatenate
 from ..nn import Dropout, Embedding, FeedForward, LayerNorm, Module, ModuleList, TransformerLayer
 from ..nn.outputs import ModelOutput
