@@ -22,21 +22,20 @@ differ (HuggingFace's ``embeddings_project``). Names, calls and checkpoints foll
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 
-from .. import checks, cookbook
+from .. import cookbook
 from .. import functional as F
 from ..autograd import no_grad, random as mt_random, tensor
 from ..io.huggingface import Rule
 from ..nn import Linear, Module
 from ..nn.outputs import ModelOutput
 from .albert import AlbertEmbeddings
-from .bert import (HIDDEN_ACT, IGNORE_INDEX, BertConfig, BertForMaskedLM, BertModel,
+from .bert import (HIDDEN_ACT, IGNORE_INDEX, BertForMaskedLM, BertModel,
                    _BertWithHead, embedding_rules, encoder_layer_rules, masked_lm_loss,
                    register_bert_architecture, weight_and_bias)
+from .configs.electra import ElectraConfig
 
 __all__ = ["DISCRIMINATOR_WEIGHT", "ElectraConfig", "ElectraEmbeddings", "ElectraForMaskedLM",
            "ElectraForPreTraining", "ElectraModel", "ElectraPretraining", "discriminator_loss",
@@ -47,35 +46,6 @@ DISCRIMINATOR_WEIGHT = 50.0     # lambda of eq 110 (Clark et al. section 3.2)
 # ELECTRA's generator loss (eq 107) is BERT's masked-LM loss (eq 25): the mean over the masked
 # positions of -log p_G(x_i | x^masked).
 cookbook.equation(107)(masked_lm_loss)
-
-
-@dataclass
-class ElectraConfig(BertConfig):
-    """``BertConfig`` plus ``embedding_size``. The defaults are ELECTRA-small's discriminator
-    (Clark Table 6: 12 layers, hidden 256, 4 heads, feed-forward 1024, embeddings 128)."""
-
-    embedding_size: int = 128
-    hidden_size: int = 256
-    num_attention_heads: int = 4
-    intermediate_size: int = 1024
-
-    model_type = "electra"
-
-    RULES = BertConfig.RULES + (checks.positive("embedding_size"),)
-
-    def generator(self, fraction=0.25):
-        """The generator's config for this discriminator: ``fraction`` of its width, heads and
-        feed-forward size (at least one head), everything else, embeddings included, the same
-        (Clark section 3.2: the best generators are 1/4 to 1/2 of the discriminator)."""
-        if not 0.0 < fraction <= 1.0:
-            raise ValueError(f"ElectraConfig.generator: fraction must be in (0, 1], got "
-                             f"{fraction!r}; the generator may not be wider than the "
-                             "discriminator")
-        heads = max(1, round(self.num_attention_heads * fraction))
-        head_size = max(1, round(self.hidden_size * fraction / heads))
-        return dataclasses.replace(self, hidden_size=heads * head_size, num_attention_heads=heads,
-                                   intermediate_size=max(1, round(self.intermediate_size
-                                                                  * fraction)))
 
 
 class ElectraEmbeddings(AlbertEmbeddings):

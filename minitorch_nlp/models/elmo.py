@@ -23,7 +23,6 @@ As in the paper, layers above the first get a residual connection, and h_kj incl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -32,6 +31,7 @@ from .. import checks, cookbook
 from .. import functional as F
 from ..autograd import Tensor, concatenate, empty, no_grad, ones, pad, stack, zeros
 from ..nn import LSTM, Dropout, Embedding, Linear, Module, ModuleList, Parameter, init
+from .configs.elmo import BiLMConfig
 
 __all__ = ["BEGIN_OF_WORD", "CHAR_PAD", "CHAR_VOCAB_SIZE", "END_OF_WORD", "BiLM", "BiLMConfig",
            "BiLMStates", "CharCNN", "CharConv", "ELMo", "Highway", "ScalarMix",
@@ -164,22 +164,6 @@ class CharCNN(Module):
         for highway in self.highways:
             x = highway(x)
         return self.projection(x).reshape(*batch_shape, -1)
-
-
-# ---- the biLM ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BiLMConfig:
-    """Sizes of a ``BiLM``. ``vocab_size`` is the word vocabulary of the softmax; ``dim`` the
-    size of x_k and of every LSTM state (so that all L + 1 layers of eq 15 have size 2 * dim)."""
-
-    vocab_size: int
-    dim: int = 32
-    num_layers: int = 2
-    char_dim: int = 8
-    filters: tuple = ((1, 16), (2, 16), (3, 32), (4, 32))
-    highway_layers: int = 1
-    residual: bool = True
-    dropout: float = 0.0
 
 
 class BiLMStates(NamedTuple):

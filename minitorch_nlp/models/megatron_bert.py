@@ -15,29 +15,15 @@ Names, calls and checkpoints follow HuggingFace (``MegatronBertModel``,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..nn import Identity
-from .bert import (MLM_HEAD_RULES, BertConfig, BertEmbeddings, BertForPreTraining, BertModel,
+from .bert import (MLM_HEAD_RULES, BertEmbeddings, BertForPreTraining, BertModel,
                    embedding_rules, encoder_layer_rules, register_bert_architecture,
                    weight_and_bias)
+from .configs.megatron_bert import MegatronBertConfig
 
 __all__ = ["MegatronBertConfig", "MegatronBertEmbeddings", "MegatronBertForPreTraining",
            "MegatronBertModel"]
-
-
-@dataclass
-class MegatronBertConfig(BertConfig):
-    """``BertConfig`` with the defaults of NVIDIA's released Megatron-BERT 345M (24 layers,
-    hidden 1024, 16 heads, feed-forward 4096, a 29 056-token vocabulary)."""
-
-    vocab_size: int = 29056
-    hidden_size: int = 1024
-    num_hidden_layers: int = 24
-    num_attention_heads: int = 16
-    intermediate_size: int = 4096
-
-    model_type = "megatron-bert"
 
 
 class MegatronBertEmbeddings(BertEmbeddings):
