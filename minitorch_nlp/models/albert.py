@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from .. import functional as F
+from ..autograd import Tensor
 from ..io.huggingface import Rule
 from ..nn import (Dropout, FeedForward, LayerNorm, Linear, MultiHeadAttention, TransformerLayer,
                   TransformerStack)
@@ -45,12 +48,13 @@ class AlbertEmbeddings(BertEmbeddings):
 
     always_project = True
 
-    def __init__(self, config):
+    def __init__(self, config: AlbertConfig) -> None:
         super().__init__(config, size=config.embedding_size)
         needed = self.always_project or config.embedding_size != config.hidden_size
         self.project = Linear(config.embedding_size, config.hidden_size) if needed else None
 
-    def forward(self, input_ids, token_type_ids, position_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray, token_type_ids: Tensor | np.ndarray,
+                position_ids: Tensor | np.ndarray | None = None):
         x = super().forward(input_ids, token_type_ids, position_ids)
         return x if self.project is None else self.project(x)
 
@@ -110,15 +114,19 @@ class AlbertForPreTraining(_BertWithHead):
     base_model_class = AlbertModel
     add_pooling_layer = True
 
-    def __init__(self, config):
+    def __init__(self, config: AlbertConfig) -> None:
         super().__init__(config)
         self.mlm = BertLMHead(config, config.embedding_size)
         self.sop_dropout = Dropout(config.classifier_dropout_prob)
         self.sop = Linear(config.hidden_size, 2)
         self._init_head(self.mlm, self.sop)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, sentence_order_label=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                sentence_order_label: Tensor | np.ndarray | None = None):
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids)
         prediction_logits = self.mlm(out.last_hidden_state, self.word_embeddings)
         sop_logits = self.sop(self.sop_dropout(out.pooler_output))

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import checks, decoding
 from .. import functional as F
-from ..autograd import zeros
+from ..autograd import Tensor, zeros
 from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, LayerNorm, LearnedPositionalEmbedding, Module,
                   TransformerDecoder, TransformerEncoder, init)
@@ -50,7 +50,7 @@ class BartStack(Module):
     then the toolkit's ``TransformerEncoder`` / ``TransformerDecoder`` with GELU (post-LN for
     BART; pre-LN with a final LayerNorm for mBART)."""
 
-    def __init__(self, config, is_decoder, pre_ln):
+    def __init__(self, config: BartConfig, is_decoder: bool, pre_ln: bool) -> None:
         super().__init__()
         self.config, self.is_decoder = config, bool(is_decoder)
         side = "decoder" if is_decoder else "encoder"
@@ -67,7 +67,7 @@ class BartStack(Module):
             norm_first=pre_ln, attention_dropout=config.attention_dropout,
             activation_dropout=config.activation_dropout)
 
-    def forward(self, embeddings, memory=None, *, cache=None, **stack_kwargs):
+    def forward(self, embeddings: Tensor, memory=None, *, cache=None, **stack_kwargs):
         """``embeddings``: the tokens' rows of the shared matrix (batch, time, d_model);
         ``stack_kwargs`` (``key_mask``, ``memory_key_mask``, ``output_hidden_states`` ...) go to
         the stack. Positions count from the number of cached ones."""
@@ -103,7 +103,7 @@ class BartModel(Module):
 
     pre_ln = False
 
-    def __init__(self, config, pre_ln=None):
+    def __init__(self, config: BartConfig, pre_ln: bool | None = None) -> None:
         super().__init__()
         pre_ln = self.pre_ln if pre_ln is None else pre_ln
         self.config = config
@@ -158,9 +158,11 @@ class BartModel(Module):
                                  decoder_attention_mask, encoder_outputs, cache,
                                  output_hidden_states, output_attentions)
 
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
-                decoder_attention_mask=None, encoder_outputs=None, cache=None,
-                output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray | None = None,
+                attention_mask: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None,
+                decoder_attention_mask: Tensor | np.ndarray | None = None, encoder_outputs=None,
+                cache=None, output_hidden_states: bool = False, output_attentions: bool = False):
         encoder, decoder = self.run(input_ids, attention_mask, decoder_input_ids,
                                     decoder_attention_mask, encoder_outputs, cache,
                                     output_hidden_states, output_attentions)
@@ -175,7 +177,7 @@ class BartForConditionalGeneration(decoding.Seq2SeqGeneration, Module):
 
     model_class = BartModel
 
-    def __init__(self, config):
+    def __init__(self, config: BartConfig) -> None:
         super().__init__()
         self.config = config
         self.model = self.model_class(config)
@@ -185,9 +187,12 @@ class BartForConditionalGeneration(decoding.Seq2SeqGeneration, Module):
         """h E^T + final_logits_bias: the output layer is the shared embedding matrix."""
         return F.linear(hidden, self.model.shared.weight) + self.final_logits_bias
 
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
-                decoder_attention_mask=None, labels=None, encoder_outputs=None, cache=None,
-                output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray | None = None,
+                attention_mask: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None,
+                decoder_attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, encoder_outputs=None, cache=None,
+                output_hidden_states: bool = False, output_attentions: bool = False):
         if decoder_input_ids is None and labels is not None:
             decoder_input_ids = self.model.shift_right(labels)
         encoder, decoder = self.model.run(input_ids, attention_mask, decoder_input_ids,
@@ -235,8 +240,9 @@ class SourceEncoder(Module):
     embeddings (a vocabulary of its own), learned positions, and a small ``TransformerEncoder``.
     Its output (batch, time, d_model) stands where BART's encoder read its token embeddings."""
 
-    def __init__(self, vocab_size, d_model, *, num_layers=1, num_heads=4, d_ff=None,
-                 max_positions=1024, pad_token_id=0, dropout=0.0):
+    def __init__(self, vocab_size: int, d_model: int, *, num_layers: int = 1, num_heads: int = 4,
+                 d_ff: int | None = None, max_positions: int = 1024, pad_token_id: int = 0,
+                 dropout: float = 0.0) -> None:
         super().__init__()
         self.vocab_size = checks.positive_int(vocab_size, "vocab_size", "SourceEncoder")
         self.embed = Embedding(vocab_size, d_model, padding_idx=pad_token_id)
@@ -244,7 +250,7 @@ class SourceEncoder(Module):
         self.stack = TransformerEncoder(num_layers, d_model, num_heads, d_ff or 4 * d_model,
                                         dropout=dropout, activation="gelu")
 
-    def forward(self, input_ids, key_mask=None):
+    def forward(self, input_ids: Tensor | np.ndarray, key_mask: Tensor | np.ndarray | None = None):
         return self.stack(self.positions(self.embed(input_ids)), key_mask=key_mask)\
             .last_hidden_state
 
@@ -271,7 +277,7 @@ class BartForTranslation(decoding.Seq2SeqGeneration, Module):
     from the foreign tokens into BART's frozen encoder layers; the decoder reads and writes
     BART's own language as it did in pretraining, and its positions have nothing new to learn."""
 
-    def __init__(self, bart, source_vocab_size, **source_options):
+    def __init__(self, bart, source_vocab_size: int, **source_options) -> None:
         super().__init__()
         if not isinstance(bart, BartForConditionalGeneration):
             raise TypeError(f"BartForTranslation: expected a BartForConditionalGeneration, got "
@@ -331,8 +337,11 @@ class BartForTranslation(decoding.Seq2SeqGeneration, Module):
     def logits(self, hidden):
         return self.bart.logits(hidden)
 
-    def forward(self, input_ids, attention_mask=None, decoder_input_ids=None,
-                decoder_attention_mask=None, labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None,
+                decoder_attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         return self.bart(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                          decoder_attention_mask=decoder_attention_mask, labels=labels,
                          encoder_outputs=self.encode(input_ids, attention_mask))

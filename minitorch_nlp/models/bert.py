@@ -78,7 +78,7 @@ class BertEmbeddings(Module):
 
     segments = True
 
-    def __init__(self, config, size=None):
+    def __init__(self, config: BertConfig, size: int | None = None) -> None:
         super().__init__()
         size = config.hidden_size if size is None else size
         self.word_embeddings = Embedding(config.vocab_size, size, padding_idx=config.pad_token_id)
@@ -90,7 +90,8 @@ class BertEmbeddings(Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.max_length = config.max_position_embeddings
 
-    def forward(self, input_ids, token_type_ids, position_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray, token_type_ids: Tensor | np.ndarray,
+                position_ids: Tensor | np.ndarray | None = None):
         """``input_ids`` and ``token_type_ids`` (batch, time) int arrays; positions 0 .. time-1
         unless ``position_ids`` (batch, time) are given."""
         x = self.word_embeddings(input_ids)
@@ -103,11 +104,11 @@ class BertPooler(Module):
     """C = tanh(W h_[CLS] + b): the final hidden state of the first token, [CLS], through a dense
     layer and tanh, the sequence's representation for NSP and classification."""
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden):
+    def forward(self, hidden: Tensor):
         return F.tanh(self.dense(hidden[:, 0]))
 
 
@@ -121,7 +122,7 @@ class BertModel(Module):
     pooler_class = BertPooler
     norm_first = False      # True: pre-LN layers and a final LayerNorm (Megatron-BERT)
 
-    def __init__(self, config, add_pooling_layer=True):
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
         super().__init__()
         if not isinstance(config, self.config_class):
             raise TypeError(f"{type(self).__name__}: config must be a "
@@ -144,9 +145,12 @@ class BertModel(Module):
             attention_dropout=config.attention_probs_dropout_prob,
             activation_dropout=0.0)   # BERT drops the feed-forward output, not its hidden units
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                head_mask=None, output_hidden_states=False, output_attentions=False, *,
-                layer_inputs=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False, *, layer_inputs=None):
         """``input_ids`` (batch, time) ints in [0, vocab_size); ``attention_mask`` (batch, time),
         1/True on real tokens and 0/False on padding (None: every token is real);
         ``token_type_ids`` (batch, time) segment ids, 0 for sentence A and 1 for B (None: all
@@ -200,7 +204,7 @@ class BertLMHead(Module):
     ``embedding_size``: the word embeddings' width, which the dense layer maps to (default
     ``hidden_size``; ALBERT's factorised embeddings are narrower)."""
 
-    def __init__(self, config, embedding_size=None):
+    def __init__(self, config: BertConfig, embedding_size: int | None = None) -> None:
         super().__init__()
         embedding_size = config.hidden_size if embedding_size is None else embedding_size
         self.approximate = "tanh" if HIDDEN_ACT[config.hidden_act] == "gelu_tanh" else "none"
@@ -208,7 +212,7 @@ class BertLMHead(Module):
         self.norm = LayerNorm(embedding_size, eps=config.layer_norm_eps)
         self.bias = Parameter(zeros(config.vocab_size))
 
-    def forward(self, hidden, word_embeddings):
+    def forward(self, hidden: Tensor, word_embeddings: Tensor):
         """``hidden`` (batch, time, hidden_size) and the (vocab_size, hidden_size) word-embedding
         Parameter -> logits (batch, time, vocab_size)."""
         x = self.norm(F.gelu(self.dense(hidden), approximate=self.approximate))
@@ -258,14 +262,18 @@ class BertForMaskedLM(_BertWithHead):
     Further keyword arguments go to the base model's ``forward`` (Longformer's
     ``global_attention_mask``)."""
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.mlm = self.lm_head_class(config, self.word_embeddings.shape[1])
         self._init_head(self.mlm)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, head_mask=None, output_hidden_states=False, output_attentions=False,
-                **base_inputs):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False, **base_inputs):
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, head_mask,
                            output_hidden_states, output_attentions, **base_inputs)
         logits = self.mlm(out.last_hidden_state, self.word_embeddings)
@@ -284,15 +292,20 @@ class BertForPreTraining(_BertWithHead):
 
     add_pooling_layer = True
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.mlm = self.lm_head_class(config, self.word_embeddings.shape[1])
         self.nsp = Linear(config.hidden_size, 2)
         self._init_head(self.mlm, self.nsp)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, next_sentence_label=None, head_mask=None,
-                output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                next_sentence_label: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, head_mask,
                            output_hidden_states, output_attentions)
         prediction_logits = self.mlm(out.last_hidden_state, self.word_embeddings)
@@ -314,7 +327,7 @@ class BertForSequenceClassification(_BertWithHead):
 
     add_pooling_layer = True
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self._add_classifier()
 
@@ -322,9 +335,13 @@ class BertForSequenceClassification(_BertWithHead):
         """What the classifier reads: the pooled [CLS], C (``pooler_output``)."""
         return encoded.pooler_output
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, head_mask=None, output_hidden_states=False,
-                output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         encoded = self._encode(input_ids, attention_mask, token_type_ids, position_ids,
                                head_mask, output_hidden_states, output_attentions)
         logits = self.classifier(self.dropout(self.sequence_representation(encoded)))
@@ -342,12 +359,15 @@ class BertForTokenClassification(_BertWithHead):
     linear layer on every final hidden state, ``logits`` (batch, time, num_labels); ``labels``
     (batch, time) with -100 where no label counts (padding, continuation word pieces)."""
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self._add_classifier()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         hidden = self._encode(input_ids, attention_mask, token_type_ids,
                               position_ids).last_hidden_state
         logits = self.classifier(self.dropout(hidden))
@@ -366,7 +386,7 @@ class BertForQuestionAnswering(_BertWithHead):
     outside the sequence are clamped to ``time`` and ignored, as in HuggingFace. ``best_span``
     decodes the answer."""
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.qa_outputs = Linear(config.hidden_size, 2)
         self._init_head(self.qa_outputs)
@@ -375,8 +395,12 @@ class BertForQuestionAnswering(_BertWithHead):
         """What S and E score: the final hidden states as they are (DistilBERT drops them)."""
         return hidden
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                start_positions=None, end_positions=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                start_positions: Tensor | np.ndarray | None = None,
+                end_positions: Tensor | np.ndarray | None = None):
         hidden = self._encode(input_ids, attention_mask, token_type_ids,
                               position_ids).last_hidden_state
         logits = self.qa_outputs(self.token_representation(hidden))

@@ -17,7 +17,10 @@ and block 0 in place of every random block in evaluation (HuggingFace draws noth
 from __future__ import annotations
 
 
+import numpy as np
+
 from ..attention.big_bird import BigBirdBlockSparseAttention
+from ..autograd import Tensor
 from .bert import (MLM_HEAD_RULES, BertEmbeddings, BertForMaskedLM,
                    BertForPreTraining, BertModel, bert_rules, register_bert_architecture,
                    weight_and_bias)
@@ -32,11 +35,12 @@ class BigBirdEmbeddings(BertEmbeddings):
     when ``rescale_embeddings``, and dropout before the LayerNorm (HuggingFace's order; the same
     in evaluation)."""
 
-    def __init__(self, config):
+    def __init__(self, config: BigBirdConfig) -> None:
         super().__init__(config)
         self.scale = config.hidden_size ** 0.5 if config.rescale_embeddings else None
 
-    def forward(self, input_ids, token_type_ids, position_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray, token_type_ids: Tensor | np.ndarray,
+                position_ids: Tensor | np.ndarray | None = None):
         x = self.word_embeddings(input_ids)
         if self.scale is not None:
             x = x * self.scale

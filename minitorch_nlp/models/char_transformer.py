@@ -40,7 +40,7 @@ import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import stack
+from ..autograd import stack, Tensor
 from ..nn import LearnedPositionalEmbedding, Linear, ModuleList, init
 from ..nn.outputs import ModelOutput
 from .gpt import IGNORE_INDEX, GPT2LMHeadModel, GPTModel, causal_lm_loss
@@ -114,14 +114,16 @@ class CharTransformerModel(GPTModel):
     the final LayerNorm, the states the paper's intermediate classifiers read (the last one is
     ``last_hidden_state``)."""
 
-    def __init__(self, config):
+    def __init__(self, config: CharTransformerConfig) -> None:
         super().__init__(config)
         extra = config.n_layer - 1 if config.per_layer_positions else 0
         self.layer_positions = ModuleList([
             LearnedPositionalEmbedding(config.n_positions, config.n_embd,
                                        std=config.initializer_range) for _ in range(extra)])
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None, cache=None):
         """``input_ids`` (batch, time); ``attention_mask`` (batch, keys) 1 on characters, 0 on
         padding; ``position_ids`` default to the positions after those in ``cache`` (from
         ``new_cache()``, filled in place)."""
@@ -149,7 +151,7 @@ class CharTransformerLMHeadModel(GPT2LMHeadModel):
 
     body_class = CharTransformerModel
 
-    def __init__(self, config):
+    def __init__(self, config: CharTransformerConfig) -> None:
         super().__init__(config)
         self.target_heads = ModuleList([Linear(config.n_embd, config.vocab_size)
                                         for _ in range(config.num_targets - 1)])
@@ -169,8 +171,10 @@ class CharTransformerLMHeadModel(GPT2LMHeadModel):
         return stack([self.transformer.lm_logits(hidden)]
                      + [head(hidden) for head in self.target_heads])
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None, labels=None,
-                cache=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, cache=None):
         out = self.transformer(input_ids, attention_mask, position_ids, cache)
         logits = self.transformer.lm_logits(out.last_hidden_state)
         loss = None

@@ -24,7 +24,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import numpy as np
+
 from .. import functional as F
+from ..autograd import Tensor
 from ..io.huggingface import Rule
 from ..nn import Dropout, Linear
 from .bert import (BertConfig, BertEmbeddings, BertForMaskedLM, BertForQuestionAnswering,
@@ -50,14 +53,18 @@ class DistilBertModel(BertModel):
     config_class = DistilBertConfig
     embeddings_class = DistilBertEmbeddings
 
-    def __init__(self, config, add_pooling_layer=False):
+    def __init__(self, config: DistilBertConfig, add_pooling_layer: bool = False) -> None:
         if add_pooling_layer:
             raise ValueError("DistilBertModel: DistilBERT has no pooler (Sanh et al. removed it "
                              "with next-sentence prediction)")
         super().__init__(config, add_pooling_layer=False)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                head_mask=None, output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         """As ``BertModel.forward``; ``token_type_ids`` must be None (no segment embeddings)."""
         if token_type_ids is not None:
             raise ValueError(f"{type(self).__name__}: DistilBERT has no token types (Sanh et al. "
@@ -83,7 +90,7 @@ class DistilBertForSequenceClassification(BertForSequenceClassification):
     base_model_class = DistilBertModel
     add_pooling_layer = False
 
-    def __init__(self, config):
+    def __init__(self, config: DistilBertConfig) -> None:
         super().__init__(config)
         self.pre_classifier = Linear(config.hidden_size, config.hidden_size)
         self._init_head(self.pre_classifier)
@@ -99,7 +106,7 @@ class DistilBertForTokenClassification(BertForTokenClassification):
 
     base_model_class = DistilBertModel
 
-    def __init__(self, config):
+    def __init__(self, config: DistilBertConfig) -> None:
         super().__init__(config)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
@@ -111,7 +118,7 @@ class DistilBertForQuestionAnswering(BertForQuestionAnswering):
 
     base_model_class = DistilBertModel
 
-    def __init__(self, config):
+    def __init__(self, config: DistilBertConfig) -> None:
         super().__init__(config)
         self.dropout = Dropout(config.qa_dropout)
 

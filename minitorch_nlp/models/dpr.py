@@ -14,7 +14,10 @@ index are in :mod:`minitorch_nlp.retrieval.dpr`.
 from __future__ import annotations
 
 
+import numpy as np
+
 from .. import cookbook
+from ..autograd import Tensor
 from ..io.huggingface import HFArchitecture, register_architecture
 from ..nn import Linear, Module
 from ..nn.outputs import ModelOutput
@@ -32,7 +35,7 @@ class DPREncoder(Module):
     ``projection_dim=128`` these are ORQA's h_q = W_q BERT_Q(q)[CLS] (eq 64, the question
     encoder) and h_b = W_b BERT_B(b)[CLS] (eq 65, the block encoder)."""
 
-    def __init__(self, config):
+    def __init__(self, config: DPRConfig) -> None:
         super().__init__()
         self.bert_model = BertModel(config, add_pooling_layer=False)
         self.encode_proj = (Linear(config.hidden_size, config.projection_dim)
@@ -40,7 +43,9 @@ class DPREncoder(Module):
         if self.encode_proj is not None:
             init_bert_weights(self.encode_proj, config.initializer_range)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None):
         hidden = self.bert_model(input_ids, attention_mask, token_type_ids).last_hidden_state
         pooled = hidden[:, 0]
         if self.encode_proj is not None:

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import cookbook
 from .. import functional as F
-from ..autograd import no_grad, random as mt_random, tensor
+from ..autograd import no_grad, random as mt_random, tensor, Tensor
 from ..io.huggingface import Rule
 from ..nn import Linear, Module
 from ..nn.outputs import ModelOutput
@@ -62,7 +62,7 @@ class ElectraModel(BertModel):
     config_class = ElectraConfig
     embeddings_class = ElectraEmbeddings
 
-    def __init__(self, config, add_pooling_layer=False):
+    def __init__(self, config: ElectraConfig, add_pooling_layer: bool = False) -> None:
         super().__init__(config, add_pooling_layer)
 
 
@@ -79,7 +79,7 @@ class ElectraForMaskedLM(BertForMaskedLM):
 
     base_model_class = ElectraModel
 
-    def __init__(self, config):
+    def __init__(self, config: ElectraConfig) -> None:
         super().__init__(config)
         self.mlm.approximate = "none"
 
@@ -129,13 +129,13 @@ class ElectraDiscriminatorHead(Module):
     """A dense layer, the activation, and a linear map to one "replaced" logit per token
     (HuggingFace's ``discriminator_predictions``)."""
 
-    def __init__(self, config):
+    def __init__(self, config: ElectraConfig) -> None:
         super().__init__()
         self.approximate = "tanh" if HIDDEN_ACT[config.hidden_act] == "gelu_tanh" else "none"
         self.dense = Linear(config.hidden_size, config.hidden_size)
         self.dense_prediction = Linear(config.hidden_size, 1)
 
-    def forward(self, hidden):
+    def forward(self, hidden: Tensor):
         return self.dense_prediction(F.gelu(self.dense(hidden),
                                             approximate=self.approximate))[..., 0]
 
@@ -147,13 +147,16 @@ class ElectraForPreTraining(_BertWithHead):
 
     base_model_class = ElectraModel
 
-    def __init__(self, config):
+    def __init__(self, config: ElectraConfig) -> None:
         super().__init__(config)
         self.discriminator = ElectraDiscriminatorHead(config)
         self._init_head(self.discriminator)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         hidden = self._encode(input_ids, attention_mask, token_type_ids,
                               position_ids).last_hidden_state
         logits = self.discriminator(hidden)
@@ -201,8 +204,9 @@ class ElectraPretraining(Module):
     repeatable and draws nothing from the run's streams.
     """
 
-    def __init__(self, discriminator_config, generator_config=None,
-                 discriminator_weight=DISCRIMINATOR_WEIGHT):
+    def __init__(self, discriminator_config: ElectraConfig,
+                 generator_config: ElectraConfig | None = None,
+                 discriminator_weight: float = DISCRIMINATOR_WEIGHT) -> None:
         super().__init__()
         generator_config = (discriminator_config.generator() if generator_config is None
                             else generator_config)
@@ -231,8 +235,10 @@ class ElectraPretraining(Module):
         own.position_embeddings = shared.position_embeddings
         self.config = discriminator_config
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                rng=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, rng=None):
         ids = np.asarray(input_ids.numpy() if hasattr(input_ids, "numpy") else input_ids)
         generated = self.generator(ids, attention_mask, token_type_ids)
         if labels is None:

@@ -32,7 +32,7 @@ import numpy as np
 from .. import checks
 from .. import functional as F
 from ..attention.extended_transformer import ETCAttention
-from ..autograd import concatenate
+from ..autograd import concatenate, Tensor
 from ..nn import Dropout, Embedding, FeedForward, LayerNorm, Module, ModuleList, TransformerLayer
 from ..nn.outputs import ModelOutput
 from .bert import BertLMHead, init_bert_weights, masked_lm_loss
@@ -62,7 +62,7 @@ class ETCLayer(TransformerLayer):
     """One ETC layer: global-local self-attention (``ETCAttention``) over [global; long], then
     the feed-forward network, each in a post-LN residual connection (as BERT)."""
 
-    def __init__(self, config):
+    def __init__(self, config: ETCConfig) -> None:
         attention = ETCAttention(config.hidden_size, config.num_attention_heads,
                                  config.local_radius, config.max_distance,
                                  dropout=config.attention_probs_dropout_prob)
@@ -72,7 +72,9 @@ class ETCLayer(TransformerLayer):
                                            eps=config.layer_norm_eps),
                          dropout=config.hidden_dropout_prob)
 
-    def forward(self, x, *, n_global, segment_ids=None, global_mask=None, long_mask=None):
+    def forward(self, x: Tensor, *, n_global: int, segment_ids: Tensor | np.ndarray | None = None,
+                global_mask: Tensor | np.ndarray | None = None,
+                long_mask: Tensor | np.ndarray | None = None):
         """``x`` (batch, n_g + n_l, hidden): the global tokens first -> same shape."""
         def attend(h):
             return concatenate(self.self_attn(h[:, :n_global], h[:, n_global:],
@@ -93,7 +95,7 @@ class ETCModel(Module):
 
     config_class = ETCConfig
 
-    def __init__(self, config):
+    def __init__(self, config: ETCConfig) -> None:
         super().__init__()
         self.config = config
         self.word_embeddings = Embedding(config.vocab_size, config.hidden_size,
@@ -104,8 +106,11 @@ class ETCModel(Module):
         self.layers = ModuleList([ETCLayer(config) for _ in range(config.num_hidden_layers)])
         init_bert_weights(self, config.initializer_range)
 
-    def forward(self, input_ids, attention_mask=None, global_ids=None, segment_ids=None,
-                global_mask=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                global_ids: Tensor | np.ndarray | None = None,
+                segment_ids: Tensor | np.ndarray | None = None,
+                global_mask: Tensor | np.ndarray | None = None):
         name = type(self).__name__
         ids = checks.token_ids(input_ids, self.config.vocab_size, name)
         long_mask = None if attention_mask is None else checks.attention_mask(
@@ -136,15 +141,19 @@ class ETCForMaskedLM(Module):
 
     base_model_class = ETCModel
 
-    def __init__(self, config):
+    def __init__(self, config: ETCConfig) -> None:
         super().__init__()
         self.config = config
         self.etc = ETCModel(config)
         self.mlm = BertLMHead(config)
         init_bert_weights(self.mlm, config.initializer_range)
 
-    def forward(self, input_ids, attention_mask=None, global_ids=None, segment_ids=None,
-                global_mask=None, labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                global_ids: Tensor | np.ndarray | None = None,
+                segment_ids: Tensor | np.ndarray | None = None,
+                global_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         out = self.etc(input_ids, attention_mask, global_ids, segment_ids, global_mask)
         logits = self.mlm(out.last_hidden_state, self.etc.word_embeddings.weight)
         loss = None if labels is None else masked_lm_loss(logits, labels)

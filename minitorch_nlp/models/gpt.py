@@ -43,6 +43,7 @@ import numpy as np
 
 from .. import checks, cookbook, decoding
 from .. import functional as F
+from ..autograd import Tensor
 from ..io.huggingface import (HFArchitecture, Rule, concat_columns, register_architecture,
                               split_columns, transpose)
 from ..nn import (Dropout, Embedding, LearnedPositionalEmbedding, Linear, Module,
@@ -82,7 +83,7 @@ class GPTModel(Module):
     ``wte`` is W_e (vocab_size, n_embd), ``wpe.table`` is W_p (n_positions, n_embd).
     """
 
-    def __init__(self, config):
+    def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
         self.wte = Embedding(config.vocab_size, config.n_embd)
@@ -117,8 +118,12 @@ class GPTModel(Module):
         """Empty key/value caches, one dict per block, for ``forward(..., cache=...)``."""
         return self.blocks.new_cache()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                cache=None, head_mask=None, output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None, cache=None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         """``input_ids`` (batch, time) -> ``last_hidden_state`` h_n (batch, time, n_embd).
 
         ``attention_mask`` (batch, keys): 1 on tokens, 0 on padding. ``token_type_ids`` are
@@ -188,15 +193,19 @@ class GPTLMHeadModel(Module):
     variant = "gpt1"
     body_class = GPTModel   # a subclass may read the text with a GPTModel of its own
 
-    def __init__(self, config):
+    def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         _check_variant(self, config)
         self.config = config
         self.transformer = self.body_class(config)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, cache=None, head_mask=None, output_hidden_states=False,
-                output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, cache=None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids, cache,
                                head_mask, output_hidden_states, output_attentions)
         logits = self.transformer.lm_logits(out.last_hidden_state)
@@ -345,14 +354,14 @@ class SequenceSummary(Module):
     (HuggingFace's ``SequenceSummary`` with ``summary_type="cls_index"``, whose ``summary`` is
     this Linear)."""
 
-    def __init__(self, n_embd, num_outputs, dropout, std=0.02):
+    def __init__(self, n_embd: int, num_outputs: int, dropout: float, std: float = 0.02) -> None:
         super().__init__()
         self.summary = Linear(n_embd, num_outputs)
         self.first_dropout = Dropout(dropout)
         init.normal_(self.summary.weight, std=std)
         init.zeros_(self.summary.bias)
 
-    def forward(self, h):
+    def forward(self, h: Tensor):
         return self.summary(self.first_dropout(h))
 
 
@@ -399,7 +408,7 @@ class GPTDoubleHeadsModel(Module):
 
     variant = "gpt1"
 
-    def __init__(self, config):
+    def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         _check_variant(self, config)
         self.config = config
@@ -408,8 +417,13 @@ class GPTDoubleHeadsModel(Module):
                                                     config.summary_first_dropout,
                                                     config.initializer_range)
 
-    def forward(self, input_ids, mc_token_ids=None, attention_mask=None, token_type_ids=None,
-                position_ids=None, labels=None, mc_labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                mc_token_ids: Tensor | np.ndarray | None = None,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                mc_labels: Tensor | np.ndarray | None = None):
         _, hidden, extracted = _run_choices(self.transformer, input_ids, mc_token_ids,
                                             attention_mask, type(self).__name__, token_type_ids,
                                             position_ids)
@@ -440,7 +454,7 @@ class GPTForFineTuning(Module):
     ``labels`` (batch,) ``loss`` = task_loss + lm_coef * lm_loss, ``task_loss`` and ``lm_loss``.
     """
 
-    def __init__(self, transformer, task, num_labels=2, lm_coef=0.5):
+    def __init__(self, transformer, task: str, num_labels: int = 2, lm_coef: float = 0.5) -> None:
         super().__init__()
         if task not in TASKS:
             raise ValueError(f"GPTForFineTuning: task must be one of {TASKS}, got {task!r}")
@@ -454,7 +468,9 @@ class GPTForFineTuning(Module):
                                     self.config.summary_first_dropout,
                                     self.config.initializer_range)
 
-    def forward(self, input_ids, extract_positions, attention_mask=None, labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray, extract_positions: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         name = type(self).__name__
         ids, hidden, h = _run_choices(self.transformer, input_ids, extract_positions,
                                       attention_mask, name)

@@ -50,7 +50,7 @@ class GPT3LMHeadModel(GPT2LMHeadModel):
     causal band of ``config.attention_window`` earlier positions (``SlidingWindowAttention``),
     blocks 0, 2, 4 ... to every earlier position."""
 
-    def __init__(self, config):
+    def __init__(self, config: GPT3Config) -> None:
         if not isinstance(config, GPT3Config):
             raise TypeError(f"GPT3LMHeadModel needs a GPT3Config, got {type(config).__name__}")
         super().__init__(config)

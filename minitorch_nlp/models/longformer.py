@@ -56,9 +56,13 @@ class LongformerModel(RobertaModel):
                 dropout=config.attention_probs_dropout_prob)
         return encoder
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                head_mask=None, output_hidden_states=False, output_attentions=False, *,
-                global_attention_mask=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False, *,
+                global_attention_mask: Tensor | np.ndarray | None = None):
         is_global = self.global_tokens(input_ids, attention_mask, global_attention_mask)
         return super().forward(input_ids, attention_mask, token_type_ids, position_ids,
                                head_mask, output_hidden_states, output_attentions,

@@ -30,7 +30,7 @@ class MegatronBertEmbeddings(BertEmbeddings):
     """BERT's token + segment + position embeddings without their LayerNorm: in the re-ordered
     layers the first sub-layer normalises its own input."""
 
-    def __init__(self, config):
+    def __init__(self, config: MegatronBertConfig) -> None:
         super().__init__(config)
         self.norm = Identity()
 

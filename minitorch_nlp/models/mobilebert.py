@@ -28,9 +28,11 @@ switches (``trigram_input``, ``use_bottleneck``, ``use_bottleneck_attention``,
 from __future__ import annotations
 
 
+import numpy as np
+
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import concatenate, empty, ones, zeros
+from ..autograd import concatenate, empty, ones, Tensor, zeros
 from ..io.huggingface import Rule
 from ..nn import (Dropout, Embedding, FeedForward, LayerNorm, LearnedPositionalEmbedding, Linear,
                   Module, ModuleList, MultiHeadAttention, Parameter, TransformerStack, init)
@@ -73,12 +75,12 @@ def no_norm(h, weight, bias):
 class NoNorm(Module):
     """``no_norm`` with learnt gamma (``weight``, 1 at first) and beta (``bias``, 0 at first)."""
 
-    def __init__(self, features):
+    def __init__(self, features) -> None:
         super().__init__()
         self.weight = Parameter(ones(checks.positive_int(features, "features", "NoNorm")))
         self.bias = Parameter(zeros(features))
 
-    def forward(self, h):
+    def forward(self, h: Tensor):
         return no_norm(h, self.weight, self.bias)
 
 
@@ -91,7 +93,7 @@ class MobileBertEmbeddings(Module):
 
     segments = True
 
-    def __init__(self, config):
+    def __init__(self, config: MobileBertConfig) -> None:
         super().__init__()
         self.trigram_input = config.trigram_input
         self.word_embeddings = Embedding(config.vocab_size, config.embedding_size,
@@ -105,7 +107,8 @@ class MobileBertEmbeddings(Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.max_length = config.max_position_embeddings
 
-    def forward(self, input_ids, token_type_ids, position_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray, token_type_ids: Tensor | np.ndarray,
+                position_ids: Tensor | np.ndarray | None = None):
         x = self.word_embeddings(input_ids)                                 # (batch, time, E)
         if self.trigram_input:
             edge = x[:, :1] * 0.0
@@ -120,12 +123,12 @@ class MobileBertEmbeddings(Module):
 class Bottleneck(Module):
     """A linear map from the inter-block to the intra-block width, then NoNorm (or LayerNorm)."""
 
-    def __init__(self, config):
+    def __init__(self, config: MobileBertConfig) -> None:
         super().__init__()
         self.dense = Linear(config.hidden_size, config.intra_bottleneck_size)
         self.norm = normalization(config, config.intra_bottleneck_size)
 
-    def forward(self, x):
+    def forward(self, x: Tensor):
         return self.norm(self.dense(x))
 
 
@@ -134,7 +137,7 @@ class BottleneckAttention(MultiHeadAttention):
     another width (MobileBERT: the H-wide layer input, the queries and keys from the shared
     bottleneck): ``MultiHeadAttention`` with its own value projection."""
 
-    def __init__(self, width, num_heads, value_width, dropout=0.0):
+    def __init__(self, width: int, num_heads: int, value_width: int, dropout: float = 0.0) -> None:
         super().__init__(width, num_heads, dropout=dropout)
         self.value_width = value_width
         self.v_proj = Linear(value_width, width)
@@ -166,7 +169,7 @@ class MobileBertLayer(Module):
     Takes the keyword arguments of a ``TransformerLayer`` (``key_mask``, ``head_mask``,
     ``attentions``), so ``TransformerStack`` runs a list of them."""
 
-    def __init__(self, config):
+    def __init__(self, config: MobileBertConfig) -> None:
         super().__init__()
         wide, narrow = config.hidden_size, config.true_hidden_size
         self.use_bottleneck = config.use_bottleneck
@@ -198,8 +201,8 @@ class MobileBertLayer(Module):
             self.output_bottleneck = Linear(narrow, wide)
             self.output_norm = normalization(config, wide)
 
-    def forward(self, x, memory=None, *, key_mask=None, cache=None, attentions=None,
-                head_mask=None):
+    def forward(self, x: Tensor, memory=None, *, key_mask: Tensor | np.ndarray | None = None,
+                cache=None, attentions=None, head_mask: Tensor | np.ndarray | None = None):
         residual = self.input_bottleneck(x) if self.use_bottleneck else x
         if self.use_bottleneck_attention:
             queries = values = residual
@@ -224,13 +227,13 @@ class MobileBertPooler(Module):
     """BERT's pooler, tanh of a dense layer on the first token's hidden state, or with
     ``classifier_activation=False`` (HuggingFace's switch) that hidden state as it is."""
 
-    def __init__(self, config):
+    def __init__(self, config: MobileBertConfig) -> None:
         super().__init__()
         self.activate = config.classifier_activation
         if self.activate:
             self.dense = Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden):
+    def forward(self, hidden: Tensor):
         first = hidden[:, 0]
         return F.tanh(self.dense(first)) if self.activate else first
 
@@ -254,7 +257,7 @@ class MobileBertLMHead(Module):
     then the decoder [word embeddings (V, E) | its own (V, H - E) columns] plus a bias;
     ``embedding_size`` is E, the word embeddings' width."""
 
-    def __init__(self, config, embedding_size):
+    def __init__(self, config: MobileBertConfig, embedding_size: int) -> None:
         super().__init__()
         self.activation = config.activations[config.hidden_act]
         self.dense = Linear(config.hidden_size, config.hidden_size)
@@ -264,7 +267,7 @@ class MobileBertLMHead(Module):
             std=config.initializer_range))
         self.bias = Parameter(zeros(config.vocab_size))
 
-    def forward(self, hidden, word_embeddings):
+    def forward(self, hidden: Tensor, word_embeddings: Tensor):
         x = self.dense(hidden)
         x = self.norm(F.relu(x) if self.activation == "relu" else F.gelu(x))
         decoder = concatenate([word_embeddings, self.extra_columns.T], axis=1)   # (V, H)

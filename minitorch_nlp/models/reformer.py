@@ -114,15 +114,17 @@ class ChunkedLocalAttention(FullAttention):
     only earlier ones when causal. A sequence no longer than a chunk gets full attention; a
     longer one must be a multiple of ``chunk_length``. Memory O(n * chunk_length)."""
 
-    def __init__(self, chunk_length, chunks_before=1, chunks_after=0, dropout=0.0):
+    def __init__(self, chunk_length: int, chunks_before: int = 1, chunks_after: int = 0,
+                 dropout: float = 0.0) -> None:
         super().__init__(dropout)
         name = type(self).__name__
         self.chunk_length = checks.positive_int(chunk_length, "chunk_length", name)
         self.chunks_before = checks.int_at_least(chunks_before, 0, "chunks_before", name)
         self.chunks_after = checks.int_at_least(chunks_after, 0, "chunks_after", name)
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None, need_weights: bool = False):
         name = type(self).__name__
         _refuse_mask_and_weights(name, mask, bias, need_weights)
         q, k, v, key_mask = self_attention_inputs(q, k, v, key_mask, name)
@@ -162,8 +164,9 @@ class ReformerLSHAttention(LSHAttention):
     call instead of drawing them; otherwise they are drawn as ``LSHAttention`` draws them, from
     ``seed`` or the default generator."""
 
-    def __init__(self, num_heads, num_buckets, chunk_length, num_rounds=1, *, chunks_before=1,
-                 chunks_after=0, seed=None, dropout=0.0):
+    def __init__(self, num_heads: int, num_buckets, chunk_length: int, num_rounds: int = 1, *,
+                 chunks_before: int = 1, chunks_after: int = 0, seed: int | None = None,
+                 dropout: float = 0.0) -> None:
         name = type(self).__name__
         factors = _bucket_factors(num_buckets, name)
         super().__init__(math.prod(factors), chunk_length, num_rounds, seed=seed,
@@ -237,8 +240,9 @@ class ReformerLSHAttention(LSHAttention):
               np.broadcast_to(key_index[..., None, :], shape)] = True
         return restrict_pairs(found, causal, key_mask)
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None, need_weights: bool = False):
         name = type(self).__name__
         _refuse_mask_and_weights(name, mask, bias, need_weights)
         q, _, v, key_mask = self_attention_inputs(q, k, v, key_mask, name)
@@ -276,7 +280,7 @@ class SharedQKAttention(MultiHeadAttention):
     ``k_proj``, and the core (a ``ReformerLSHAttention``) receives the queries as keys. No
     cache and no cross-attention."""
 
-    def __init__(self, d_model, num_heads, head_dim, core):
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, core) -> None:
         super().__init__(d_model, num_heads, bias=False, core=core, head_dim=head_dim)
         del self.k_proj
 
@@ -297,11 +301,11 @@ class SharedQKAttention(MultiHeadAttention):
 class PreNorm(Module):
     """``sublayer(norm(x), **kwargs)``: a residual function of a Reformer block, F or G."""
 
-    def __init__(self, norm, sublayer):
+    def __init__(self, norm, sublayer) -> None:
         super().__init__()
         self.norm, self.sublayer = norm, sublayer
 
-    def forward(self, x, **kwargs):
+    def forward(self, x: Tensor, **kwargs):
         return self.sublayer(self.norm(x), **kwargs)
 
 
@@ -334,7 +338,7 @@ class ReformerModel(Module):
     feed-forward network's output and whole axial position vectors, so training noise differs
     while evaluation is the same."""
 
-    def __init__(self, config):
+    def __init__(self, config: ReformerConfig) -> None:
         super().__init__()
         self.config = config
         d = config.hidden_size
@@ -379,7 +383,8 @@ class ReformerModel(Module):
             if isinstance(module, ReformerLSHAttention):
                 module.given_rotations = None if rotations is None else np.asarray(rotations)
 
-    def forward(self, input_ids, attention_mask=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None):
         name = type(self).__name__
         config = self.config
         ids = checks.token_ids(input_ids, config.vocab_size, name)
@@ -408,7 +413,7 @@ class ReformerModelWithLMHead(Module):
     ``model(input_ids, labels=input_ids)`` gives ``.loss`` (labels shifted inside, -100
     ignored) and ``.logits``; ``generate`` continues prompts."""
 
-    def __init__(self, config):
+    def __init__(self, config: ReformerConfig) -> None:
         super().__init__()
         if not config.is_decoder:
             raise ValueError("ReformerModelWithLMHead: a language model is causal; set "
@@ -423,7 +428,9 @@ class ReformerModelWithLMHead(Module):
         init.normal_(self.lm_head.weight, std=config.initializer_range)
         init.zeros_(self.lm_head.bias)
 
-    def forward(self, input_ids, attention_mask=None, labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         out = self.reformer(input_ids, attention_mask)
         chunk = self.config.chunk_size_lm_head
         hidden = out.last_hidden_state

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autograd import Tensor
 from ..io.huggingface import Rule
 from .bert import (BertEmbeddings, BertForMaskedLM, BertModel, bert_rules,
                    register_bert_architecture, weight_and_bias)
@@ -39,12 +40,13 @@ class RobertaEmbeddings(BertEmbeddings):
     """BERT's embeddings with RoBERTa's position ids: at most max_position_embeddings -
     pad_token_id - 1 tokens."""
 
-    def __init__(self, config):
+    def __init__(self, config: RobertaConfig) -> None:
         super().__init__(config)
         self.padding_idx = config.pad_token_id
         self.max_length = config.max_position_embeddings - config.pad_token_id - 1
 
-    def forward(self, input_ids, token_type_ids, position_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray, token_type_ids: Tensor | np.ndarray,
+                position_ids: Tensor | np.ndarray | None = None):
         if position_ids is None:
             position_ids = create_position_ids_from_input_ids(input_ids, self.padding_idx)
         return super().forward(input_ids, token_type_ids, position_ids)

@@ -36,7 +36,7 @@ import numpy as np
 from .. import checks, decoding
 from .. import functional as F
 from ..data.span_corruption import span_corruption
-from ..autograd import ones, tensor
+from ..autograd import ones, tensor, Tensor
 from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, FullAttention, Linear, Module, MultiHeadAttention,
                   TransformerLayer, TransformerStack, init)
@@ -60,13 +60,13 @@ class RMSNorm(Module):
 
     over the last axis: no mean subtracted and no bias, only a gain g (ones at first)."""
 
-    def __init__(self, d_model, eps=1e-6):
+    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.d_model = checks.positive_int(d_model, "d_model", "RMSNorm")
         self.eps = eps
         self.weight = Parameter(ones(d_model))
 
-    def forward(self, x):
+    def forward(self, x: Tensor):
         if x.shape[-1] != self.d_model:
             raise ValueError(f"RMSNorm: the input's last axis has {x.shape[-1]} features, "
                              f"expected d_model={self.d_model}")
@@ -111,14 +111,14 @@ class RelativePositionBias(Module):
     """T5's learned attention bias: one scalar per head for each bucket of key-minus-query offsets
     (``relative_position_bucket``), added to the attention scores of every layer of a stack."""
 
-    def __init__(self, num_heads, num_buckets, max_distance, bidirectional):
+    def __init__(self, num_heads: int, num_buckets, max_distance: int, bidirectional: bool) -> None:
         super().__init__()
         self.num_buckets = checks.int_at_least(num_buckets, 2, "num_buckets",
                                                "RelativePositionBias")
         self.max_distance, self.bidirectional = max_distance, bool(bidirectional)
         self.relative_attention_bias = Embedding(num_buckets, num_heads)
 
-    def forward(self, query_length, key_length, start=0):
+    def forward(self, query_length: int, key_length: int, start: int = 0):
         """The bias (1, heads, query_length, key_length) for queries at positions ``start`` ..
         ``start + query_length - 1`` (> 0 when decoding through a cache) and keys 0 .. key_length
         - 1."""
@@ -140,7 +140,7 @@ class T5FeedForward(Module):
     (GELU(x W_i0) * x W_i1) W_o (T5 v1.1, GELU's tanh approximation); dropout on the hidden
     units."""
 
-    def __init__(self, d_model, d_ff, dropout=0.0, gated=False):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, gated: bool = False) -> None:
         super().__init__()
         self.gated = bool(gated)
         if self.gated:
@@ -151,7 +151,7 @@ class T5FeedForward(Module):
         self.wo = Linear(d_ff, d_model, bias=False)
         self.dropout = Dropout(dropout)
 
-    def forward(self, x):
+    def forward(self, x: Tensor):
         hidden = (F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x) if self.gated
                   else F.relu(self.wi(x)))
         return self.wo(self.dropout(hidden))
@@ -167,7 +167,7 @@ class T5Stack(TransformerStack):
     every layer's self-attention. Dropout acts on the input embeddings, on each sub-layer's output,
     on the attention weights and on the final output."""
 
-    def __init__(self, config, is_decoder):
+    def __init__(self, config: T5Config, is_decoder: bool) -> None:
         def attention():
             return MultiHeadAttention(config.d_model, config.num_heads, bias=False,
                                       head_dim=config.d_kv,
@@ -188,8 +188,8 @@ class T5Stack(TransformerStack):
             config.relative_attention_max_distance, bidirectional=not is_decoder)
         self.dropout = Dropout(config.dropout_rate)
 
-    def forward(self, x, memory=None, *, cache=None, output_hidden_states=False,
-                output_attentions=False, **layer_kwargs):
+    def forward(self, x: Tensor, memory=None, *, cache=None, output_hidden_states: bool = False,
+                output_attentions: bool = False, **layer_kwargs):
         """``x``: the embedded tokens (batch, time, d_model); the rest as
         ``TransformerStack.forward`` (``key_mask``, ``memory_key_mask`` ...)."""
         start = 0 if cache is None else self.cache_length(cache)
@@ -234,7 +234,7 @@ class T5EncoderModel(Module):
     """T5's embedding and encoder (HuggingFace's ``T5EncoderModel``): ``last_hidden_state``
     (batch, time, d_model) of the source."""
 
-    def __init__(self, config):
+    def __init__(self, config: T5Config) -> None:
         super().__init__()
         self.config = config
         self.shared = Embedding(config.vocab_size, config.d_model)
@@ -253,8 +253,9 @@ class T5EncoderModel(Module):
                             output_hidden_states=output_hidden_states,
                             output_attentions=output_attentions)
 
-    def forward(self, input_ids, attention_mask=None, output_hidden_states=False,
-                output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False):
         return self.encode(input_ids, attention_mask, output_hidden_states, output_attentions)
 
 
@@ -262,7 +263,7 @@ class T5Model(T5EncoderModel):
     """The bare encoder-decoder (HuggingFace's ``T5Model``): the decoder's ``last_hidden_state``
     (batch, target_time, d_model) and the encoder's ``encoder_last_hidden_state``."""
 
-    def __init__(self, config):
+    def __init__(self, config: T5Config) -> None:
         super().__init__(config)
         self.decoder = T5Stack(config, is_decoder=True)
         if type(self) is T5Model:
@@ -291,9 +292,11 @@ class T5Model(T5EncoderModel):
                             output_hidden_states=output_hidden_states,
                             output_attentions=output_attentions)
 
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
-                decoder_attention_mask=None, encoder_outputs=None, cache=None,
-                output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray | None = None,
+                attention_mask: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None,
+                decoder_attention_mask: Tensor | np.ndarray | None = None, encoder_outputs=None,
+                cache=None, output_hidden_states: bool = False, output_attentions: bool = False):
         """HuggingFace's fields: ``last_hidden_state`` (the decoder's),
         ``encoder_last_hidden_state``, and on request ``decoder_hidden_states``,
         ``encoder_hidden_states``, ``decoder_attentions``, ``cross_attentions``,
@@ -310,7 +313,7 @@ class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
     shifted right after ``decoder_start_token_id`` and ``loss`` is their mean cross-entropy
     (-100 ignored). ``generate`` is ``decoding.generate_seq2seq`` with the config's ids."""
 
-    def __init__(self, config):
+    def __init__(self, config: T5Config) -> None:
         super().__init__(config)
         self.lm_head = None if config.tie_word_embeddings else \
             Linear(config.d_model, config.vocab_size, bias=False)
@@ -323,9 +326,12 @@ class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
         weight = self.shared.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(hidden, weight)
 
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
-                decoder_attention_mask=None, labels=None, encoder_outputs=None, cache=None,
-                output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray | None = None,
+                attention_mask: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None,
+                decoder_attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, encoder_outputs=None, cache=None,
+                output_hidden_states: bool = False, output_attentions: bool = False):
         if decoder_input_ids is None:
             if labels is None:
                 raise ValueError(f"{type(self).__name__}: give decoder_input_ids (starting with "
@@ -367,7 +373,7 @@ class T5DecoderOnly(decoding.Seq2SeqGeneration, T5EncoderModel):
     (-100 on padding), ``loss``; ``generate`` is ``decoding.generate_seq2seq``, the input read in
     one pass at the first step, then one token at a time with the keys and values cached."""
 
-    def __init__(self, config, architecture="prefix-lm"):
+    def __init__(self, config: T5Config, architecture: str = "prefix-lm") -> None:
         if architecture not in ARCHITECTURES[1:]:
             raise ValueError(f"T5DecoderOnly: architecture must be 'prefix-lm' or "
                              f"'decoder-only', got {architecture!r} (the encoder-decoder is "
@@ -403,7 +409,10 @@ class T5DecoderOnly(decoding.Seq2SeqGeneration, T5EncoderModel):
         return self.encoder(self.shared(ids), key_mask=key_mask, mask=mask, causal=False,
                             cache=cache).last_hidden_state
 
-    def forward(self, input_ids, attention_mask=None, labels=None, decoder_input_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None):
         """``labels`` (batch, target_time), -100 on padding, are shifted right after
         ``decoder_start_token_id`` into the target's inputs (or give ``decoder_input_ids``)."""
         name = type(self).__name__

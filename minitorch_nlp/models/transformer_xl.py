@@ -178,15 +178,17 @@ class RelativePositionAttention(FullAttention):
     (heads, d_k); ``position_proj`` is W_R.
     """
 
-    def __init__(self, d_model, num_heads, head_dim, dropout=0.0):
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
         super().__init__(dropout, scale=1.0)   # the queries carry 1/sqrt(d_k) (see forward)
         self.num_heads, self.head_dim = num_heads, head_dim
         self.position_proj = Linear(d_model, num_heads * head_dim, bias=False)
         self.content_bias = Parameter(zeros(num_heads, head_dim))
         self.position_bias = Parameter(zeros(num_heads, head_dim))
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False, relative_positions=None):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None, need_weights: bool = False,
+                relative_positions: Tensor | None = None):
         positional = self.position_scores(q, k.shape[2], relative_positions)    # (b) + (d)
         # 1/sqrt(d_k) on the (q_time, d_k) queries rather than on the (q_time, k_time) scores:
         # a pass over the score matrix fewer, forwards and backwards
@@ -247,8 +249,9 @@ class TransformerXLLayer(TransformerLayer):
 
     The projections have no biases (u and v play their part), as in the paper's code."""
 
-    def __init__(self, d_model, n_head, d_head, d_inner, dropout=0.0, dropatt=0.0,
-                 pre_lnorm=False, layer_norm_eps=1e-5):
+    def __init__(self, d_model: int, n_head: int, d_head: int, d_inner: int, dropout: float = 0.0,
+                 dropatt: float = 0.0, pre_lnorm: bool = False,
+                 layer_norm_eps: float = 1e-5) -> None:
         attention = MultiHeadAttention(
             d_model, n_head, bias=False, head_dim=d_head,
             core=RelativePositionAttention(d_model, n_head, d_head, dropatt))
@@ -256,7 +259,8 @@ class TransformerXLLayer(TransformerLayer):
                          functools.partial(LayerNorm, d_model, eps=layer_norm_eps),
                          dropout=dropout, norm_first=pre_lnorm, causal=True)
 
-    def forward(self, x, memory=None, *, relative_positions, head_mask=None, attentions=None):
+    def forward(self, x: Tensor, memory=None, *, relative_positions: Tensor,
+                head_mask: Tensor | np.ndarray | None = None, attentions=None):
         """``x`` (batch, time, d_model), ``memory`` (batch, mem_time, d_model) or None,
         ``relative_positions`` R (mem_time + time, d_model)."""
         context = extended_context(memory, x)                                        # eq 87
@@ -282,7 +286,8 @@ class AdaptiveEmbedding(Module):
     (``projections[i]``, weight (d_proj, width)); every vector is then scaled by sqrt(d_proj).
     ``div_val=1`` is one table of width d_embed (projected only if d_embed != d_proj)."""
 
-    def __init__(self, vocab_size, d_embed, d_proj, cutoffs=(), div_val=1, proj_init_std=0.01):
+    def __init__(self, vocab_size: int, d_embed: int, d_proj: int, cutoffs=(), div_val: int = 1,
+                 proj_init_std: float = 0.01) -> None:
         super().__init__()
         self.bounds = _cluster_bounds(vocab_size, cutoffs)
         self.div_val, self.d_proj, self.scale = div_val, d_proj, math.sqrt(d_proj)
@@ -297,7 +302,7 @@ class AdaptiveEmbedding(Module):
         for projection in self.projections:
             init.normal_(projection.weight, std=proj_init_std)
 
-    def forward(self, ids):
+    def forward(self, ids: Tensor | np.ndarray):
         if self.div_val == 1:
             out = self.embeddings[0](ids)
             if len(self.projections):
@@ -337,8 +342,8 @@ class AdaptiveLogSoftmax(Module):
     only those of the targets, computing each tail cluster at the positions whose target lies in
     it (the adaptive softmax's saving: the rare clusters are scored for few positions)."""
 
-    def __init__(self, vocab_size, d_embed, d_proj, cutoffs=(), div_val=1, tie_projs=None,
-                 proj_init_std=0.01):
+    def __init__(self, vocab_size: int, d_embed: int, d_proj: int, cutoffs=(), div_val: int = 1,
+                 tie_projs=None, proj_init_std: float = 0.01) -> None:
         super().__init__()
         self.bounds = _cluster_bounds(vocab_size, cutoffs)
         clusters = len(self.bounds)
@@ -407,7 +412,7 @@ class AdaptiveLogSoftmax(Module):
         mask = tensor(counted.astype(np.float64), dtype=head.dtype, backend=head.backend)
         return (log_probs * mask).reshape(targets.shape)
 
-    def forward(self, hidden, embedding):
+    def forward(self, hidden: Tensor, embedding: Tensor):
         weights = embedding.output_weights()
         head = F.log_softmax(self.cluster_logits(hidden, 0, *weights[0]), axis=-1)
         head_size = self.bounds[0][1]
@@ -435,7 +440,7 @@ class TransfoXLModel(Module):
     ``forward(input_ids, mems=None)`` returns ``last_hidden_state`` (batch, time, d_model) and
     ``mems``, the memories for the next segment (None when the memory length is 0)."""
 
-    def __init__(self, config):
+    def __init__(self, config: TransfoXLConfig) -> None:
         super().__init__()
         self.config = config
         self.word_emb = AdaptiveEmbedding(config.vocab_size, config.d_embed, config.d_model,
@@ -463,8 +468,9 @@ class TransfoXLModel(Module):
             init.zeros_(layer.feed_forward.linear1.bias)
             init.zeros_(layer.feed_forward.linear2.bias)
 
-    def forward(self, input_ids, mems=None, head_mask=None, output_hidden_states=False,
-                output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray, mems: list[Tensor] | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         name, config = type(self).__name__, self.config
         ids = checks.token_ids(input_ids, config.vocab_size, name)
         reference = self.layers[0].norm1.weight
@@ -514,7 +520,7 @@ class TransfoXLLMHeadModel(Module):
     ``output_logits`` is True, by default only without labels (as HuggingFace, whose
     ``prediction_scores`` are empty when labels are given)."""
 
-    def __init__(self, config):
+    def __init__(self, config: TransfoXLConfig) -> None:
         super().__init__()
         self.config = config
         self.transformer = TransfoXLModel(config)
@@ -524,8 +530,10 @@ class TransfoXLLMHeadModel(Module):
         if len(config.cutoffs):
             init.normal_(self.crit.cluster_weight, std=config.init_std)
 
-    def forward(self, input_ids, mems=None, labels=None, head_mask=None,
-                output_hidden_states=False, output_attentions=False, output_logits=None):
+    def forward(self, input_ids: Tensor | np.ndarray, mems: list[Tensor] | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False, output_logits=None):
         out = self.transformer(input_ids, mems, head_mask, output_hidden_states,
                                output_attentions)
         hidden, loss = out.last_hidden_state, None

@@ -67,13 +67,16 @@ class XLNetRelativeAttention(RelativePositionAttention):
     and s_- ((2, heads, d_k), seg_embed). ``different_segments`` (batch, 1, q_time, k_time), 1.0
     where query and key lie in different segments; None: no segment term."""
 
-    def __init__(self, d_model, num_heads, head_dim, dropout=0.0):
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
         super().__init__(d_model, num_heads, head_dim, dropout)
         self.segment_bias = Parameter(zeros(num_heads, head_dim))
         self.segment_embedding = Parameter(zeros(2, num_heads, head_dim))
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False, relative_positions=None, different_segments=None):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None, need_weights: bool = False,
+                relative_positions: Tensor | None = None,
+                different_segments: Tensor | np.ndarray | None = None):
         if different_segments is not None:
             both = (q + self.segment_bias.unsqueeze(1)) @ self.segment_embedding.permute(1, 2, 0)
             same, other = both[..., :1], both[..., 1:]
@@ -96,8 +99,8 @@ class XLNetLayer(TransformerLayer):
     rows sit at the positions ``target_mapping`` names (one-hot (batch, num_predict, time)):
     they are placed there, attend, and are read back; without it there is one per position."""
 
-    def __init__(self, d_model, n_head, d_head, d_inner, dropout=0.0, activation="gelu",
-                 layer_norm_eps=1e-12):
+    def __init__(self, d_model: int, n_head: int, d_head: int, d_inner: int, dropout: float = 0.0,
+                 activation: str = "gelu", layer_norm_eps: float = 1e-12) -> None:
         attention = MultiHeadAttention(
             d_model, n_head, bias=False, head_dim=d_head,
             core=XLNetRelativeAttention(d_model, n_head, d_head, dropout))
@@ -105,8 +108,11 @@ class XLNetLayer(TransformerLayer):
                          functools.partial(LayerNorm, d_model, eps=layer_norm_eps),
                          dropout=dropout)
 
-    def forward(self, h, g=None, memory=None, *, relative_positions, content_mask=None,
-                query_mask=None, different_segments=None, target_mapping=None):
+    def forward(self, h: Tensor, g: Tensor | None = None, memory=None, *,
+                relative_positions: Tensor, content_mask: Tensor | np.ndarray | None = None,
+                query_mask: Tensor | np.ndarray | None = None,
+                different_segments: Tensor | np.ndarray | None = None,
+                target_mapping: Tensor | np.ndarray | None = None):
         """(h, g) -> (h', g'); ``g`` None skips the query stream. Masks are bool (batch, 1,
         time, mem_time + time), True where the query may attend."""
         context = extended_context(memory, h)
@@ -247,7 +253,7 @@ class XLNetModel(Module):
     previous segment; ``use_mems`` (default: in eval mode ``use_mems_eval``, in training
     ``use_mems_train``) returns the next ones as ``mems``."""
 
-    def __init__(self, config):
+    def __init__(self, config: XLNetConfig) -> None:
         super().__init__()
         self.config = config
         self.word_embedding = Embedding(config.vocab_size, config.d_model)
@@ -321,8 +327,11 @@ class XLNetModel(Module):
                                    dtype=like.dtype, backend=like.backend)   # sin(-x) = -sin x
         return stack([table] * (batch // 2) + [backwards] * (batch // 2))
 
-    def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
-                target_mapping=None, token_type_ids=None, use_mems=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None, mems: list[Tensor] | None = None,
+                perm_mask: Tensor | np.ndarray | None = None,
+                target_mapping: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None, use_mems: bool | None = None):
         name, config = type(self).__name__, self.config
         ids = checks.token_ids(input_ids, config.vocab_size, name)
         batch, time = ids.shape
@@ -383,7 +392,7 @@ class XLNetLMHeadModel(Module):
     ``logits``, ``mems`` and, with labels, ``loss`` (the mean cross-entropy, as HuggingFace; with
     ``config.permutation_k`` and neither mask, the permutation objective)."""
 
-    def __init__(self, config):
+    def __init__(self, config: XLNetConfig) -> None:
         super().__init__()
         self.config = config
         self.transformer = XLNetModel(config)
@@ -394,8 +403,12 @@ class XLNetLMHeadModel(Module):
         """e(x)^T h + b for every token x: the softmax's logits (eq 28 on h, eq 29 on g)."""
         return F.linear(hidden, self.transformer.word_embedding.weight, self.lm_bias)
 
-    def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
-                target_mapping=None, token_type_ids=None, labels=None, use_mems=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None, mems: list[Tensor] | None = None,
+                perm_mask: Tensor | np.ndarray | None = None,
+                target_mapping: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, use_mems: bool | None = None):
         if labels is not None and perm_mask is None and target_mapping is None \
                 and self.config.permutation_k is not None:
             num_predict = max(1, np.shape(input_ids)[-1] // self.config.permutation_k)
