@@ -251,7 +251,7 @@ def test_train_bart_resumes_exactly_and_generate_reconstructs(tmp_path, capsys):
 
 def test_denoising_batches_pad_the_noised_inputs():
     from minitorch_nlp.data import tokenizers
-    from minitorch_nlp.models.bart import DENOISING
+    from minitorch_nlp.models.families.bart import DENOISING
     tokenizer = tokenizers.ByteLevelBPETokenizer.train("the cat sat. the dog ran. " * 30,
                                                        vocab_size=280, style="roberta")
     windows = np.array([tokenizer.encode("the cat sat. the dog ran.",

@@ -190,23 +190,3 @@ class CharTransformerLMHeadModel(GPT2LMHeadModel):
                 extra_target_weight=config.extra_target_weight)
         return ModelOutput(loss=loss, logits=logits, past_key_values=cache,
                            hidden_states=out.hidden_states)
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (this block only)
-
-
-def _build_for_training(settings, tokenizer):
-    """The paper's model at a run's sizes (``training.TrainConfig``), every auxiliary loss on."""
-    return CharTransformerLMHeadModel(CharTransformerConfig(
-        vocab_size=len(tokenizer), n_positions=settings.block_size, n_embd=settings.n_embd,
-        n_layer=settings.n_layer, n_head=settings.n_head, resid_pdrop=settings.dropout,
-        embd_pdrop=settings.dropout, attn_pdrop=settings.dropout,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=None))
-
-
-register_family(ModelFamily(
-    name="char_transformer", summary="Al-Rfou et al.'s deep character Transformer: fixed "
-    "segments, losses at every position, intermediate layer and 2 targets ahead (eq 85)",
-    objective=CAUSAL_LM, build=_build_for_training, default_tokenizer="char", bpe_style="gpt2",
-    progress=CharTransformerLMHeadModel.set_training_progress))

@@ -17,22 +17,19 @@ teacher (section 2-3 of the paper):
 names (``dim``, ``n_layers``, ``n_heads``, ``hidden_dim`` ...); the HuggingFace checkpoints of
 ``DistilBertModel``, ``DistilBertForMaskedLM``, ``DistilBertForSequenceClassification``,
 ``DistilBertForTokenClassification`` and ``DistilBertForQuestionAnswering`` load through the key
-map at the end of this file.
+map in ``models/families/distilbert.py``.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
 from .. import functional as F
 from ..autograd import Tensor
-from ..io.huggingface import Rule
 from ..nn import Dropout, Linear
 from .bert import (BertConfig, BertEmbeddings, BertForMaskedLM, BertForQuestionAnswering,
-                   BertForSequenceClassification, BertForTokenClassification, BertModel,
-                   register_bert_architecture, weight_and_bias)
+                   BertForSequenceClassification, BertForTokenClassification, BertModel)
 from .configs.distilbert import DistilBertConfig
 
 __all__ = ["DistilBertConfig", "DistilBertEmbeddings", "DistilBertForMaskedLM",
@@ -168,50 +165,3 @@ def distilbert_from_teacher(teacher, layers=None):
         state[f"{prefix}embeddings.position_embeddings.table"] = positions + segment_a
     student.load_state_dict(state)
     return student.train(teacher.training)
-
-
-# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
-def distilbert_rules(hf_prefix, prefix):
-    """The key map of ``DistilBertModel`` under HuggingFace's ``hf_prefix`` (``"distilbert."`` or
-    ``""``) and our ``prefix``. Nothing is transposed."""
-    hf_embed, embed = f"{hf_prefix}embeddings.", f"{prefix}embeddings."
-    rules = [Rule(f"{hf_embed}word_embeddings.weight", f"{embed}word_embeddings.weight"),
-             Rule(f"{hf_embed}position_embeddings.weight", f"{embed}position_embeddings.table"),
-             *weight_and_bias(f"{hf_embed}LayerNorm", f"{embed}norm")]
-    hf_layer, layer = f"{hf_prefix}transformer.layer.{{i}}.", f"{prefix}encoder.layers.{{i}}."
-    for hf, ours in (("attention.q_lin", "self_attn.q_proj"),
-                     ("attention.k_lin", "self_attn.k_proj"),
-                     ("attention.v_lin", "self_attn.v_proj"),
-                     ("attention.out_lin", "self_attn.out_proj"), ("sa_layer_norm", "norm1"),
-                     ("ffn.lin1", "feed_forward.linear1"), ("ffn.lin2", "feed_forward.linear2"),
-                     ("output_layer_norm", "norm2")):
-        rules += weight_and_bias(hf_layer + hf, layer + ours)
-    return rules
-
-
-register_bert_architecture(DistilBertModel, distilbert_rules("", ""), default_for_type=True)
-register_bert_architecture(DistilBertForMaskedLM, distilbert_rules("distilbert.", "bert.")
-                           + weight_and_bias("vocab_transform", "mlm.dense")
-                           + weight_and_bias("vocab_layer_norm", "mlm.norm")
-                           + [Rule("vocab_projector.bias", "mlm.bias")])
-register_bert_architecture(DistilBertForSequenceClassification,
-                           distilbert_rules("distilbert.", "bert.")
-                           + weight_and_bias("pre_classifier", "pre_classifier")
-                           + weight_and_bias("classifier", "classifier"))
-register_bert_architecture(DistilBertForTokenClassification,
-                           distilbert_rules("distilbert.", "bert.")
-                           + weight_and_bias("classifier", "classifier"))
-register_bert_architecture(DistilBertForQuestionAnswering,
-                           distilbert_rules("distilbert.", "bert.")
-                           + weight_and_bias("qa_outputs", "qa_outputs"))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .bert import _NO_SPECIAL_TOKENS, _build_for_training  # noqa: E402 (this block only)
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
-
-register_family(ModelFamily(
-    name="distilbert", summary="a DistilBERT encoder (BERT without segments or pooler), masked LM",
-    objective=MASKED_LM, default_tokenizer="wordpiece", bpe_style="roberta",
-    build=functools.partial(_build_for_training, model_class=DistilBertForMaskedLM),
-    refused_tokenizers={"char": _NO_SPECIAL_TOKENS}, hf_architectures=("DistilBertForMaskedLM",)))

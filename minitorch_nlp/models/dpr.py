@@ -8,7 +8,7 @@ linear projection of that vector (``projection_dim > 0``); the released checkpoi
 
 ``DPRQuestionEncoder`` is E_Q, ``DPRContextEncoder`` is E_P; their calls and output
 (``pooler_output`` (batch, d)) mirror HuggingFace's, and HuggingFace checkpoints load through
-the key map at the end of this file. The training loss (eq 84) and the retriever built on an
+the key map in ``models/families/dpr.py``. The training loss (eq 84) and the retriever built on an
 index are in :mod:`minitorch_nlp.retrieval.dpr`.
 """
 from __future__ import annotations
@@ -18,11 +18,9 @@ import numpy as np
 
 from .. import cookbook
 from ..autograd import Tensor
-from ..io.huggingface import HFArchitecture, register_architecture
 from ..nn import Linear, Module
 from ..nn.outputs import ModelOutput
-from .bert import BERT_IGNORE, BertModel, bert_rules, init_bert_weights, \
-    weight_and_bias
+from .bert import BertModel, init_bert_weights
 from .configs.dpr import DPRConfig
 
 __all__ = ["DPRConfig", "DPRContextEncoder", "DPREncoder", "DPRQuestionEncoder"]
@@ -83,17 +81,3 @@ class DPRContextEncoder(_DPRModel):
     """E_P: the passage (context) encoder."""
 
     encoder_name = "ctx_encoder"
-
-
-# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
-for _model_class in (DPRQuestionEncoder, DPRContextEncoder):
-    _prefix = f"{_model_class.encoder_name}."
-    register_architecture(HFArchitecture(
-        name=_model_class.__name__, model_type=DPRConfig.model_type, model_class=_model_class,
-        from_config=lambda hf_config, model_class=_model_class: model_class(
-            DPRConfig.from_hf(hf_config)),
-        to_config=lambda model: model.config.to_hf(),
-        rules=tuple(bert_rules(f"{_prefix}bert_model.", f"{_prefix}bert_model.", pooler=False)
-                    + weight_and_bias(f"{_prefix}encode_proj", f"{_prefix}encode_proj",
-                                      optional=True)),
-        ignore=tuple(f"{_prefix}bert_model\\.{pattern}" for pattern in BERT_IGNORE)))

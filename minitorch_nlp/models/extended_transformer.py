@@ -206,27 +206,3 @@ def cpc_loss(model, input_ids, global_ids, segment_ids, masked, mask_token_id,
                       np.zeros_like(alone), np.ones((len(members), 1), dtype=bool))
     targets = encodings.global_hidden_state[:, 0]                                 # (M, d)
     return F.cross_entropy(predictions @ targets.mT, np.arange(len(members)))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line ------------------
-from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
-
-
-def _build_for_training(settings, tokenizer):
-    """ETC with its masked-LM head for a run's ``settings`` (``training.TrainConfig``):
-    feed-forward width 4 d, a local radius of a quarter of ``block_size`` (at least 1), one
-    global token per 4 long tokens."""
-    return ETCForMaskedLM(ETCConfig(
-        vocab_size=len(tokenizer), hidden_size=settings.n_embd,
-        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
-        intermediate_size=4 * settings.n_embd, local_radius=max(1, settings.block_size // 4),
-        max_distance=max(1, settings.block_size // 4), long_per_global=4,
-        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
-        pad_token_id=tokenizer.pad_token_id))
-
-
-register_family(ModelFamily(
-    name="etc", summary="ETC's global-local encoder trained with the masked-LM objective",
-    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
-    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS}))

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 
 from ..nn import Identity
-from .bert import (MLM_HEAD_RULES, BertEmbeddings, BertForPreTraining, BertModel,
-                   embedding_rules, encoder_layer_rules, register_bert_architecture,
-                   weight_and_bias)
+from .bert import (BertEmbeddings, BertForPreTraining, BertModel)
 from .configs.megatron_bert import MegatronBertConfig
 
 __all__ = ["MegatronBertConfig", "MegatronBertEmbeddings", "MegatronBertForPreTraining",
@@ -49,18 +47,3 @@ class MegatronBertForPreTraining(BertForPreTraining):
     ``seq_relationship_logits``)."""
 
     base_model_class = MegatronBertModel
-
-
-# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
-# BERT's key map with Megatron's LayerNorm names: ``attention.ln`` before the attention, ``ln``
-# before the feed-forward network, ``encoder.ln`` after the last layer; none on the embeddings.
-def megatron_bert_rules(hf_prefix, prefix):
-    return (embedding_rules(hf_prefix, prefix, norm=False)
-            + encoder_layer_rules(hf_prefix, prefix, norms=("attention.ln", "ln"))
-            + weight_and_bias(f"{hf_prefix}encoder.ln", f"{prefix}encoder.norm")
-            + weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense"))
-
-
-register_bert_architecture(MegatronBertModel, megatron_bert_rules("", ""), default_for_type=True)
-register_bert_architecture(MegatronBertForPreTraining, megatron_bert_rules("bert.", "bert.")
-                           + MLM_HEAD_RULES + weight_and_bias("cls.seq_relationship", "nsp"))

@@ -19,9 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Tensor
-from ..io.huggingface import Rule
-from .bert import (BertEmbeddings, BertForMaskedLM, BertModel, bert_rules,
-                   register_bert_architecture, weight_and_bias)
+from .bert import (BertEmbeddings, BertForMaskedLM, BertModel)
 from .configs.roberta import RobertaConfig
 
 __all__ = ["RobertaConfig", "RobertaEmbeddings", "RobertaForMaskedLM", "RobertaModel",
@@ -64,40 +62,3 @@ class RobertaForMaskedLM(BertForMaskedLM):
     output bias)."""
 
     base_model_class = RobertaModel
-
-
-# ---- HuggingFace checkpoints: BERT's key map under "roberta.", the MLM head as "lm_head" ---------
-register_bert_architecture(RobertaModel, bert_rules("", "", pooler=True), default_for_type=True)
-LM_HEAD_RULES = [*weight_and_bias("lm_head.dense", "mlm.dense"),
-                 *weight_and_bias("lm_head.layer_norm", "mlm.norm"),
-                 Rule("lm_head.bias", "mlm.bias")]
-register_bert_architecture(RobertaForMaskedLM, bert_rules("roberta.", "bert.", pooler=False)
-                           + LM_HEAD_RULES)
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
-from .bert import _build_for_training as build_bert_for_training  # noqa: E402
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
-
-
-def _build_for_training(settings, tokenizer, model_class=None, **fields):
-    """A RoBERTa encoder with its masked-LM head (``model_class``, default
-    ``RobertaForMaskedLM``) for a run's ``settings``: BERT's (``models.bert``) with
-    ``block_size`` tokens (<s> and </s> included) after RoBERTa's padding offset of
-    pad_token_id + 1 rows, and the tokenizer's <s> and </s>; ``fields`` set other config
-    fields."""
-    return build_bert_for_training(
-        settings, tokenizer, RobertaForMaskedLM if model_class is None else model_class,
-        max_position_embeddings=settings.block_size + tokenizer.pad_token_id + 1,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **fields)
-
-
-# the tokenizers a RoBERTa-style family cannot train with, and why
-ROBERTA_TOKENIZERS = {"char": _NO_SPECIAL_TOKENS,
-                      "wordpiece": "RoBERTa's vocabulary is byte-level BPE (Liu et al. 4.4); "
-                                   "for WordPiece train a bert"}
-register_family(ModelFamily(
-    name="roberta", summary="a RoBERTa encoder: BERT's masked LM on byte-level BPE (Liu 4.4)",
-    objective=MASKED_LM, build=_build_for_training, default_tokenizer="bpe", bpe_style="roberta",
-    refused_tokenizers=ROBERTA_TOKENIZERS, hf_architectures=("RobertaForMaskedLM",)))
