@@ -5,14 +5,8 @@ The model itself is ``models.bert``."""
 from __future__ import annotations
 
 from ...io.huggingface import HFArchitecture, Rule, register_architecture
-from ..bert import (
-    BertForMaskedLM,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-)
+from ..bert import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
+                    BertForSequenceClassification, BertForTokenClassification, BertModel)
 from ..registry import MASKED_LM, ModelFamily, register_family
 
 # ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------

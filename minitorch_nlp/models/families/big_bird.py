@@ -6,14 +6,8 @@ from __future__ import annotations
 
 from ..big_bird import BigBirdForMaskedLM, BigBirdForPreTraining, BigBirdModel
 from ..registry import MASKED_LM, ModelFamily, register_family
-from .bert import (
-    _NO_SPECIAL_TOKENS,
-    MLM_HEAD_RULES,
-    _build_for_training,
-    bert_rules,
-    register_bert_architecture,
-    weight_and_bias,
-)
+from .bert import (_NO_SPECIAL_TOKENS, MLM_HEAD_RULES, _build_for_training, bert_rules,
+                   register_bert_architecture, weight_and_bias)
 
 
 # ---- HuggingFace checkpoints: BERT's key map; the pooler is one Linear named "pooler" ----------

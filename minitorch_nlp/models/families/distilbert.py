@@ -7,20 +7,12 @@ from __future__ import annotations
 import functools
 
 from ...io.huggingface import Rule
-from ..distilbert import (
-    DistilBertForMaskedLM,
-    DistilBertForQuestionAnswering,
-    DistilBertForSequenceClassification,
-    DistilBertForTokenClassification,
-    DistilBertModel,
-)
+from ..distilbert import (DistilBertForMaskedLM, DistilBertForQuestionAnswering,
+                          DistilBertForSequenceClassification, DistilBertForTokenClassification,
+                          DistilBertModel)
 from ..registry import MASKED_LM, ModelFamily, register_family
-from .bert import (
-    _NO_SPECIAL_TOKENS,
-    _build_for_training,
-    register_bert_architecture,
-    weight_and_bias,
-)
+from .bert import (_NO_SPECIAL_TOKENS, _build_for_training, register_bert_architecture,
+                   weight_and_bias)
 
 
 # ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------

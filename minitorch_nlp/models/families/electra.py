@@ -8,13 +8,8 @@ from ...io.huggingface import Rule
 from ..configs.electra import ElectraConfig
 from ..electra import ElectraForMaskedLM, ElectraForPreTraining, ElectraModel, ElectraPretraining
 from ..registry import MASKED_LM, ModelFamily, register_family
-from .bert import (
-    _NO_SPECIAL_TOKENS,
-    embedding_rules,
-    encoder_layer_rules,
-    register_bert_architecture,
-    weight_and_bias,
-)
+from .bert import (_NO_SPECIAL_TOKENS, embedding_rules, encoder_layer_rules,
+                   register_bert_architecture, weight_and_bias)
 
 # ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
 # BERT's names under "electra.", no pooler; ``embeddings_project`` exists only when

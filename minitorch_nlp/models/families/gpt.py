@@ -4,14 +4,9 @@
 The model itself is ``models.gpt``."""
 from __future__ import annotations
 
-from ...io.huggingface import (
-    HFArchitecture,
-    Rule,
-    concat_columns,
-    register_architecture,
-    split_columns,
-    transpose,
-)
+from ...io.huggingface import (HFArchitecture, Rule, concat_columns, register_architecture,
+                               split_columns, transpose)
+from ...nn.moe import mixture_every_other_layer
 from ..configs.gpt import GPTConfig
 from ..gpt import GPT2LMHeadModel, GPTDoubleHeadsModel, GPTLMHeadModel
 from ..registry import CAUSAL_LM, ModelFamily, register_family
@@ -79,7 +74,6 @@ def _build_for_training(settings, tokenizer):
     id, so ``generate`` never stops early and a sample is as long as asked. With
     ``settings.experts`` E, every other layer's feed-forward network is GShard's mixture of E
     experts (top-2, every second expert that fits, each sequence a routing group of its own)."""
-    from ..nn.moe import mixture_every_other_layer
     model = GPT2LMHeadModel(GPTConfig.gpt2(
         vocab_size=len(tokenizer), n_positions=settings.block_size, n_embd=settings.n_embd,
         n_layer=settings.n_layer, n_head=settings.n_head, resid_pdrop=settings.dropout,

@@ -5,13 +5,8 @@ The model itself is ``models.megatron_bert``."""
 from __future__ import annotations
 
 from ..megatron_bert import MegatronBertForPreTraining, MegatronBertModel
-from .bert import (
-    MLM_HEAD_RULES,
-    embedding_rules,
-    encoder_layer_rules,
-    register_bert_architecture,
-    weight_and_bias,
-)
+from .bert import (MLM_HEAD_RULES, embedding_rules, encoder_layer_rules, register_bert_architecture,
+                   weight_and_bias)
 
 
 # ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------

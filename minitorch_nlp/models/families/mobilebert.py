@@ -6,12 +6,8 @@ from __future__ import annotations
 
 from ... import checks
 from ...io.huggingface import Rule
-from ..mobilebert import (
-    MobileBertForMaskedLM,
-    MobileBertForPreTraining,
-    MobileBertForSequenceClassification,
-    MobileBertModel,
-)
+from ..mobilebert import (MobileBertForMaskedLM, MobileBertForPreTraining,
+                          MobileBertForSequenceClassification, MobileBertModel)
 from ..registry import MASKED_LM, ModelFamily, register_family
 from .bert import _NO_SPECIAL_TOKENS, register_bert_architecture, weight_and_bias
 from .bert import _build_for_training as _bert_build_for_training
