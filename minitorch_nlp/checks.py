@@ -8,13 +8,16 @@ below them reads without guards.
 from __future__ import annotations
 
 import numbers
+import warnings
+from typing import Callable
 
 import numpy as np
 
 from .autograd import Tensor
 
-__all__ = ["SettingError", "attention_mask", "features", "ids_array", "int_at_least", "memories",
-           "positive_int", "same_batch", "token_ids"]
+__all__ = ["SettingError", "attention_mask", "divides", "features", "ids_array", "int_at_least",
+           "ints_at_least", "memories", "one_of", "positive", "positive_int", "positive_numbers",
+           "probabilities", "same_batch", "special_token_ids", "token_ids", "validate"]
 
 
 class SettingError(ValueError):
@@ -141,3 +144,92 @@ def memories(mems, n_layer, batch, width, dtype, where):
         raise ValueError(f"{where}: every layer's memory needs the same length, got "
                          f"{sorted(lengths)}")
     return lengths.pop()
+
+
+# ---- configurations: each config class lists its rules once, ``validate`` applies them ---------
+# A rule is a function ``rule(config, where)`` that raises a ValueError naming ``where`` (the
+# config's class) and the field. A config class keeps its rules in the class attribute ``RULES``
+# (a subclass extends its parent's: ``RULES = BertConfig.RULES + (...)``) and calls
+# ``checks.validate(self)`` first thing in ``__post_init__``.
+Rule = Callable[[object, str], None]
+
+
+def validate(config) -> None:
+    """Apply every rule of ``type(config).RULES`` to ``config``."""
+    where = type(config).__name__
+    for rule in type(config).RULES:
+        rule(config, where)
+
+
+def ints_at_least(minimum: int, *names: str, optional: bool = False) -> Rule:
+    """Each field is an int >= ``minimum`` (with ``optional``, None too)."""
+    def rule(config, where):
+        for name in names:
+            value = getattr(config, name)
+            if not (optional and value is None):
+                int_at_least(value, minimum, name, where)
+    return rule
+
+
+def positive(*names: str, optional: bool = False) -> Rule:
+    """Each field is a positive int (with ``optional``, None too)."""
+    return ints_at_least(1, *names, optional=optional)
+
+
+def divides(part: str, whole: str) -> Rule:
+    """The field ``part`` (heads) divides the field ``whole`` (a width)."""
+    def rule(config, where):
+        if getattr(config, whole) % getattr(config, part):
+            raise ValueError(f"{where}: {part}={getattr(config, part)} does not divide {whole}="
+                             f"{getattr(config, whole)}; each head gets {whole} / {part} features")
+    return rule
+
+
+def one_of(name: str, choices) -> Rule:
+    """The field is one of ``choices`` (a collection, or a function of the config giving one)."""
+    def rule(config, where):
+        allowed = choices(config) if callable(choices) else choices
+        value = getattr(config, name)
+        if value not in allowed:
+            shown = tuple(sorted(allowed)) if isinstance(allowed, (dict, set)) else allowed
+            raise ValueError(f"{where}: {name} must be one of {shown}, got {value!r}")
+    return rule
+
+
+def probabilities(*names: str) -> Rule:
+    """Each field (a dropout probability) is a number in [0, 1), or None (no dropout given)."""
+    def rule(config, where):
+        for name in names:
+            value = getattr(config, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, numbers.Real) or not 0.0 <= value < 1.0):
+                raise ValueError(f"{where}: {name} must be in [0, 1), got {value!r}")
+    return rule
+
+
+def positive_numbers(*names: str) -> Rule:
+    """Each field is a number > 0 (an epsilon, a standard deviation)."""
+    def rule(config, where):
+        for name in names:
+            value = getattr(config, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+                raise ValueError(f"{where}: {name} must be > 0, got {value!r}")
+    return rule
+
+
+def special_token_ids(*names: str) -> Rule:
+    """Each field is a token id (an int >= 0, or None). One outside the vocabulary is accepted
+    with a warning, as HuggingFace accepts it (``GPT2Config(vocab_size=200)`` keeps bos and eos
+    50256): nothing uses it until a part of the model that needs that token, which refuses it
+    there (an embedding's padding row, a decoder's start token)."""
+    def rule(config, where):
+        for name in names:
+            value = getattr(config, name)
+            if value is None:
+                continue
+            int_at_least(value, 0, name, where)
+            if value >= config.vocab_size:
+                warnings.warn(f"{where}: {name}={value} is outside the vocabulary [0, "
+                              f"{config.vocab_size}); it is kept, and whatever needs that "
+                              "token refuses it there", stacklevel=5)
+    return rule

@@ -41,6 +41,7 @@ from .backends import backend as use_backend, get_backend
 from .checks import SettingError
 from .data.corpus import TextFileError, load_text, read_text_file
 from .data.tokenizers import tokenizer_from_state
+from .distributed.training import ParallelTraining
 from .io.runs import CHECKPOINT_NAME, FORMAT, checkpoint_file, read_checkpoint
 from .models import registry
 from .nn.moe import aux_losses
@@ -218,7 +219,6 @@ class LanguageModelRun:
     COMMAND = "train"
 
     def __init__(self, config, *, state=None, text=None, tokenizer=None, parallel=None):
-        from .distributed.training import ParallelTraining
         self.config = config
         self.parallel = ParallelTraining() if parallel is None else parallel
         self.family = registry.family(config.model)

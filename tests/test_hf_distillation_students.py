@@ -83,7 +83,7 @@ def test_distilbert_config_reads_huggingfaces_names():
     ("DistilBertModel", {"sinusoidal_pos_embds": True},
      "sinusoidal_pos_embds=True is not implemented"),
     ("MobileBertModel", {"normalization_type": "batch_norm"},
-     r"normalization_type='batch_norm' must be one of \('no_norm', 'layer_norm'\)"),
+     r"normalization_type must be one of \('no_norm', 'layer_norm'\), got 'batch_norm'"),
     ("MobileBertModel", {"key_query_shared_bottleneck": False},
      "the queries and keys are the hidden_size=32 wide layer input, but the attention works at "
      "intra_bottleneck_size=16"),

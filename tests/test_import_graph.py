@@ -36,6 +36,10 @@ def test_the_rooms_form_layers(graph_tool):
     assert graph_tool.circles(rooms) == []
 
 
+def test_every_import_of_the_package_names_one_of_its_modules(graph_tool):
+    assert graph_tool.unresolved_imports() == []
+
+
 def test_each_bootstrap_is_a_deferred_import_that_exists(graph_tool):
     graph = graph_tool.module_graph()
     for module, target in graph_tool.BOOTSTRAPS:
@@ -63,6 +67,11 @@ def test_a_circle_through_a_function_level_relative_import_is_found(graph_tool, 
     assert graph["minitorch_nlp.low.helper"] == {"minitorch_nlp.top": True}
     assert graph["minitorch_nlp.low.other"] == {"minitorch_nlp.low.helper": False}
     assert graph_tool.circles(graph) == [["minitorch_nlp.low.helper", "minitorch_nlp.top"]]
+    assert graph_tool.unresolved_imports(package) == []
+    (package / "low" / "broken.py").write_text("def f():\n    from .nn import x\n",
+                                               encoding="utf-8")
+    assert graph_tool.unresolved_imports(package) == ["minitorch_nlp.low.broken: "
+                                                      "minitorch_nlp.low.nn"]
     rooms = graph_tool.room_graph(graph)
     assert rooms["minitorch_nlp.top"] == {"minitorch_nlp.low": False}
     assert rooms["minitorch_nlp.low"] == {"minitorch_nlp.top": True}

@@ -301,17 +301,25 @@ def test_bad_inputs_are_named():
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("hidden_size", 9, "hidden_size=9 is not a multiple of num_attention_heads=2"),
+    ("hidden_size", 9, "num_attention_heads=2 does not divide hidden_size=9"),
     ("num_hidden_layers", 0, "num_hidden_layers must be a positive int"),
     ("vocab_size", 2.5, "vocab_size must be a positive int"),
     ("hidden_act", "relu", "hidden_act must be one of"),
     ("hidden_dropout_prob", 1.0, r"hidden_dropout_prob must be in \[0, 1\)"),
-    ("layer_norm_eps", 0.0, "layer_norm_eps and initializer_range must be > 0"),
-    ("pad_token_id", 23, r"pad_token_id=23 is outside the vocabulary \[0, 23\)"),
+    ("layer_norm_eps", 0.0, "layer_norm_eps must be > 0, got 0.0"),
+    ("pad_token_id", -1, "pad_token_id must be an int >= 0, got -1"),
 ])
 def test_bad_config_is_named(field, value, message):
     with pytest.raises(ValueError, match=f"BertConfig: {message}"):
         tiny_config(**{field: value})
+
+
+def test_a_padding_id_outside_the_vocabulary_is_refused_where_the_embedding_uses_it():
+    with pytest.warns(UserWarning, match=r"BertConfig: pad_token_id=23 is outside the "
+                                         r"vocabulary \[0, 23\)"):
+        config = tiny_config(pad_token_id=23)
+    with pytest.raises(ValueError, match=r"Embedding: padding_idx 23 is outside \[-23, 23\)"):
+        BertModel(config)
 
 
 def test_config_round_trips_through_huggingface_fields():

@@ -227,8 +227,8 @@ def test_errors_name_the_problem():
         GPTConfig(variant="gpt3")
     with pytest.raises(ValueError, match="n_layer must be a positive int"):
         GPTConfig.tiny(n_layer=0)
-    with pytest.raises(ValueError, match="eos_token_id=100 is outside"):
-        GPTConfig.tiny(eos_token_id=100)
+    with pytest.raises(ValueError, match="eos_token_id must be an int >= 0, got -1"):
+        GPTConfig.tiny(eos_token_id=-1)
     double = GPTDoubleHeadsModel(config)
     ids = np.zeros((1, 2, 4), dtype=np.int64)
     with pytest.raises(ValueError, match=r"extract position 4 or 0 is outside the sequence "

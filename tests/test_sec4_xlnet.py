@@ -401,7 +401,7 @@ def test_config_round_trips_and_refuses_unsupported_huggingface_settings():
     with pytest.raises(ValueError, match="tie_word_embeddings=False is not supported"):
         XLNetConfig.from_hf({**config.to_hf(), "model_type": "xlnet",
                              "tie_word_embeddings": False})
-    with pytest.raises(ValueError, match="attn_type must be 'bi' or 'uni', got 'left'"):
+    with pytest.raises(ValueError, match=r"attn_type must be one of \('bi', 'uni'\), got 'left'"):
         XLNetConfig.tiny(attn_type="left")
     with pytest.raises(ValueError, match="reuse_len must be an int >= 0"):
         XLNetConfig.tiny(reuse_len=-1)

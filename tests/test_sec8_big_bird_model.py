@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
-from minitorch_nlp.attention.bigbird import (BigBirdBlockSparseAttention, random_block_plan,
+from minitorch_nlp.attention.big_bird import (BigBirdBlockSparseAttention, random_block_plan,
                                              sparse_threshold)
 from minitorch_nlp.models.big_bird import (BigBirdConfig, BigBirdForMaskedLM,
                                            BigBirdForPreTraining, BigBirdModel)

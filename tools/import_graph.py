@@ -44,9 +44,11 @@ def _base(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(parts + ([node.module] if node.module else []))
 
 
-def imports(module: str, path: Path, modules: dict[str, Path]) -> dict[str, bool]:
+def imports(module: str, path: Path, modules: dict[str, Path],
+            unresolved: list[str] | None = None) -> dict[str, bool]:
     """The package's modules that ``module`` imports, each with whether the import is deferred
-    (only inside functions)."""
+    (only inside functions); an import of the package that names no module of it is appended to
+    ``unresolved`` (``module: name``)."""
     found: dict[str, bool] = {}
 
     def add(target: str, deferred: bool) -> None:
@@ -55,15 +57,21 @@ def imports(module: str, path: Path, modules: dict[str, Path]) -> dict[str, bool
         if target and target != module:
             found[target] = found.get(target, True) and deferred
 
+    def check(target: str) -> None:
+        if unresolved is not None and target.startswith(PACKAGE) and target not in modules:
+            unresolved.append(f"{module}: {target}")
+
     def visit(node: ast.AST, deferred: bool) -> None:
         for child in ast.iter_child_nodes(node):
             inner = deferred or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                    ast.Lambda))
             if isinstance(child, ast.Import):
                 for alias in child.names:
+                    check(alias.name)
                     add(alias.name, inner)
             elif isinstance(child, ast.ImportFrom):
                 base = _base(module, path.name == "__init__.py", child)
+                check(base)
                 for alias in child.names:
                     name = f"{base}.{alias.name}"
                     add(name if name in modules else base, inner)
@@ -94,6 +102,15 @@ BOOTSTRAPS = {
     (f"{PACKAGE}.backends.numpy_backend", f"{PACKAGE}.backends"):
         "a backend unpickles as its name, looked up in the backend registry",
 }
+
+
+def unresolved_imports(root: Path = ROOT) -> list[str]:
+    """Imports of the package that name no module of it (``module: name``)."""
+    modules = module_files(root)
+    found: list[str] = []
+    for module, path in modules.items():
+        imports(module, path, modules, found)
+    return found
 
 
 def room(module: str) -> str:

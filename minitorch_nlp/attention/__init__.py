@@ -12,9 +12,9 @@ global and random blocks); ``LongformerSelfAttention`` is a ``MultiHeadAttention
 (dilated, per-head) window and global tokens with their own projections; ``ETCAttention`` is
 one over ETC's two inputs, global and long tokens, with relative position labels.
 """
-from .bigbird import BlockSparseAttention
+from .big_bird import BlockSparseAttention
 from .drawing import draw_mask, draw_masks
-from .etc import ETCAttention
+from .extended_transformer import ETCAttention
 from .linformer import LinformerAttention, linformer_cores
 from .longformer import LongformerSelfAttention
 from .lsh import LSHAttention

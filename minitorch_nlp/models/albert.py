@@ -22,79 +22,20 @@ for the paper's Table 1 (``PAPER_CONFIGS``). Names, calls and checkpoints follow
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
-from .. import checks
+import numpy as np
+
 from .. import functional as F
-from ..io.huggingface import Rule
+from ..autograd import Tensor
 from ..nn import (Dropout, FeedForward, LayerNorm, Linear, MultiHeadAttention, TransformerLayer,
                   TransformerStack)
 from ..nn.outputs import ModelOutput
-from .bert import (HIDDEN_ACT, BertConfig, BertEmbeddings, BertForMaskedLM, BertLMHead,
-                   BertModel, _BertWithHead, embedding_rules, masked_lm_loss,
-                   register_bert_architecture, weight_and_bias)
+from .bert import (HIDDEN_ACT, BertEmbeddings, BertForMaskedLM, BertLMHead,
+                   BertModel, _BertWithHead, masked_lm_loss)
+from .configs.albert import AlbertConfig, PAPER_CONFIGS, SHARING_MODES
 
 __all__ = ["PAPER_CONFIGS", "SHARING_MODES", "AlbertConfig", "AlbertEmbeddings",
            "AlbertForMaskedLM", "AlbertForPreTraining", "AlbertModel", "parameter_count"]
-
-SHARING_MODES = ("all", "attention", "ffn", "none")
-
-
-@dataclass
-class AlbertConfig(BertConfig):
-    """``BertConfig`` plus ALBERT's ``embedding_size`` E and ``share_layers`` (one of
-    ``SHARING_MODES``). The defaults are ALBERT-base (Lan Table 1: L = 12, H = 768, E = 128,
-    all layers shared, 30 000 SentencePiece tokens; 12 heads, feed-forward 4H), with the tanh
-    GELU and no dropout of the released v2 models; ``classifier_dropout_prob`` is the SOP
-    head's dropout."""
-
-    vocab_size: int = 30000
-    embedding_size: int = 128
-    hidden_act: str = "gelu_new"
-    hidden_dropout_prob: float = 0.0
-    attention_probs_dropout_prob: float = 0.0
-    classifier_dropout_prob: float = 0.1
-    share_layers: str = "all"
-    bos_token_id: int = 2
-    eos_token_id: int = 3
-
-    model_type = "albert"
-
-    def __post_init__(self):
-        super().__post_init__()
-        checks.positive_int(self.embedding_size, "embedding_size", "AlbertConfig")
-        if self.embedding_size > self.hidden_size:
-            raise ValueError(f"AlbertConfig: embedding_size={self.embedding_size} is larger than "
-                             f"hidden_size={self.hidden_size}; ALBERT factorises the embeddings "
-                             "as V x E + E x H to need fewer parameters than V x H, which takes "
-                             "E <= H (Lan et al. 3.1: H >> E); lower embedding_size")
-        if self.share_layers not in SHARING_MODES:
-            raise ValueError(f"AlbertConfig: share_layers must be one of {SHARING_MODES}, got "
-                             f"{self.share_layers!r}")
-        if not 0.0 <= self.classifier_dropout_prob < 1.0:
-            raise ValueError(f"AlbertConfig: classifier_dropout_prob must be in [0, 1), got "
-                             f"{self.classifier_dropout_prob!r}")
-
-    @classmethod
-    def from_hf(cls, hf_config):
-        """``BertConfig.from_hf``; HuggingFace's ALBERT shares every layer (``share_layers`` is
-        "all"), and only its released layout, one group of one layer, is implemented."""
-        groups = (hf_config.get("num_hidden_groups", 1), hf_config.get("inner_group_num", 1))
-        if groups != (1, 1):
-            raise ValueError(f"AlbertConfig: num_hidden_groups={groups[0]} and inner_group_num="
-                             f"{groups[1]} are not implemented; the released ALBERT models have "
-                             "one group of one shared layer (1 and 1)")
-        return super().from_hf({key: value for key, value in hf_config.items()
-                                if key != "share_layers"})
-
-    def to_hf(self):
-        if self.share_layers != "all":
-            raise ValueError(f"AlbertConfig: share_layers={self.share_layers!r} has no "
-                             "HuggingFace format; HuggingFace's ALBERT shares all layers")
-        hf_config = super().to_hf()
-        del hf_config["share_layers"]
-        hf_config.update(num_hidden_groups=1, inner_group_num=1)
-        return hf_config
 
 
 class AlbertEmbeddings(BertEmbeddings):
@@ -105,12 +46,13 @@ class AlbertEmbeddings(BertEmbeddings):
 
     always_project = True
 
-    def __init__(self, config):
+    def __init__(self, config: AlbertConfig) -> None:
         super().__init__(config, size=config.embedding_size)
         needed = self.always_project or config.embedding_size != config.hidden_size
         self.project = Linear(config.embedding_size, config.hidden_size) if needed else None
 
-    def forward(self, input_ids, token_type_ids, position_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray, token_type_ids: Tensor | np.ndarray,
+                position_ids: Tensor | np.ndarray | None = None):
         x = super().forward(input_ids, token_type_ids, position_ids)
         return x if self.project is None else self.project(x)
 
@@ -170,15 +112,19 @@ class AlbertForPreTraining(_BertWithHead):
     base_model_class = AlbertModel
     add_pooling_layer = True
 
-    def __init__(self, config):
+    def __init__(self, config: AlbertConfig) -> None:
         super().__init__(config)
         self.mlm = BertLMHead(config, config.embedding_size)
         self.sop_dropout = Dropout(config.classifier_dropout_prob)
         self.sop = Linear(config.hidden_size, 2)
         self._init_head(self.mlm, self.sop)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, sentence_order_label=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                sentence_order_label: Tensor | np.ndarray | None = None):
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids)
         prediction_logits = self.mlm(out.last_hidden_state, self.word_embeddings)
         sop_logits = self.sop(self.sop_dropout(out.pooler_output))
@@ -212,91 +158,3 @@ def parameter_count(config, add_pooling_layer=True):
               "none": depth * (attention + feed_forward + norms)}[share]
     pooler = (hidden * hidden + hidden) if add_pooling_layer else 0
     return embeddings + projection + layers + pooler
-
-
-def _paper_config(config_class, layers, hidden, embedding=None):
-    sizes = dict(vocab_size=30000, num_hidden_layers=layers, hidden_size=hidden,
-                 num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
-    if embedding is not None:
-        sizes["embedding_size"] = embedding
-    return config_class(**sizes)
-
-
-# Lan et al. Table 1: name -> (configuration, the parameter count the paper prints). The paper
-# gives 12 heads for base, 16 for large, 32 xlarge and 64 xxlarge (H / 64); heads change no count.
-PAPER_CONFIGS = {
-    "BERT base": (_paper_config(BertConfig, 12, 768), "108M"),
-    "BERT large": (_paper_config(BertConfig, 24, 1024), "334M"),
-    "ALBERT base": (_paper_config(AlbertConfig, 12, 768, 128), "12M"),
-    "ALBERT large": (_paper_config(AlbertConfig, 24, 1024, 128), "18M"),
-    "ALBERT xlarge": (_paper_config(AlbertConfig, 24, 2048, 128), "60M"),
-    "ALBERT xxlarge": (_paper_config(AlbertConfig, 12, 4096, 128), "235M"),
-}
-
-
-# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
-# HuggingFace's ALBERT holds one layer, ``albert_layer_groups.0.albert_layers.0``, that every depth
-# applies: each of its tensors maps to that tensor of all our layers (a rule with {i} in ``ours``
-# only), which are one object in a model with share_layers="all".
-ALBERT_IGNORE = (r"(albert\.)?embeddings\.(position_ids|token_type_ids)",
-                 r"predictions\.decoder\.(weight|bias)")
-
-
-def albert_rules(hf_prefix, prefix, pooler):
-    """The key map of ``AlbertModel`` under HuggingFace's ``hf_prefix`` (``"albert."`` or
-    ``""``) and our ``prefix``."""
-    rules = embedding_rules(hf_prefix, prefix) + weight_and_bias(
-        f"{hf_prefix}encoder.embedding_hidden_mapping_in", f"{prefix}embeddings.project")
-    hf_layer = f"{hf_prefix}encoder.albert_layer_groups.0.albert_layers.0."
-    layer = f"{prefix}encoder.layers.{{i}}."
-    for hf, ours in (("attention.query", "self_attn.q_proj"),
-                     ("attention.key", "self_attn.k_proj"),
-                     ("attention.value", "self_attn.v_proj"),
-                     ("attention.dense", "self_attn.out_proj"),
-                     ("attention.LayerNorm", "norm1"),
-                     ("ffn", "feed_forward.linear1"),
-                     ("ffn_output", "feed_forward.linear2"),
-                     ("full_layer_layer_norm", "norm2")):
-        rules += weight_and_bias(hf_layer + hf, layer + ours)
-    if pooler:
-        rules += weight_and_bias(f"{hf_prefix}pooler", f"{prefix}pooler.dense")
-    return rules
-
-
-ALBERT_MLM_HEAD_RULES = [*weight_and_bias("predictions.dense", "mlm.dense"),
-                         *weight_and_bias("predictions.LayerNorm", "mlm.norm"),
-                         Rule("predictions.bias", "mlm.bias")]
-register_bert_architecture(AlbertModel, albert_rules("", "", pooler=True), default_for_type=True,
-                           ignore=ALBERT_IGNORE)
-register_bert_architecture(AlbertForMaskedLM, albert_rules("albert.", "bert.", pooler=False)
-                           + ALBERT_MLM_HEAD_RULES, ignore=ALBERT_IGNORE)
-register_bert_architecture(AlbertForPreTraining, albert_rules("albert.", "bert.", pooler=True)
-                           + ALBERT_MLM_HEAD_RULES
-                           + weight_and_bias("sop_classifier.classifier", "sop"),
-                           ignore=ALBERT_IGNORE)
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
-
-
-def _build_for_training(settings, tokenizer):
-    """An ALBERT encoder (all layers shared) with its masked-LM head for a run's ``settings``:
-    E = H / 4 at least 8 (ALBERT-base's 128 / 768 is 1 / 6), feed-forward width 4 H,
-    ``block_size`` positions, [CLS] and [SEP] included."""
-    return AlbertForMaskedLM(AlbertConfig(
-        vocab_size=len(tokenizer),
-        embedding_size=min(settings.n_embd, max(8, settings.n_embd // 4)),
-        hidden_size=settings.n_embd, num_hidden_layers=settings.n_layer,
-        num_attention_heads=settings.n_head, intermediate_size=4 * settings.n_embd,
-        max_position_embeddings=settings.block_size, hidden_dropout_prob=settings.dropout,
-        attention_probs_dropout_prob=settings.dropout, pad_token_id=tokenizer.pad_token_id))
-
-
-register_family(ModelFamily(
-    name="albert", summary="an ALBERT encoder (factorised embeddings, one shared layer) trained "
-                           "with the masked-LM objective",
-    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
-    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
-    hf_architectures=("AlbertForMaskedLM",)))

@@ -23,103 +23,23 @@ languages (eq 30-31, see ``minitorch_nlp.data.multilingual``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
 import numpy as np
 
 from .. import checks, decoding
 from .. import functional as F
-from ..autograd import zeros
-from ..io.huggingface import HFArchitecture, Rule, register_architecture
+from ..autograd import Tensor, zeros
 from ..nn import (Dropout, Embedding, LayerNorm, LearnedPositionalEmbedding, Module,
                   TransformerDecoder, TransformerEncoder, init)
 from .encoder_decoder import (IGNORE_INDEX, conditional_generation_output, encode_and_decode,
                               seq2seq_output, shift_right)
+from .configs.bart import BartConfig, MBartConfig, _HF_ACTIVATIONS
 
 __all__ = ["BartConfig", "BartForConditionalGeneration", "BartForTranslation", "BartModel",
            "BartStack", "MBartConfig", "MBartForConditionalGeneration", "POSITION_OFFSET",
            "SourceEncoder"]
 
 POSITION_OFFSET = 2
-_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}
-
-
-# ---- configuration -------------------------------------------------------------------------------
-@dataclass
-class BartConfig:
-    """BART's sizes, with HuggingFace's field names; the defaults are bart-large. The special
-    ids are fairseq's: <s> 0, <pad> 1, </s> 2; the decoder starts from </s> and generation ends
-    with </s> (``forced_eos_token_id``)."""
-
-    vocab_size: int = 50265
-    d_model: int = 1024
-    encoder_layers: int = 12
-    decoder_layers: int = 12
-    encoder_attention_heads: int = 16
-    decoder_attention_heads: int = 16
-    encoder_ffn_dim: int = 4096
-    decoder_ffn_dim: int = 4096
-    activation_function: str = "gelu"
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
-    max_position_embeddings: int = 1024
-    init_std: float = 0.02
-    scale_embedding: bool = False
-    pad_token_id: int = 1
-    bos_token_id: int = 0
-    eos_token_id: int = 2
-    decoder_start_token_id: int = 2
-    forced_bos_token_id: int | None = None
-    forced_eos_token_id: int | None = 2
-
-    def __post_init__(self):
-        where = type(self).__name__
-        for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers",
-                     "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim",
-                     "decoder_ffn_dim", "max_position_embeddings"):
-            checks.positive_int(getattr(self, name), name, where)
-        for heads in ("encoder_attention_heads", "decoder_attention_heads"):
-            if self.d_model % getattr(self, heads):
-                raise ValueError(f"{where}: {heads}={getattr(self, heads)} does not divide "
-                                 f"d_model={self.d_model}")
-        if self.activation_function not in _HF_ACTIVATIONS:
-            raise ValueError(f"{where}: activation_function must be one of "
-                             f"{sorted(_HF_ACTIVATIONS)}, got {self.activation_function!r}")
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{where}: {name} must be in [0, 1), got {getattr(self, name)}")
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
-                     "forced_bos_token_id", "forced_eos_token_id"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < self.vocab_size:
-                raise ValueError(f"{where}: {name}={value} is outside the vocabulary "
-                                 f"[0, {self.vocab_size})")
-
-    @classmethod
-    def tiny(cls, **overrides):
-        """A test-sized model: 2 + 2 layers, 16 wide, 4 heads, 32 positions, 40 tokens."""
-        return cls(**{"vocab_size": 40, "d_model": 16, "encoder_layers": 2, "decoder_layers": 2,
-                      "encoder_attention_heads": 4, "decoder_attention_heads": 4,
-                      "encoder_ffn_dim": 24, "decoder_ffn_dim": 24, "dropout": 0.0,
-                      "max_position_embeddings": 32, **overrides})
-
-    @classmethod
-    def from_hf(cls, hf):
-        """A config from a HuggingFace ``config.json`` dict."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{name: hf[name] for name in names if name in hf})
-
-    def to_hf(self):
-        """The HuggingFace ``config.json`` fields."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-@dataclass
-class MBartConfig(BartConfig):
-    """mBART's config: BART's fields, ``scale_embedding`` on by default."""
-
-    scale_embedding: bool = True
 
 
 # ---- the model -----------------------------------------------------------------------------------
@@ -129,7 +49,7 @@ class BartStack(Module):
     then the toolkit's ``TransformerEncoder`` / ``TransformerDecoder`` with GELU (post-LN for
     BART; pre-LN with a final LayerNorm for mBART)."""
 
-    def __init__(self, config, is_decoder, pre_ln):
+    def __init__(self, config: BartConfig, is_decoder: bool, pre_ln: bool) -> None:
         super().__init__()
         self.config, self.is_decoder = config, bool(is_decoder)
         side = "decoder" if is_decoder else "encoder"
@@ -146,7 +66,7 @@ class BartStack(Module):
             norm_first=pre_ln, attention_dropout=config.attention_dropout,
             activation_dropout=config.activation_dropout)
 
-    def forward(self, embeddings, memory=None, *, cache=None, **stack_kwargs):
+    def forward(self, embeddings: Tensor, memory=None, *, cache=None, **stack_kwargs):
         """``embeddings``: the tokens' rows of the shared matrix (batch, time, d_model);
         ``stack_kwargs`` (``key_mask``, ``memory_key_mask``, ``output_hidden_states`` ...) go to
         the stack. Positions count from the number of cached ones."""
@@ -182,7 +102,7 @@ class BartModel(Module):
 
     pre_ln = False
 
-    def __init__(self, config, pre_ln=None):
+    def __init__(self, config: BartConfig, pre_ln: bool | None = None) -> None:
         super().__init__()
         pre_ln = self.pre_ln if pre_ln is None else pre_ln
         self.config = config
@@ -237,9 +157,11 @@ class BartModel(Module):
                                  decoder_attention_mask, encoder_outputs, cache,
                                  output_hidden_states, output_attentions)
 
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
-                decoder_attention_mask=None, encoder_outputs=None, cache=None,
-                output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray | None = None,
+                attention_mask: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None,
+                decoder_attention_mask: Tensor | np.ndarray | None = None, encoder_outputs=None,
+                cache=None, output_hidden_states: bool = False, output_attentions: bool = False):
         encoder, decoder = self.run(input_ids, attention_mask, decoder_input_ids,
                                     decoder_attention_mask, encoder_outputs, cache,
                                     output_hidden_states, output_attentions)
@@ -254,7 +176,7 @@ class BartForConditionalGeneration(decoding.Seq2SeqGeneration, Module):
 
     model_class = BartModel
 
-    def __init__(self, config):
+    def __init__(self, config: BartConfig) -> None:
         super().__init__()
         self.config = config
         self.model = self.model_class(config)
@@ -264,9 +186,12 @@ class BartForConditionalGeneration(decoding.Seq2SeqGeneration, Module):
         """h E^T + final_logits_bias: the output layer is the shared embedding matrix."""
         return F.linear(hidden, self.model.shared.weight) + self.final_logits_bias
 
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
-                decoder_attention_mask=None, labels=None, encoder_outputs=None, cache=None,
-                output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray | None = None,
+                attention_mask: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None,
+                decoder_attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, encoder_outputs=None, cache=None,
+                output_hidden_states: bool = False, output_attentions: bool = False):
         checks.same_batch(type(self).__name__, input_ids=input_ids, labels=labels,
                           decoder_input_ids=decoder_input_ids)
         if decoder_input_ids is None and labels is not None:
@@ -316,8 +241,9 @@ class SourceEncoder(Module):
     embeddings (a vocabulary of its own), learned positions, and a small ``TransformerEncoder``.
     Its output (batch, time, d_model) stands where BART's encoder read its token embeddings."""
 
-    def __init__(self, vocab_size, d_model, *, num_layers=1, num_heads=4, d_ff=None,
-                 max_positions=1024, pad_token_id=0, dropout=0.0):
+    def __init__(self, vocab_size: int, d_model: int, *, num_layers: int = 1, num_heads: int = 4,
+                 d_ff: int | None = None, max_positions: int = 1024, pad_token_id: int = 0,
+                 dropout: float = 0.0) -> None:
         super().__init__()
         self.vocab_size = checks.positive_int(vocab_size, "vocab_size", "SourceEncoder")
         self.embed = Embedding(vocab_size, d_model, padding_idx=pad_token_id)
@@ -325,7 +251,7 @@ class SourceEncoder(Module):
         self.stack = TransformerEncoder(num_layers, d_model, num_heads, d_ff or 4 * d_model,
                                         dropout=dropout, activation="gelu")
 
-    def forward(self, input_ids, key_mask=None):
+    def forward(self, input_ids: Tensor | np.ndarray, key_mask: Tensor | np.ndarray | None = None):
         return self.stack(self.positions(self.embed(input_ids)), key_mask=key_mask)\
             .last_hidden_state
 
@@ -352,7 +278,7 @@ class BartForTranslation(decoding.Seq2SeqGeneration, Module):
     from the foreign tokens into BART's frozen encoder layers; the decoder reads and writes
     BART's own language as it did in pretraining, and its positions have nothing new to learn."""
 
-    def __init__(self, bart, source_vocab_size, **source_options):
+    def __init__(self, bart, source_vocab_size: int, **source_options) -> None:
         super().__init__()
         if not isinstance(bart, BartForConditionalGeneration):
             raise TypeError(f"BartForTranslation: expected a BartForConditionalGeneration, got "
@@ -412,132 +338,11 @@ class BartForTranslation(decoding.Seq2SeqGeneration, Module):
     def logits(self, hidden):
         return self.bart.logits(hidden)
 
-    def forward(self, input_ids, attention_mask=None, decoder_input_ids=None,
-                decoder_attention_mask=None, labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None,
+                decoder_attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         return self.bart(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                          decoder_attention_mask=decoder_attention_mask, labels=labels,
                          encoder_outputs=self.encode(input_ids, attention_mask))
-
-
-# ---- HuggingFace checkpoints ---------------------------------------------------------------------
-def _weight_and_bias(hf, ours):
-    return [Rule(f"{hf}.{kind}", f"{ours}.{kind}") for kind in ("weight", "bias")]
-
-
-def _attention_rules(hf, ours):
-    return [rule for name in ("q", "k", "v") for rule in
-            _weight_and_bias(f"{hf}.{name}_proj", f"{ours}.{name}_proj")] + \
-        _weight_and_bias(f"{hf}.out_proj", f"{ours}.out_proj")
-
-
-def _stack_rules(prefix, side, pre_ln):
-    hf, ours = f"{prefix}{side}", f"{prefix}{side}"
-    layer_hf, layer = f"{hf}.layers.{{i}}", f"{ours}.stack.layers.{{i}}"
-    feed_forward_norm = "norm3" if side == "decoder" else "norm2"
-    rules = [Rule(f"{hf}.embed_positions.weight", f"{ours}.embed_positions.table"),
-             *_weight_and_bias(f"{hf}.layernorm_embedding", f"{ours}.layernorm_embedding"),
-             *_attention_rules(f"{layer_hf}.self_attn", f"{layer}.self_attn"),
-             *_weight_and_bias(f"{layer_hf}.self_attn_layer_norm", f"{layer}.norm1"),
-             *_weight_and_bias(f"{layer_hf}.fc1", f"{layer}.feed_forward.linear1"),
-             *_weight_and_bias(f"{layer_hf}.fc2", f"{layer}.feed_forward.linear2"),
-             *_weight_and_bias(f"{layer_hf}.final_layer_norm", f"{layer}.{feed_forward_norm}")]
-    if side == "decoder":
-        rules += [*_attention_rules(f"{layer_hf}.encoder_attn", f"{layer}.cross_attn"),
-                  *_weight_and_bias(f"{layer_hf}.encoder_attn_layer_norm", f"{layer}.norm2")]
-    if pre_ln:
-        rules += _weight_and_bias(f"{hf}.layer_norm", f"{ours}.stack.norm")
-    return rules
-
-
-def _model_rules(prefix, pre_ln):
-    return tuple([Rule(f"{prefix}shared.weight", f"{prefix}shared.weight")]
-                 + _stack_rules(prefix, "encoder", pre_ln)
-                 + _stack_rules(prefix, "decoder", pre_ln))
-
-
-# tied copies of the shared embedding
-_IGNORE = (r"(model\.)?(encoder|decoder)\.embed_tokens\.weight", r"lm_head\.weight")
-
-for _name, _model_type, _class, _config, _rules in (
-        ("BartModel", "bart", BartModel, BartConfig, _model_rules("", False)),
-        ("BartForConditionalGeneration", "bart", BartForConditionalGeneration, BartConfig,
-         _model_rules("model.", False) + (Rule("final_logits_bias", "final_logits_bias"),)),
-        ("MBartForConditionalGeneration", "mbart", MBartForConditionalGeneration, MBartConfig,
-         _model_rules("model.", True) + (Rule("final_logits_bias", "final_logits_bias"),))):
-    register_architecture(HFArchitecture(
-        name=_name, model_type=_model_type, model_class=_class,
-        from_config=lambda hf, cls=_class, config=_config: cls(config.from_hf(hf)),
-        to_config=lambda model: model.config.to_hf(), rules=_rules, ignore=_IGNORE,
-        default_for_type=_class is not BartModel))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from ..data.bart_noising import Compose, SentencePermutation, TextInfilling  # noqa: E402
-from .registry import ModelFamily, Objective, register_family  # noqa: E402 (this block only)
-
-
-def _denoising_batcher(tokenizer, mask_prob):
-    """(noised inputs, originals, attention mask): each window wrapped in <s> .. </s>, its
-    sentences permuted and text infilled (``mask_prob`` of its tokens masked, the paper's best
-    setting); the inputs padded to the longest, the labels the original windows."""
-    ends = tuple(i for i in range(len(tokenizer))
-                 if tokenizer.decode([i]).rstrip().endswith((".", "!", "?")))
-    specials = (tokenizer.bos_token_id, tokenizer.eos_token_id)
-    infill = TextInfilling(tokenizer.mask_token_id, mask_ratio=mask_prob, protected=specials)
-    noise = Compose(SentencePermutation(ends), infill) if ends else infill
-
-    def make_batch(windows, rng):
-        column = np.ones((len(windows), 1), dtype=np.int64)
-        originals = np.concatenate([column * tokenizer.bos_token_id, windows,
-                                    column * tokenizer.eos_token_id], axis=1)
-        noised = [noise(row, rng) for row in originals]
-        time = max(len(row) for row in noised)
-        inputs = np.full((len(windows), time), tokenizer.pad_token_id, dtype=np.int64)
-        mask = np.zeros(inputs.shape, dtype=bool)
-        for i, row in enumerate(noised):
-            inputs[i, :len(row)], mask[i, :len(row)] = row, True
-        return inputs, originals, mask
-    return make_batch
-
-
-def _reconstruct(model, tokenizer, prompt, **options):
-    """The model's greedy reconstruction of ``prompt`` (write <mask> where text is missing), at
-    most ``max_new_tokens`` long and no longer than the decoder's position table allows."""
-    ids = tokenizer.encode(prompt)
-    limit = model.config.max_position_embeddings
-    if len(ids) > limit:
-        raise ValueError(f"generate: the prompt is {len(ids)} tokens, more than this model's "
-                         f"max_position_embeddings={limit}")
-    length = min(options.get("max_new_tokens", limit - 1), limit - 1)
-    out = model.generate(np.asarray([ids]), max_new_tokens=length)
-    return tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
-
-
-DENOISING = Objective("denoising", extra_tokens=2, batcher=_denoising_batcher,
-                      respond=_reconstruct, generates_text=False)
-
-
-def _build_for_training(settings, tokenizer):
-    """A BART for a run's ``settings``: n_layer layers in each stack, n_head heads, n_embd wide,
-    d_ff = 4 n_embd; room for twice ``block_size`` positions, since text infilling's zero-length
-    spans can make a noised window longer than the original."""
-    return BartForConditionalGeneration(BartConfig(
-        vocab_size=len(tokenizer), d_model=settings.n_embd, encoder_layers=settings.n_layer,
-        decoder_layers=settings.n_layer, encoder_attention_heads=settings.n_head,
-        decoder_attention_heads=settings.n_head, encoder_ffn_dim=4 * settings.n_embd,
-        decoder_ffn_dim=4 * settings.n_embd, dropout=settings.dropout,
-        max_position_embeddings=2 * settings.block_size, pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.eos_token_id,
-        forced_eos_token_id=tokenizer.eos_token_id))
-
-
-_NEEDS_MASK = ("BART's text infilling needs a <mask> and <s> .. </s> tokens, which the "
-               "{} tokenizer lacks; use bpe")
-register_family(ModelFamily(
-    name="bart", summary="BART, an encoder-decoder pretrained to reconstruct noised text "
-                         "(text infilling + sentence permutation, section V-B)",
-    objective=DENOISING, build=_build_for_training, default_tokenizer="bpe", bpe_style="roberta",
-    refused_tokenizers={"char": _NEEDS_MASK.format("char"),
-                        "wordpiece": _NEEDS_MASK.format("WordPiece")},
-    hf_architectures=("BartForConditionalGeneration", "MBartForConditionalGeneration")))

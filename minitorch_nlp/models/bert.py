@@ -27,24 +27,22 @@ objectives, then fine-tuned with one small output layer per task:
 
 Names and calls mirror HuggingFace's ``transformers`` (``BertConfig`` fields,
 ``model(input_ids=..., attention_mask=..., token_type_ids=..., labels=...)`` returning a
-``ModelOutput``), and the HuggingFace checkpoints load through an explicit key map at the end of
-this file. ``mean_pool`` turns the last hidden states into sentence embeddings (Reimers and
-Gurevych, 2019, Sentence-BERT), as all-MiniLM-L6-v2 does.
+``ModelOutput``), and the HuggingFace checkpoints load through an explicit key map in
+``models/families/bert.py``. ``mean_pool`` turns the last hidden states into sentence embeddings
+(Reimers and Gurevych, 2019, Sentence-BERT), as all-MiniLM-L6-v2 does.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
 from ..autograd import Tensor, tensor, zeros
-from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, LayerNorm, LearnedPositionalEmbedding, Linear, Module,
                   Parameter, TransformerEncoder, init)
 from ..nn.outputs import ModelOutput
+from .configs.bert import BertConfig, HIDDEN_ACT
 
 __all__ = ["BertConfig", "BertEmbeddings", "BertForMaskedLM", "BertForPreTraining",
            "BertForQuestionAnswering", "BertForSequenceClassification",
@@ -52,95 +50,6 @@ __all__ = ["BertConfig", "BertEmbeddings", "BertForMaskedLM", "BertForPreTrainin
            "init_bert_weights", "masked_lm_loss", "mean_pool"]
 
 IGNORE_INDEX = -100
-# HuggingFace's hidden_act -> the activation name of nn.FeedForward: BERT uses the exact (erf)
-# GELU (Devlin section 3.1: "we use a gelu activation ... rather than the standard relu").
-HIDDEN_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh"}
-
-
-@dataclass
-class BertConfig:
-    """BERT's hyper-parameters under HuggingFace's names. The defaults are BERT-base (Devlin
-    section 3: L = 12 layers, H = 768, A = 12 heads, feed-forward size 4H, 110M parameters,
-    30 522 WordPiece tokens, 512 positions, two segments, dropout 0.1).
-
-    ``num_labels`` and ``classifier_dropout`` (None: ``hidden_dropout_prob``) are for the
-    fine-tuning heads. ``initializer_range`` is the standard deviation of the initial weights.
-    """
-
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int | None = 0
-    num_labels: int = 2
-    classifier_dropout: float | None = None
-
-    model_type = "bert"
-    activations = HIDDEN_ACT     # the hidden_act values the model implements
-
-    def __post_init__(self):
-        name = type(self).__name__
-        for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                      "intermediate_size", "max_position_embeddings", "type_vocab_size",
-                      "num_labels"):
-            checks.positive_int(getattr(self, field), field, name)
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"{name}: hidden_size={self.hidden_size} is not a multiple of "
-                             f"num_attention_heads={self.num_attention_heads}")
-        if self.hidden_act not in self.activations:
-            raise ValueError(f"{name}: hidden_act must be one of {sorted(self.activations)}, "
-                             f"got {self.hidden_act!r}")
-        for field in ("hidden_dropout_prob", "attention_probs_dropout_prob",
-                      "classifier_dropout"):
-            value = getattr(self, field)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise ValueError(f"{name}: {field} must be in [0, 1), got {value!r}")
-        if not self.layer_norm_eps > 0 or not self.initializer_range > 0:
-            raise ValueError(f"{name}: layer_norm_eps and initializer_range must be > 0, got "
-                             f"{self.layer_norm_eps!r} and {self.initializer_range!r}")
-        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"{name}: pad_token_id={self.pad_token_id} is outside the "
-                             f"vocabulary [0, {self.vocab_size})")
-
-    @classmethod
-    def from_hf(cls, hf_config):
-        """The config of a HuggingFace ``config.json`` (a dict). Fields we do not model
-        (``transformers_version``, ``use_cache`` ...) are skipped; settings that change the
-        maths and that we do not implement (relative positions, a decoder, an MLM decoder not
-        tied to the word embeddings) are errors."""
-        name = cls.__name__
-        if not hf_config.get("tie_word_embeddings", True):
-            raise ValueError(f"{name}: tie_word_embeddings=False is not implemented: the MLM "
-                             "decoder is the word-embedding matrix")
-        if hf_config.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"{name}: only absolute position embeddings are implemented, got "
-                             f"position_embedding_type={hf_config['position_embedding_type']!r}")
-        if hf_config.get("is_decoder") or hf_config.get("add_cross_attention"):
-            raise ValueError(f"{name}: BERT as a decoder (is_decoder / add_cross_attention) is "
-                             "not implemented")
-        fields = {field.name for field in dataclasses.fields(cls)}
-        values = {key: value for key, value in hf_config.items() if key in fields}
-        if "num_labels" not in hf_config and "id2label" in hf_config:
-            values["num_labels"] = len(hf_config["id2label"])
-        return cls(**values)
-
-    def to_hf(self):
-        """The fields of a HuggingFace ``config.json`` (without ``architectures`` and
-        ``model_type``); the labels as HuggingFace writes them, ``id2label`` / ``label2id``."""
-        hf_config = dataclasses.asdict(self)
-        labels = [f"LABEL_{i}" for i in range(hf_config.pop("num_labels"))]
-        hf_config.update(id2label={str(i): label for i, label in enumerate(labels)},
-                         label2id={label: i for i, label in enumerate(labels)},
-                         position_embedding_type="absolute")
-        return hf_config
 
 
 def init_bert_weights(module, std):
@@ -168,7 +77,7 @@ class BertEmbeddings(Module):
 
     segments = True
 
-    def __init__(self, config, size=None):
+    def __init__(self, config: BertConfig, size: int | None = None) -> None:
         super().__init__()
         size = config.hidden_size if size is None else size
         self.word_embeddings = Embedding(config.vocab_size, size, padding_idx=config.pad_token_id)
@@ -180,7 +89,8 @@ class BertEmbeddings(Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.max_length = config.max_position_embeddings
 
-    def forward(self, input_ids, token_type_ids, position_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray, token_type_ids: Tensor | np.ndarray,
+                position_ids: Tensor | np.ndarray | None = None):
         """``input_ids`` and ``token_type_ids`` (batch, time) int arrays; positions 0 .. time-1
         unless ``position_ids`` (batch, time) are given."""
         x = self.word_embeddings(input_ids)
@@ -193,11 +103,11 @@ class BertPooler(Module):
     """C = tanh(W h_[CLS] + b): the final hidden state of the first token, [CLS], through a dense
     layer and tanh, the sequence's representation for NSP and classification."""
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden):
+    def forward(self, hidden: Tensor):
         return F.tanh(self.dense(hidden[:, 0]))
 
 
@@ -211,7 +121,7 @@ class BertModel(Module):
     pooler_class = BertPooler
     norm_first = False      # True: pre-LN layers and a final LayerNorm (Megatron-BERT)
 
-    def __init__(self, config, add_pooling_layer=True):
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
         super().__init__()
         if not isinstance(config, self.config_class):
             raise TypeError(f"{type(self).__name__}: config must be a "
@@ -234,9 +144,12 @@ class BertModel(Module):
             attention_dropout=config.attention_probs_dropout_prob,
             activation_dropout=0.0)   # BERT drops the feed-forward output, not its hidden units
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                head_mask=None, output_hidden_states=False, output_attentions=False, *,
-                layer_inputs=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False, *, layer_inputs=None):
         """``input_ids`` (batch, time) ints in [0, vocab_size); ``attention_mask`` (batch, time),
         1/True on real tokens and 0/False on padding (None: every token is real);
         ``token_type_ids`` (batch, time) segment ids, 0 for sentence A and 1 for B (None: all
@@ -290,7 +203,7 @@ class BertLMHead(Module):
     ``embedding_size``: the word embeddings' width, which the dense layer maps to (default
     ``hidden_size``; ALBERT's factorised embeddings are narrower)."""
 
-    def __init__(self, config, embedding_size=None):
+    def __init__(self, config: BertConfig, embedding_size: int | None = None) -> None:
         super().__init__()
         embedding_size = config.hidden_size if embedding_size is None else embedding_size
         self.approximate = "tanh" if HIDDEN_ACT[config.hidden_act] == "gelu_tanh" else "none"
@@ -298,7 +211,7 @@ class BertLMHead(Module):
         self.norm = LayerNorm(embedding_size, eps=config.layer_norm_eps)
         self.bias = Parameter(zeros(config.vocab_size))
 
-    def forward(self, hidden, word_embeddings):
+    def forward(self, hidden: Tensor, word_embeddings: Tensor):
         """``hidden`` (batch, time, hidden_size) and the (vocab_size, hidden_size) word-embedding
         Parameter -> logits (batch, time, vocab_size)."""
         x = self.norm(F.gelu(self.dense(hidden), approximate=self.approximate))
@@ -348,14 +261,18 @@ class BertForMaskedLM(_BertWithHead):
     Further keyword arguments go to the base model's ``forward`` (Longformer's
     ``global_attention_mask``)."""
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.mlm = self.lm_head_class(config, self.word_embeddings.shape[1])
         self._init_head(self.mlm)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, head_mask=None, output_hidden_states=False, output_attentions=False,
-                **base_inputs):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False, **base_inputs):
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, head_mask,
                            output_hidden_states, output_attentions, **base_inputs)
         logits = self.mlm(out.last_hidden_state, self.word_embeddings)
@@ -374,15 +291,20 @@ class BertForPreTraining(_BertWithHead):
 
     add_pooling_layer = True
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.mlm = self.lm_head_class(config, self.word_embeddings.shape[1])
         self.nsp = Linear(config.hidden_size, 2)
         self._init_head(self.mlm, self.nsp)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, next_sentence_label=None, head_mask=None,
-                output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                next_sentence_label: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, head_mask,
                            output_hidden_states, output_attentions)
         prediction_logits = self.mlm(out.last_hidden_state, self.word_embeddings)
@@ -404,7 +326,7 @@ class BertForSequenceClassification(_BertWithHead):
 
     add_pooling_layer = True
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self._add_classifier()
 
@@ -412,9 +334,13 @@ class BertForSequenceClassification(_BertWithHead):
         """What the classifier reads: the pooled [CLS], C (``pooler_output``)."""
         return encoded.pooler_output
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, head_mask=None, output_hidden_states=False,
-                output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         encoded = self._encode(input_ids, attention_mask, token_type_ids, position_ids,
                                head_mask, output_hidden_states, output_attentions)
         logits = self.classifier(self.dropout(self.sequence_representation(encoded)))
@@ -432,12 +358,15 @@ class BertForTokenClassification(_BertWithHead):
     linear layer on every final hidden state, ``logits`` (batch, time, num_labels); ``labels``
     (batch, time) with -100 where no label counts (padding, continuation word pieces)."""
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self._add_classifier()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         hidden = self._encode(input_ids, attention_mask, token_type_ids,
                               position_ids).last_hidden_state
         logits = self.classifier(self.dropout(hidden))
@@ -456,7 +385,7 @@ class BertForQuestionAnswering(_BertWithHead):
     outside the sequence are clamped to ``time`` and ignored, as in HuggingFace. ``best_span``
     decodes the answer."""
 
-    def __init__(self, config):
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.qa_outputs = Linear(config.hidden_size, 2)
         self._init_head(self.qa_outputs)
@@ -465,8 +394,12 @@ class BertForQuestionAnswering(_BertWithHead):
         """What S and E score: the final hidden states as they are (DistilBERT drops them)."""
         return hidden
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                start_positions=None, end_positions=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                start_positions: Tensor | np.ndarray | None = None,
+                end_positions: Tensor | np.ndarray | None = None):
         hidden = self._encode(input_ids, attention_mask, token_type_ids,
                               position_ids).last_hidden_state
         logits = self.qa_outputs(self.token_representation(hidden))
@@ -533,109 +466,3 @@ def mean_pool(last_hidden_state, attention_mask, normalize=False):
     if normalize:
         pooled = pooled / (pooled * pooled).sum(axis=-1, keepdims=True).sqrt().clip(1e-12, None)
     return pooled
-
-
-# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
-# HuggingFace's names -> ours. Linear weights are (out, in) in both: nothing is transposed. The
-# ``embeddings.position_ids`` buffer and the decoder (a tied copy of the word embeddings and of
-# the output bias) hold nothing of their own.
-BERT_IGNORE = (r"(bert\.|roberta\.)?embeddings\.(position_ids|token_type_ids)",
-               r"(cls\.predictions|lm_head)\.decoder\.(weight|bias)")
-
-
-def weight_and_bias(hf, ours, optional=False):
-    """The rules of a Linear or LayerNorm: ``{hf}.weight`` -> ``{ours}.weight``, and the bias
-    (``optional``: for a layer only some configurations have)."""
-    return [Rule(f"{hf}.{kind}", f"{ours}.{kind}", optional=optional)
-            for kind in ("weight", "bias")]
-
-
-def embedding_rules(hf_prefix, prefix, norm=True):
-    """The key map of ``BertEmbeddings`` under ``{hf_prefix}embeddings.`` and
-    ``{prefix}embeddings.``; ``norm=False`` for embeddings without LayerNorm (Megatron-BERT)."""
-    hf_embed, embed = f"{hf_prefix}embeddings.", f"{prefix}embeddings."
-    rules = [Rule(f"{hf_embed}word_embeddings.weight", f"{embed}word_embeddings.weight"),
-             Rule(f"{hf_embed}position_embeddings.weight", f"{embed}position_embeddings.table"),
-             Rule(f"{hf_embed}token_type_embeddings.weight",
-                  f"{embed}token_type_embeddings.weight")]
-    return rules + (weight_and_bias(f"{hf_embed}LayerNorm", f"{embed}norm") if norm else [])
-
-
-def bert_rules(hf_prefix, prefix, pooler):
-    """The key map of ``BertModel`` (and ``RobertaModel``) under HuggingFace's ``hf_prefix``
-    (``"bert."``, ``"roberta."``, ``""``) and our ``prefix``."""
-    rules = embedding_rules(hf_prefix, prefix) + encoder_layer_rules(hf_prefix, prefix)
-    if pooler:
-        rules += weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense")
-    return rules
-
-
-def encoder_layer_rules(hf_prefix, prefix, norms=("attention.output.LayerNorm",
-                                                   "output.LayerNorm")):
-    """The key map of the encoder layers of ``BertModel`` (and ELECTRA's, Megatron-BERT's with
-    its own ``norms``: HuggingFace's names of each layer's two LayerNorms)."""
-    hf_layer, layer = f"{hf_prefix}encoder.layer.{{i}}.", f"{prefix}encoder.layers.{{i}}."
-    rules = []
-    for hf, ours in (("attention.self.query", "self_attn.q_proj"),
-                     ("attention.self.key", "self_attn.k_proj"),
-                     ("attention.self.value", "self_attn.v_proj"),
-                     ("attention.output.dense", "self_attn.out_proj"),
-                     (norms[0], "norm1"),
-                     ("intermediate.dense", "feed_forward.linear1"),
-                     ("output.dense", "feed_forward.linear2"),
-                     (norms[1], "norm2")):
-        rules += weight_and_bias(hf_layer + hf, layer + ours)
-    return rules
-
-
-def register_bert_architecture(model_class, rules, default_for_type=False, ignore=BERT_IGNORE):
-    """Register ``model_class`` (named as its HuggingFace counterpart) with ``rules``; ``ignore``:
-    the HuggingFace keys that hold nothing of ours."""
-    config_class = getattr(model_class, "base_model_class", model_class).config_class
-    register_architecture(HFArchitecture(
-        name=model_class.__name__, model_type=config_class.model_type, model_class=model_class,
-        from_config=lambda hf_config: model_class(config_class.from_hf(hf_config)),
-        to_config=lambda model: model.config.to_hf(), rules=tuple(rules), ignore=ignore,
-        default_for_type=default_for_type))
-
-
-MLM_HEAD_RULES = [*weight_and_bias("cls.predictions.transform.dense", "mlm.dense"),
-                  *weight_and_bias("cls.predictions.transform.LayerNorm", "mlm.norm"),
-                  Rule("cls.predictions.bias", "mlm.bias")]
-register_bert_architecture(BertModel, bert_rules("", "", pooler=True), default_for_type=True)
-register_bert_architecture(BertForMaskedLM, bert_rules("bert.", "bert.", False) + MLM_HEAD_RULES)
-register_bert_architecture(BertForPreTraining, bert_rules("bert.", "bert.", True) + MLM_HEAD_RULES
-                           + weight_and_bias("cls.seq_relationship", "nsp"))
-register_bert_architecture(BertForSequenceClassification, bert_rules("bert.", "bert.", True)
-                           + weight_and_bias("classifier", "classifier"))
-register_bert_architecture(BertForTokenClassification, bert_rules("bert.", "bert.", False)
-                           + weight_and_bias("classifier", "classifier"))
-register_bert_architecture(BertForQuestionAnswering, bert_rules("bert.", "bert.", False)
-                           + weight_and_bias("qa_outputs", "qa_outputs"))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
-
-
-def _build_for_training(settings, tokenizer, model_class=None, **fields):
-    """A BERT encoder with its masked-LM head (``model_class``, default ``BertForMaskedLM``) for
-    a run's ``settings`` (``training.TrainConfig``): feed-forward width 4 d, ``block_size``
-    positions, [CLS] and [SEP] included; ``fields`` set other config fields, or replace these."""
-    model_class = BertForMaskedLM if model_class is None else model_class
-    return model_class(model_class.base_model_class.config_class(**{
-        **dict(vocab_size=len(tokenizer), hidden_size=settings.n_embd,
-               num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
-               intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,
-               hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
-               pad_token_id=tokenizer.pad_token_id),
-        **fields}))
-
-
-_NO_SPECIAL_TOKENS = ("it has no [CLS], [SEP] or [MASK] token, which masked-LM training needs; "
-                      "use wordpiece or bpe")
-register_family(ModelFamily(
-    name="bert", summary="a BERT encoder trained with the masked-LM objective (dynamic masking)",
-    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
-    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
-    hf_architectures=("BertForMaskedLM",)))

@@ -16,62 +16,17 @@ and block 0 in place of every random block in evaluation (HuggingFace draws noth
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-from ..attention.bigbird import BigBirdBlockSparseAttention
-from .bert import (MLM_HEAD_RULES, BertConfig, BertEmbeddings, BertForMaskedLM,
-                   BertForPreTraining, BertModel, bert_rules, register_bert_architecture,
-                   weight_and_bias)
+import numpy as np
+
+from ..attention.big_bird import BigBirdBlockSparseAttention
+from ..autograd import Tensor
+from .bert import (BertEmbeddings, BertForMaskedLM,
+                   BertForPreTraining, BertModel)
+from .configs.big_bird import BigBirdConfig
 
 __all__ = ["BigBirdConfig", "BigBirdEmbeddings", "BigBirdForMaskedLM", "BigBirdForPreTraining",
            "BigBirdModel"]
-
-ATTENTION_TYPES = ("block_sparse", "original_full")
-
-
-@dataclass
-class BigBirdConfig(BertConfig):
-    """``BertConfig`` with BigBird's fields under HuggingFace's names and
-    google/bigbird-roberta-base's defaults: ``attention_type`` ("block_sparse" or
-    "original_full"), ``block_size`` (64 positions), ``num_random_blocks`` (r = 3),
-    ``rescale_embeddings`` (the word embeddings times sqrt(hidden_size)), ``use_bias`` (biases
-    of the query, key and value projections; only True is implemented), 50 358 tokens, 4096
-    positions, the tanh GELU."""
-
-    vocab_size: int = 50358
-    hidden_act: str = "gelu_new"
-    max_position_embeddings: int = 4096
-    attention_type: str = "block_sparse"
-    block_size: int = 64
-    num_random_blocks: int = 3
-    rescale_embeddings: bool = False
-    use_bias: bool = True
-    bos_token_id: int | None = 1
-    eos_token_id: int | None = 2
-    sep_token_id: int | None = 66
-
-    model_type = "big_bird"
-
-    def __post_init__(self):
-        super().__post_init__()
-        name = type(self).__name__
-        if self.attention_type not in ATTENTION_TYPES:
-            raise ValueError(f"{name}: attention_type must be one of {ATTENTION_TYPES}, got "
-                             f"{self.attention_type!r}")
-        if not isinstance(self.block_size, int) or self.block_size < 1:
-            raise ValueError(f"{name}: block_size must be a positive int, got "
-                             f"{self.block_size!r}")
-        if not isinstance(self.num_random_blocks, int) or self.num_random_blocks < 0:
-            raise ValueError(f"{name}: num_random_blocks must be an int >= 0, got "
-                             f"{self.num_random_blocks!r}")
-        if not self.use_bias:
-            raise ValueError(f"{name}: use_bias=False (query, key and value projections "
-                             "without biases) is not implemented")
-
-    def to_hf(self):
-        hf_config = super().to_hf()
-        del hf_config["position_embedding_type"]      # BigBird's config has no such field
-        return hf_config
 
 
 class BigBirdEmbeddings(BertEmbeddings):
@@ -79,11 +34,12 @@ class BigBirdEmbeddings(BertEmbeddings):
     when ``rescale_embeddings``, and dropout before the LayerNorm (HuggingFace's order; the same
     in evaluation)."""
 
-    def __init__(self, config):
+    def __init__(self, config: BigBirdConfig) -> None:
         super().__init__(config)
         self.scale = config.hidden_size ** 0.5 if config.rescale_embeddings else None
 
-    def forward(self, input_ids, token_type_ids, position_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray, token_type_ids: Tensor | np.ndarray,
+                position_ids: Tensor | np.ndarray | None = None):
         x = self.word_embeddings(input_ids)
         if self.scale is not None:
             x = x * self.scale
@@ -125,41 +81,3 @@ class BigBirdForPreTraining(BertForPreTraining):
     sentence prediction on the pooled first token (``seq_relationship_logits``)."""
 
     base_model_class = BigBirdModel
-
-
-# ---- HuggingFace checkpoints: BERT's key map; the pooler is one Linear named "pooler" ----------
-def big_bird_rules(hf_prefix, prefix, pooler):
-    """The key map of ``BigBirdModel`` under HuggingFace's ``hf_prefix`` and our ``prefix``."""
-    rules = bert_rules(hf_prefix, prefix, pooler=False)
-    if pooler:
-        rules += weight_and_bias(f"{hf_prefix}pooler", f"{prefix}pooler.dense")
-    return rules
-
-
-register_bert_architecture(BigBirdModel, big_bird_rules("", "", pooler=True),
-                           default_for_type=True)
-register_bert_architecture(BigBirdForMaskedLM, big_bird_rules("bert.", "bert.", pooler=True)
-                           + MLM_HEAD_RULES)
-register_bert_architecture(BigBirdForPreTraining, big_bird_rules("bert.", "bert.", pooler=True)
-                           + MLM_HEAD_RULES + weight_and_bias("cls.seq_relationship", "nsp"))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .bert import _NO_SPECIAL_TOKENS, _build_for_training  # noqa: E402 (this block only)
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
-
-
-def _build_big_bird_for_training(settings, tokenizer):
-    """BERT's training build with BigBird's attention: blocks of block_size // 8 positions and
-    one random block, so that a context of ``block_size`` >= 8 tokens (8 blocks or more, above
-    the 7 attended in full) is attended sparsely."""
-    return _build_for_training(settings, tokenizer, BigBirdForMaskedLM,
-                               block_size=max(1, settings.block_size // 8), num_random_blocks=1)
-
-
-register_family(ModelFamily(
-    name="big_bird", summary="a BigBird encoder (block-sparse attention: window, global and "
-                             "random blocks) trained with the masked-LM objective",
-    objective=MASKED_LM, build=_build_big_bird_for_training, default_tokenizer="wordpiece",
-    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
-    hf_architectures=("BigBirdForMaskedLM",)))

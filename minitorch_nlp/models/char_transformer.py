@@ -35,66 +35,19 @@ the last position of each segment.
 """
 from __future__ import annotations
 
-import numbers
-from dataclasses import dataclass
 
 import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import stack
+from ..autograd import stack, Tensor
 from ..nn import LearnedPositionalEmbedding, Linear, ModuleList, init
 from ..nn.outputs import ModelOutput
-from .gpt import IGNORE_INDEX, GPT2LMHeadModel, GPTConfig, GPTModel, causal_lm_loss
+from .gpt import IGNORE_INDEX, GPT2LMHeadModel, GPTModel, causal_lm_loss
+from .configs.char_transformer import CharTransformerConfig, _check_fraction
 
 __all__ = ["CharTransformerConfig", "CharTransformerLMHeadModel", "CharTransformerModel",
            "deep_char_loss", "intermediate_layer_weights"]
-
-
-# ---- configuration -------------------------------------------------------------------------------
-@dataclass
-class CharTransformerConfig(GPTConfig):
-    """A ``GPTConfig`` (GPT-2's pre-LN layout) plus the paper's auxiliary losses.
-
-    ``per_layer_positions``: a learned position table added before every layer (the paper), not
-    only before the first. ``all_positions``: every position predicts (auxiliary loss 1); False:
-    only the last position of the segment. ``intermediate_losses``: every layer's output
-    predicts (auxiliary loss 2), layer l of n dropped once ``l / n * intermediate_stop`` of the
-    training is done (``intermediate_stop=0.5``: the paper's l/(2n); 1.0 keeps the top
-    intermediate layer almost to the end). ``num_targets``: the characters predicted ahead
-    (auxiliary loss 3; the paper: 2, 1 turns it off), the extra ones weighted by
-    ``extra_target_weight`` (the paper: 0.5).
-    """
-
-    per_layer_positions: bool = True
-    all_positions: bool = True
-    intermediate_losses: bool = True
-    intermediate_stop: float = 0.5
-    num_targets: int = 2
-    extra_target_weight: float = 0.5
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.variant != "gpt2":
-            raise ValueError(f"CharTransformerConfig: variant must be 'gpt2' (pre-LN blocks, as "
-                             f"the paper's Transformer), got {self.variant!r}")
-        checks.positive_int(self.num_targets, "num_targets", "CharTransformerConfig")
-        _check_fraction(self.intermediate_stop, "intermediate_stop", "CharTransformerConfig",
-                        low_open=True)
-        if not isinstance(self.extra_target_weight, numbers.Real) or self.extra_target_weight < 0:
-            raise ValueError(f"CharTransformerConfig: extra_target_weight must be a number >= 0, "
-                             f"got {self.extra_target_weight!r}")
-        if self.num_targets >= self.n_positions:
-            raise ValueError(f"CharTransformerConfig: num_targets={self.num_targets} must be less "
-                             f"than n_positions={self.n_positions} (a segment must hold a "
-                             "character and its last target)")
-
-
-def _check_fraction(value, name, where, low_open=False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-            or not (0 < value <= 1 if low_open else 0 <= value <= 1):
-        interval = "(0, 1]" if low_open else "[0, 1]"
-        raise ValueError(f"{where}: {name} must be a number in {interval}, got {value!r}")
 
 
 # ---- the objective (eq 85 and the three auxiliary losses) ----------------------------------------
@@ -161,14 +114,16 @@ class CharTransformerModel(GPTModel):
     the final LayerNorm, the states the paper's intermediate classifiers read (the last one is
     ``last_hidden_state``)."""
 
-    def __init__(self, config):
+    def __init__(self, config: CharTransformerConfig) -> None:
         super().__init__(config)
         extra = config.n_layer - 1 if config.per_layer_positions else 0
         self.layer_positions = ModuleList([
             LearnedPositionalEmbedding(config.n_positions, config.n_embd,
                                        std=config.initializer_range) for _ in range(extra)])
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None, cache=None):
         """``input_ids`` (batch, time); ``attention_mask`` (batch, keys) 1 on characters, 0 on
         padding; ``position_ids`` default to the positions after those in ``cache`` (from
         ``new_cache()``, filled in place)."""
@@ -196,7 +151,7 @@ class CharTransformerLMHeadModel(GPT2LMHeadModel):
 
     body_class = CharTransformerModel
 
-    def __init__(self, config):
+    def __init__(self, config: CharTransformerConfig) -> None:
         super().__init__(config)
         self.target_heads = ModuleList([Linear(config.n_embd, config.vocab_size)
                                         for _ in range(config.num_targets - 1)])
@@ -216,8 +171,10 @@ class CharTransformerLMHeadModel(GPT2LMHeadModel):
         return stack([self.transformer.lm_logits(hidden)]
                      + [head(hidden) for head in self.target_heads])
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None, labels=None,
-                cache=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, cache=None):
         out = self.transformer(input_ids, attention_mask, position_ids, cache)
         logits = self.transformer.lm_logits(out.last_hidden_state)
         loss = None
@@ -233,23 +190,3 @@ class CharTransformerLMHeadModel(GPT2LMHeadModel):
                 extra_target_weight=config.extra_target_weight)
         return ModelOutput(loss=loss, logits=logits, past_key_values=cache,
                            hidden_states=out.hidden_states)
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (this block only)
-
-
-def _build_for_training(settings, tokenizer):
-    """The paper's model at a run's sizes (``training.TrainConfig``), every auxiliary loss on."""
-    return CharTransformerLMHeadModel(CharTransformerConfig(
-        vocab_size=len(tokenizer), n_positions=settings.block_size, n_embd=settings.n_embd,
-        n_layer=settings.n_layer, n_head=settings.n_head, resid_pdrop=settings.dropout,
-        embd_pdrop=settings.dropout, attn_pdrop=settings.dropout,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=None))
-
-
-register_family(ModelFamily(
-    name="char_transformer", summary="Al-Rfou et al.'s deep character Transformer: fixed "
-    "segments, losses at every position, intermediate layer and 2 targets ahead (eq 85)",
-    objective=CAUSAL_LM, build=_build_for_training, default_tokenizer="char", bpe_style="gpt2",
-    progress=CharTransformerLMHeadModel.set_training_progress))

@@ -17,63 +17,24 @@ teacher (section 2-3 of the paper):
 names (``dim``, ``n_layers``, ``n_heads``, ``hidden_dim`` ...); the HuggingFace checkpoints of
 ``DistilBertModel``, ``DistilBertForMaskedLM``, ``DistilBertForSequenceClassification``,
 ``DistilBertForTokenClassification`` and ``DistilBertForQuestionAnswering`` load through the key
-map at the end of this file.
+map in ``models/families/distilbert.py``.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
-from dataclasses import dataclass
+
+import numpy as np
 
 from .. import functional as F
-from ..io.huggingface import Rule
+from ..autograd import Tensor
 from ..nn import Dropout, Linear
 from .bert import (BertConfig, BertEmbeddings, BertForMaskedLM, BertForQuestionAnswering,
-                   BertForSequenceClassification, BertForTokenClassification, BertModel,
-                   register_bert_architecture, weight_and_bias)
+                   BertForSequenceClassification, BertForTokenClassification, BertModel)
+from .configs.distilbert import DistilBertConfig
 
 __all__ = ["DistilBertConfig", "DistilBertEmbeddings", "DistilBertForMaskedLM",
            "DistilBertForQuestionAnswering", "DistilBertForSequenceClassification",
            "DistilBertForTokenClassification", "DistilBertModel", "distilbert_from_teacher"]
-
-# HuggingFace's DistilBERT names -> BertConfig's
-HF_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers",
-            "n_heads": "num_attention_heads", "hidden_dim": "intermediate_size",
-            "dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob",
-            "activation": "hidden_act", "seq_classif_dropout": "classifier_dropout"}
-
-
-@dataclass
-class DistilBertConfig(BertConfig):
-    """``BertConfig`` with DistilBERT-base's defaults: 6 layers (BERT-base's 12 halved), the
-    sequence classifier's dropout 0.2 (HuggingFace's ``seq_classif_dropout``), the
-    question-answering head's 0.1 (``qa_dropout``); LayerNorm eps 1e-12. ``type_vocab_size`` is
-    unused (no segment embeddings)."""
-
-    num_hidden_layers: int = 6
-    classifier_dropout: float | None = 0.2
-    qa_dropout: float = 0.1
-
-    model_type = "distilbert"
-
-    @classmethod
-    def from_hf(cls, hf_config):
-        """The config of a HuggingFace DistilBERT ``config.json`` (a dict); sinusoidal position
-        embeddings (``sinusoidal_pos_embds``) are not implemented and are an error."""
-        if hf_config.get("sinusoidal_pos_embds"):
-            raise ValueError(f"{cls.__name__}: sinusoidal_pos_embds=True is not implemented; "
-                             "DistilBERT's checkpoints use learned position embeddings")
-        return super().from_hf({HF_NAMES.get(key, key): value
-                                for key, value in hf_config.items()})
-
-    def to_hf(self):
-        """HuggingFace's DistilBERT fields (``dim``, ``n_layers`` ...)."""
-        ours_to_hf = {ours: hf for hf, ours in HF_NAMES.items()}
-        hf_config = {ours_to_hf.get(key, key): value for key, value in super().to_hf().items()
-                     if key not in ("type_vocab_size", "layer_norm_eps",
-                                    "position_embedding_type")}
-        hf_config.update(sinusoidal_pos_embds=False, tie_word_embeddings=True)
-        return hf_config
 
 
 class DistilBertEmbeddings(BertEmbeddings):
@@ -89,14 +50,18 @@ class DistilBertModel(BertModel):
     config_class = DistilBertConfig
     embeddings_class = DistilBertEmbeddings
 
-    def __init__(self, config, add_pooling_layer=False):
+    def __init__(self, config: DistilBertConfig, add_pooling_layer: bool = False) -> None:
         if add_pooling_layer:
             raise ValueError("DistilBertModel: DistilBERT has no pooler (Sanh et al. removed it "
                              "with next-sentence prediction)")
         super().__init__(config, add_pooling_layer=False)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                head_mask=None, output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         """As ``BertModel.forward``; ``token_type_ids`` must be None (no segment embeddings)."""
         if token_type_ids is not None:
             raise ValueError(f"{type(self).__name__}: DistilBERT has no token types (Sanh et al. "
@@ -122,7 +87,7 @@ class DistilBertForSequenceClassification(BertForSequenceClassification):
     base_model_class = DistilBertModel
     add_pooling_layer = False
 
-    def __init__(self, config):
+    def __init__(self, config: DistilBertConfig) -> None:
         super().__init__(config)
         self.pre_classifier = Linear(config.hidden_size, config.hidden_size)
         self._init_head(self.pre_classifier)
@@ -138,7 +103,7 @@ class DistilBertForTokenClassification(BertForTokenClassification):
 
     base_model_class = DistilBertModel
 
-    def __init__(self, config):
+    def __init__(self, config: DistilBertConfig) -> None:
         super().__init__(config)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
@@ -150,7 +115,7 @@ class DistilBertForQuestionAnswering(BertForQuestionAnswering):
 
     base_model_class = DistilBertModel
 
-    def __init__(self, config):
+    def __init__(self, config: DistilBertConfig) -> None:
         super().__init__(config)
         self.dropout = Dropout(config.qa_dropout)
 
@@ -200,50 +165,3 @@ def distilbert_from_teacher(teacher, layers=None):
         state[f"{prefix}embeddings.position_embeddings.table"] = positions + segment_a
     student.load_state_dict(state)
     return student.train(teacher.training)
-
-
-# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
-def distilbert_rules(hf_prefix, prefix):
-    """The key map of ``DistilBertModel`` under HuggingFace's ``hf_prefix`` (``"distilbert."`` or
-    ``""``) and our ``prefix``. Nothing is transposed."""
-    hf_embed, embed = f"{hf_prefix}embeddings.", f"{prefix}embeddings."
-    rules = [Rule(f"{hf_embed}word_embeddings.weight", f"{embed}word_embeddings.weight"),
-             Rule(f"{hf_embed}position_embeddings.weight", f"{embed}position_embeddings.table"),
-             *weight_and_bias(f"{hf_embed}LayerNorm", f"{embed}norm")]
-    hf_layer, layer = f"{hf_prefix}transformer.layer.{{i}}.", f"{prefix}encoder.layers.{{i}}."
-    for hf, ours in (("attention.q_lin", "self_attn.q_proj"),
-                     ("attention.k_lin", "self_attn.k_proj"),
-                     ("attention.v_lin", "self_attn.v_proj"),
-                     ("attention.out_lin", "self_attn.out_proj"), ("sa_layer_norm", "norm1"),
-                     ("ffn.lin1", "feed_forward.linear1"), ("ffn.lin2", "feed_forward.linear2"),
-                     ("output_layer_norm", "norm2")):
-        rules += weight_and_bias(hf_layer + hf, layer + ours)
-    return rules
-
-
-register_bert_architecture(DistilBertModel, distilbert_rules("", ""), default_for_type=True)
-register_bert_architecture(DistilBertForMaskedLM, distilbert_rules("distilbert.", "bert.")
-                           + weight_and_bias("vocab_transform", "mlm.dense")
-                           + weight_and_bias("vocab_layer_norm", "mlm.norm")
-                           + [Rule("vocab_projector.bias", "mlm.bias")])
-register_bert_architecture(DistilBertForSequenceClassification,
-                           distilbert_rules("distilbert.", "bert.")
-                           + weight_and_bias("pre_classifier", "pre_classifier")
-                           + weight_and_bias("classifier", "classifier"))
-register_bert_architecture(DistilBertForTokenClassification,
-                           distilbert_rules("distilbert.", "bert.")
-                           + weight_and_bias("classifier", "classifier"))
-register_bert_architecture(DistilBertForQuestionAnswering,
-                           distilbert_rules("distilbert.", "bert.")
-                           + weight_and_bias("qa_outputs", "qa_outputs"))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .bert import _NO_SPECIAL_TOKENS, _build_for_training  # noqa: E402 (this block only)
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
-
-register_family(ModelFamily(
-    name="distilbert", summary="a DistilBERT encoder (BERT without segments or pooler), masked LM",
-    objective=MASKED_LM, default_tokenizer="wordpiece", bpe_style="roberta",
-    build=functools.partial(_build_for_training, model_class=DistilBertForMaskedLM),
-    refused_tokenizers={"char": _NO_SPECIAL_TOKENS}, hf_architectures=("DistilBertForMaskedLM",)))

@@ -8,43 +8,22 @@ linear projection of that vector (``projection_dim > 0``); the released checkpoi
 
 ``DPRQuestionEncoder`` is E_Q, ``DPRContextEncoder`` is E_P; their calls and output
 (``pooler_output`` (batch, d)) mirror HuggingFace's, and HuggingFace checkpoints load through
-the key map at the end of this file. The training loss (eq 84) and the retriever built on an
+the key map in ``models/families/dpr.py``. The training loss (eq 84) and the retriever built on an
 index are in :mod:`minitorch_nlp.retrieval.dpr`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-from .. import checks, cookbook
-from ..io.huggingface import HFArchitecture, register_architecture
+import numpy as np
+
+from .. import cookbook
+from ..autograd import Tensor
 from ..nn import Linear, Module
 from ..nn.outputs import ModelOutput
-from .bert import BERT_IGNORE, BertConfig, BertModel, bert_rules, init_bert_weights, \
-    weight_and_bias
+from .bert import BertModel, init_bert_weights
+from .configs.dpr import DPRConfig
 
 __all__ = ["DPRConfig", "DPRContextEncoder", "DPREncoder", "DPRQuestionEncoder"]
-
-
-@dataclass
-class DPRConfig(BertConfig):
-    """BERT's fields plus ``projection_dim``: the width of a linear projection of the [CLS]
-    vector (0: none, the vector is BERT's hidden state)."""
-
-    projection_dim: int = 0
-
-    model_type = "dpr"
-
-    def __post_init__(self):
-        super().__post_init__()
-        checks.int_at_least(self.projection_dim, 0, "projection_dim", "DPRConfig")
-
-    @classmethod
-    def tiny(cls, vocab_size, **changes):
-        """A small DPR encoder for tests and examples (32 wide, 2 layers, no dropout)."""
-        values = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
-                      num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
-                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        return cls(**{**values, **changes})
 
 
 @cookbook.equation(64, 65)
@@ -54,7 +33,7 @@ class DPREncoder(Module):
     ``projection_dim=128`` these are ORQA's h_q = W_q BERT_Q(q)[CLS] (eq 64, the question
     encoder) and h_b = W_b BERT_B(b)[CLS] (eq 65, the block encoder)."""
 
-    def __init__(self, config):
+    def __init__(self, config: DPRConfig) -> None:
         super().__init__()
         self.bert_model = BertModel(config, add_pooling_layer=False)
         self.encode_proj = (Linear(config.hidden_size, config.projection_dim)
@@ -62,7 +41,9 @@ class DPREncoder(Module):
         if self.encode_proj is not None:
             init_bert_weights(self.encode_proj, config.initializer_range)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None):
         hidden = self.bert_model(input_ids, attention_mask, token_type_ids).last_hidden_state
         pooled = hidden[:, 0]
         if self.encode_proj is not None:
@@ -100,17 +81,3 @@ class DPRContextEncoder(_DPRModel):
     """E_P: the passage (context) encoder."""
 
     encoder_name = "ctx_encoder"
-
-
-# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
-for _model_class in (DPRQuestionEncoder, DPRContextEncoder):
-    _prefix = f"{_model_class.encoder_name}."
-    register_architecture(HFArchitecture(
-        name=_model_class.__name__, model_type=DPRConfig.model_type, model_class=_model_class,
-        from_config=lambda hf_config, model_class=_model_class: model_class(
-            DPRConfig.from_hf(hf_config)),
-        to_config=lambda model: model.config.to_hf(),
-        rules=tuple(bert_rules(f"{_prefix}bert_model.", f"{_prefix}bert_model.", pooler=False)
-                    + weight_and_bias(f"{_prefix}encode_proj", f"{_prefix}encode_proj",
-                                      optional=True)),
-        ignore=tuple(f"{_prefix}bert_model\\.{pattern}" for pattern in BERT_IGNORE)))

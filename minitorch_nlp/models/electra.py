@@ -22,21 +22,18 @@ differ (HuggingFace's ``embeddings_project``). Names, calls and checkpoints foll
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 
-from .. import checks, cookbook
+from .. import cookbook
 from .. import functional as F
-from ..autograd import no_grad, random as mt_random, tensor
-from ..io.huggingface import Rule
+from ..autograd import no_grad, random as mt_random, tensor, Tensor
 from ..nn import Linear, Module
 from ..nn.outputs import ModelOutput
 from .albert import AlbertEmbeddings
-from .bert import (HIDDEN_ACT, IGNORE_INDEX, BertConfig, BertForMaskedLM, BertModel,
-                   _BertWithHead, embedding_rules, encoder_layer_rules, masked_lm_loss,
-                   register_bert_architecture, weight_and_bias)
+from .bert import (HIDDEN_ACT, IGNORE_INDEX, BertForMaskedLM, BertModel,
+                   _BertWithHead, masked_lm_loss)
+from .configs.electra import ElectraConfig
 
 __all__ = ["DISCRIMINATOR_WEIGHT", "ElectraConfig", "ElectraEmbeddings", "ElectraForMaskedLM",
            "ElectraForPreTraining", "ElectraModel", "ElectraPretraining", "discriminator_loss",
@@ -47,37 +44,6 @@ DISCRIMINATOR_WEIGHT = 50.0     # lambda of eq 110 (Clark et al. section 3.2)
 # ELECTRA's generator loss (eq 107) is BERT's masked-LM loss (eq 25): the mean over the masked
 # positions of -log p_G(x_i | x^masked).
 cookbook.equation(107)(masked_lm_loss)
-
-
-@dataclass
-class ElectraConfig(BertConfig):
-    """``BertConfig`` plus ``embedding_size``. The defaults are ELECTRA-small's discriminator
-    (Clark Table 6: 12 layers, hidden 256, 4 heads, feed-forward 1024, embeddings 128)."""
-
-    embedding_size: int = 128
-    hidden_size: int = 256
-    num_attention_heads: int = 4
-    intermediate_size: int = 1024
-
-    model_type = "electra"
-
-    def __post_init__(self):
-        super().__post_init__()
-        checks.positive_int(self.embedding_size, "embedding_size", "ElectraConfig")
-
-    def generator(self, fraction=0.25):
-        """The generator's config for this discriminator: ``fraction`` of its width, heads and
-        feed-forward size (at least one head), everything else, embeddings included, the same
-        (Clark section 3.2: the best generators are 1/4 to 1/2 of the discriminator)."""
-        if not 0.0 < fraction <= 1.0:
-            raise ValueError(f"ElectraConfig.generator: fraction must be in (0, 1], got "
-                             f"{fraction!r}; the generator may not be wider than the "
-                             "discriminator")
-        heads = max(1, round(self.num_attention_heads * fraction))
-        head_size = max(1, round(self.hidden_size * fraction / heads))
-        return dataclasses.replace(self, hidden_size=heads * head_size, num_attention_heads=heads,
-                                   intermediate_size=max(1, round(self.intermediate_size
-                                                                  * fraction)))
 
 
 class ElectraEmbeddings(AlbertEmbeddings):
@@ -94,7 +60,7 @@ class ElectraModel(BertModel):
     config_class = ElectraConfig
     embeddings_class = ElectraEmbeddings
 
-    def __init__(self, config, add_pooling_layer=False):
+    def __init__(self, config: ElectraConfig, add_pooling_layer: bool = False) -> None:
         super().__init__(config, add_pooling_layer)
 
 
@@ -111,7 +77,7 @@ class ElectraForMaskedLM(BertForMaskedLM):
 
     base_model_class = ElectraModel
 
-    def __init__(self, config):
+    def __init__(self, config: ElectraConfig) -> None:
         super().__init__(config)
         self.mlm.approximate = "none"
 
@@ -161,13 +127,13 @@ class ElectraDiscriminatorHead(Module):
     """A dense layer, the activation, and a linear map to one "replaced" logit per token
     (HuggingFace's ``discriminator_predictions``)."""
 
-    def __init__(self, config):
+    def __init__(self, config: ElectraConfig) -> None:
         super().__init__()
         self.approximate = "tanh" if HIDDEN_ACT[config.hidden_act] == "gelu_tanh" else "none"
         self.dense = Linear(config.hidden_size, config.hidden_size)
         self.dense_prediction = Linear(config.hidden_size, 1)
 
-    def forward(self, hidden):
+    def forward(self, hidden: Tensor):
         return self.dense_prediction(F.gelu(self.dense(hidden),
                                             approximate=self.approximate))[..., 0]
 
@@ -179,13 +145,16 @@ class ElectraForPreTraining(_BertWithHead):
 
     base_model_class = ElectraModel
 
-    def __init__(self, config):
+    def __init__(self, config: ElectraConfig) -> None:
         super().__init__(config)
         self.discriminator = ElectraDiscriminatorHead(config)
         self._init_head(self.discriminator)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         hidden = self._encode(input_ids, attention_mask, token_type_ids,
                               position_ids).last_hidden_state
         logits = self.discriminator(hidden)
@@ -233,8 +202,9 @@ class ElectraPretraining(Module):
     repeatable and draws nothing from the run's streams.
     """
 
-    def __init__(self, discriminator_config, generator_config=None,
-                 discriminator_weight=DISCRIMINATOR_WEIGHT):
+    def __init__(self, discriminator_config: ElectraConfig,
+                 generator_config: ElectraConfig | None = None,
+                 discriminator_weight: float = DISCRIMINATOR_WEIGHT) -> None:
         super().__init__()
         generator_config = (discriminator_config.generator() if generator_config is None
                             else generator_config)
@@ -263,8 +233,10 @@ class ElectraPretraining(Module):
         own.position_embeddings = shared.position_embeddings
         self.config = discriminator_config
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                rng=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, rng=None):
         ids = np.asarray(input_ids.numpy() if hasattr(input_ids, "numpy") else input_ids)
         generated = self.generator(ids, attention_mask, token_type_ids)
         if labels is None:
@@ -282,59 +254,3 @@ class ElectraPretraining(Module):
                            generator_loss=generator_loss, discriminator_loss=disc_loss,
                            logits=generated.logits, discriminator_logits=discriminated.logits,
                            corrupted_ids=corrupted, replaced=replaced)
-
-
-# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
-# BERT's names under "electra.", no pooler; ``embeddings_project`` exists only when
-# embedding_size != hidden_size, so its rules are optional. The generator's decoder weight is the
-# tied word-embedding matrix.
-ELECTRA_IGNORE = (r"(electra\.)?embeddings\.(position_ids|token_type_ids)",
-                  r"generator_lm_head\.weight")
-
-
-def electra_rules(hf_prefix, prefix):
-    """The key map of ``ElectraModel`` under HuggingFace's ``hf_prefix`` and our ``prefix``."""
-    projection = [Rule(f"{hf_prefix}embeddings_project.{kind}", f"{prefix}embeddings.project.{kind}",
-                       optional=True) for kind in ("weight", "bias")]
-    return (embedding_rules(hf_prefix, prefix) + projection
-            + encoder_layer_rules(hf_prefix, prefix))
-
-
-register_bert_architecture(ElectraModel, electra_rules("", ""), default_for_type=True,
-                           ignore=ELECTRA_IGNORE)
-register_bert_architecture(ElectraForPreTraining, electra_rules("electra.", "bert.")
-                           + weight_and_bias("discriminator_predictions.dense",
-                                             "discriminator.dense")
-                           + weight_and_bias("discriminator_predictions.dense_prediction",
-                                             "discriminator.dense_prediction"),
-                           ignore=ELECTRA_IGNORE)
-register_bert_architecture(ElectraForMaskedLM, electra_rules("electra.", "bert.")
-                           + weight_and_bias("generator_predictions.dense", "mlm.dense")
-                           + weight_and_bias("generator_predictions.LayerNorm", "mlm.norm")
-                           + [Rule("generator_lm_head.bias", "mlm.bias")], ignore=ELECTRA_IGNORE)
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
-
-
-def _build_for_training(settings, tokenizer):
-    """ELECTRA's generator and discriminator for a run's ``settings``: the discriminator of the
-    run's size (embeddings as wide as it, feed-forward 4 H, ``block_size`` positions), the
-    generator a quarter of its width (``ElectraConfig.generator``), trained together with eq
-    110. ``generate`` fills masks with the generator."""
-    return ElectraPretraining(ElectraConfig(
-        vocab_size=len(tokenizer), embedding_size=settings.n_embd, hidden_size=settings.n_embd,
-        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
-        intermediate_size=4 * settings.n_embd, max_position_embeddings=settings.block_size,
-        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
-        pad_token_id=tokenizer.pad_token_id))
-
-
-register_family(ModelFamily(
-    name="electra", summary="ELECTRA: a small masked-LM generator and a discriminator that "
-                            "detects its replacements, trained together (eq 107-110)",
-    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
-    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
-    hf_architectures=("ElectraForMaskedLM",)))

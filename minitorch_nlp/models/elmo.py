@@ -23,7 +23,6 @@ As in the paper, layers above the first get a residual connection, and h_kj incl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -32,6 +31,7 @@ from .. import checks, cookbook
 from .. import functional as F
 from ..autograd import Tensor, concatenate, empty, no_grad, ones, pad, stack, zeros
 from ..nn import LSTM, Dropout, Embedding, Linear, Module, ModuleList, Parameter, init
+from .configs.elmo import BiLMConfig
 
 __all__ = ["BEGIN_OF_WORD", "CHAR_PAD", "CHAR_VOCAB_SIZE", "END_OF_WORD", "BiLM", "BiLMConfig",
            "BiLMStates", "CharCNN", "CharConv", "ELMo", "Highway", "ScalarMix",
@@ -98,7 +98,7 @@ class CharConv(Module):
     the filters ``weight`` ``(num_filters, width, char_dim)``.
     """
 
-    def __init__(self, char_dim, width, num_filters):
+    def __init__(self, char_dim: int, width: int, num_filters: int) -> None:
         super().__init__()
         self.width = width
         self.weight = Parameter(empty(num_filters, width, char_dim))
@@ -107,7 +107,7 @@ class CharConv(Module):
         init.uniform_(self.weight, -bound, bound)
         init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, chars):
+    def forward(self, chars: Tensor | np.ndarray):
         tokens, max_chars, char_dim = chars.shape
         if max_chars < self.width:
             raise ValueError(f"CharConv: tokens of {max_chars} characters are shorter than the "
@@ -129,13 +129,13 @@ class Highway(Module):
     with the transform gate T(x) = sigmoid(W_T x + b_T). b_T starts at -1, so that the layer
     starts close to carrying its input through (ELMo's initialisation)."""
 
-    def __init__(self, dim):
+    def __init__(self, dim: int) -> None:
         super().__init__()
         self.transform = Linear(dim, dim)
         self.gate = Linear(dim, dim)
         init.constant_(self.gate.bias, -1.0)
 
-    def forward(self, x):
+    def forward(self, x: Tensor):
         gate = F.sigmoid(self.gate(x))
         return gate * F.relu(self.transform(x)) + (1.0 - gate) * x
 
@@ -147,8 +147,8 @@ class CharCNN(Module):
     and a linear projection to ``dim``. Input: character ids ``(..., max_chars)`` from
     ``encode_characters``; output ``(..., dim)``."""
 
-    def __init__(self, dim, char_dim=8, filters=((1, 16), (2, 16), (3, 32), (4, 32)),
-                 highway_layers=1, char_vocab_size=CHAR_VOCAB_SIZE):
+    def __init__(self, dim: int, char_dim: int = 8, filters=((1, 16), (2, 16), (3, 32), (4, 32)),
+                 highway_layers: int = 1, char_vocab_size: int = CHAR_VOCAB_SIZE) -> None:
         super().__init__()
         self.char_embedding = Embedding(char_vocab_size, char_dim, padding_idx=CHAR_PAD)
         self.convolutions = ModuleList([CharConv(char_dim, width, n) for width, n in filters])
@@ -156,7 +156,7 @@ class CharCNN(Module):
         self.highways = ModuleList([Highway(features) for _ in range(highway_layers)])
         self.projection = Linear(features, dim)
 
-    def forward(self, char_ids):
+    def forward(self, char_ids: Tensor | np.ndarray):
         char_ids = np.asarray(char_ids.numpy() if isinstance(char_ids, Tensor) else char_ids)
         batch_shape, max_chars = char_ids.shape[:-1], char_ids.shape[-1]
         chars = self.char_embedding(char_ids.reshape(-1, max_chars))
@@ -164,22 +164,6 @@ class CharCNN(Module):
         for highway in self.highways:
             x = highway(x)
         return self.projection(x).reshape(*batch_shape, -1)
-
-
-# ---- the biLM ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BiLMConfig:
-    """Sizes of a ``BiLM``. ``vocab_size`` is the word vocabulary of the softmax; ``dim`` the
-    size of x_k and of every LSTM state (so that all L + 1 layers of eq 15 have size 2 * dim)."""
-
-    vocab_size: int
-    dim: int = 32
-    num_layers: int = 2
-    char_dim: int = 8
-    filters: tuple = ((1, 16), (2, 16), (3, 32), (4, 32))
-    highway_layers: int = 1
-    residual: bool = True
-    dropout: float = 0.0
 
 
 class BiLMStates(NamedTuple):
@@ -203,7 +187,7 @@ class BiLM(Module):
     sequence's own last token.
     """
 
-    def __init__(self, config: BiLMConfig):
+    def __init__(self, config: BiLMConfig) -> None:
         super().__init__()
         self.config = config
         dim = config.dim
@@ -225,7 +209,7 @@ class BiLM(Module):
             states.append(x)
         return states
 
-    def forward(self, char_ids, lengths=None):
+    def forward(self, char_ids: Tensor | np.ndarray, lengths: Tensor | np.ndarray | None = None):
         char_ids = np.asarray(char_ids.numpy() if isinstance(char_ids, Tensor) else char_ids)
         if char_ids.ndim != 3:
             raise ValueError(f"BiLM: char_ids must have shape (batch, time, max_chars), got "
@@ -310,7 +294,7 @@ class ScalarMix(Module):
     (AllenNLP normalises each layer over all its unpadded elements at once instead.)
     """
 
-    def __init__(self, num_layers, layer_norm=False):
+    def __init__(self, num_layers: int, layer_norm: bool = False) -> None:
         super().__init__()
         self.num_layers = checks.positive_int(num_layers, "num_layers", "ScalarMix")
         self.layer_norm = layer_norm
@@ -348,7 +332,7 @@ class ELMo(Module):
     ``bilm.layer_representations`` once and feed them to ``elmo.mix``.
     """
 
-    def __init__(self, bilm: BiLM, layer_norm=False):
+    def __init__(self, bilm: BiLM, layer_norm: bool = False) -> None:
         super().__init__()
         self.bilm = bilm.requires_grad_(False).eval()
         self.mix = ScalarMix(bilm.config.num_layers + 1, layer_norm)
@@ -358,7 +342,7 @@ class ELMo(Module):
         self.bilm.eval()
         return self
 
-    def forward(self, char_ids, lengths=None):
+    def forward(self, char_ids: Tensor | np.ndarray, lengths: Tensor | np.ndarray | None = None):
         with no_grad():
             layers = self.bilm.layer_representations(char_ids, lengths)
         return self.mix(layers)

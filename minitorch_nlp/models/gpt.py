@@ -27,8 +27,8 @@ residual projections (attention output, second MLP layer) initialised N(0, (0.02
 N = 2 * n_layer residual layers. Both use the tanh approximation of GELU, as OpenAI's code does
 (HuggingFace's ``OpenAIGPTConfig(afn="gelu")`` is that approximation too).
 
-The classes mirror HuggingFace's, so that checkpoints load and save (the key maps are at the
-end of this file): ``GPTModel`` (``OpenAIGPTModel`` / ``GPT2Model``, either variant),
+The classes mirror HuggingFace's, so that checkpoints load and save (the key maps are in
+``models/families/gpt.py``): ``GPTModel`` (``OpenAIGPTModel`` / ``GPT2Model``, either variant),
 ``GPTLMHeadModel`` (GPT-1, ``OpenAIGPTLMHeadModel``) and ``GPT2LMHeadModel`` (GPT-2, the same
 code for a ``variant="gpt2"`` config): the LM objective and ``generate``; ``GPTDoubleHeadsModel``
 (``OpenAIGPTDoubleHeadsModel``: LM head and multiple-choice head). ``GPTForFineTuning`` is the
@@ -37,172 +37,24 @@ paper's fine-tuning recipe with its four input transformations (``TaskFormatter`
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import checks, cookbook, decoding
 from .. import functional as F
-from ..io.huggingface import (HFArchitecture, Rule, concat_columns, register_architecture,
-                              split_columns, transpose)
+from ..autograd import Tensor
 from ..nn import (Dropout, Embedding, LearnedPositionalEmbedding, Linear, Module,
                   DecoderOnlyStack, column_major_, init)
 from ..nn.outputs import ModelOutput
+from .configs.gpt import GPTConfig
 
 __all__ = ["GPT2LMHeadModel", "GPTConfig", "GPTDoubleHeadsModel", "GPTForFineTuning",
            "GPTLMHeadModel", "GPTModel", "TASKS", "TaskFormatter", "auxiliary_objective",
            "causal_lm_loss", "task_objective"]
 
-VARIANTS = ("gpt1", "gpt2")
 TASKS = ("classification", "entailment", "similarity", "multiple_choice")
 IGNORE_INDEX = -100
-# HuggingFace's activation names -> ours. Both OpenAI GPT ("afn") and GPT-2
-# ("activation_function") call the tanh approximation something else.
-_HF_ACTIVATIONS = {"openai-gpt": {"gelu": "gelu_tanh", "relu": "relu"},
-                   "gpt2": {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                            "gelu": "gelu", "relu": "relu"}}
-_HF_MODEL_TYPES = {"gpt1": "openai-gpt", "gpt2": "gpt2"}
-
-
-# ---- configuration -------------------------------------------------------------------------------
-@dataclass
-class GPTConfig:
-    """The sizes and switches of a GPT, with HuggingFace's field names. The defaults are GPT-2
-    small (124M parameters); ``GPTConfig.gpt1()``, ``GPTConfig.gpt2()`` and ``GPTConfig.tiny()``
-    are presets.
-
-    ``variant``: ``"gpt1"`` (post-LN blocks, no final LayerNorm, N(0, 0.02^2) weights) or
-    ``"gpt2"`` (pre-LN blocks, a final LayerNorm, residual projections initialised with std
-    0.02 / sqrt(2 * n_layer)). ``n_inner``: the feed-forward width, None for 4 * n_embd.
-    ``activation``: ``"gelu_tanh"`` (both papers' code), ``"gelu"`` (erf) or ``"relu"``.
-    Dropout: ``embd_pdrop`` on h_0, ``resid_pdrop`` on each sub-block's output before the
-    residual sum, ``attn_pdrop`` on the attention weights, ``summary_first_dropout`` before a
-    classifier head (0.1 in GPT-1). ``bos_token_id`` / ``eos_token_id``: what ``generate`` stops
-    on by default.
-    """
-
-    vocab_size: int = 50257
-    n_positions: int = 1024
-    n_embd: int = 768
-    n_layer: int = 12
-    n_head: int = 12
-    n_inner: int | None = None
-    activation: str = "gelu_tanh"
-    resid_pdrop: float = 0.1
-    embd_pdrop: float = 0.1
-    attn_pdrop: float = 0.1
-    summary_first_dropout: float = 0.1
-    layer_norm_epsilon: float = 1e-5
-    initializer_range: float = 0.02
-    variant: str = "gpt2"
-    bos_token_id: int | None = None
-    eos_token_id: int | None = None
-
-    def __post_init__(self):
-        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
-            checks.positive_int(getattr(self, name), name, "GPTConfig")
-        if self.n_inner is not None:
-            checks.positive_int(self.n_inner, "n_inner", "GPTConfig")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"GPTConfig: n_head={self.n_head} does not divide n_embd="
-                             f"{self.n_embd}; each head gets n_embd / n_head features")
-        if self.variant not in VARIANTS:
-            raise ValueError(f"GPTConfig: variant must be one of {VARIANTS}, got {self.variant!r}")
-        if self.activation not in ("gelu_tanh", "gelu", "relu"):
-            raise ValueError(f"GPTConfig: activation must be 'gelu_tanh', 'gelu' or 'relu', got "
-                             f"{self.activation!r}")
-        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"GPTConfig: {name} must be in [0, 1), got {getattr(self, name)}")
-        if not self.layer_norm_epsilon > 0 or not self.initializer_range > 0:
-            raise ValueError("GPTConfig: layer_norm_epsilon and initializer_range must be > 0")
-        for name in ("bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < self.vocab_size:
-                raise ValueError(f"GPTConfig: {name}={value} is outside the vocabulary "
-                                 f"[0, {self.vocab_size})")
-
-    @property
-    def d_ff(self):
-        """The feed-forward width: ``n_inner`` or 4 * n_embd."""
-        return 4 * self.n_embd if self.n_inner is None else self.n_inner
-
-    @property
-    def pre_ln(self):
-        """GPT-2's layout: LayerNorm before each sub-block and after the last block."""
-        return self.variant == "gpt2"
-
-    @classmethod
-    def gpt1(cls, **overrides):
-        """GPT-1 as in the paper: 12 layers, 768 wide, 12 heads, 512 positions, a 40 478-token
-        BPE vocabulary (117M parameters)."""
-        return cls(**{"variant": "gpt1", "vocab_size": 40478, "n_positions": 512, **overrides})
-
-    @classmethod
-    def gpt2(cls, **overrides):
-        """GPT-2 small: 12 layers, 768 wide, 12 heads, 1024 positions, 50 257 tokens, <|endoftext|>
-        (50256) as bos and eos (124M parameters)."""
-        return cls(**{"variant": "gpt2", "bos_token_id": 50256, "eos_token_id": 50256,
-                      **overrides})
-
-    @classmethod
-    def tiny(cls, variant="gpt2", **overrides):
-        """A test-sized model: 2 layers, 32 wide, 4 heads, 32 positions, 100 tokens, no dropout."""
-        if variant not in VARIANTS:
-            raise ValueError(f"GPTConfig.tiny: variant must be one of {VARIANTS}, got {variant!r}")
-        return cls(**{"variant": variant, "vocab_size": 100, "n_positions": 32, "n_embd": 32,
-                      "n_layer": 2, "n_head": 4, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
-                      "attn_pdrop": 0.0, "summary_first_dropout": 0.0, **overrides})
-
-    # ---- HuggingFace's config.json ----
-    @classmethod
-    def from_hf(cls, hf):
-        """A config from a HuggingFace ``config.json`` dict (``model_type`` "openai-gpt" or
-        "gpt2"). Settings we do not implement are an error, not silently dropped."""
-        model_type = hf.get("model_type")
-        variant = {v: k for k, v in _HF_MODEL_TYPES.items()}.get(model_type)
-        if variant is None:
-            raise ValueError(f"GPTConfig.from_hf: model_type must be 'openai-gpt' or 'gpt2', got "
-                             f"{model_type!r}")
-        activation_key = "afn" if variant == "gpt1" else "activation_function"
-        hf_activation = hf.get(activation_key, "gelu" if variant == "gpt1" else "gelu_new")
-        activation = _HF_ACTIVATIONS[model_type].get(hf_activation)
-        if activation is None:
-            raise ValueError(f"GPTConfig.from_hf: {activation_key}={hf_activation!r} is not "
-                             f"supported; supported: {sorted(_HF_ACTIVATIONS[model_type])}")
-        unsupported = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
-                       "add_cross_attention": False, "tie_word_embeddings": True}
-        for key, supported in unsupported.items():
-            if hf.get(key, supported) != supported:
-                raise ValueError(f"GPTConfig.from_hf: {key}={hf[key]!r} is not supported "
-                                 f"(only {supported})")
-        names = {f.name for f in fields(cls)} - {"activation", "variant", "n_inner"}
-        kwargs = {name: hf[name] for name in names if hf.get(name) is not None}
-        if variant == "gpt2":
-            kwargs["n_inner"] = hf.get("n_inner")
-        return cls(**kwargs, activation=activation, variant=variant)
-
-    def to_hf(self):
-        """The HuggingFace ``config.json`` fields (``OpenAIGPTConfig`` or ``GPT2Config``)."""
-        model_type = _HF_MODEL_TYPES[self.variant]
-        hf_activation = {v: k for k, v in _HF_ACTIVATIONS[model_type].items()
-                         if k != "gelu_pytorch_tanh"}.get(self.activation)
-        if hf_activation is None:
-            raise ValueError(f"GPTConfig.to_hf: HuggingFace's {model_type} has no "
-                             f"{self.activation!r} activation")
-        hf = {k: v for k, v in asdict(self).items() if k not in ("activation", "variant")}
-        hf["model_type"] = model_type
-        if self.variant == "gpt1":
-            if self.n_inner not in (None, 4 * self.n_embd):
-                raise ValueError(f"GPTConfig.to_hf: HuggingFace's openai-gpt has a fixed "
-                                 f"feed-forward width 4 * n_embd, got n_inner={self.n_inner}")
-            del hf["n_inner"]
-            hf.update(afn=hf_activation, summary_type="cls_index", summary_use_proj=True,
-                      summary_activation=None, summary_proj_to_labels=True)
-        else:
-            hf.update(activation_function=hf_activation, scale_attn_weights=True,
-                      tie_word_embeddings=True)
-        return hf
 
 
 def _check_variant(model, config):
@@ -229,7 +81,7 @@ class GPTModel(Module):
     ``wte`` is W_e (vocab_size, n_embd), ``wpe.table`` is W_p (n_positions, n_embd).
     """
 
-    def __init__(self, config):
+    def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
         self.wte = Embedding(config.vocab_size, config.n_embd)
@@ -264,8 +116,12 @@ class GPTModel(Module):
         """Empty key/value caches, one dict per block, for ``forward(..., cache=...)``."""
         return self.blocks.new_cache()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                cache=None, head_mask=None, output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None, cache=None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         """``input_ids`` (batch, time) -> ``last_hidden_state`` h_n (batch, time, n_embd).
 
         ``attention_mask`` (batch, keys): 1 on tokens, 0 on padding. ``token_type_ids`` are
@@ -335,15 +191,19 @@ class GPTLMHeadModel(Module):
     variant = "gpt1"
     body_class = GPTModel   # a subclass may read the text with a GPTModel of its own
 
-    def __init__(self, config):
+    def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         _check_variant(self, config)
         self.config = config
         self.transformer = self.body_class(config)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, cache=None, head_mask=None, output_hidden_states=False,
-                output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, cache=None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids, cache,
                                head_mask, output_hidden_states, output_attentions)
         logits = self.transformer.lm_logits(out.last_hidden_state)
@@ -492,14 +352,14 @@ class SequenceSummary(Module):
     (HuggingFace's ``SequenceSummary`` with ``summary_type="cls_index"``, whose ``summary`` is
     this Linear)."""
 
-    def __init__(self, n_embd, num_outputs, dropout, std=0.02):
+    def __init__(self, n_embd: int, num_outputs: int, dropout: float, std: float = 0.02) -> None:
         super().__init__()
         self.summary = Linear(n_embd, num_outputs)
         self.first_dropout = Dropout(dropout)
         init.normal_(self.summary.weight, std=std)
         init.zeros_(self.summary.bias)
 
-    def forward(self, h):
+    def forward(self, h: Tensor):
         return self.summary(self.first_dropout(h))
 
 
@@ -546,7 +406,7 @@ class GPTDoubleHeadsModel(Module):
 
     variant = "gpt1"
 
-    def __init__(self, config):
+    def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         _check_variant(self, config)
         self.config = config
@@ -555,8 +415,13 @@ class GPTDoubleHeadsModel(Module):
                                                     config.summary_first_dropout,
                                                     config.initializer_range)
 
-    def forward(self, input_ids, mc_token_ids=None, attention_mask=None, token_type_ids=None,
-                position_ids=None, labels=None, mc_labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                mc_token_ids: Tensor | np.ndarray | None = None,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                mc_labels: Tensor | np.ndarray | None = None):
         _, hidden, extracted = _run_choices(self.transformer, input_ids, mc_token_ids,
                                             attention_mask, type(self).__name__, token_type_ids,
                                             position_ids)
@@ -587,7 +452,7 @@ class GPTForFineTuning(Module):
     ``labels`` (batch,) ``loss`` = task_loss + lm_coef * lm_loss, ``task_loss`` and ``lm_loss``.
     """
 
-    def __init__(self, transformer, task, num_labels=2, lm_coef=0.5):
+    def __init__(self, transformer, task: str, num_labels: int = 2, lm_coef: float = 0.5) -> None:
         super().__init__()
         if task not in TASKS:
             raise ValueError(f"GPTForFineTuning: task must be one of {TASKS}, got {task!r}")
@@ -601,7 +466,9 @@ class GPTForFineTuning(Module):
                                     self.config.summary_first_dropout,
                                     self.config.initializer_range)
 
-    def forward(self, input_ids, extract_positions, attention_mask=None, labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray, extract_positions: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         name = type(self).__name__
         ids, hidden, h = _run_choices(self.transformer, input_ids, extract_positions,
                                       attention_mask, name)
@@ -638,86 +505,3 @@ def auxiliary_objective(task_loss, lm_loss, lm_coef):
     lambda = 0.5) times the language-modelling loss on the same inputs. Both are means (per
     example, per predicted token), as the library trains them."""
     return task_loss + lm_coef * lm_loss
-
-
-# ---- HuggingFace checkpoints ---------------------------------------------------------------------
-def _block_rules():
-    """One block's tensors. HuggingFace's Conv1D stores its weight (in, out), hence the
-    transposes; ``c_attn`` holds W^Q, W^K, W^V side by side. ``ln_1`` / ``ln_2`` are the norms
-    after (GPT-1) or before (GPT-2) the attention and the MLP: our norm1 / norm2 either way."""
-    hf, ours = "transformer.h.{i}.", "transformer.blocks.layers.{i}."
-    qkv = [f"{ours}self_attn.{name}_proj" for name in "qkv"]
-    rules = [Rule(f"{hf}attn.c_attn.weight", tuple(f"{n}.weight" for n in qkv),
-                  to_ours=split_columns(3, transposed=True), to_hf=concat_columns(transposed=True)),
-             Rule(f"{hf}attn.c_attn.bias", tuple(f"{n}.bias" for n in qkv),
-                  to_ours=split_columns(3), to_hf=concat_columns())]
-    for hf_name, our_name in (("attn.c_proj", "self_attn.out_proj"),
-                              ("mlp.c_fc", "feed_forward.linear1"),
-                              ("mlp.c_proj", "feed_forward.linear2")):
-        rules += [Rule(f"{hf}{hf_name}.weight", f"{ours}{our_name}.weight", to_ours=transpose),
-                  Rule(f"{hf}{hf_name}.bias", f"{ours}{our_name}.bias")]
-    for i in (1, 2):
-        rules += [Rule(f"{hf}ln_{i}.{kind}", f"{ours}norm{i}.{kind}")
-                  for kind in ("weight", "bias")]
-    return tuple(rules)
-
-
-GPT1_RULES = (Rule("transformer.tokens_embed.weight", "transformer.wte.weight"),
-              Rule("transformer.positions_embed.weight", "transformer.wpe.table")) + _block_rules()
-GPT2_RULES = (Rule("transformer.wte.weight", "transformer.wte.weight"),
-              Rule("transformer.wpe.weight", "transformer.wpe.table"),
-              Rule("transformer.ln_f.weight", "transformer.blocks.norm.weight"),
-              Rule("transformer.ln_f.bias", "transformer.blocks.norm.bias")) + _block_rules()
-# HuggingFace's causal-mask buffers (saved by older versions) and the LM head, a tied copy of W_e.
-LM_IGNORE = (r"lm_head\.weight", r"transformer\.h\.\d+\.attn\.(masked_)?bias")
-
-register_architecture(HFArchitecture(
-    name="OpenAIGPTLMHeadModel", model_type="openai-gpt", model_class=GPTLMHeadModel,
-    from_config=lambda hf: GPTLMHeadModel(GPTConfig.from_hf(hf)),
-    to_config=lambda model: model.config.to_hf(), rules=GPT1_RULES, ignore=LM_IGNORE,
-    base_prefix="transformer.", default_for_type=True))
-register_architecture(HFArchitecture(
-    name="GPT2LMHeadModel", model_type="gpt2", model_class=GPT2LMHeadModel,
-    from_config=lambda hf: GPT2LMHeadModel(GPTConfig.from_hf(hf)),
-    to_config=lambda model: model.config.to_hf(), rules=GPT2_RULES, ignore=LM_IGNORE,
-    base_prefix="transformer.", default_for_type=True))
-# transformers 5 writes the double-heads model's tied W_e under lm_head.weight (its tie runs the
-# other way round), so that is the key we write; 4.x wrote transformer.tokens_embed.weight.
-register_architecture(HFArchitecture(
-    name="OpenAIGPTDoubleHeadsModel", model_type="openai-gpt", model_class=GPTDoubleHeadsModel,
-    from_config=lambda hf: GPTDoubleHeadsModel(GPTConfig.from_hf(hf)),
-    to_config=lambda model: model.config.to_hf(),
-    rules=(Rule("lm_head.weight", "transformer.wte.weight",
-                also=("transformer.tokens_embed.weight",)),
-           Rule("multiple_choice_head.summary.weight", "multiple_choice_head.summary.weight"),
-           Rule("multiple_choice_head.summary.bias", "multiple_choice_head.summary.bias"))
-    + GPT1_RULES[1:]))
-
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (this block only)
-
-
-def _build_for_training(settings, tokenizer):
-    """A GPT-2-style model for a run's ``settings`` (``training.TrainConfig``); no end-of-text
-    id, so ``generate`` never stops early and a sample is as long as asked. With
-    ``settings.experts`` E, every other layer's feed-forward network is GShard's mixture of E
-    experts (top-2, every second expert that fits, each sequence a routing group of its own)."""
-    from ..nn.moe import mixture_every_other_layer
-    model = GPT2LMHeadModel(GPTConfig.gpt2(
-        vocab_size=len(tokenizer), n_positions=settings.block_size, n_embd=settings.n_embd,
-        n_layer=settings.n_layer, n_head=settings.n_head, resid_pdrop=settings.dropout,
-        embd_pdrop=settings.dropout, attn_pdrop=settings.dropout,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=None))
-    if getattr(settings, "experts", 0):
-        mixture_every_other_layer(model.transformer.blocks.layers, settings.experts,
-                                  second_expert="all", group_size="sequence")
-    return model
-
-
-register_family(ModelFamily(
-    name="gpt", summary="a GPT-2-style decoder trained on next-token prediction (eq 18, L1)",
-    objective=CAUSAL_LM, build=_build_for_training, default_tokenizer="char", bpe_style="gpt2",
-    hf_architectures=("GPT2LMHeadModel", "OpenAIGPTLMHeadModel"), trains_in_parallel=True,
-    takes_experts=True))

@@ -24,59 +24,16 @@ modelling (section 4) and HuggingFace does not implement, are options of
 """
 from __future__ import annotations
 
-import numbers
-from dataclasses import dataclass
 
 import numpy as np
 
 from .. import checks
 from ..attention.longformer import LongformerSelfAttention
 from ..autograd import Tensor
-from .bert import bert_rules, register_bert_architecture, weight_and_bias
-from .roberta import LM_HEAD_RULES, RobertaConfig, RobertaForMaskedLM, RobertaModel
+from .roberta import RobertaForMaskedLM, RobertaModel
+from .configs.longformer import LongformerConfig
 
 __all__ = ["LongformerConfig", "LongformerForMaskedLM", "LongformerModel"]
-
-
-@dataclass
-class LongformerConfig(RobertaConfig):
-    """RoBERTa's fields plus ``attention_window``: one even window for every layer, or a list
-    of one per layer (the query sees ``attention_window / 2`` tokens on each side), and
-    ``sep_token_id``. The defaults are HuggingFace's ``LongformerConfig``'s (BERT-base sizes, a
-    window of 512, padding id 1); ``allenai/longformer-base-4096``'s ``config.json`` sets the
-    RoBERTa vocabulary of 50 265, 4 098 positions, one segment and LayerNorm eps 1e-5."""
-
-    vocab_size: int = 30522
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
-    attention_window: int | list = 512
-    sep_token_id: int = 2
-
-    model_type = "longformer"
-
-    def __post_init__(self):
-        super().__post_init__()
-        name, layers = type(self).__name__, self.num_hidden_layers
-        if not isinstance(self.attention_window, numbers.Integral):
-            self.attention_window = list(self.attention_window)
-            if len(self.attention_window) != layers:
-                raise ValueError(f"{name}: attention_window has {len(self.attention_window)} "
-                                 f"entries; give one per layer (num_hidden_layers={layers}) or "
-                                 "one int for all")
-        for layer, window in enumerate(self.layer_windows):
-            if (isinstance(window, (bool, np.bool_)) or not isinstance(window, numbers.Integral)
-                    or window <= 0 or window % 2):
-                raise ValueError(f"{name}: attention_window for layer {layer} must be a "
-                                 f"positive even int (the query sees attention_window / 2 "
-                                 f"tokens on each side), got {window!r}")
-
-    @property
-    def layer_windows(self):
-        """Each layer's ``attention_window``, a tuple of ``num_hidden_layers`` ints."""
-        if isinstance(self.attention_window, numbers.Integral):
-            return (self.attention_window,) * self.num_hidden_layers
-        return tuple(self.attention_window)
 
 
 class LongformerModel(RobertaModel):
@@ -98,9 +55,13 @@ class LongformerModel(RobertaModel):
                 dropout=config.attention_probs_dropout_prob)
         return encoder
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                head_mask=None, output_hidden_states=False, output_attentions=False, *,
-                global_attention_mask=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                position_ids: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False, *,
+                global_attention_mask: Tensor | np.ndarray | None = None):
         is_global = self.global_tokens(input_ids, attention_mask, global_attention_mask)
         return super().forward(input_ids, attention_mask, token_type_ids, position_ids,
                                head_mask, output_hidden_states, output_attentions,
@@ -134,49 +95,3 @@ class LongformerForMaskedLM(RobertaForMaskedLM):
     ``RobertaForMaskedLM`` plus ``global_attention_mask=`` (see ``LongformerModel``)."""
 
     base_model_class = LongformerModel
-
-
-# ---- HuggingFace checkpoints: RoBERTa's key map under "longformer.", and the global projections -
-def global_projection_rules(hf_prefix, prefix):
-    """Each layer's query_global, key_global and value_global."""
-    return [rule for projection in ("query_global", "key_global", "value_global")
-            for rule in weight_and_bias(
-                f"{hf_prefix}encoder.layer.{{i}}.attention.self.{projection}",
-                f"{prefix}encoder.layers.{{i}}.self_attn.{projection}")]
-
-
-# older checkpoints keep the position-id buffer; the decoder is a tied copy of the embeddings
-LONGFORMER_IGNORE = (r"(longformer\.)?embeddings\.position_ids",
-                     r"lm_head\.decoder\.(weight|bias)")
-register_bert_architecture(LongformerModel, bert_rules("", "", pooler=True)
-                           + global_projection_rules("", ""), default_for_type=True,
-                           ignore=LONGFORMER_IGNORE)
-register_bert_architecture(LongformerForMaskedLM, bert_rules("longformer.", "bert.", pooler=False)
-                           + global_projection_rules("longformer.", "bert.") + LM_HEAD_RULES,
-                           ignore=LONGFORMER_IGNORE)
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
-from .roberta import ROBERTA_TOKENIZERS  # noqa: E402
-from .roberta import _build_for_training as build_roberta_for_training  # noqa: E402
-
-
-def _build_for_training(settings, tokenizer):
-    """A Longformer with its masked-LM head for a run's ``settings``: RoBERTa's (see
-    ``models.roberta``, with the released checkpoint's one segment and LayerNorm eps), with a
-    window of block_size / 4 tokens on each side (at least one), so that at training sizes the
-    window, not the block, limits what a layer sees. No token is global: the masked-LM
-    objective has no token that must see the whole input."""
-    return build_roberta_for_training(
-        settings, tokenizer, LongformerForMaskedLM, type_vocab_size=1, layer_norm_eps=1e-5,
-        attention_window=2 * max(1, settings.block_size // 4),
-        sep_token_id=tokenizer.sep_token_id)
-
-
-register_family(ModelFamily(
-    name="longformer",
-    summary="a Longformer encoder: RoBERTa's masked LM with sliding-window attention "
-            "(Beltagy 3.1)",
-    objective=MASKED_LM, build=_build_for_training, default_tokenizer="bpe", bpe_style="roberta",
-    refused_tokenizers=ROBERTA_TOKENIZERS, hf_architectures=("LongformerForMaskedLM",)))

@@ -15,36 +15,20 @@ Names, calls and checkpoints follow HuggingFace (``MegatronBertModel``,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..nn import Identity
-from .bert import (MLM_HEAD_RULES, BertConfig, BertEmbeddings, BertForPreTraining, BertModel,
-                   embedding_rules, encoder_layer_rules, register_bert_architecture,
-                   weight_and_bias)
+from .bert import (BertEmbeddings, BertForPreTraining, BertModel)
+from .configs.megatron_bert import MegatronBertConfig
 
 __all__ = ["MegatronBertConfig", "MegatronBertEmbeddings", "MegatronBertForPreTraining",
            "MegatronBertModel"]
-
-
-@dataclass
-class MegatronBertConfig(BertConfig):
-    """``BertConfig`` with the defaults of NVIDIA's released Megatron-BERT 345M (24 layers,
-    hidden 1024, 16 heads, feed-forward 4096, a 29 056-token vocabulary)."""
-
-    vocab_size: int = 29056
-    hidden_size: int = 1024
-    num_hidden_layers: int = 24
-    num_attention_heads: int = 16
-    intermediate_size: int = 4096
-
-    model_type = "megatron-bert"
 
 
 class MegatronBertEmbeddings(BertEmbeddings):
     """BERT's token + segment + position embeddings without their LayerNorm: in the re-ordered
     layers the first sub-layer normalises its own input."""
 
-    def __init__(self, config):
+    def __init__(self, config: MegatronBertConfig) -> None:
         super().__init__(config)
         self.norm = Identity()
 
@@ -63,18 +47,3 @@ class MegatronBertForPreTraining(BertForPreTraining):
     ``seq_relationship_logits``)."""
 
     base_model_class = MegatronBertModel
-
-
-# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
-# BERT's key map with Megatron's LayerNorm names: ``attention.ln`` before the attention, ``ln``
-# before the feed-forward network, ``encoder.ln`` after the last layer; none on the embeddings.
-def megatron_bert_rules(hf_prefix, prefix):
-    return (embedding_rules(hf_prefix, prefix, norm=False)
-            + encoder_layer_rules(hf_prefix, prefix, norms=("attention.ln", "ln"))
-            + weight_and_bias(f"{hf_prefix}encoder.ln", f"{prefix}encoder.norm")
-            + weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense"))
-
-
-register_bert_architecture(MegatronBertModel, megatron_bert_rules("", ""), default_for_type=True)
-register_bert_architecture(MegatronBertForPreTraining, megatron_bert_rules("bert.", "bert.")
-                           + MLM_HEAD_RULES + weight_and_bias("cls.seq_relationship", "nsp"))

@@ -23,120 +23,26 @@ The models mirror HuggingFace's (``MobileBertModel``, ``MobileBertForMaskedLM``,
 ``MobileBertForPreTraining``, ``MobileBertForSequenceClassification``) with its configuration
 switches (``trigram_input``, ``use_bottleneck``, ``use_bottleneck_attention``,
 ``key_query_shared_bottleneck``, ``num_feedforward_networks``, ``normalization_type``,
-``classifier_activation``); the key map at the end of this file loads their checkpoints.
+``classifier_activation``); the key map in ``models/families/mobilebert.py`` loads their
+checkpoints.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+
+import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import concatenate, empty, ones, zeros
-from ..io.huggingface import Rule
+from ..autograd import concatenate, empty, ones, Tensor, zeros
 from ..nn import (Dropout, Embedding, FeedForward, LayerNorm, LearnedPositionalEmbedding, Linear,
                   Module, ModuleList, MultiHeadAttention, Parameter, TransformerStack, init)
-from .bert import (BertConfig, BertForMaskedLM, BertForPreTraining,
-                   BertForSequenceClassification, BertModel, register_bert_architecture,
-                   weight_and_bias)
+from .bert import (BertForMaskedLM, BertForPreTraining,
+                   BertForSequenceClassification, BertModel)
+from .configs.mobilebert import MobileBertConfig
 
 __all__ = ["MobileBertConfig", "MobileBertEmbeddings", "MobileBertForMaskedLM",
            "MobileBertForPreTraining", "MobileBertForSequenceClassification", "MobileBertLMHead",
            "MobileBertLayer", "MobileBertModel", "NoNorm", "no_norm"]
-
-
-@dataclass
-class MobileBertConfig(BertConfig):
-    """MobileBERT's hyper-parameters under HuggingFace's names, MobileBERT's defaults (Sun et al.
-    Table 1): 24 layers, inter-block width H = 512, intra-block width B = 128
-    (``intra_bottleneck_size``), 4 heads, feed-forward width 512, 4 stacked feed-forward
-    networks, embedding size E = 128, ReLU, NoNorm, no hidden dropout."""
-
-    hidden_size: int = 512
-    num_hidden_layers: int = 24
-    num_attention_heads: int = 4
-    intermediate_size: int = 512
-    hidden_act: str = "relu"
-    hidden_dropout_prob: float = 0.0
-    embedding_size: int = 128
-    intra_bottleneck_size: int = 128
-    num_feedforward_networks: int = 4
-    trigram_input: bool = True
-    use_bottleneck: bool = True
-    use_bottleneck_attention: bool = False
-    key_query_shared_bottleneck: bool = True
-    normalization_type: str = "no_norm"
-    classifier_activation: bool = True
-
-    model_type = "mobilebert"
-    activations = {"relu": "relu", "gelu": "gelu"}
-    NORMALIZATIONS = ("no_norm", "layer_norm")
-
-    def __post_init__(self):
-        super().__post_init__()
-        name = type(self).__name__
-        for field in ("embedding_size", "intra_bottleneck_size", "num_feedforward_networks"):
-            checks.positive_int(getattr(self, field), field, name)
-        if self.normalization_type not in self.NORMALIZATIONS:
-            raise ValueError(f"{name}: normalization_type={self.normalization_type!r} must be one "
-                             f"of {self.NORMALIZATIONS}")
-        if self.use_bottleneck and not self.use_bottleneck_attention \
-                and not self.key_query_shared_bottleneck \
-                and self.intra_bottleneck_size != self.hidden_size:
-            raise ValueError(f"{name}: with use_bottleneck and neither "
-                             "use_bottleneck_attention nor key_query_shared_bottleneck, the "
-                             "queries and keys are the "
-                             f"hidden_size={self.hidden_size} wide layer input, but the attention "
-                             f"works at intra_bottleneck_size={self.intra_bottleneck_size} "
-                             "(HuggingFace's model fails there too); make the two equal or set "
-                             "one of the two switches")
-        if self.use_bottleneck and self.use_bottleneck_attention \
-                and self.key_query_shared_bottleneck:
-            raise ValueError(f"{name}: use_bottleneck_attention=True and "
-                             "key_query_shared_bottleneck=True is not implemented: the attention "
-                             "then reads the input bottleneck, and HuggingFace keeps a shared "
-                             "query/key bottleneck it never applies; set "
-                             "key_query_shared_bottleneck=False")
-        if not self.trigram_input and self.embedding_size == self.hidden_size:
-            raise ValueError(f"{name}: trigram_input=False with embedding_size == hidden_size "
-                             f"({self.hidden_size}) is not implemented: HuggingFace keeps an "
-                             "embedding_transformation it never applies")
-        if self.true_hidden_size % self.num_attention_heads:
-            field = "intra_bottleneck_size" if self.use_bottleneck else "hidden_size"
-            raise ValueError(f"{name}: the attention's width {self.true_hidden_size} ({field}) "
-                             f"is not a multiple of num_attention_heads="
-                             f"{self.num_attention_heads}")
-        if self.embedding_size > self.hidden_size:
-            raise ValueError(f"{name}: embedding_size={self.embedding_size} must not exceed "
-                             f"hidden_size={self.hidden_size} (the decoder extends the "
-                             "embeddings to hidden_size)")
-
-    @classmethod
-    def ib_bert(cls, **overrides):
-        """The configuration of IB-BERT_LARGE, MobileBERT's teacher (Sun et al. section 3.1 and
-        Table 1): BERT_LARGE inside each block (intra-block width 1024, one feed-forward network
-        1024 -> 4096 -> 1024, LayerNorm, GELU), with *inverted* bottlenecks (512 -> 1024 into the
-        block, 1024 -> 512 out of it), so that its feature maps between the blocks are 512 wide
-        as MobileBERT's, and 4 heads as MobileBERT: eq 46 and eq 47 compare the two layer by
-        layer. Queries, keys and values all come from the inverted bottleneck
-        (``use_bottleneck_attention``). ``overrides`` change any field (a tiny teacher for
-        tests: the same proportions at smaller widths)."""
-        return cls(**{**dict(hidden_size=512, intra_bottleneck_size=1024, embedding_size=128,
-                             num_hidden_layers=24, num_attention_heads=4,
-                             intermediate_size=4096, num_feedforward_networks=1,
-                             hidden_act="gelu", normalization_type="layer_norm",
-                             use_bottleneck_attention=True, key_query_shared_bottleneck=False),
-                      **overrides})
-
-    @property
-    def true_hidden_size(self):
-        """The width the attention and the feed-forward networks work at (HuggingFace's name):
-        the intra-block width with bottlenecks, the hidden size without."""
-        return self.intra_bottleneck_size if self.use_bottleneck else self.hidden_size
-
-    def to_hf(self):
-        hf_config = super().to_hf()
-        hf_config.pop("position_embedding_type")
-        return hf_config
 
 
 # HuggingFace builds the LayerNorms of the embeddings and of the last feed-forward network with
@@ -168,12 +74,12 @@ def no_norm(h, weight, bias):
 class NoNorm(Module):
     """``no_norm`` with learnt gamma (``weight``, 1 at first) and beta (``bias``, 0 at first)."""
 
-    def __init__(self, features):
+    def __init__(self, features) -> None:
         super().__init__()
         self.weight = Parameter(ones(checks.positive_int(features, "features", "NoNorm")))
         self.bias = Parameter(zeros(features))
 
-    def forward(self, h):
+    def forward(self, h: Tensor):
         return no_norm(h, self.weight, self.bias)
 
 
@@ -186,7 +92,7 @@ class MobileBertEmbeddings(Module):
 
     segments = True
 
-    def __init__(self, config):
+    def __init__(self, config: MobileBertConfig) -> None:
         super().__init__()
         self.trigram_input = config.trigram_input
         self.word_embeddings = Embedding(config.vocab_size, config.embedding_size,
@@ -200,7 +106,8 @@ class MobileBertEmbeddings(Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.max_length = config.max_position_embeddings
 
-    def forward(self, input_ids, token_type_ids, position_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray, token_type_ids: Tensor | np.ndarray,
+                position_ids: Tensor | np.ndarray | None = None):
         x = self.word_embeddings(input_ids)                                 # (batch, time, E)
         if self.trigram_input:
             edge = x[:, :1] * 0.0
@@ -215,12 +122,12 @@ class MobileBertEmbeddings(Module):
 class Bottleneck(Module):
     """A linear map from the inter-block to the intra-block width, then NoNorm (or LayerNorm)."""
 
-    def __init__(self, config):
+    def __init__(self, config: MobileBertConfig) -> None:
         super().__init__()
         self.dense = Linear(config.hidden_size, config.intra_bottleneck_size)
         self.norm = normalization(config, config.intra_bottleneck_size)
 
-    def forward(self, x):
+    def forward(self, x: Tensor):
         return self.norm(self.dense(x))
 
 
@@ -229,7 +136,7 @@ class BottleneckAttention(MultiHeadAttention):
     another width (MobileBERT: the H-wide layer input, the queries and keys from the shared
     bottleneck): ``MultiHeadAttention`` with its own value projection."""
 
-    def __init__(self, width, num_heads, value_width, dropout=0.0):
+    def __init__(self, width: int, num_heads: int, value_width: int, dropout: float = 0.0) -> None:
         super().__init__(width, num_heads, dropout=dropout)
         self.value_width = value_width
         self.v_proj = Linear(value_width, width)
@@ -261,7 +168,7 @@ class MobileBertLayer(Module):
     Takes the keyword arguments of a ``TransformerLayer`` (``key_mask``, ``head_mask``,
     ``attentions``), so ``TransformerStack`` runs a list of them."""
 
-    def __init__(self, config):
+    def __init__(self, config: MobileBertConfig) -> None:
         super().__init__()
         wide, narrow = config.hidden_size, config.true_hidden_size
         self.use_bottleneck = config.use_bottleneck
@@ -293,8 +200,8 @@ class MobileBertLayer(Module):
             self.output_bottleneck = Linear(narrow, wide)
             self.output_norm = normalization(config, wide)
 
-    def forward(self, x, memory=None, *, key_mask=None, cache=None, attentions=None,
-                head_mask=None):
+    def forward(self, x: Tensor, memory=None, *, key_mask: Tensor | np.ndarray | None = None,
+                cache=None, attentions=None, head_mask: Tensor | np.ndarray | None = None):
         residual = self.input_bottleneck(x) if self.use_bottleneck else x
         if self.use_bottleneck_attention:
             queries = values = residual
@@ -319,13 +226,13 @@ class MobileBertPooler(Module):
     """BERT's pooler, tanh of a dense layer on the first token's hidden state, or with
     ``classifier_activation=False`` (HuggingFace's switch) that hidden state as it is."""
 
-    def __init__(self, config):
+    def __init__(self, config: MobileBertConfig) -> None:
         super().__init__()
         self.activate = config.classifier_activation
         if self.activate:
             self.dense = Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden):
+    def forward(self, hidden: Tensor):
         first = hidden[:, 0]
         return F.tanh(self.dense(first)) if self.activate else first
 
@@ -349,7 +256,7 @@ class MobileBertLMHead(Module):
     then the decoder [word embeddings (V, E) | its own (V, H - E) columns] plus a bias;
     ``embedding_size`` is E, the word embeddings' width."""
 
-    def __init__(self, config, embedding_size):
+    def __init__(self, config: MobileBertConfig, embedding_size: int) -> None:
         super().__init__()
         self.activation = config.activations[config.hidden_act]
         self.dense = Linear(config.hidden_size, config.hidden_size)
@@ -359,7 +266,7 @@ class MobileBertLMHead(Module):
             std=config.initializer_range))
         self.bias = Parameter(zeros(config.vocab_size))
 
-    def forward(self, hidden, word_embeddings):
+    def forward(self, hidden: Tensor, word_embeddings: Tensor):
         x = self.dense(hidden)
         x = self.norm(F.relu(x) if self.activation == "relu" else F.gelu(x))
         decoder = concatenate([word_embeddings, self.extra_columns.T], axis=1)   # (V, H)
@@ -388,97 +295,3 @@ class MobileBertForSequenceClassification(BertForSequenceClassification):
     ``BertForSequenceClassification`` (and HuggingFace's MobileBERT head)."""
 
     base_model_class = MobileBertModel
-
-
-# ---- HuggingFace checkpoints (minitorch_nlp.io.huggingface) --------------------------------------
-MAX_STACKED_FFNS = 16     # key-map rules for stacked feed-forward networks 0 .. 15
-
-
-def mobilebert_rules(hf_prefix, prefix, pooler):
-    """The key map of ``MobileBertModel`` under HuggingFace's ``hf_prefix`` (``"mobilebert."`` or
-    ``""``) and our ``prefix``. Nothing is transposed; NoNorm keeps HuggingFace's ``LayerNorm``
-    names."""
-    hf_embed, embed = f"{hf_prefix}embeddings.", f"{prefix}embeddings."
-    rules = [Rule(f"{hf_embed}word_embeddings.weight", f"{embed}word_embeddings.weight"),
-             Rule(f"{hf_embed}position_embeddings.weight", f"{embed}position_embeddings.table"),
-             Rule(f"{hf_embed}token_type_embeddings.weight",
-                  f"{embed}token_type_embeddings.weight"),
-             *weight_and_bias(f"{hf_embed}embedding_transformation",
-                              f"{embed}embedding_transformation"),
-             *weight_and_bias(f"{hf_embed}LayerNorm", f"{embed}norm")]
-    hf_layer, layer = f"{hf_prefix}encoder.layer.{{i}}.", f"{prefix}encoder.layers.{{i}}."
-    pairs = [("attention.self.query", "self_attn.q_proj"),
-             ("attention.self.key", "self_attn.k_proj"),
-             ("attention.self.value", "self_attn.v_proj"),
-             ("attention.output.dense", "self_attn.out_proj"),
-             ("attention.output.LayerNorm", "attention_norm"),
-             ("intermediate.dense", "feed_forward.linear1"),
-             ("output.dense", "feed_forward.linear2"),
-             ("output.LayerNorm", "ffn_norm")]
-    # present in some configurations only (use_bottleneck, key_query_shared_bottleneck)
-    optional = [("output.bottleneck.dense", "output_bottleneck"),
-                ("output.bottleneck.LayerNorm", "output_norm"),
-                ("bottleneck.input.dense", "input_bottleneck.dense"),
-                ("bottleneck.input.LayerNorm", "input_bottleneck.norm"),
-                ("bottleneck.attention.dense", "attention_bottleneck.dense"),
-                ("bottleneck.attention.LayerNorm", "attention_bottleneck.norm")]
-    for j in range(MAX_STACKED_FFNS):
-        pairs += [(f"ffn.{j}.intermediate.dense", f"stacked_ffns.{j}.linear1"),
-                  (f"ffn.{j}.output.dense", f"stacked_ffns.{j}.linear2"),
-                  (f"ffn.{j}.output.LayerNorm", f"stacked_norms.{j}")]
-    for hf, ours in pairs:
-        rules += weight_and_bias(hf_layer + hf, layer + ours)
-    for hf, ours in optional:
-        rules += weight_and_bias(hf_layer + hf, layer + ours, optional=True)
-    if pooler:   # classifier_activation=False has no dense layer
-        rules += weight_and_bias(f"{hf_prefix}pooler.dense", f"{prefix}pooler.dense",
-                                 optional=True)
-    return rules
-
-
-MOBILEBERT_LM_HEAD_RULES = [*weight_and_bias("cls.predictions.transform.dense", "mlm.dense"),
-                            *weight_and_bias("cls.predictions.transform.LayerNorm", "mlm.norm"),
-                            Rule("cls.predictions.dense.weight", "mlm.extra_columns"),
-                            Rule("cls.predictions.bias", "mlm.bias")]
-register_bert_architecture(MobileBertModel, mobilebert_rules("", "", pooler=True),
-                           default_for_type=True)
-register_bert_architecture(MobileBertForMaskedLM, mobilebert_rules("mobilebert.", "bert.", False)
-                           + MOBILEBERT_LM_HEAD_RULES)
-register_bert_architecture(MobileBertForSequenceClassification,
-                           mobilebert_rules("mobilebert.", "bert.", True)
-                           + weight_and_bias("classifier", "classifier"))
-register_bert_architecture(MobileBertForPreTraining,
-                           mobilebert_rules("mobilebert.", "bert.", True)
-                           + MOBILEBERT_LM_HEAD_RULES
-                           + weight_and_bias("cls.seq_relationship", "nsp"))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
-from .bert import _build_for_training as _bert_build_for_training  # noqa: E402
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
-
-
-def _build_for_training(settings, tokenizer):
-    """A ``MobileBertForMaskedLM`` for a run's ``settings`` (``training.TrainConfig``) in
-    MobileBERT's proportions (Sun et al. Table 1, H = 512, B = E = 128, feed-forward width 512,
-    4 stacked feed-forward networks): inter-block width H = ``n_embd``, intra-block width and
-    embedding size B = E = H / 4, feed-forward width H; ``block_size`` positions, [CLS] and [SEP]
-    included. Attention works at width B, so ``n_head`` must divide H / 4."""
-    bottleneck = settings.n_embd // 4
-    if bottleneck < 1 or bottleneck % settings.n_head:
-        raise checks.SettingError(
-            "n_head", f"={settings.n_head} must divide a mobilebert's bottleneck width n_embd / 4 "
-            f"= {settings.n_embd} // 4 = {bottleneck} (its attention works at that width); give "
-            f"a multiple of {4 * settings.n_head} as --n-embd")
-    return _bert_build_for_training(settings, tokenizer, MobileBertForMaskedLM,
-                                    intermediate_size=settings.n_embd, embedding_size=bottleneck,
-                                    intra_bottleneck_size=bottleneck)
-
-
-register_family(ModelFamily(
-    name="mobilebert", summary="a MobileBERT encoder (bottlenecks, NoNorm, stacked feed-forward "
-    "networks, 3-gram embedding), masked LM",
-    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
-    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS},
-    hf_architectures=("MobileBertForMaskedLM",)))

@@ -46,17 +46,14 @@ numbers. To reproduce HuggingFace exactly, give the model its rotations:
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
 from .. import checks, cookbook
-from ..attention.grouped import grouped_attention, merge_attentions, self_attention_inputs, ungroup
+from ..attention.grouped import grouped_attention, self_attention_inputs, ungroup
 from ..attention.lsh import SELF_PENALTY, LSHAttention, restrict_pairs
 from ..autograd import Tensor, concatenate
 from ..autograd import random as mt_random
-from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (AxialPositionEmbedding, ChunkedFeedForward, Dropout, Embedding, FeedForward,
                   LayerNorm, LearnedPositionalEmbedding, Linear, Module, MultiHeadAttention,
                   ReversibleBlock, ReversibleStack, init)
@@ -64,167 +61,13 @@ from ..nn.outputs import ModelOutput
 from ..nn.transformer import FullAttention
 from .gpt import causal_lm_loss
 from .transformer_xl import decode
+from .configs.reformer import (ATTENTION_TYPES, NORM_EPSILON, ReformerConfig, _HF_ACTIVATIONS,
+                               _bucket_factors)
 
 __all__ = ["ChunkedLocalAttention", "PreNorm", "ReformerConfig", "ReformerLSHAttention",
            "ReformerModel", "ReformerModelWithLMHead", "SharedQKAttention"]
 
-ATTENTION_TYPES = ("lsh", "local")
-NORM_EPSILON = 1e-6
 """HuggingFace's epsilon in the keys' root-mean-square normalisation."""
-# HuggingFace's activation names -> ours
-_HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh"}
-
-
-# ---- configuration -------------------------------------------------------------------------------
-@dataclass
-class ReformerConfig:
-    """The sizes and switches of a Reformer, with HuggingFace's field names and defaults (except
-    ``num_buckets``, which HuggingFace may leave None to pick at the first call; here it is an even
-    int, or a list of even ints whose product is the number of buckets: HuggingFace's factorised
-    hash, which the pretrained checkpoints use). ``attn_layers`` lists each layer's attention,
-    ``"lsh"`` or ``"local"``; the number of layers is its length. ``attention_head_size`` is d_k,
-    apart from hidden_size / heads. ``axial_pos_shape`` (n1, n2) and ``axial_pos_embds_dim`` (d1,
-    d2, summing to hidden_size) shape the axial position table when ``axial_pos_embds``, else a
-    learned table of ``max_position_embeddings`` rows. ``chunk_size_feed_forward`` /
-    ``chunk_size_lm_head``: 0 runs the whole sequence at once. ``hash_seed`` fixes the LSH
-    rotations (see the module docstring). ``is_decoder``: causal attention in every layer.
-    """
-
-    vocab_size: int = 320
-    hidden_size: int = 256
-    num_attention_heads: int = 12
-    attention_head_size: int = 64
-    attn_layers: tuple = ("local", "lsh", "local", "lsh", "local", "lsh")
-    num_buckets: int | tuple = 32
-    num_hashes: int = 1
-    lsh_attn_chunk_length: int = 64
-    local_attn_chunk_length: int = 64
-    lsh_num_chunks_before: int = 1
-    lsh_num_chunks_after: int = 0
-    local_num_chunks_before: int = 1
-    local_num_chunks_after: int = 0
-    feed_forward_size: int = 512
-    hidden_act: str = "relu"
-    hidden_dropout_prob: float = 0.05
-    lsh_attention_probs_dropout_prob: float = 0.0
-    local_attention_probs_dropout_prob: float = 0.05
-    max_position_embeddings: int = 4096
-    axial_pos_embds: bool = True
-    axial_pos_shape: tuple = (64, 64)
-    axial_pos_embds_dim: tuple = (64, 192)
-    axial_norm_std: float = 1.0
-    chunk_size_feed_forward: int = 0
-    chunk_size_lm_head: int = 0
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    is_decoder: bool = False
-    hash_seed: int | None = None
-    pad_token_id: int = 0
-    eos_token_id: int | None = 2
-
-    def __post_init__(self):
-        name = "ReformerConfig"
-        self.attn_layers = tuple(self.attn_layers)
-        self.axial_pos_shape = tuple(self.axial_pos_shape)
-        self.axial_pos_embds_dim = tuple(self.axial_pos_embds_dim)
-        for key in ("vocab_size", "hidden_size", "num_attention_heads", "attention_head_size",
-                    "num_hashes", "lsh_attn_chunk_length", "local_attn_chunk_length",
-                    "feed_forward_size", "max_position_embeddings"):
-            checks.positive_int(getattr(self, key), key, name)
-        for key in ("lsh_num_chunks_before", "lsh_num_chunks_after", "local_num_chunks_before",
-                    "local_num_chunks_after", "chunk_size_feed_forward", "chunk_size_lm_head"):
-            checks.int_at_least(getattr(self, key), 0, key, name)
-        if not self.attn_layers or any(kind not in ATTENTION_TYPES for kind in self.attn_layers):
-            raise ValueError(f"{name}: attn_layers must list 'lsh' or 'local' for each layer, "
-                             f"got {list(self.attn_layers)}")
-        if isinstance(self.num_buckets, list):
-            self.num_buckets = tuple(self.num_buckets)
-        _bucket_factors(self.num_buckets, name)
-        if self.hidden_act not in _HF_ACTIVATIONS:
-            raise ValueError(f"{name}: hidden_act must be one of {sorted(_HF_ACTIVATIONS)}, got "
-                             f"{self.hidden_act!r}")
-        for key in ("hidden_dropout_prob", "lsh_attention_probs_dropout_prob",
-                    "local_attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise ValueError(f"{name}: {key} must be in [0, 1), got {getattr(self, key)}")
-        if self.axial_pos_embds:
-            if len(self.axial_pos_shape) != 2 or len(self.axial_pos_embds_dim) != 2:
-                raise ValueError(f"{name}: axial_pos_shape and axial_pos_embds_dim need two "
-                                 f"entries each (two axes), got {list(self.axial_pos_shape)} and "
-                                 f"{list(self.axial_pos_embds_dim)}")
-            if sum(self.axial_pos_embds_dim) != self.hidden_size:
-                raise ValueError(f"{name}: axial_pos_embds_dim {list(self.axial_pos_embds_dim)} "
-                                 f"must sum to hidden_size={self.hidden_size}")
-            if math.prod(self.axial_pos_shape) < self.max_position_embeddings:
-                raise ValueError(f"{name}: axial_pos_shape {list(self.axial_pos_shape)} gives "
-                                 f"{math.prod(self.axial_pos_shape)} positions, fewer than "
-                                 f"max_position_embeddings={self.max_position_embeddings}")
-        if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
-            raise ValueError(f"{name}: eos_token_id={self.eos_token_id} is outside the "
-                             f"vocabulary [0, {self.vocab_size})")
-
-    @property
-    def num_hidden_layers(self):
-        return len(self.attn_layers)
-
-    @property
-    def n_positions(self):
-        """The longest sequence the model reads (what ``decoding.generate_text`` asks)."""
-        return self.max_position_embeddings
-
-    def chunk_lengths(self):
-        """The chunk lengths of the attention types the layers use."""
-        return [getattr(self, f"{kind}_attn_chunk_length") for kind in set(self.attn_layers)]
-
-    @classmethod
-    def tiny(cls, **overrides):
-        """A test-sized causal model: layers lsh, local, 16 wide, 2 heads of 8, chunks of 4,
-        4 buckets, 2 rounds, 32 positions (axial 4 x 8), 40 tokens, no dropout."""
-        return cls(**{"vocab_size": 40, "hidden_size": 16, "num_attention_heads": 2,
-                      "attention_head_size": 8, "attn_layers": ("lsh", "local"),
-                      "num_buckets": 4, "num_hashes": 2, "lsh_attn_chunk_length": 4,
-                      "local_attn_chunk_length": 4, "feed_forward_size": 32,
-                      "hidden_dropout_prob": 0.0, "local_attention_probs_dropout_prob": 0.0,
-                      "max_position_embeddings": 32, "axial_pos_shape": (4, 8),
-                      "axial_pos_embds_dim": (6, 10), "is_decoder": True, **overrides})
-
-    @classmethod
-    def from_hf(cls, hf):
-        """A config from a HuggingFace ``config.json`` dict (``model_type`` "reformer")."""
-        if hf.get("model_type") != "reformer":
-            raise ValueError(f"ReformerConfig.from_hf: model_type must be 'reformer', got "
-                             f"{hf.get('model_type')!r}")
-        if hf.get("tie_word_embeddings", False):
-            raise ValueError("ReformerConfig.from_hf: tie_word_embeddings=True is not supported "
-                             "(the Reformer's LM head reads both streams, 2 * hidden_size wide)")
-        names = {f.name for f in fields(cls)}
-        kwargs = {key: hf[key] for key in names if key in hf}
-        if "num_hidden_layers" in hf and hf["num_hidden_layers"] != len(hf.get(
-                "attn_layers", cls.attn_layers)):
-            raise ValueError(f"ReformerConfig.from_hf: num_hidden_layers="
-                             f"{hf['num_hidden_layers']} differs from the {len(hf['attn_layers'])} "
-                             "entries of attn_layers")
-        return cls(**kwargs)
-
-    def to_hf(self):
-        """The HuggingFace ``config.json`` fields (``ReformerConfig``)."""
-        hf = {key: list(value) if isinstance(value, tuple) else value
-              for key, value in asdict(self).items()}
-        hf.update(num_hidden_layers=self.num_hidden_layers, tie_word_embeddings=False)
-        return hf
-
-
-# ---- attention -----------------------------------------------------------------------------------
-def _bucket_factors(num_buckets, where):
-    """``num_buckets`` (an even int, or a sequence of them: a factorised hash) as a tuple."""
-    factors = (num_buckets,) if isinstance(num_buckets, int) else num_buckets
-    if not isinstance(factors, (tuple, list)) or not factors or any(
-            isinstance(f, bool) or not isinstance(f, int) or f < 2 or f % 2 for f in factors):
-        raise ValueError(f"{where}: num_buckets must be an even int >= 2, or a list of them (a "
-                         f"factorised hash); h(x) = argmax([xR; -xR]) gives two buckets per "
-                         f"rotation column, and HuggingFace's None is not supported; got "
-                         f"{num_buckets!r}")
-    return tuple(factors)
 
 
 def _adjacent_chunks(chunks, before, after):
@@ -268,15 +111,17 @@ class ChunkedLocalAttention(FullAttention):
     only earlier ones when causal. A sequence no longer than a chunk gets full attention; a
     longer one must be a multiple of ``chunk_length``. Memory O(n * chunk_length)."""
 
-    def __init__(self, chunk_length, chunks_before=1, chunks_after=0, dropout=0.0):
+    def __init__(self, chunk_length: int, chunks_before: int = 1, chunks_after: int = 0,
+                 dropout: float = 0.0) -> None:
         super().__init__(dropout)
         name = type(self).__name__
         self.chunk_length = checks.positive_int(chunk_length, "chunk_length", name)
         self.chunks_before = checks.int_at_least(chunks_before, 0, "chunks_before", name)
         self.chunks_after = checks.int_at_least(chunks_after, 0, "chunks_after", name)
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None, need_weights: bool = False):
         name = type(self).__name__
         _refuse_mask_and_weights(name, mask, bias, need_weights)
         q, k, v, key_mask = self_attention_inputs(q, k, v, key_mask, name)
@@ -316,8 +161,9 @@ class ReformerLSHAttention(LSHAttention):
     call instead of drawing them; otherwise they are drawn as ``LSHAttention`` draws them, from
     ``seed`` or the default generator."""
 
-    def __init__(self, num_heads, num_buckets, chunk_length, num_rounds=1, *, chunks_before=1,
-                 chunks_after=0, seed=None, dropout=0.0):
+    def __init__(self, num_heads: int, num_buckets, chunk_length: int, num_rounds: int = 1, *,
+                 chunks_before: int = 1, chunks_after: int = 0, seed: int | None = None,
+                 dropout: float = 0.0) -> None:
         name = type(self).__name__
         factors = _bucket_factors(num_buckets, name)
         super().__init__(math.prod(factors), chunk_length, num_rounds, seed=seed,
@@ -391,8 +237,9 @@ class ReformerLSHAttention(LSHAttention):
               np.broadcast_to(key_index[..., None, :], shape)] = True
         return restrict_pairs(found, causal, key_mask)
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None, need_weights: bool = False):
         name = type(self).__name__
         _refuse_mask_and_weights(name, mask, bias, need_weights)
         q, _, v, key_mask = self_attention_inputs(q, k, v, key_mask, name)
@@ -430,7 +277,7 @@ class SharedQKAttention(MultiHeadAttention):
     ``k_proj``, and the core (a ``ReformerLSHAttention``) receives the queries as keys. No
     cache and no cross-attention."""
 
-    def __init__(self, d_model, num_heads, head_dim, core):
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, core) -> None:
         super().__init__(d_model, num_heads, bias=False, core=core, head_dim=head_dim)
         del self.k_proj
 
@@ -451,11 +298,11 @@ class SharedQKAttention(MultiHeadAttention):
 class PreNorm(Module):
     """``sublayer(norm(x), **kwargs)``: a residual function of a Reformer block, F or G."""
 
-    def __init__(self, norm, sublayer):
+    def __init__(self, norm, sublayer) -> None:
         super().__init__()
         self.norm, self.sublayer = norm, sublayer
 
-    def forward(self, x, **kwargs):
+    def forward(self, x: Tensor, **kwargs):
         return self.sublayer(self.norm(x), **kwargs)
 
 
@@ -488,7 +335,7 @@ class ReformerModel(Module):
     feed-forward network's output and whole axial position vectors, so training noise differs
     while evaluation is the same."""
 
-    def __init__(self, config):
+    def __init__(self, config: ReformerConfig) -> None:
         super().__init__()
         self.config = config
         d = config.hidden_size
@@ -533,7 +380,8 @@ class ReformerModel(Module):
             if isinstance(module, ReformerLSHAttention):
                 module.given_rotations = None if rotations is None else np.asarray(rotations)
 
-    def forward(self, input_ids, attention_mask=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None):
         name = type(self).__name__
         config = self.config
         ids = checks.token_ids(input_ids, config.vocab_size, name)
@@ -562,7 +410,7 @@ class ReformerModelWithLMHead(Module):
     ``model(input_ids, labels=input_ids)`` gives ``.loss`` (labels shifted inside, -100
     ignored) and ``.logits``; ``generate`` continues prompts."""
 
-    def __init__(self, config):
+    def __init__(self, config: ReformerConfig) -> None:
         super().__init__()
         if not config.is_decoder:
             raise ValueError("ReformerModelWithLMHead: a language model is causal; set "
@@ -577,7 +425,9 @@ class ReformerModelWithLMHead(Module):
         init.normal_(self.lm_head.weight, std=config.initializer_range)
         init.zeros_(self.lm_head.bias)
 
-    def forward(self, input_ids, attention_mask=None, labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         out = self.reformer(input_ids, attention_mask)
         chunk = self.config.chunk_size_lm_head
         hidden = out.last_hidden_state
@@ -608,122 +458,3 @@ class ReformerModelWithLMHead(Module):
                           streamer, do_sample=do_sample, temperature=temperature, top_k=top_k,
                           top_p=top_p, repetition_penalty=repetition_penalty,
                           generator=generator)
-
-
-# ---- HuggingFace checkpoints ---------------------------------------------------------------------
-def _axis_vectors(array):
-    """HuggingFace's axial weight (n1, 1, d1) or (1, n2, d2) -> our (n, d) rows or columns."""
-    return np.ascontiguousarray(array.reshape(-1, array.shape[-1]))
-
-
-def _rows_to_hf(array):
-    return array[:, None, :]
-
-
-def _columns_to_hf(array):
-    return array[None, :, :]
-
-
-_LAYER = "encoder.layers.{i}.", "encoder.blocks.{i}."
-
-
-def _reformer_rules(prefix):
-    """The key map of a Reformer body whose keys start with ``prefix`` in both models
-    ("reformer." under the LM head, "" for the bare ``ReformerModel``)."""
-    hf, ours = (prefix + part for part in _LAYER)
-    rules = [
-        Rule(f"{prefix}embeddings.word_embeddings.weight", f"{prefix}word_embeddings.weight"),
-        Rule(f"{prefix}embeddings.position_embeddings.weights.0",
-             f"{prefix}position_embeddings.rows", to_ours=_axis_vectors, to_hf=_rows_to_hf,
-             optional=True),
-        Rule(f"{prefix}embeddings.position_embeddings.weights.1",
-             f"{prefix}position_embeddings.columns", to_ours=_axis_vectors,
-             to_hf=_columns_to_hf, optional=True),
-        Rule(f"{prefix}embeddings.position_embeddings.embedding.weight",
-             f"{prefix}position_embeddings.table", optional=True),
-        Rule(f"{hf}attention.self_attention.value.weight", f"{ours}f.sublayer.v_proj.weight"),
-        Rule(f"{hf}attention.output.dense.weight", f"{ours}f.sublayer.out_proj.weight"),
-        Rule(f"{prefix}encoder.layer_norm.weight", f"{prefix}norm.weight"),
-        Rule(f"{prefix}encoder.layer_norm.bias", f"{prefix}norm.bias")]
-    rules += [Rule(f"{hf}{hf_name}.{kind}", f"{ours}{our_name}.{kind}")
-              for hf_name, our_name in (
-                  ("attention.layer_norm", "f.norm"),
-                  ("feed_forward.layer_norm", "g.feed_forward.norm"),
-                  ("feed_forward.dense.dense", "g.feed_forward.sublayer.linear1"),
-                  ("feed_forward.output.dense", "g.feed_forward.sublayer.linear2"))
-              for kind in ("weight", "bias")]
-    return tuple(rules)
-
-
-@dataclass(frozen=True)
-class _ReformerArchitecture(HFArchitecture):
-    """The Reformer's key map: the common rules, and per layer the query projection under
-    HuggingFace's name for its kind (``query_key`` for LSH layers, ``query`` and ``key`` for
-    local ones; an LSH layer of ours has no ``k_proj``). ``prefix``: the body's key prefix."""
-
-    prefix: str = ""
-
-    def expanded_rules(self, our_keys):
-        rules = super().expanded_rules(our_keys)
-        hf, ours = (self.prefix + part for part in _LAYER)
-        blocks = re.compile(re.escape(ours).replace(re.escape("{i}"), r"(\d+)"))
-        for i in sorted({int(m.group(1)) for key in our_keys if (m := blocks.match(key))}):
-            attention_hf = hf.format(i=i) + "attention.self_attention."
-            attention = ours.format(i=i) + "f.sublayer."
-            pairs = ((("query", "q_proj"), ("key", "k_proj"))
-                     if attention + "k_proj.weight" in our_keys else (("query_key", "q_proj"),))
-            rules += [Rule(f"{attention_hf}{name}.weight", f"{attention}{our}.weight")
-                      for name, our in pairs]
-        return rules
-
-
-# transformers 5.23 no longer adds lm_head.bias (4.x tied it as lm_head.decoder.bias); we add
-# it, as 4.x and the original trax code do.
-register_architecture(_ReformerArchitecture(
-    name="ReformerModel", model_type="reformer", model_class=ReformerModel,
-    from_config=lambda hf: ReformerModel(ReformerConfig.from_hf(hf)),
-    to_config=lambda model: model.config.to_hf(), rules=_reformer_rules(""),
-    default_for_type=True))
-register_architecture(_ReformerArchitecture(
-    name="ReformerModelWithLMHead", model_type="reformer", model_class=ReformerModelWithLMHead,
-    from_config=lambda hf: ReformerModelWithLMHead(ReformerConfig.from_hf(hf)),
-    to_config=lambda model: model.config.to_hf(),
-    rules=_reformer_rules("reformer.") + (Rule("lm_head.decoder.weight", "lm_head.weight"),
-                                          Rule("lm_head.bias", "lm_head.bias")),
-    prefix="reformer."))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (this block only)
-
-
-def _axial_shape(positions):
-    """(n1, n2) with n1 * n2 = ``positions`` and n1 the largest divisor <= sqrt(positions)."""
-    n1 = max(d for d in range(1, math.isqrt(positions) + 1) if positions % d == 0)
-    return n1, positions // n1
-
-
-def _build_for_training(settings, tokenizer):
-    """A causal Reformer for a run's ``settings``: layers alternating LSH and local attention
-    (LSH first, so that a one-layer model hashes too), chunks of a quarter of the context, 2n/m
-    buckets (the paper's advice), two hashing rounds, axial positions over the context."""
-    width = settings.n_embd          # TrainConfig checks that n_head divides it
-    chunk = max(1, settings.block_size // 4)
-    return ReformerModelWithLMHead(ReformerConfig(
-        vocab_size=len(tokenizer), hidden_size=width, num_attention_heads=settings.n_head,
-        attention_head_size=width // settings.n_head,
-        attn_layers=tuple(ATTENTION_TYPES[i % 2] for i in range(settings.n_layer)),
-        num_buckets=max(2, 2 * (settings.block_size // chunk)), num_hashes=2,
-        lsh_attn_chunk_length=chunk, local_attn_chunk_length=chunk,
-        feed_forward_size=4 * width, hidden_dropout_prob=settings.dropout,
-        local_attention_probs_dropout_prob=settings.dropout,
-        max_position_embeddings=settings.block_size,
-        axial_pos_shape=_axial_shape(settings.block_size),
-        axial_pos_embds_dim=(width // 2, width - width // 2), is_decoder=True,
-        pad_token_id=0, eos_token_id=None))
-
-
-register_family(ModelFamily(
-    name="reformer", summary="a causal Reformer: LSH and local attention in reversible layers "
-    "(eq 96-105), next-token prediction", objective=CAUSAL_LM, build=_build_for_training,
-    default_tokenizer="char", bpe_style="gpt2", hf_architectures=("ReformerModelWithLMHead",)))

@@ -1,8 +1,8 @@
 """The model registry: what training, the command line, generation and HuggingFace loading need
 to know about each model family, so that none of them branches on a model's name.
 
-A family registers itself at the end of its model module (``models/gpt.py``, ``models/bert.py``,
-``models/roberta.py``)::
+A family registers itself in its module of ``models/families/`` (``families/gpt.py``,
+``families/bert.py``, ``families/roberta.py``), beside its HuggingFace key map::
 
     register_family(ModelFamily(
         name="gpt", summary="a GPT-2-style decoder, next-token prediction (eq 18, L1)",
@@ -30,8 +30,10 @@ A family registers itself at the end of its model module (``models/gpt.py``, ``m
   fraction of the run done, for objectives that change during training (the character
   Transformer drops its intermediate layers' losses on a schedule).
 
-Adding a model means writing its module in ``minitorch_nlp/models/`` and registering it there:
-``import_model_modules`` imports every module of the package, so nothing else lists the models.
+Adding a model means writing its module in ``minitorch_nlp/models/`` (the paper's classes), its
+configuration in ``models/configs/`` and its registration in ``models/families/``:
+``import_model_modules`` imports every module of ``models/families/``, so nothing else lists
+the models.
 """
 from __future__ import annotations
 
@@ -150,9 +152,9 @@ def register_family(model_family):
 
 
 def import_model_modules():
-    """Import every module of ``minitorch_nlp.models``, so that all registrations (families and
-    HuggingFace architectures) have run."""
-    package = importlib.import_module("minitorch_nlp.models")
+    """Import every module of ``minitorch_nlp.models.families`` (each imports its model module),
+    so that all registrations (families and HuggingFace architectures) have run."""
+    package = importlib.import_module("minitorch_nlp.models.families")
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{package.__name__}.{module.name}")
 

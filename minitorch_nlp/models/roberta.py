@@ -15,40 +15,15 @@ HuggingFace calls its head ``lm_head`` with the same layers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..io.huggingface import Rule
-from .bert import (BertConfig, BertEmbeddings, BertForMaskedLM, BertModel, bert_rules,
-                   register_bert_architecture, weight_and_bias)
+from ..autograd import Tensor
+from .bert import (BertEmbeddings, BertForMaskedLM, BertModel)
+from .configs.roberta import RobertaConfig
 
 __all__ = ["RobertaConfig", "RobertaEmbeddings", "RobertaForMaskedLM", "RobertaModel",
            "create_position_ids_from_input_ids"]
-
-
-@dataclass
-class RobertaConfig(BertConfig):
-    """``BertConfig`` with RoBERTa-base's defaults: the 50 265-unit byte-level BPE vocabulary,
-    514 position rows (512 tokens after the padding offset), one segment type, LayerNorm eps
-    1e-5, <pad> = 1, <s> = 0, </s> = 2."""
-
-    vocab_size: int = 50265
-    max_position_embeddings: int = 514
-    type_vocab_size: int = 1
-    layer_norm_eps: float = 1e-5
-    pad_token_id: int = 1
-    bos_token_id: int = 0
-    eos_token_id: int = 2
-
-    model_type = "roberta"
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.max_position_embeddings <= self.pad_token_id + 1:
-            raise ValueError(f"RobertaConfig: max_position_embeddings="
-                             f"{self.max_position_embeddings} leaves no position after the "
-                             f"padding offset pad_token_id + 1 = {self.pad_token_id + 1}")
 
 
 def create_position_ids_from_input_ids(input_ids, padding_idx):
@@ -63,12 +38,13 @@ class RobertaEmbeddings(BertEmbeddings):
     """BERT's embeddings with RoBERTa's position ids: at most max_position_embeddings -
     pad_token_id - 1 tokens."""
 
-    def __init__(self, config):
+    def __init__(self, config: RobertaConfig) -> None:
         super().__init__(config)
         self.padding_idx = config.pad_token_id
         self.max_length = config.max_position_embeddings - config.pad_token_id - 1
 
-    def forward(self, input_ids, token_type_ids, position_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray, token_type_ids: Tensor | np.ndarray,
+                position_ids: Tensor | np.ndarray | None = None):
         if position_ids is None:
             position_ids = create_position_ids_from_input_ids(input_ids, self.padding_idx)
         return super().forward(input_ids, token_type_ids, position_ids)
@@ -86,40 +62,3 @@ class RobertaForMaskedLM(BertForMaskedLM):
     output bias)."""
 
     base_model_class = RobertaModel
-
-
-# ---- HuggingFace checkpoints: BERT's key map under "roberta.", the MLM head as "lm_head" ---------
-register_bert_architecture(RobertaModel, bert_rules("", "", pooler=True), default_for_type=True)
-LM_HEAD_RULES = [*weight_and_bias("lm_head.dense", "mlm.dense"),
-                 *weight_and_bias("lm_head.layer_norm", "mlm.norm"),
-                 Rule("lm_head.bias", "mlm.bias")]
-register_bert_architecture(RobertaForMaskedLM, bert_rules("roberta.", "bert.", pooler=False)
-                           + LM_HEAD_RULES)
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
-from .bert import _build_for_training as build_bert_for_training  # noqa: E402
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402
-
-
-def _build_for_training(settings, tokenizer, model_class=None, **fields):
-    """A RoBERTa encoder with its masked-LM head (``model_class``, default
-    ``RobertaForMaskedLM``) for a run's ``settings``: BERT's (``models.bert``) with
-    ``block_size`` tokens (<s> and </s> included) after RoBERTa's padding offset of
-    pad_token_id + 1 rows, and the tokenizer's <s> and </s>; ``fields`` set other config
-    fields."""
-    return build_bert_for_training(
-        settings, tokenizer, RobertaForMaskedLM if model_class is None else model_class,
-        max_position_embeddings=settings.block_size + tokenizer.pad_token_id + 1,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **fields)
-
-
-# the tokenizers a RoBERTa-style family cannot train with, and why
-ROBERTA_TOKENIZERS = {"char": _NO_SPECIAL_TOKENS,
-                      "wordpiece": "RoBERTa's vocabulary is byte-level BPE (Liu et al. 4.4); "
-                                   "for WordPiece train a bert"}
-register_family(ModelFamily(
-    name="roberta", summary="a RoBERTa encoder: BERT's masked LM on byte-level BPE (Liu 4.4)",
-    objective=MASKED_LM, build=_build_for_training, default_tokenizer="bpe", bpe_style="roberta",
-    refused_tokenizers=ROBERTA_TOKENIZERS, hf_architectures=("RobertaForMaskedLM",)))

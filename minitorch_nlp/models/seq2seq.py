@@ -90,8 +90,9 @@ class RNNEncoder(Module):
     (batch,) real lengths (None: every row is full). Returns an :class:`EncoderOutput`.
     """
 
-    def __init__(self, vocab_size, embed_dim, hidden_size, *, num_layers=1, cell="gru",
-                 bidirectional=False, summary_size=None, dropout=0.0, pad_id=0):
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_size: int, *, num_layers: int = 1,
+                 cell: str = "gru", bidirectional: bool = False, summary_size: int | None = None,
+                 dropout: float = 0.0, pad_id: int = 0) -> None:
         super().__init__()
         self.cell = _cell_kind(cell, "RNNEncoder")
         self.num_layers = num_layers
@@ -105,7 +106,7 @@ class RNNEncoder(Module):
                                 dropout=dropout, bidirectional=bidirectional)
         self.summarize = Linear(self.output_size, self.summary_size)  # V and b of eq 4
 
-    def forward(self, src, lengths=None):
+    def forward(self, src: Tensor | np.ndarray, lengths: Tensor | np.ndarray | None = None):
         ids = _token_ids(src, "RNNEncoder")
         batch, time = ids.shape
         memory, final = self.rnn(self.dropout(self.embed(ids)), lengths=lengths)  # eq 3
@@ -164,8 +165,8 @@ class RNNDecoder(_Decoder):
     (eq 6 before its softmax, which the loss and the search apply).
     """
 
-    def __init__(self, vocab_size, embed_dim, hidden_size, *, num_layers=1, cell="gru",
-                 dropout=0.0, pad_id=0):
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_size: int, *, num_layers: int = 1,
+                 cell: str = "gru", dropout: float = 0.0, pad_id: int = 0) -> None:
         super().__init__(vocab_size, embed_dim, hidden_size, num_layers, cell, dropout, pad_id)
         self.rnn = LAYERS[cell](embed_dim + hidden_size, hidden_size, num_layers,
                                 batch_first=True, dropout=dropout)
@@ -192,7 +193,7 @@ class RNNDecoder(_Decoder):
         outputs, h_n = self.rnn(inputs, h0)
         return outputs, {**state, "h": h_n.permute(1, 0, 2)}
 
-    def forward(self, tgt_in, state):
+    def forward(self, tgt_in: Tensor | np.ndarray, state):
         outputs, state = self.hidden_states(tgt_in, state)  # eq 5
         return self.out(self.dropout(outputs)), None, state  # eq 6 (logits)
 
@@ -242,7 +243,7 @@ class BahdanauAttention(Module):
     is computed once per source sentence (``project_keys``), as the paper suggests.
     """
 
-    def __init__(self, query_size, key_size, attention_size=None):
+    def __init__(self, query_size: int, key_size: int, attention_size: int | None = None) -> None:
         super().__init__()
         self.query_size, self.key_size = query_size, key_size
         attention_size = attention_size or query_size
@@ -258,7 +259,8 @@ class BahdanauAttention(Module):
         """e_ij = v^T tanh(W s_{i-1} + U h_j) (eq 7-8), with ``keys`` = U h_j: (batch, S)."""
         return self.v((self.query_proj(query).unsqueeze(1) + keys).tanh()).squeeze(-1)
 
-    def forward(self, query, memory, mask=None, keys=None):
+    def forward(self, query: Tensor, memory, mask: Tensor | np.ndarray | None = None,
+                keys: Tensor | None = None):
         """``query`` s_{i-1} (batch, query_size), ``memory`` h_j (batch, S, key_size), ``mask``
         (batch, S) True at real tokens -> ``(context (batch, key_size), weights (batch, S))``."""
         _check_attention_inputs("BahdanauAttention", query, memory, self.query_size,
@@ -295,7 +297,8 @@ class LuongAttention(Module):
     takes p_t in [0, S]; positions here count from 0, and p_t spans them, [0, S - 1].
     """
 
-    def __init__(self, query_size, key_size, score="general", window=None, attention_size=None):
+    def __init__(self, query_size: int, key_size: int, score: str = "general",
+                 window: int | None = None, attention_size: int | None = None) -> None:
         super().__init__()
         if score not in SCORES:
             raise ValueError(f"LuongAttention: score must be one of {SCORES}, got {score!r}")
@@ -334,7 +337,8 @@ class LuongAttention(Module):
         gate = self.position_v(self.position_proj(query).tanh()).squeeze(-1).sigmoid()
         return gate * query.backend.asarray((lengths - 1).astype(query.dtype))
 
-    def forward(self, query, memory, mask=None, keys=None):
+    def forward(self, query: Tensor, memory, mask: Tensor | np.ndarray | None = None,
+                keys: Tensor | None = None):
         """``query`` h_t (batch, query_size), ``memory`` h_s (batch, S, key_size), ``mask``
         (batch, S) True at real tokens -> ``(context (batch, key_size), weights (batch, S))``."""
         _check_attention_inputs("LuongAttention", query, memory, self.query_size, self.key_size)
@@ -361,8 +365,8 @@ class AttentionDecoder(_Decoder):
     its projected ``keys`` and the source ``mask``), and the loop over target positions.
     Subclasses define ``step``, one target position in their paper's order."""
 
-    def __init__(self, vocab_size, embed_dim, hidden_size, attention, *, input_size, num_layers,
-                 cell, dropout, pad_id):
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_size: int, attention, *,
+                 input_size: int, num_layers: int, cell: str, dropout: float, pad_id: int) -> None:
         super().__init__(vocab_size, embed_dim, hidden_size, num_layers, cell, dropout, pad_id)
         self.memory_size = attention.key_size
         self.attention = attention
@@ -394,7 +398,7 @@ class AttentionDecoder(_Decoder):
     def step(self, tokens, state):
         raise TypeError(f"{type(self).__name__} does not define step()")
 
-    def forward(self, tgt_in, state):
+    def forward(self, tgt_in: Tensor | np.ndarray, state):
         """Teacher forcing over ``tgt_in`` (batch, T): ``(logits (batch, T, V), weights
         (batch, T, S), state)``."""
         ids = _token_ids(tgt_in, type(self).__name__)
@@ -424,8 +428,10 @@ class BahdanauDecoder(AttentionDecoder):
     as in the paper.
     """
 
-    def __init__(self, vocab_size, embed_dim, hidden_size, memory_size, *, attention_size=None,
-                 output_size=None, num_layers=1, cell="gru", dropout=0.0, pad_id=0):
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_size: int, memory_size: int, *,
+                 attention_size: int | None = None, output_size: int | None = None,
+                 num_layers: int = 1, cell: str = "gru", dropout: float = 0.0,
+                 pad_id: int = 0) -> None:
         attention = BahdanauAttention(hidden_size, memory_size, attention_size)
         super().__init__(vocab_size, embed_dim, hidden_size, attention,
                          input_size=embed_dim + memory_size, num_layers=num_layers, cell=cell,
@@ -460,9 +466,10 @@ class LuongDecoder(AttentionDecoder):
     ``f`` is an LSTM by default, as in the paper. ``score`` and ``window`` choose the attention.
     """
 
-    def __init__(self, vocab_size, embed_dim, hidden_size, memory_size, *, score="general",
-                 window=None, input_feeding=True, num_layers=1, cell="lstm", dropout=0.0,
-                 pad_id=0):
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_size: int, memory_size: int, *,
+                 score: str = "general", window: int | None = None, input_feeding: bool = True,
+                 num_layers: int = 1, cell: str = "lstm", dropout: float = 0.0,
+                 pad_id: int = 0) -> None:
         attention = LuongAttention(hidden_size, memory_size, score, window)
         super().__init__(vocab_size, embed_dim, hidden_size, attention,
                          input_size=embed_dim + (hidden_size if input_feeding else 0),
@@ -504,7 +511,7 @@ class Seq2Seq(Module):
     initialises it) and, with attention, its memory size the encoder's ``output_size``.
     """
 
-    def __init__(self, encoder, decoder, pad_id=0):
+    def __init__(self, encoder, decoder, pad_id: int = 0) -> None:
         super().__init__()
         if encoder.summary_size != decoder.hidden_size:
             raise ValueError(f"Seq2Seq: the encoder's summary_size {encoder.summary_size} must "
@@ -523,7 +530,8 @@ class Seq2Seq(Module):
         self.decoder = decoder
         self.pad_id = pad_id
 
-    def forward(self, src, tgt_in, src_lengths=None, need_weights=False):
+    def forward(self, src: Tensor | np.ndarray, tgt_in: Tensor | np.ndarray,
+                src_lengths: Tensor | np.ndarray | None = None, need_weights: bool = False):
         """Teacher-forced logits (batch, T, V); with ``need_weights`` also the attention weights
         (batch, T, S) (None without attention)."""
         encoded = self.encoder(src, src_lengths)

@@ -29,16 +29,12 @@ from __future__ import annotations
 
 import functools
 import math
-import re
-from dataclasses import dataclass, fields
 
 import numpy as np
 
 from .. import checks, decoding
 from .. import functional as F
-from ..data.span_corruption import span_corruption
-from ..autograd import ones, tensor
-from ..io.huggingface import HFArchitecture, Rule, register_architecture
+from ..autograd import ones, tensor, Tensor
 from ..nn import (Dropout, Embedding, FullAttention, Linear, Module, MultiHeadAttention,
                   TransformerLayer, TransformerStack, init)
 from ..nn.parameter import Parameter
@@ -46,101 +42,11 @@ from ..attention.masks import prefix_lm_mask
 from ..nn.outputs import ModelOutput
 from .encoder_decoder import (IGNORE_INDEX, conditional_generation_output, encode_and_decode,
                               seq2seq_output, shift_right)
+from .configs.t5 import T5Config
 
 __all__ = ["ARCHITECTURES", "RMSNorm", "RelativePositionBias", "T5Config", "T5DecoderOnly",
            "T5EncoderModel", "T5FeedForward", "T5ForConditionalGeneration", "T5Model", "T5Stack",
            "relative_position_bucket"]
-
-FEED_FORWARD = ("relu", "gated-gelu")
-
-
-# ---- configuration -------------------------------------------------------------------------------
-@dataclass
-class T5Config:
-    """T5's sizes, with HuggingFace's field names; the defaults are T5-small (60M parameters).
-
-    ``d_kv``: each head's width (need not be d_model / num_heads). ``num_decoder_layers``: None
-    for as many as the encoder. ``relative_attention_num_buckets`` / ``_max_distance``: the
-    position-bias table (32 buckets up to 128 in the paper). ``feed_forward_proj``: ``"relu"``
-    (T5) or ``"gated-gelu"`` (v1.1). ``tie_word_embeddings``: the output layer is the embedding
-    matrix (T5) or its own (v1.1); ``scale_decoder_outputs``: multiply the decoder's output by
-    d_model^-0.5 before the output layer (None: when tied, as in the paper).
-    ``decoder_start_token_id``: the decoder's first input (T5 starts from <pad>).
-    """
-
-    vocab_size: int = 32128
-    d_model: int = 512
-    d_kv: int = 64
-    d_ff: int = 2048
-    num_layers: int = 6
-    num_decoder_layers: int | None = None
-    num_heads: int = 8
-    relative_attention_num_buckets: int = 32
-    relative_attention_max_distance: int = 128
-    dropout_rate: float = 0.1
-    layer_norm_epsilon: float = 1e-6
-    initializer_factor: float = 1.0
-    feed_forward_proj: str = "relu"
-    tie_word_embeddings: bool = True
-    scale_decoder_outputs: bool | None = None
-    pad_token_id: int = 0
-    eos_token_id: int = 1
-    decoder_start_token_id: int = 0
-
-    def __post_init__(self):
-        where = "T5Config"
-        for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
-                     "relative_attention_max_distance"):
-            checks.positive_int(getattr(self, name), name, where)
-        if self.num_decoder_layers is None:
-            self.num_decoder_layers = self.num_layers
-        checks.positive_int(self.num_decoder_layers, "num_decoder_layers", where)
-        # the encoder's table is halved (one half per direction) and needs 2 buckets per half
-        checks.int_at_least(self.relative_attention_num_buckets, 4,
-                            "relative_attention_num_buckets", where)
-        if self.feed_forward_proj not in FEED_FORWARD:
-            raise ValueError(f"{where}: feed_forward_proj must be one of {FEED_FORWARD}, got "
-                             f"{self.feed_forward_proj!r}")
-        if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"{where}: dropout_rate must be in [0, 1), got {self.dropout_rate}")
-        if self.scale_decoder_outputs is None:
-            self.scale_decoder_outputs = self.tie_word_embeddings
-        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
-            if not 0 <= value < self.vocab_size:
-                raise ValueError(f"{where}: {name}={value} is outside the vocabulary "
-                                 f"[0, {self.vocab_size})")
-
-    @classmethod
-    def tiny(cls, **overrides):
-        """A test-sized T5: 2 + 2 layers, 16 wide, 4 heads of 4, 8 buckets, 40 tokens."""
-        return cls(**{"vocab_size": 40, "d_model": 16, "d_kv": 4, "d_ff": 24, "num_layers": 2,
-                      "num_heads": 4, "relative_attention_num_buckets": 8,
-                      "relative_attention_max_distance": 20, "dropout_rate": 0.0, **overrides})
-
-    @classmethod
-    def v1_1(cls, **overrides):
-        """T5 v1.1: gated-GELU feed-forward, an output layer of its own, no rescaling."""
-        return cls(**{"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False,
-                      **overrides})
-
-    @classmethod
-    def from_hf(cls, hf):
-        """A config from a HuggingFace ``config.json`` dict (``model_type`` "t5"). transformers
-        5 always ties the output layer and records the rescaling as ``scale_decoder_outputs``;
-        4.x wrote ``tie_word_embeddings`` and rescaled exactly when tied."""
-        if hf.get("model_type") != "t5":
-            raise ValueError(f"T5Config.from_hf: model_type must be 't5', got "
-                             f"{hf.get('model_type')!r}")
-        names = {f.name for f in fields(cls)}
-        kwargs = {name: hf[name] for name in names if hf.get(name) is not None}
-        if isinstance(kwargs.get("eos_token_id"), list):
-            kwargs["eos_token_id"] = kwargs["eos_token_id"][0]
-        return cls(**kwargs)
-
-    def to_hf(self):
-        """The HuggingFace ``config.json`` fields (``T5Config``)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 # ---- the parts -----------------------------------------------------------------------------------
@@ -151,13 +57,13 @@ class RMSNorm(Module):
 
     over the last axis: no mean subtracted and no bias, only a gain g (ones at first)."""
 
-    def __init__(self, d_model, eps=1e-6):
+    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.d_model = checks.positive_int(d_model, "d_model", "RMSNorm")
         self.eps = eps
         self.weight = Parameter(ones(d_model))
 
-    def forward(self, x):
+    def forward(self, x: Tensor):
         if x.shape[-1] != self.d_model:
             raise ValueError(f"RMSNorm: the input's last axis has {x.shape[-1]} features, "
                              f"expected d_model={self.d_model}")
@@ -202,14 +108,14 @@ class RelativePositionBias(Module):
     """T5's learned attention bias: one scalar per head for each bucket of key-minus-query offsets
     (``relative_position_bucket``), added to the attention scores of every layer of a stack."""
 
-    def __init__(self, num_heads, num_buckets, max_distance, bidirectional):
+    def __init__(self, num_heads: int, num_buckets, max_distance: int, bidirectional: bool) -> None:
         super().__init__()
         self.num_buckets = checks.int_at_least(num_buckets, 2, "num_buckets",
                                                "RelativePositionBias")
         self.max_distance, self.bidirectional = max_distance, bool(bidirectional)
         self.relative_attention_bias = Embedding(num_buckets, num_heads)
 
-    def forward(self, query_length, key_length, start=0):
+    def forward(self, query_length: int, key_length: int, start: int = 0):
         """The bias (1, heads, query_length, key_length) for queries at positions ``start`` ..
         ``start + query_length - 1`` (> 0 when decoding through a cache) and keys 0 .. key_length
         - 1."""
@@ -231,7 +137,7 @@ class T5FeedForward(Module):
     (GELU(x W_i0) * x W_i1) W_o (T5 v1.1, GELU's tanh approximation); dropout on the hidden
     units."""
 
-    def __init__(self, d_model, d_ff, dropout=0.0, gated=False):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, gated: bool = False) -> None:
         super().__init__()
         self.gated = bool(gated)
         if self.gated:
@@ -242,7 +148,7 @@ class T5FeedForward(Module):
         self.wo = Linear(d_ff, d_model, bias=False)
         self.dropout = Dropout(dropout)
 
-    def forward(self, x):
+    def forward(self, x: Tensor):
         hidden = (F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x) if self.gated
                   else F.relu(self.wi(x)))
         return self.wo(self.dropout(hidden))
@@ -258,7 +164,7 @@ class T5Stack(TransformerStack):
     every layer's self-attention. Dropout acts on the input embeddings, on each sub-layer's output,
     on the attention weights and on the final output."""
 
-    def __init__(self, config, is_decoder):
+    def __init__(self, config: T5Config, is_decoder: bool) -> None:
         def attention():
             return MultiHeadAttention(config.d_model, config.num_heads, bias=False,
                                       head_dim=config.d_kv,
@@ -279,8 +185,8 @@ class T5Stack(TransformerStack):
             config.relative_attention_max_distance, bidirectional=not is_decoder)
         self.dropout = Dropout(config.dropout_rate)
 
-    def forward(self, x, memory=None, *, cache=None, output_hidden_states=False,
-                output_attentions=False, **layer_kwargs):
+    def forward(self, x: Tensor, memory=None, *, cache=None, output_hidden_states: bool = False,
+                output_attentions: bool = False, **layer_kwargs):
         """``x``: the embedded tokens (batch, time, d_model); the rest as
         ``TransformerStack.forward`` (``key_mask``, ``memory_key_mask`` ...)."""
         start = 0 if cache is None else self.cache_length(cache)
@@ -325,7 +231,7 @@ class T5EncoderModel(Module):
     """T5's embedding and encoder (HuggingFace's ``T5EncoderModel``): ``last_hidden_state``
     (batch, time, d_model) of the source."""
 
-    def __init__(self, config):
+    def __init__(self, config: T5Config) -> None:
         super().__init__()
         self.config = config
         self.shared = Embedding(config.vocab_size, config.d_model)
@@ -344,8 +250,9 @@ class T5EncoderModel(Module):
                             output_hidden_states=output_hidden_states,
                             output_attentions=output_attentions)
 
-    def forward(self, input_ids, attention_mask=None, output_hidden_states=False,
-                output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False):
         return self.encode(input_ids, attention_mask, output_hidden_states, output_attentions)
 
 
@@ -353,7 +260,7 @@ class T5Model(T5EncoderModel):
     """The bare encoder-decoder (HuggingFace's ``T5Model``): the decoder's ``last_hidden_state``
     (batch, target_time, d_model) and the encoder's ``encoder_last_hidden_state``."""
 
-    def __init__(self, config):
+    def __init__(self, config: T5Config) -> None:
         super().__init__(config)
         self.decoder = T5Stack(config, is_decoder=True)
         if type(self) is T5Model:
@@ -382,9 +289,11 @@ class T5Model(T5EncoderModel):
                             output_hidden_states=output_hidden_states,
                             output_attentions=output_attentions)
 
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
-                decoder_attention_mask=None, encoder_outputs=None, cache=None,
-                output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray | None = None,
+                attention_mask: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None,
+                decoder_attention_mask: Tensor | np.ndarray | None = None, encoder_outputs=None,
+                cache=None, output_hidden_states: bool = False, output_attentions: bool = False):
         """HuggingFace's fields: ``last_hidden_state`` (the decoder's),
         ``encoder_last_hidden_state``, and on request ``decoder_hidden_states``,
         ``encoder_hidden_states``, ``decoder_attentions``, ``cross_attentions``,
@@ -401,7 +310,7 @@ class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
     shifted right after ``decoder_start_token_id`` and ``loss`` is their mean cross-entropy
     (-100 ignored). ``generate`` is ``decoding.generate_seq2seq`` with the config's ids."""
 
-    def __init__(self, config):
+    def __init__(self, config: T5Config) -> None:
         super().__init__(config)
         self.lm_head = None if config.tie_word_embeddings else \
             Linear(config.d_model, config.vocab_size, bias=False)
@@ -414,9 +323,12 @@ class T5ForConditionalGeneration(decoding.Seq2SeqGeneration, T5Model):
         weight = self.shared.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(hidden, weight)
 
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
-                decoder_attention_mask=None, labels=None, encoder_outputs=None, cache=None,
-                output_hidden_states=False, output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray | None = None,
+                attention_mask: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None,
+                decoder_attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, encoder_outputs=None, cache=None,
+                output_hidden_states: bool = False, output_attentions: bool = False):
         checks.same_batch(type(self).__name__, input_ids=input_ids, labels=labels,
                           decoder_input_ids=decoder_input_ids)
         if decoder_input_ids is None:
@@ -460,7 +372,7 @@ class T5DecoderOnly(decoding.Seq2SeqGeneration, T5EncoderModel):
     (-100 on padding), ``loss``; ``generate`` is ``decoding.generate_seq2seq``, the input read in
     one pass at the first step, then one token at a time with the keys and values cached."""
 
-    def __init__(self, config, architecture="prefix-lm"):
+    def __init__(self, config: T5Config, architecture: str = "prefix-lm") -> None:
         if architecture not in ARCHITECTURES[1:]:
             raise ValueError(f"T5DecoderOnly: architecture must be 'prefix-lm' or "
                              f"'decoder-only', got {architecture!r} (the encoder-decoder is "
@@ -496,7 +408,10 @@ class T5DecoderOnly(decoding.Seq2SeqGeneration, T5EncoderModel):
         return self.encoder(self.shared(ids), key_mask=key_mask, mask=mask, causal=False,
                             cache=cache).last_hidden_state
 
-    def forward(self, input_ids, attention_mask=None, labels=None, decoder_input_ids=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                decoder_input_ids: Tensor | np.ndarray | None = None):
         """``labels`` (batch, target_time), -100 on padding, are shifted right after
         ``decoder_start_token_id`` into the target's inputs (or give ``decoder_input_ids``)."""
         name = type(self).__name__
@@ -548,142 +463,3 @@ class T5DecoderOnly(decoding.Seq2SeqGeneration, T5EncoderModel):
             state = {**state, "key_mask": key_mask}
         hidden = self.joined_hidden(joined, key_mask, ids.shape[1] + 1, cache)
         return self.logits(hidden[:, -1:])[:, 0].log_softmax(axis=-1), state
-
-
-# ---- HuggingFace checkpoints ---------------------------------------------------------------------
-def _attention_rules(hf, ours):
-    return [Rule(f"{hf}.{h}.weight", f"{ours}.{o}_proj.weight")
-            for h, o in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out"))]
-
-
-def _stack_rules(stack, is_decoder):
-    """One stack's tensors: HuggingFace's ``layer.0`` is the self-attention sub-layer, then
-    ``layer.1`` the cross-attention (decoder) and the last the feed-forward one; each holds its
-    own RMS norm (our norm1, norm2, norm3)."""
-    hf, ours = f"{stack}.block.{{i}}.layer", f"{stack}.layers.{{i}}"
-    feed_forward = 2 if is_decoder else 1
-    rules = _attention_rules(f"{hf}.0.SelfAttention", f"{ours}.self_attn")
-    rules += [Rule(f"{hf}.0.layer_norm.weight", f"{ours}.norm1.weight"),
-              Rule(f"{hf}.{feed_forward}.layer_norm.weight",
-                   f"{ours}.norm{feed_forward + 1}.weight"),
-              Rule(f"{stack}.final_layer_norm.weight", f"{stack}.norm.weight"),
-              Rule(f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-                   f"{stack}.position_bias.relative_attention_bias.weight")]
-    for name in ("wi", "wi_0", "wi_1", "wo"):   # wi, or v1.1's gated wi_0 and wi_1
-        rules.append(Rule(f"{hf}.{feed_forward}.DenseReluDense.{name}.weight",
-                          f"{ours}.feed_forward.{name}.weight", optional=name != "wo"))
-    if is_decoder:
-        rules += _attention_rules(f"{hf}.1.EncDecAttention", f"{ours}.cross_attn")
-        rules.append(Rule(f"{hf}.1.layer_norm.weight", f"{ours}.norm2.weight"))
-    return rules
-
-
-# the embedding's tied copies; HuggingFace's decoder may keep an unused cross-attention bias
-_T5_IGNORE = (r"(encoder|decoder)\.embed_tokens\.weight",
-              r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight")
-_EMBEDDING = [Rule("shared.weight", "shared.weight")]
-_ENCODER = _EMBEDDING + _stack_rules("encoder", is_decoder=False)
-_ENCODER_DECODER = _ENCODER + _stack_rules("decoder", is_decoder=True)
-
-for _model_class, _rules, _ignore in (
-        (T5EncoderModel, _ENCODER, _T5_IGNORE),
-        (T5Model, _ENCODER_DECODER, _T5_IGNORE),
-        (T5ForConditionalGeneration,
-         _ENCODER_DECODER + [Rule("lm_head.weight", "lm_head.weight", optional=True)],
-         _T5_IGNORE + (r"lm_head\.weight",))):
-    register_architecture(HFArchitecture(
-        name=_model_class.__name__, model_type="t5", model_class=_model_class,
-        from_config=lambda hf, cls=_model_class: cls(T5Config.from_hf(hf)),
-        to_config=lambda model: model.config.to_hf(), rules=tuple(_rules), ignore=_ignore,
-        default_for_type=_model_class is T5ForConditionalGeneration))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import ModelFamily, Objective, register_family  # noqa: E402 (this block only)
-
-_SENTINEL = re.compile(r"<extra_id_(\d+)>")
-
-
-def sentinel_count(window_length):
-    """How many sentinels a model trained on windows of ``window_length`` tokens gets: enough
-    for span corruption's spans at any noise density up to 0.3 with mean span length 3, plus
-    the closing one."""
-    return window_length // 10 + 2
-
-
-def _span_corruption_batcher(tokenizer, mask_prob):
-    """(inputs, targets) from windows of text by span corruption, ``mask_prob`` the noise
-    density; the sentinels are the ids after the tokenizer's, <extra_id_0> the last."""
-    def make_batch(windows, rng):
-        vocab_size = len(tokenizer) + sentinel_count(windows.shape[1])
-        sentinels = np.arange(vocab_size - 1, len(tokenizer) - 1, -1)
-        pairs = [span_corruption(window, sentinels, mask_prob, 3.0, rng, tokenizer.eos_token_id)
-                 for window in windows]
-        return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
-    return make_batch
-
-
-def _sentinel_ids(model, tokenizer):
-    """The id of each ``<extra_id_k>``, k = 0, 1 ...: the tokenizer's own sentinel tokens when
-    it has them (a HuggingFace T5 tokenizer), else the model's ids after the tokenizer's,
-    <extra_id_0> the last (as ``train t5`` lays them out)."""
-    ids = []
-    while f"<extra_id_{len(ids)}>" in tokenizer.vocab:
-        ids.append(tokenizer.vocab[f"<extra_id_{len(ids)}>"])
-    return ids or list(range(model.config.vocab_size - 1, len(tokenizer) - 1, -1))
-
-
-def _fill_spans(model, tokenizer, prompt, **options):
-    """The prompt with each ``<extra_id_k>`` replaced by the span the model writes for it
-    (greedy); a prompt without one gets <extra_id_0> at its end, so that the model continues
-    it."""
-    sentinel_ids = _sentinel_ids(model, tokenizer)
-    sentinel_of = {index: k for k, index in enumerate(sentinel_ids)}
-    if not _SENTINEL.search(prompt):
-        prompt += "<extra_id_0>"
-    pieces, ids = _SENTINEL.split(prompt), []
-    for i, piece in enumerate(pieces):
-        if i % 2 == 0:
-            ids += tokenizer.encode(piece, add_special_tokens=False)
-        elif not 0 <= int(piece) < len(sentinel_ids):
-            raise ValueError(f"generate: <extra_id_{piece}> is not one of this model's "
-                             f"{len(sentinel_ids)} sentinels (<extra_id_0> .. "
-                             f"<extra_id_{len(sentinel_ids) - 1}>)")
-        else:
-            ids.append(sentinel_ids[int(piece)])
-    ids.append(tokenizer.eos_token_id)
-    out = model.generate(np.asarray([ids]), max_new_tokens=options.get("max_new_tokens", 64))
-    spans, current = {}, None
-    for token in out[0, 1:].tolist():
-        if token == tokenizer.eos_token_id:
-            break
-        if token in sentinel_of:
-            current = spans.setdefault(sentinel_of[token], [])
-        elif current is not None and token < len(tokenizer):
-            current.append(token)
-    return "".join(tokenizer.decode(spans.get(int(piece), []), skip_special_tokens=True)
-                   if i % 2 else piece for i, piece in enumerate(pieces))
-
-
-SPAN_CORRUPTION = Objective("span-corruption", extra_tokens=0, batcher=_span_corruption_batcher,
-                            respond=_fill_spans, generates_text=False)
-
-
-def _build_for_training(settings, tokenizer):
-    """A T5 (v1.0 layout) for a run's ``settings``: n_embd wide, n_layer layers in each stack,
-    n_head heads, d_ff = 4 n_embd, the tokenizer's ids plus the sentinels."""
-    return T5ForConditionalGeneration(T5Config(
-        vocab_size=len(tokenizer) + sentinel_count(settings.block_size), d_model=settings.n_embd,
-        d_kv=settings.n_embd // settings.n_head, d_ff=4 * settings.n_embd,
-        num_layers=settings.n_layer, num_heads=settings.n_head,
-        dropout_rate=settings.dropout, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id))
-
-
-register_family(ModelFamily(
-    name="t5", summary="T5, an encoder-decoder pretrained by span corruption (section V-D)",
-    objective=SPAN_CORRUPTION, build=_build_for_training, default_tokenizer="char",
-    bpe_style="roberta",
-    refused_tokenizers={"wordpiece": "T5 needs an end-of-sequence token, and the WordPiece "
-                                     "tokenizer has none; use char or bpe"},
-    hf_architectures=("T5ForConditionalGeneration",)))

@@ -61,10 +61,13 @@ class Transformer(decoding.Seq2SeqGeneration, Module):
     ``pad_id`` (every position holding ``pad_id`` is padding).
     """
 
-    def __init__(self, src_vocab_size, tgt_vocab_size=None, *, d_model=512, num_heads=8,
-                 num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1,
-                 activation="relu", norm_first=False, max_len=256, positional="sinusoidal",
-                 share_embeddings=True, label_smoothing=0.1, pad_id=0, bos_id=1, eos_id=2):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int | None = None, *,
+                 d_model: int = 512, num_heads: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1,
+                 activation: str = "relu", norm_first: bool = False, max_len: int = 256,
+                 positional: str = "sinusoidal", share_embeddings: bool = True,
+                 label_smoothing: float = 0.1, pad_id: int = 0, bos_id: int = 1,
+                 eos_id: int = 2) -> None:
         super().__init__()
         tgt_vocab_size = src_vocab_size if tgt_vocab_size is None else tgt_vocab_size
         if share_embeddings and tgt_vocab_size != src_vocab_size:
@@ -157,7 +160,9 @@ class Transformer(decoding.Seq2SeqGeneration, Module):
         """What ``decoding.Seq2SeqGeneration`` encodes and decodes with: the model itself."""
         return self
 
-    def forward(self, src, tgt_in, src_key_mask=None, tgt_key_mask=None, need_weights=False):
+    def forward(self, src: Tensor | np.ndarray, tgt_in: Tensor | np.ndarray,
+                src_key_mask: Tensor | np.ndarray | None = None,
+                tgt_key_mask: Tensor | np.ndarray | None = None, need_weights: bool = False):
         """Logits (batch, tgt_time, tgt_vocab_size) for teacher forcing: position t predicts
         ``tgt_in[:, t + 1]``, i.e. ``tgt_out[:, t]``. With ``need_weights=True`` returns
         ``(logits, {"encoder": [...], "decoder": [...]})``, every layer's attention weights

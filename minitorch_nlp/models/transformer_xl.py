@@ -33,7 +33,8 @@ The pieces, each an addition to the Transformer toolkit rather than a copy of it
   cut into a frequent head and rarer clusters with narrower vectors (``cutoffs``, ``div_val``);
   with no cutoffs they are a plain embedding and a plain softmax;
 * ``TransfoXLModel`` and ``TransfoXLLMHeadModel``, HuggingFace's names, so that transformers 4.x
-  ``TransfoXLLMHeadModel`` checkpoints load (the key map is at the end of this file).
+  ``TransfoXLLMHeadModel`` checkpoints load (the key map is in
+  ``models/families/transformer_xl.py``).
 
 Memories: ``model(ids, mems=mems)`` returns ``.mems`` to feed with the next segment, each layer's
 input hidden states over the last ``mem_len`` positions (``eval_mem_len`` in eval mode: the paper
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -52,129 +52,15 @@ from .. import checks, cookbook, decoding
 from .. import functional as F
 from ..autograd import Tensor, concatenate, pad, tensor, zeros
 from ..autograd.ops_fused import FusedFunction
-from ..io.huggingface import HFArchitecture, Rule, register_architecture, transpose
 from ..nn import (Dropout, Embedding, FeedForward, FullAttention, LayerNorm, Linear, Module,
                   ModuleDict, ModuleList, MultiHeadAttention, Parameter, TransformerLayer, init)
 from ..nn.outputs import ModelOutput
+from .configs.transformer_xl import TransfoXLConfig
 
 __all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmax", "RelativePositionAttention",
            "TransfoXLConfig", "TransfoXLLMHeadModel", "TransfoXLModel", "TransformerXLLayer",
            "absolute_position_scores", "decode", "extended_context", "relative_position_encoding",
            "relative_shift"]
-
-
-# ---- configuration -------------------------------------------------------------------------------
-@dataclass
-class TransfoXLConfig:
-    """The sizes and switches of a Transformer-XL, with HuggingFace's ``TransfoXLConfig`` field
-    names. The defaults are the paper's WikiText-103 model; ``TransfoXLConfig.tiny()`` is a
-    test-sized one.
-
-    ``d_model`` is the hidden width, ``n_head`` heads of ``d_head`` features each, ``d_inner`` the
-    feed-forward width. ``cutoffs`` split the vocabulary into a head [0, cutoffs[0]) and clusters
-    [cutoffs[i], cutoffs[i+1]) for the adaptive input and softmax; cluster i's vectors are
-    ``d_embed // div_val**i`` wide, projected to ``d_model``. No cutoffs: one softmax over the
-    whole vocabulary. ``tie_projs[i]``: the softmax's projection of cluster i is the embedding's
-    (weights themselves are always tied, as in the paper).
-
-    ``mem_len``: memory kept while training; ``eval_mem_len`` (None: ``mem_len``) in eval mode.
-    ``clamp_len``: distances beyond it use R_clamp_len (0: never clamped). ``pre_lnorm``: LayerNorm
-    before each sub-layer instead of after the residual sum. ``dropout`` on embeddings, position
-    encodings and sub-layer outputs; ``dropatt`` on attention weights. ``init_std`` /
-    ``proj_init_std``: N(0, std^2) for weights and for the adaptive projections.
-    """
-
-    vocab_size: int = 267735
-    cutoffs: list = field(default_factory=lambda: [20000, 40000, 200000])
-    d_model: int = 1024
-    d_embed: int = 1024
-    n_head: int = 16
-    d_head: int = 64
-    d_inner: int = 4096
-    div_val: int = 4
-    pre_lnorm: bool = False
-    n_layer: int = 18
-    mem_len: int = 1600
-    eval_mem_len: int | None = None
-    clamp_len: int = 1000
-    dropout: float = 0.1
-    dropatt: float = 0.0
-    layer_norm_epsilon: float = 1e-5
-    init_std: float = 0.02
-    proj_init_std: float = 0.01
-    tie_projs: list | None = None
-    eos_token_id: int | None = None
-
-    def __post_init__(self):
-        name = "TransfoXLConfig"
-        for key in ("vocab_size", "d_model", "d_embed", "n_head", "d_head", "d_inner", "div_val",
-                    "n_layer"):
-            checks.positive_int(getattr(self, key), key, name)
-        for key in ("mem_len", "clamp_len"):
-            checks.int_at_least(getattr(self, key), 0, key, name)
-        if self.eval_mem_len is not None:
-            checks.int_at_least(self.eval_mem_len, 0, "eval_mem_len", name)
-        self.cutoffs = [int(c) for c in self.cutoffs]
-        bounds = [0, *self.cutoffs, self.vocab_size]
-        if any(a >= b for a, b in zip(bounds, bounds[1:])):
-            raise ValueError(f"{name}: cutoffs {self.cutoffs} must increase strictly inside "
-                             f"(0, vocab_size={self.vocab_size})")
-        if self.d_embed // self.div_val ** len(self.cutoffs) < 1:
-            raise ValueError(f"{name}: d_embed={self.d_embed} // div_val={self.div_val}^"
-                             f"{len(self.cutoffs)} leaves the last cluster no features; use a "
-                             "smaller div_val or fewer cutoffs")
-        if self.tie_projs is None:
-            self.tie_projs = [False] + [True] * len(self.cutoffs)
-        self.tie_projs = [bool(t) for t in self.tie_projs]
-        if len(self.tie_projs) != len(self.cutoffs) + 1:
-            raise ValueError(f"{name}: tie_projs needs one entry per cluster, "
-                             f"{len(self.cutoffs) + 1}, got {len(self.tie_projs)}")
-        for key in ("dropout", "dropatt"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise ValueError(f"{name}: {key} must be in [0, 1), got {getattr(self, key)}")
-
-    @property
-    def memory_length(self):
-        """(training, evaluation) memory lengths."""
-        return self.mem_len, self.mem_len if self.eval_mem_len is None else self.eval_mem_len
-
-    @property
-    def n_positions(self):
-        """The context ``decoding.generate_text`` keeps: the evaluation memory (at least 1)."""
-        return max(self.memory_length[1], 1)
-
-    @classmethod
-    def tiny(cls, **overrides):
-        """A test-sized model: 2 layers, 16 wide, 2 heads of 8, 30 tokens in a head of 10 and two
-        clusters (10-20, 20-30), memory 8, no dropout."""
-        return cls(**{"vocab_size": 30, "cutoffs": [10, 20], "d_model": 16, "d_embed": 16,
-                      "n_head": 2, "d_head": 8, "d_inner": 32, "div_val": 2, "n_layer": 2,
-                      "mem_len": 8, "clamp_len": 0, "dropout": 0.0, "dropatt": 0.0, **overrides})
-
-    # ---- HuggingFace's config.json ----
-    @classmethod
-    def from_hf(cls, hf):
-        """A config from a HuggingFace ``config.json`` dict (``model_type`` "transfo-xl").
-        Settings we do not implement are an error, not silently dropped."""
-        if hf.get("model_type") != "transfo-xl":
-            raise ValueError(f"TransfoXLConfig.from_hf: model_type must be 'transfo-xl', got "
-                             f"{hf.get('model_type')!r}")
-        supported = {"same_length": False, "attn_type": 0, "untie_r": True, "adaptive": True,
-                     "sample_softmax": -1, "tie_word_embeddings": True}
-        for key, value in supported.items():
-            if hf.get(key, value) != value:
-                raise ValueError(f"TransfoXLConfig.from_hf: {key}={hf[key]!r} is not supported "
-                                 f"(only {value!r})")
-        names = {f.name for f in fields(cls)} - {"eval_mem_len"}
-        return cls(**{key: hf[key] for key in names if hf.get(key) is not None},
-                   eval_mem_len=hf.get("eval_mem_len"))
-
-    def to_hf(self):
-        """The HuggingFace ``config.json`` fields (``TransfoXLConfig``)."""
-        hf = asdict(self)
-        hf.update(model_type="transfo-xl", same_length=False, attn_type=0, untie_r=True,
-                  adaptive=True, sample_softmax=-1, tie_word_embeddings=True)
-        return hf
 
 
 # ---- relative positions (eq 91) ------------------------------------------------------------------
@@ -291,15 +177,17 @@ class RelativePositionAttention(FullAttention):
     (heads, d_k); ``position_proj`` is W_R.
     """
 
-    def __init__(self, d_model, num_heads, head_dim, dropout=0.0):
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
         super().__init__(dropout, scale=1.0)   # the queries carry 1/sqrt(d_k) (see forward)
         self.num_heads, self.head_dim = num_heads, head_dim
         self.position_proj = Linear(d_model, num_heads * head_dim, bias=False)
         self.content_bias = Parameter(zeros(num_heads, head_dim))
         self.position_bias = Parameter(zeros(num_heads, head_dim))
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False, relative_positions=None):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None, need_weights: bool = False,
+                relative_positions: Tensor | None = None):
         positional = self.position_scores(q, k.shape[2], relative_positions)    # (b) + (d)
         # 1/sqrt(d_k) on the (q_time, d_k) queries rather than on the (q_time, k_time) scores:
         # a pass over the score matrix fewer, forwards and backwards
@@ -360,8 +248,9 @@ class TransformerXLLayer(TransformerLayer):
 
     The projections have no biases (u and v play their part), as in the paper's code."""
 
-    def __init__(self, d_model, n_head, d_head, d_inner, dropout=0.0, dropatt=0.0,
-                 pre_lnorm=False, layer_norm_eps=1e-5):
+    def __init__(self, d_model: int, n_head: int, d_head: int, d_inner: int, dropout: float = 0.0,
+                 dropatt: float = 0.0, pre_lnorm: bool = False,
+                 layer_norm_eps: float = 1e-5) -> None:
         attention = MultiHeadAttention(
             d_model, n_head, bias=False, head_dim=d_head,
             core=RelativePositionAttention(d_model, n_head, d_head, dropatt))
@@ -369,7 +258,8 @@ class TransformerXLLayer(TransformerLayer):
                          functools.partial(LayerNorm, d_model, eps=layer_norm_eps),
                          dropout=dropout, norm_first=pre_lnorm, causal=True)
 
-    def forward(self, x, memory=None, *, relative_positions, head_mask=None, attentions=None):
+    def forward(self, x: Tensor, memory=None, *, relative_positions: Tensor,
+                head_mask: Tensor | np.ndarray | None = None, attentions=None):
         """``x`` (batch, time, d_model), ``memory`` (batch, mem_time, d_model) or None,
         ``relative_positions`` R (mem_time + time, d_model)."""
         context = extended_context(memory, x)                                        # eq 87
@@ -395,7 +285,8 @@ class AdaptiveEmbedding(Module):
     (``projections[i]``, weight (d_proj, width)); every vector is then scaled by sqrt(d_proj).
     ``div_val=1`` is one table of width d_embed (projected only if d_embed != d_proj)."""
 
-    def __init__(self, vocab_size, d_embed, d_proj, cutoffs=(), div_val=1, proj_init_std=0.01):
+    def __init__(self, vocab_size: int, d_embed: int, d_proj: int, cutoffs=(), div_val: int = 1,
+                 proj_init_std: float = 0.01) -> None:
         super().__init__()
         self.bounds = _cluster_bounds(vocab_size, cutoffs)
         self.div_val, self.d_proj, self.scale = div_val, d_proj, math.sqrt(d_proj)
@@ -410,7 +301,7 @@ class AdaptiveEmbedding(Module):
         for projection in self.projections:
             init.normal_(projection.weight, std=proj_init_std)
 
-    def forward(self, ids):
+    def forward(self, ids: Tensor | np.ndarray):
         if self.div_val == 1:
             out = self.embeddings[0](ids)
             if len(self.projections):
@@ -450,8 +341,8 @@ class AdaptiveLogSoftmax(Module):
     only those of the targets, computing each tail cluster at the positions whose target lies in
     it (the adaptive softmax's saving: the rare clusters are scored for few positions)."""
 
-    def __init__(self, vocab_size, d_embed, d_proj, cutoffs=(), div_val=1, tie_projs=None,
-                 proj_init_std=0.01):
+    def __init__(self, vocab_size: int, d_embed: int, d_proj: int, cutoffs=(), div_val: int = 1,
+                 tie_projs=None, proj_init_std: float = 0.01) -> None:
         super().__init__()
         self.bounds = _cluster_bounds(vocab_size, cutoffs)
         clusters = len(self.bounds)
@@ -520,7 +411,7 @@ class AdaptiveLogSoftmax(Module):
         mask = tensor(counted.astype(np.float64), dtype=head.dtype, backend=head.backend)
         return (log_probs * mask).reshape(targets.shape)
 
-    def forward(self, hidden, embedding):
+    def forward(self, hidden: Tensor, embedding: Tensor):
         weights = embedding.output_weights()
         head = F.log_softmax(self.cluster_logits(hidden, 0, *weights[0]), axis=-1)
         head_size = self.bounds[0][1]
@@ -548,7 +439,7 @@ class TransfoXLModel(Module):
     ``forward(input_ids, mems=None)`` returns ``last_hidden_state`` (batch, time, d_model) and
     ``mems``, the memories for the next segment (None when the memory length is 0)."""
 
-    def __init__(self, config):
+    def __init__(self, config: TransfoXLConfig) -> None:
         super().__init__()
         self.config = config
         self.word_emb = AdaptiveEmbedding(config.vocab_size, config.d_embed, config.d_model,
@@ -576,8 +467,9 @@ class TransfoXLModel(Module):
             init.zeros_(layer.feed_forward.linear1.bias)
             init.zeros_(layer.feed_forward.linear2.bias)
 
-    def forward(self, input_ids, mems=None, head_mask=None, output_hidden_states=False,
-                output_attentions=False):
+    def forward(self, input_ids: Tensor | np.ndarray, mems: list[Tensor] | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
         name, config = type(self).__name__, self.config
         ids = checks.token_ids(input_ids, config.vocab_size, name)
         reference = self.layers[0].norm1.weight
@@ -627,7 +519,7 @@ class TransfoXLLMHeadModel(Module):
     ``output_logits`` is True, by default only without labels (as HuggingFace, whose
     ``prediction_scores`` are empty when labels are given)."""
 
-    def __init__(self, config):
+    def __init__(self, config: TransfoXLConfig) -> None:
         super().__init__()
         self.config = config
         self.transformer = TransfoXLModel(config)
@@ -637,8 +529,10 @@ class TransfoXLLMHeadModel(Module):
         if len(config.cutoffs):
             init.normal_(self.crit.cluster_weight, std=config.init_std)
 
-    def forward(self, input_ids, mems=None, labels=None, head_mask=None,
-                output_hidden_states=False, output_attentions=False, output_logits=None):
+    def forward(self, input_ids: Tensor | np.ndarray, mems: list[Tensor] | None = None,
+                labels: Tensor | np.ndarray | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False, output_logits=None):
         out = self.transformer(input_ids, mems, head_mask, output_hidden_states,
                                output_attentions)
         hidden, loss = out.last_hidden_state, None
@@ -703,88 +597,3 @@ def decode(next_logits, ids, max_new_tokens, eos, streamer, **sampling):
         if finished.all():
             break
     return ids
-
-
-# ---- HuggingFace checkpoints (transformers 4.x TransfoXLLMHeadModel) ------------------------------
-def _split_rows(array):
-    """HuggingFace's fused ``qkv_net`` (3 h d_head, d_model) -> our three projections."""
-    return tuple(np.ascontiguousarray(part) for part in np.split(array, 3, axis=0))
-
-
-def _concat_rows(*arrays):
-    return np.concatenate(arrays, axis=0)
-
-
-def _layer_rules():
-    hf, ours = "transformer.layers.{i}.", "transformer.layers.{i}."
-    attention = f"{ours}self_attn."
-    rules = [Rule(f"{hf}dec_attn.qkv_net.weight",
-                  tuple(f"{attention}{n}_proj.weight" for n in "qkv"),
-                  to_ours=_split_rows, to_hf=_concat_rows),
-             Rule(f"{hf}dec_attn.o_net.weight", f"{attention}out_proj.weight"),
-             Rule(f"{hf}dec_attn.r_net.weight", f"{attention}core.position_proj.weight"),
-             Rule(f"{hf}dec_attn.r_w_bias", f"{attention}core.content_bias"),
-             Rule(f"{hf}dec_attn.r_r_bias", f"{attention}core.position_bias")]
-    for kind in ("weight", "bias"):
-        rules += [Rule(f"{hf}dec_attn.layer_norm.{kind}", f"{ours}norm1.{kind}"),
-                  Rule(f"{hf}pos_ff.layer_norm.{kind}", f"{ours}norm2.{kind}"),
-                  Rule(f"{hf}pos_ff.CoreNet.0.{kind}", f"{ours}feed_forward.linear1.{kind}"),
-                  Rule(f"{hf}pos_ff.CoreNet.3.{kind}", f"{ours}feed_forward.linear2.{kind}")]
-    return tuple(rules)
-
-
-# ``{i}`` runs over the clusters our model has. HuggingFace's ``out_projs`` are (d_proj, width)
-# matrices applied as h @ P: our Linear stores P^T. The softmax's tied weights and projections,
-# and the sinusoid's frequencies, are not ours to load.
-ADAPTIVE_RULES = (
-    Rule("transformer.word_emb.emb_layers.{i}.weight", "transformer.word_emb.embeddings.{i}.weight"),
-    Rule("transformer.word_emb.emb_projs.{i}", "transformer.word_emb.projections.{i}.weight"),
-    Rule("crit.out_projs.{i}", "crit.projections.{i}.weight", to_ours=transpose),
-    Rule("crit.out_layers.{i}.bias", "crit.biases.{i}.bias"),
-    Rule("crit.out_layers.0.bias", "crit.bias"),
-    Rule("crit.cluster_weight", "crit.cluster_weight"),
-    Rule("crit.cluster_bias", "crit.cluster_bias"))
-
-
-@dataclass(frozen=True)
-class _ConfigShapedArchitecture(HFArchitecture):
-    """A key map whose rules hold only for some configs (one output bias or one per cluster, a
-    head with or without cluster entries): rules naming tensors our model does not have are left
-    out; every tensor is still checked both ways (unused checkpoint keys, unfilled ones of ours)."""
-
-    def expanded_rules(self, our_keys):
-        return [rule for rule in super().expanded_rules(our_keys)
-                if all(name in our_keys for name in rule.ours)]
-
-
-register_architecture(_ConfigShapedArchitecture(
-    name="TransfoXLLMHeadModel", model_type="transfo-xl", model_class=TransfoXLLMHeadModel,
-    from_config=lambda hf: TransfoXLLMHeadModel(TransfoXLConfig.from_hf(hf)),
-    to_config=lambda model: model.config.to_hf(), rules=_layer_rules() + ADAPTIVE_RULES,
-    ignore=(r"crit\.out_layers\.\d+\.weight", r"crit\.out_projs\.\d+",
-            r"transformer\.pos_emb\.inv_freq"),
-    default_for_type=True))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import CAUSAL_LM_WITH_MEMORY, ModelFamily, register_family  # noqa: E402 (block)
-
-
-def _build_for_training(settings, tokenizer):
-    """A Transformer-XL for a run's ``settings`` (``training.TrainConfig``): ``n_embd`` wide,
-    ``n_head`` heads, a plain softmax (a character or BPE vocabulary is small), memory
-    ``block_size`` in training and in evaluation. Training reads consecutive segments and
-    carries the memory from step to step (``CAUSAL_LM_WITH_MEMORY``), as the paper trains."""
-    return TransfoXLLMHeadModel(TransfoXLConfig(
-        vocab_size=len(tokenizer), cutoffs=[], d_model=settings.n_embd, d_embed=settings.n_embd,
-        n_head=settings.n_head, d_head=settings.n_embd // settings.n_head,
-        d_inner=4 * settings.n_embd, div_val=1, n_layer=settings.n_layer,
-        mem_len=settings.block_size, clamp_len=0, dropout=settings.dropout,
-        dropatt=settings.dropout))
-
-
-register_family(ModelFamily(
-    name="xl", summary="Transformer-XL: relative-position attention over a memory of the previous "
-    "segment, next-token prediction (eq 86-91)",
-    objective=CAUSAL_LM_WITH_MEMORY, build=_build_for_training, default_tokenizer="char",
-    bpe_style="gpt2", hf_architectures=("TransfoXLLMHeadModel",)))

@@ -32,10 +32,8 @@ orders as the paper's code does; ``sample_orders`` draws the orders.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -43,126 +41,16 @@ from .. import checks, cookbook
 from .. import functional as F
 from ..autograd import Tensor, concatenate, stack, tensor, zeros
 from ..autograd.random import rng
-from ..io.huggingface import HFArchitecture, Rule, register_architecture
 from ..nn import (Dropout, Embedding, FeedForward, LayerNorm, Module, ModuleList,
                   MultiHeadAttention, Parameter, TransformerLayer, init)
 from ..nn.outputs import ModelOutput
 from .transformer_xl import (RelativePositionAttention, decode, extended_context,
                              relative_position_encoding)
+from .configs.xlnet import XLNetConfig, _HF_ACTIVATIONS
 
 __all__ = ["XLNetConfig", "XLNetLMHeadModel", "XLNetLayer", "XLNetModel",
            "XLNetRelativeAttention", "permutation_inputs", "permutation_lm_loss",
            "sample_orders", "span_mask", "span_orders"]
-
-_HF_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
-
-
-# ---- configuration -------------------------------------------------------------------------------
-@dataclass
-class XLNetConfig:
-    """The sizes and switches of an XLNet, with HuggingFace's ``XLNetConfig`` field names; the
-    defaults are XLNet-large. ``d_head`` None is d_model / n_head. ``ff_activation``: ``"gelu"``,
-    ``"relu"`` or ``"gelu_new"`` (the tanh approximation). ``mem_len``: how many positions
-    ``mems`` keep (None or 0: all of them, as HuggingFace); memories are returned in eval mode
-    (``use_mems_eval``) and not in training (``use_mems_train``) unless asked. ``clamp_len`` > 0
-    clamps relative distances to +-clamp_len. ``attn_type``: ``"bi"`` (every position sees every
-    other, subject to the masks) or ``"uni"`` (position i sees the memory and positions <= i,
-    relative distances from k_time down to 0 only); ``same_length`` (with ``"uni"``): query i
-    sees exactly mem_time + 1 keys, i - mem_time of the oldest memory positions hidden, so every
-    position has the same context length. ``reuse_len``: only the first ``reuse_len`` positions
-    of a segment go into the next memory (the paper's pretraining reuses the first half of each
-    segment as the next one's context). ``bi_data``: the first half of the batch reads the
-    distances forwards, the second half backwards (the sines negated), the paper's pretraining
-    on both directions of the text (the batch must be even). ``permutation_k`` (ours, not
-    HuggingFace's): when
-    set, ``model(ids, labels=ids)`` without ``perm_mask`` and ``target_mapping`` is the
-    permutation objective (``permutation_lm_loss``, one order per sequence from the library's
-    generator, num_predict = T // K, at least 1), as ``minitorch-nlp train xlnet`` uses it (K =
-    6 in the paper); ``span_max_len`` (ours too): its targets are then spans of up to that many
-    tokens (``span_orders``; the paper's pretraining: 5). ``XLNetConfig.tiny()`` is
-    test-sized."""
-
-    vocab_size: int = 32000
-    d_model: int = 1024
-    n_layer: int = 24
-    n_head: int = 16
-    d_inner: int = 4096
-    d_head: int | None = None
-    ff_activation: str = "gelu"
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    dropout: float = 0.1
-    mem_len: int | None = 512
-    clamp_len: int = -1
-    use_mems_eval: bool = True
-    use_mems_train: bool = False
-    pad_token_id: int | None = 5
-    bos_token_id: int | None = 1
-    eos_token_id: int | None = 2
-    permutation_k: int | None = None
-    span_max_len: int | None = None
-    attn_type: str = "bi"
-    bi_data: bool = False
-    same_length: bool = False
-    reuse_len: int | None = None
-
-    def __post_init__(self):
-        name = "XLNetConfig"
-        for key in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner"):
-            checks.positive_int(getattr(self, key), key, name)
-        if self.d_head is None:
-            if self.d_model % self.n_head:
-                raise ValueError(f"{name}: n_head={self.n_head} does not divide d_model="
-                                 f"{self.d_model}; set d_head or pick another n_head")
-            self.d_head = self.d_model // self.n_head
-        checks.positive_int(self.d_head, "d_head", name)
-        if self.ff_activation not in _HF_ACTIVATIONS:
-            raise ValueError(f"{name}: ff_activation must be one of {sorted(_HF_ACTIVATIONS)}, "
-                             f"got {self.ff_activation!r}")
-        if self.mem_len is not None:
-            checks.int_at_least(self.mem_len, 0, "mem_len", name)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"{name}: dropout must be in [0, 1), got {self.dropout}")
-        if self.permutation_k is not None:
-            checks.positive_int(self.permutation_k, "permutation_k", name)
-        if self.span_max_len is not None:
-            checks.positive_int(self.span_max_len, "span_max_len", name)
-        if self.attn_type not in ("bi", "uni"):
-            raise ValueError(f"{name}: attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
-        if self.reuse_len is not None:
-            checks.int_at_least(self.reuse_len, 0, "reuse_len", name)
-
-    @property
-    def n_positions(self):
-        """The context ``decoding.generate_text`` keeps (XLNet has no position table):
-        ``mem_len``, or 512 when every position is kept."""
-        return self.mem_len or 512
-
-    @classmethod
-    def tiny(cls, **overrides):
-        """A test-sized model: 2 layers, 16 wide, 2 heads, 32 tokens, no dropout."""
-        return cls(**{"vocab_size": 32, "d_model": 16, "n_layer": 2, "n_head": 2, "d_inner": 24,
-                      "dropout": 0.0, "mem_len": None, "pad_token_id": 0, **overrides})
-
-    @classmethod
-    def from_hf(cls, hf):
-        """A config from a HuggingFace ``config.json`` dict (``model_type`` "xlnet"); settings
-        we do not implement are an error, not silently dropped."""
-        if hf.get("model_type") != "xlnet":
-            raise ValueError(f"XLNetConfig.from_hf: model_type must be 'xlnet', got "
-                             f"{hf.get('model_type')!r}")
-        if not hf.get("tie_word_embeddings", True):
-            raise ValueError("XLNetConfig.from_hf: tie_word_embeddings=False is not supported "
-                             "(only True)")
-        nullable = ("mem_len", "d_head", "pad_token_id", "bos_token_id", "eos_token_id",
-                    "reuse_len")
-        names = {f.name for f in fields(cls)} - set(nullable)
-        return cls(**{key: hf[key] for key in names if key in hf},
-                   **{key: hf.get(key) for key in nullable})
-
-    def to_hf(self):
-        """The HuggingFace ``config.json`` fields (``XLNetConfig``)."""
-        return {**asdict(self), "tie_word_embeddings": True}
 
 
 # ---- two-stream relative attention (eq 28-29) ----------------------------------------------------
@@ -176,13 +64,16 @@ class XLNetRelativeAttention(RelativePositionAttention):
     and s_- ((2, heads, d_k), seg_embed). ``different_segments`` (batch, 1, q_time, k_time), 1.0
     where query and key lie in different segments; None: no segment term."""
 
-    def __init__(self, d_model, num_heads, head_dim, dropout=0.0):
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
         super().__init__(d_model, num_heads, head_dim, dropout)
         self.segment_bias = Parameter(zeros(num_heads, head_dim))
         self.segment_embedding = Parameter(zeros(2, num_heads, head_dim))
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False, relative_positions=None, different_segments=None):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None, need_weights: bool = False,
+                relative_positions: Tensor | None = None,
+                different_segments: Tensor | np.ndarray | None = None):
         if different_segments is not None:
             both = (q + self.segment_bias.unsqueeze(1)) @ self.segment_embedding.permute(1, 2, 0)
             same, other = both[..., :1], both[..., 1:]
@@ -205,8 +96,8 @@ class XLNetLayer(TransformerLayer):
     rows sit at the positions ``target_mapping`` names (one-hot (batch, num_predict, time)):
     they are placed there, attend, and are read back; without it there is one per position."""
 
-    def __init__(self, d_model, n_head, d_head, d_inner, dropout=0.0, activation="gelu",
-                 layer_norm_eps=1e-12):
+    def __init__(self, d_model: int, n_head: int, d_head: int, d_inner: int, dropout: float = 0.0,
+                 activation: str = "gelu", layer_norm_eps: float = 1e-12) -> None:
         attention = MultiHeadAttention(
             d_model, n_head, bias=False, head_dim=d_head,
             core=XLNetRelativeAttention(d_model, n_head, d_head, dropout))
@@ -214,8 +105,11 @@ class XLNetLayer(TransformerLayer):
                          functools.partial(LayerNorm, d_model, eps=layer_norm_eps),
                          dropout=dropout)
 
-    def forward(self, h, g=None, memory=None, *, relative_positions, content_mask=None,
-                query_mask=None, different_segments=None, target_mapping=None):
+    def forward(self, h: Tensor, g: Tensor | None = None, memory=None, *,
+                relative_positions: Tensor, content_mask: Tensor | np.ndarray | None = None,
+                query_mask: Tensor | np.ndarray | None = None,
+                different_segments: Tensor | np.ndarray | None = None,
+                target_mapping: Tensor | np.ndarray | None = None):
         """(h, g) -> (h', g'); ``g`` None skips the query stream. Masks are bool (batch, 1,
         time, mem_time + time), True where the query may attend."""
         context = extended_context(memory, h)
@@ -356,7 +250,7 @@ class XLNetModel(Module):
     previous segment; ``use_mems`` (default: in eval mode ``use_mems_eval``, in training
     ``use_mems_train``) returns the next ones as ``mems``."""
 
-    def __init__(self, config):
+    def __init__(self, config: XLNetConfig) -> None:
         super().__init__()
         self.config = config
         self.word_embedding = Embedding(config.vocab_size, config.d_model)
@@ -430,8 +324,11 @@ class XLNetModel(Module):
                                    dtype=like.dtype, backend=like.backend)   # sin(-x) = -sin x
         return stack([table] * (batch // 2) + [backwards] * (batch // 2))
 
-    def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
-                target_mapping=None, token_type_ids=None, use_mems=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None, mems: list[Tensor] | None = None,
+                perm_mask: Tensor | np.ndarray | None = None,
+                target_mapping: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None, use_mems: bool | None = None):
         name, config = type(self).__name__, self.config
         ids = checks.token_ids(input_ids, config.vocab_size, name)
         batch, time = ids.shape
@@ -492,7 +389,7 @@ class XLNetLMHeadModel(Module):
     ``logits``, ``mems`` and, with labels, ``loss`` (the mean cross-entropy, as HuggingFace; with
     ``config.permutation_k`` and neither mask, the permutation objective)."""
 
-    def __init__(self, config):
+    def __init__(self, config: XLNetConfig) -> None:
         super().__init__()
         self.config = config
         self.transformer = XLNetModel(config)
@@ -503,8 +400,12 @@ class XLNetLMHeadModel(Module):
         """e(x)^T h + b for every token x: the softmax's logits (eq 28 on h, eq 29 on g)."""
         return F.linear(hidden, self.transformer.word_embedding.weight, self.lm_bias)
 
-    def forward(self, input_ids, attention_mask=None, mems=None, perm_mask=None,
-                target_mapping=None, token_type_ids=None, labels=None, use_mems=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None, mems: list[Tensor] | None = None,
+                perm_mask: Tensor | np.ndarray | None = None,
+                target_mapping: Tensor | np.ndarray | None = None,
+                token_type_ids: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None, use_mems: bool | None = None):
         if labels is not None and perm_mask is None and target_mapping is None \
                 and self.config.permutation_k is not None:
             num_predict = max(1, np.shape(input_ids)[-1] // self.config.permutation_k)
@@ -574,89 +475,3 @@ def permutation_lm_loss(model, input_ids, num_predict, orders=None, generator=No
     labels = np.take_along_axis(ids, targets, axis=1)
     return model(ids, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
                  labels=labels, token_type_ids=token_type_ids, use_mems=False)
-
-
-# ---- HuggingFace checkpoints ---------------------------------------------------------------------
-def _layer_rules(prefix, heads, head_dim):
-    """One layer's tensors. HuggingFace keeps q, k, v, r and o as (d_model, heads, d_head)
-    arrays applied with einsum: our q, k, v, W_R projections are their (heads d_head, d_model)
-    transposes, our output projection their (d_model, heads d_head) reshape."""
-    def to_projection(array):
-        return np.ascontiguousarray(array.reshape(array.shape[0], -1).T)
-
-    def from_projection(array):
-        return np.ascontiguousarray(array.T.reshape(array.shape[1], heads, head_dim))
-
-    def to_output(array):
-        return np.ascontiguousarray(array.reshape(array.shape[0], -1))
-
-    def from_output(array):
-        return np.ascontiguousarray(array.reshape(array.shape[0], heads, head_dim))
-
-    hf, ours = f"{prefix}layer.{{i}}.", f"{prefix}layers.{{i}}."
-    attention, core = f"{ours}self_attn.", f"{ours}self_attn.core."
-    rules = [Rule(f"{hf}rel_attn.{name}", f"{attention}{name}_proj.weight",
-                  to_ours=to_projection, to_hf=from_projection) for name in "qkv"]
-    rules += [Rule(f"{hf}rel_attn.r", f"{core}position_proj.weight", to_ours=to_projection,
-                   to_hf=from_projection),
-              Rule(f"{hf}rel_attn.o", f"{attention}out_proj.weight", to_ours=to_output,
-                   to_hf=from_output),
-              Rule(f"{hf}rel_attn.r_w_bias", f"{core}content_bias"),
-              Rule(f"{hf}rel_attn.r_r_bias", f"{core}position_bias"),
-              Rule(f"{hf}rel_attn.r_s_bias", f"{core}segment_bias"),
-              Rule(f"{hf}rel_attn.seg_embed", f"{core}segment_embedding")]
-    for kind in ("weight", "bias"):
-        rules += [Rule(f"{hf}rel_attn.layer_norm.{kind}", f"{ours}norm1.{kind}"),
-                  Rule(f"{hf}ff.layer_norm.{kind}", f"{ours}norm2.{kind}"),
-                  Rule(f"{hf}ff.layer_1.{kind}", f"{ours}feed_forward.linear1.{kind}"),
-                  Rule(f"{hf}ff.layer_2.{kind}", f"{ours}feed_forward.linear2.{kind}")]
-    return rules
-
-
-@dataclass(frozen=True)
-class _XLNetArchitecture(HFArchitecture):
-    """XLNet's key map: the head layout of the attention tensors is read from our model's u
-    (content_bias, (heads, d_head)), so that the reshapes know it."""
-
-    prefix: str = ""
-
-    def expanded_rules(self, our_keys):
-        u = our_keys[f"{self.prefix}layers.0.self_attn.core.content_bias"]
-        heads, head_dim = u if isinstance(u, tuple) else u.shape   # shapes or arrays
-        rules = (Rule(f"{self.prefix}word_embedding.weight", f"{self.prefix}word_embedding.weight"),
-                 Rule(f"{self.prefix}mask_emb", f"{self.prefix}mask_emb"),
-                 *_layer_rules(self.prefix, heads, head_dim), *self.rules)
-        return HFArchitecture.expanded_rules(dataclasses.replace(self, rules=rules), our_keys)
-
-
-register_architecture(_XLNetArchitecture(
-    name="XLNetLMHeadModel", model_type="xlnet", model_class=XLNetLMHeadModel,
-    from_config=lambda hf: XLNetLMHeadModel(XLNetConfig.from_hf(hf)),
-    to_config=lambda model: model.config.to_hf(), rules=(Rule("lm_loss.bias", "lm_bias"),),
-    ignore=(r"lm_loss\.weight",), base_prefix="transformer.", default_for_type=True,
-    prefix="transformer."))
-register_architecture(_XLNetArchitecture(
-    name="XLNetModel", model_type="xlnet", model_class=XLNetModel,
-    from_config=lambda hf: XLNetModel(XLNetConfig.from_hf(hf)),
-    to_config=lambda model: model.config.to_hf(), rules=()))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line, generation ------
-from .registry import CAUSAL_LM, ModelFamily, register_family  # noqa: E402 (this block only)
-
-
-def _build_for_training(settings, tokenizer):
-    """An XLNet trained on the permutation objective (``permutation_k=6``) for a run's
-    ``settings``; no end-of-text id (samples are as long as asked)."""
-    return XLNetLMHeadModel(XLNetConfig(
-        vocab_size=len(tokenizer), d_model=settings.n_embd, n_layer=settings.n_layer,
-        n_head=settings.n_head, d_inner=4 * settings.n_embd, dropout=settings.dropout,
-        mem_len=settings.block_size, pad_token_id=None, bos_token_id=None, eos_token_id=None,
-        permutation_k=6))
-
-
-register_family(ModelFamily(
-    name="xlnet", summary="XLNet: permutation language modelling with two-stream relative "
-    "attention (eq 26-29)",
-    objective=CAUSAL_LM, build=_build_for_training, default_tokenizer="char", bpe_style="gpt2",
-    hf_architectures=("XLNetLMHeadModel",)))

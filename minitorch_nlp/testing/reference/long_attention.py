@@ -1,6 +1,6 @@
 """Reference maths for Longformer (Beltagy et al., 2020) and BigBird (Zaheer et al., 2020), the
 survey's section VIII, in ``autograd.numpy``: the references of ``tests/test_sec8_longformer.py``
-and ``tests/test_sec8_bigbird.py``.
+and ``tests/test_sec8_big_bird.py``.
 
 Each query's key set is built position by position from the paper's definition (a window every
 d-th position plus the global tokens; the blocks of BigBird's pattern), then one textbook

@@ -1,7 +1,7 @@
-"""ETC as a model (Ainslie et al., 2020, "ETC: Encoding Long and Structured Inputs in
-Transformers"; the survey's section VIII-D): a BERT-style encoder whose every layer attends with
-``attention.ETCAttention`` (g2g, g2l, l2g, l2l within a radius, relative position labels, the
-global-local mapping).
+"""ETC, the Extended Transformer Construction, as a model (Ainslie et al., 2020, "ETC: Encoding
+Long and Structured Inputs in Transformers"; the survey's section VIII-D): a BERT-style encoder
+whose every layer attends with ``attention.ETCAttention`` (g2g, g2l, l2g, l2l within a radius,
+relative position labels, the global-local mapping).
 
 The input is two sequences. The *long* input is the text (``input_ids``, its own word
 embeddings). The *global* input is a few tokens (``global_ids``, a small vocabulary of their own,
@@ -26,60 +26,20 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from .. import checks
 from .. import functional as F
-from ..attention.etc import ETCAttention
-from ..autograd import concatenate
+from ..attention.extended_transformer import ETCAttention
+from ..autograd import concatenate, Tensor
 from ..nn import Dropout, Embedding, FeedForward, LayerNorm, Module, ModuleList, TransformerLayer
 from ..nn.outputs import ModelOutput
 from .bert import BertLMHead, init_bert_weights, masked_lm_loss
+from .configs.extended_transformer import ETCConfig
 
 __all__ = ["ETCConfig", "ETCForMaskedLM", "ETCLayer", "ETCModel", "blocks_as_global_input",
            "cpc_loss"]
-
-
-@dataclass
-class ETCConfig:
-    """ETC's hyper-parameters. The defaults are ETC-base (Ainslie et al., section 4: 12 layers,
-    hidden size 768, 12 heads, local radius 84, relative positions clipped at 12); ``vocab_size``
-    is the long input's vocabulary, ``global_vocab_size`` the global tokens'."""
-
-    vocab_size: int = 30522
-    global_vocab_size: int = 2
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    local_radius: int = 84
-    max_distance: int = 12
-    long_per_global: int = 16
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
-
-    def __post_init__(self):
-        name = type(self).__name__
-        for field in ("vocab_size", "global_vocab_size", "hidden_size", "num_hidden_layers",
-                      "num_attention_heads", "intermediate_size", "local_radius",
-                      "long_per_global"):
-            checks.positive_int(getattr(self, field), field, name)
-        checks.int_at_least(self.max_distance, 0, "max_distance", name)
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"{name}: hidden_size={self.hidden_size} is not a multiple of "
-                             f"num_attention_heads={self.num_attention_heads}")
-        if self.hidden_act != "gelu":
-            raise ValueError(f"{name}: hidden_act must be 'gelu', got {self.hidden_act!r}")
-        for field in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, field) < 1.0:
-                raise ValueError(f"{name}: {field} must be in [0, 1), got "
-                                 f"{getattr(self, field)!r}")
 
 
 def blocks_as_global_input(batch, n_long, long_per_global, attention_mask=None):
@@ -102,7 +62,7 @@ class ETCLayer(TransformerLayer):
     """One ETC layer: global-local self-attention (``ETCAttention``) over [global; long], then
     the feed-forward network, each in a post-LN residual connection (as BERT)."""
 
-    def __init__(self, config):
+    def __init__(self, config: ETCConfig) -> None:
         attention = ETCAttention(config.hidden_size, config.num_attention_heads,
                                  config.local_radius, config.max_distance,
                                  dropout=config.attention_probs_dropout_prob)
@@ -112,7 +72,9 @@ class ETCLayer(TransformerLayer):
                                            eps=config.layer_norm_eps),
                          dropout=config.hidden_dropout_prob)
 
-    def forward(self, x, *, n_global, segment_ids=None, global_mask=None, long_mask=None):
+    def forward(self, x: Tensor, *, n_global: int, segment_ids: Tensor | np.ndarray | None = None,
+                global_mask: Tensor | np.ndarray | None = None,
+                long_mask: Tensor | np.ndarray | None = None):
         """``x`` (batch, n_g + n_l, hidden): the global tokens first -> same shape."""
         def attend(h):
             return concatenate(self.self_attn(h[:, :n_global], h[:, n_global:],
@@ -133,7 +95,7 @@ class ETCModel(Module):
 
     config_class = ETCConfig
 
-    def __init__(self, config):
+    def __init__(self, config: ETCConfig) -> None:
         super().__init__()
         self.config = config
         self.word_embeddings = Embedding(config.vocab_size, config.hidden_size,
@@ -144,8 +106,11 @@ class ETCModel(Module):
         self.layers = ModuleList([ETCLayer(config) for _ in range(config.num_hidden_layers)])
         init_bert_weights(self, config.initializer_range)
 
-    def forward(self, input_ids, attention_mask=None, global_ids=None, segment_ids=None,
-                global_mask=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                global_ids: Tensor | np.ndarray | None = None,
+                segment_ids: Tensor | np.ndarray | None = None,
+                global_mask: Tensor | np.ndarray | None = None):
         name = type(self).__name__
         ids = checks.token_ids(input_ids, self.config.vocab_size, name)
         long_mask = None if attention_mask is None else checks.attention_mask(
@@ -176,15 +141,19 @@ class ETCForMaskedLM(Module):
 
     base_model_class = ETCModel
 
-    def __init__(self, config):
+    def __init__(self, config: ETCConfig) -> None:
         super().__init__()
         self.config = config
         self.etc = ETCModel(config)
         self.mlm = BertLMHead(config)
         init_bert_weights(self.mlm, config.initializer_range)
 
-    def forward(self, input_ids, attention_mask=None, global_ids=None, segment_ids=None,
-                global_mask=None, labels=None):
+    def forward(self, input_ids: Tensor | np.ndarray,
+                attention_mask: Tensor | np.ndarray | None = None,
+                global_ids: Tensor | np.ndarray | None = None,
+                segment_ids: Tensor | np.ndarray | None = None,
+                global_mask: Tensor | np.ndarray | None = None,
+                labels: Tensor | np.ndarray | None = None):
         out = self.etc(input_ids, attention_mask, global_ids, segment_ids, global_mask)
         logits = self.mlm(out.last_hidden_state, self.etc.word_embeddings.weight)
         loss = None if labels is None else masked_lm_loss(logits, labels)
@@ -237,27 +206,3 @@ def cpc_loss(model, input_ids, global_ids, segment_ids, masked, mask_token_id,
                       np.zeros_like(alone), np.ones((len(members), 1), dtype=bool))
     targets = encodings.global_hidden_state[:, 0]                                 # (M, d)
     return F.cross_entropy(predictions @ targets.mT, np.arange(len(members)))
-
-
-# ---- the model registry (minitorch_nlp.models.registry): training, command line ------------------
-from .bert import _NO_SPECIAL_TOKENS  # noqa: E402 (this block only)
-from .registry import MASKED_LM, ModelFamily, register_family  # noqa: E402 (this block only)
-
-
-def _build_for_training(settings, tokenizer):
-    """ETC with its masked-LM head for a run's ``settings`` (``training.TrainConfig``):
-    feed-forward width 4 d, a local radius of a quarter of ``block_size`` (at least 1), one
-    global token per 4 long tokens."""
-    return ETCForMaskedLM(ETCConfig(
-        vocab_size=len(tokenizer), hidden_size=settings.n_embd,
-        num_hidden_layers=settings.n_layer, num_attention_heads=settings.n_head,
-        intermediate_size=4 * settings.n_embd, local_radius=max(1, settings.block_size // 4),
-        max_distance=max(1, settings.block_size // 4), long_per_global=4,
-        hidden_dropout_prob=settings.dropout, attention_probs_dropout_prob=settings.dropout,
-        pad_token_id=tokenizer.pad_token_id))
-
-
-register_family(ModelFamily(
-    name="etc", summary="ETC's global-local encoder trained with the masked-LM objective",
-    objective=MASKED_LM, build=_build_for_training, default_tokenizer="wordpiece",
-    bpe_style="roberta", refused_tokenizers={"char": _NO_SPECIAL_TOKENS}))

@@ -3,7 +3,7 @@ the four pieces g2g, g2l, l2g, l2l (l2l within a radius), relative position labe
 global-local mapping.
 
 ``ETCAttention`` (grouped pieces merged by log-sum-exp) against the dense-with-mask reference of
-``minitorch_nlp/testing/reference/etc.py`` (float64 values and gradients of both inputs, every
+``minitorch_nlp/testing/reference/extended_transformer.py`` (float64 values and gradients of both inputs, every
 projection and the relative vectors); then the properties: a radius covering the long input with
 zero relative vectors is full attention over the joint sequence, a long token ignores long tokens
 beyond its radius while every global token sees them, the labels follow their definition, the
@@ -24,7 +24,7 @@ import minitorch_nlp.functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.attention import ETCAttention
 from minitorch_nlp.testing import strategies as S
-from minitorch_nlp.testing.reference import etc as R
+from minitorch_nlp.testing.reference import extended_transformer as R
 from tests.attention_core_checks import TOL, t64
 from tests.model_checks import overfit
 

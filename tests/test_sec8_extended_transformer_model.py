@@ -1,7 +1,7 @@
-"""ETC as a model (``models/etc.py``): the encoder whose layers attend with ``ETCAttention``,
+"""ETC as a model (``models/extended_transformer.py``): the encoder whose layers attend with ``ETCAttention``,
 its masked-LM head, the global input made of fixed blocks, the shared model checks, and
 ``minitorch-nlp train etc`` with exact resume. (The attention itself, against a dense reference
-with the pattern as a mask, is tested in ``test_sec8_etc.py``.)
+with the pattern as a mask, is tested in ``test_sec8_extended_transformer.py``.)
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp.models.etc import (ETCConfig, ETCForMaskedLM, ETCModel,
+from minitorch_nlp.models.extended_transformer import (ETCConfig, ETCForMaskedLM, ETCModel,
                                       blocks_as_global_input, cpc_loss)
 from tests.model_checks import (ENCODER_SKIPS, Learning, ModelChecks, ModelSpec,
                                 check_train_resume_generate, masked_lm_batch, overfit,
@@ -167,8 +167,8 @@ def test_bad_inputs_and_configurations_are_errors():
         model(np.array([[99]]))
     with pytest.raises(ValueError, match="ETCConfig: local_radius must be a positive int"):
         ETCConfig(**{**TINY, "local_radius": 0})
-    with pytest.raises(ValueError, match="hidden_size=16 is not a multiple of "
-                                         "num_attention_heads=3"):
+    with pytest.raises(ValueError, match="num_attention_heads=3 does not divide "
+                                         "hidden_size=16"):
         ETCConfig(**{**TINY, "num_attention_heads": 3})
 
 

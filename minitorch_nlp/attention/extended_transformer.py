@@ -1,5 +1,6 @@
-"""ETC's global-local attention (Ainslie et al., 2020, "ETC: Encoding Long and Structured Inputs
-in Transformers", section 3; the survey's section VIII-D).
+"""The global-local attention of ETC, the Extended Transformer Construction (Ainslie et al.,
+2020, "ETC: Encoding Long and Structured Inputs in Transformers", section 3; the survey's section
+VIII-D).
 
 The input is two sequences: a few *global* tokens (n_g) and the *long* input (n_l, n_g << n_l).
 Attention is cut into four pieces:

@@ -1,5 +1,5 @@
 """Reference maths for ETC's global-local attention (Ainslie et al., 2020), the survey's section
-VIII-D, in ``autograd.numpy``: the reference of ``tests/test_sec8_etc.py``.
+VIII-D, in ``autograd.numpy``: the reference of ``tests/test_sec8_extended_transformer.py``.
 
 Dense with a mask: the global and long tokens are one sequence of n_g + n_l positions, every
 query's key set is built pair by pair from the paper's four pieces (a global query sees every
