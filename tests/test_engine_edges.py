@@ -36,6 +36,65 @@ def test_pow_gradients_at_zero_take_pytorchs_values():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("exponent", [0, 0.0, "tensor"])
+def test_pow_gradient_of_a_zero_exponent_is_zero_at_infinities_and_zero(exponent):
+    values = [math.inf, -math.inf, 0.0, -3.0, 2.5]
+    if exponent == "tensor":
+        (gx, _) = _grad(lambda x, y: x ** y, values, [0.0] * len(values))
+    else:
+        (gx,) = _grad(lambda x: x ** exponent, values)
+    np.testing.assert_array_equal(gx, [0.0] * len(values))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_pow_gradient_at_infinities_for_other_exponents():
+    # d/dx x^b = b x^(b-1) where that is defined: 1 for b = 1, +-inf for b = 2, 0 for b = -1
+    (g1,) = _grad(lambda x: x ** 1, [math.inf, -math.inf])
+    (g2,) = _grad(lambda x: x ** 2, [math.inf, -math.inf])
+    (gm,) = _grad(lambda x: x ** -1.0, [math.inf, -math.inf])
+    np.testing.assert_array_equal(g1, [1.0, 1.0])
+    np.testing.assert_array_equal(g2, [math.inf, -math.inf])
+    np.testing.assert_array_equal(gm, [0.0, 0.0])
+
+
+@pytest.mark.parametrize("values, expected, gradient", [
+    ([0.0, 100.0], [0.0, 100.0], [1.0, 1.0]),
+    ([0.0, 200.0], [0.0, 200.0], [1.0, 1.0]),
+    ([-1e4, 0.0], [-1e4, 0.0], [1.0, 1.0]),
+    ([1e4, -1e4], [1e4, 1e4], [2.0, 0.0]),
+    ([-math.inf, 0.0], [-math.inf, 0.0], [0.0, 1.0]),
+    ([-math.inf, -math.inf, 3.0], [-math.inf, -math.inf, 3.0], [0.0, 0.0, 1.0]),
+])
+def test_logcumsumexp_is_exact_far_below_a_later_maximum(values, expected, gradient):
+    # each running log-sum is shifted by its own running maximum, not the axis' maximum:
+    # log(e^0) stays 0 next to a later 200 (e^-200 relative to it underflows)
+    x = mt.tensor(values, dtype=mt.float64, requires_grad=True)
+    out = x.logcumsumexp(0)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-15)
+    (fast,) = mt.grad(out.sum(), x)
+    (recorded,) = mt.grad(x.logcumsumexp(0).sum(), x, create_graph=True)
+    np.testing.assert_allclose(fast.numpy(), gradient, rtol=1e-12)
+    np.testing.assert_allclose(recorded.numpy(), gradient, rtol=1e-12)
+
+
+def test_logcumsumexp_float32_at_masking_values_stays_finite():
+    x = mt.tensor([[-1e4, 0.0, 1e4, -1e9]], requires_grad=True)
+    out = mt.logcumsumexp(x, 1)
+    out.sum().backward()
+    np.testing.assert_array_equal(out.numpy(), [[-1e4, 0.0, 1e4, 1e4]])
+    np.testing.assert_array_equal(x.grad.numpy(), [[1.0, 1.0, 2.0, 0.0]])
+
+
+def test_logsumexp_of_an_all_minus_inf_slice_is_minus_inf_with_gradient_zero():
+    x = mt.tensor([[-math.inf, -math.inf], [0.0, -math.inf]], dtype=mt.float64,
+                  requires_grad=True)
+    out = x.logsumexp(axis=1)
+    np.testing.assert_array_equal(out.numpy(), [-math.inf, 0.0])
+    (g,) = mt.grad(out.sum(), x)
+    np.testing.assert_array_equal(g.numpy(), [[0.0, 0.0], [1.0, 0.0]])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_pow_second_derivative_at_zero_exponent_is_finite():
     x = mt.tensor([0.0, 1.5], dtype=mt.float64, requires_grad=True)
     (g,) = mt.grad((x ** 0).sum(), x, create_graph=True)

@@ -89,8 +89,8 @@ class Div(Function):
 
 class Pow(Function):
     """a ** b. Where the chain rule multiplies 0 by an infinity, the gradients take PyTorch's
-    values: d/da is 0 where b == 0 (even at a == 0), d/db is 0 where a == 0 and b >= 0 (and
-    -inf where a == 0 and b < 0)."""
+    values: d/da is 0 where b == 0 (at a == 0 and a == +-inf too), d/db is 0 where a == 0 and
+    b >= 0 (and -inf where a == 0 and b < 0)."""
 
     @staticmethod
     def forward(ctx, a, b):
@@ -103,11 +103,17 @@ class Pow(Function):
         a, b = ctx.saved_tensors
         grad_a = grad_b = None
         if ctx.needs_input_grad[0]:
-            # b * a^(b-1), with the exponent 1 where b == 0 and a == 0 so that no 0 * inf appears
-            # (elsewhere b - 1 stays: the mixed derivative at b == 0 is a^-1)
-            exponent = where((b == 0) & (a == 0), 1.0, b - 1.0) if _is_tensor(b) else \
-                (1.0 if b == 0 else b - 1.0)
-            grad_a = grad * b * a ** exponent
+            if _is_tensor(b):
+                # b * a^(b-1), with the exponent 1 where b == 0 and a == 0 so that no 0 * inf
+                # appears (elsewhere b - 1 stays: the mixed derivative at b == 0 is a^-1, and
+                # a^-1 is 0 at a == +-inf)
+                grad_a = grad * b * a ** where((b == 0) & (a == 0), 1.0, b - 1.0)
+            elif b == 0:
+                # a^0 is 1 for every a, +-inf and nan included: 0, still a function of a (its
+                # second derivative is asked for too), through a's finite entries only
+                grad_a = grad * where(a.isfinite(), a, 0.0) * 0.0
+            else:
+                grad_a = grad * b * a ** (b - 1.0)
         if ctx.needs_input_grad[1]:
             if not _is_tensor(a):
                 a = _tensor_like(a, grad)

@@ -86,6 +86,64 @@ class LogSoftmax(FusedFunction):
         return x - x.logsumexp(axis=axis, keepdims=True)
 
 
+class Logcumsumexp(FusedFunction):
+    """log(cumsum(exp(x))) along ``axis`` as running ``logaddexp``s: each step is shifted by the
+    running maximum, so entries far below a later maximum stay exact (no overflow at 1e4; -inf
+    entries give -inf until a finite one arrives, and get gradient 0)."""
+
+    @staticmethod
+    def forward(ctx, x, *, axis):
+        ctx.save_inputs(0)
+        ctx.save_output()
+        ctx.static = {"axis": axis}
+        return running_logaddexp(ctx.backend.xp, x, axis)
+
+    @staticmethod
+    def fast_backward(ctx, grad):
+        # dx_j = sum_{i >= j} g_i e^(x_j - y_i): reversed running log-sums of log|g_i| - y_i,
+        # the positive and the negative g_i apart, so that every term stays <= 1; outputs
+        # y_i = -inf (an all -inf prefix) send back nothing. x_j and y_i cancel in x_j - y_i:
+        # the sums run in float64, so that float32 logits of 1e4 keep float32's precision
+        xp = ctx.backend.xp
+        axis = ctx.static["axis"]
+        (x,) = ctx.saved_tensors
+        dtype = x.dtype
+        x, y = (a.astype(xp.float64) for a in (x.data, ctx.output.data))
+        grad = grad.astype(xp.float64)
+        live = y != -xp.inf
+        grad_x = xp.zeros_like(x)
+        with xp.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for sign in (1.0, -1.0):
+                part = grad * sign
+                chosen = (part > 0) & live
+                scaled = xp.where(chosen, xp.log(xp.where(chosen, part, 1.0)) - y, -xp.inf)
+                tail = xp.flip(running_logaddexp(xp, xp.flip(scaled, axis), axis), axis)
+                grad_x += sign * xp.where(tail == -xp.inf, 0.0, xp.exp(x + tail))
+        return (grad_x.astype(dtype),)
+
+    @staticmethod
+    def composite(x, *, axis):
+        # y_i = logsumexp_j (x_j + 0 if j <= i else -inf): a (T, T) form, twice differentiable
+        xp = x.backend.xp
+        steps = x.shape[axis]
+        later = xp.where(xp.tri(steps, dtype=bool), 0.0, -xp.inf).astype(x.dtype)
+        rows = x.swapaxes(axis, -1).unsqueeze(-2) + later
+        return rows.logsumexp(axis=-1).swapaxes(axis, -1)
+
+
+def running_logaddexp(xp, x, axis):
+    """``logaddexp.accumulate`` along ``axis``: NumPy's ufunc method, a loop over the axis on
+    array libraries whose ufuncs have no ``accumulate`` (CuPy)."""
+    if xp.__name__ == "numpy":
+        return xp.logaddexp.accumulate(x, axis=axis)
+    steps = xp.moveaxis(x, axis, 0)
+    out = xp.empty_like(steps)
+    out[0] = steps[0]
+    for i in range(1, steps.shape[0]):
+        out[i] = xp.logaddexp(out[i - 1], steps[i])
+    return xp.moveaxis(out, 0, axis)
+
+
 class LayerNorm(FusedFunction):
     """y = (x - mean) / sqrt(var + eps) * weight + bias over the last axis (Ba et al., 2016)."""
 

@@ -11,7 +11,7 @@ from . import ops_elementwise as ew
 from . import ops_shape as sh
 from .engine_api import backward as _backward
 from .function import LeafNode
-from .ops_fused import Gelu, LayerNorm, LogSoftmax, Softmax
+from .ops_fused import Gelu, LayerNorm, Logcumsumexp, LogSoftmax, Softmax
 from .ops_linalg import Matmul
 from .random import rng
 
@@ -550,13 +550,13 @@ class Tensor:
         return take_along_axis(self, indices, axis), indices
 
     def logcumsumexp(self, axis, dim=None):
-        """log(cumsum(exp(x))) along ``axis``, shifted by the axis' maximum against overflow."""
+        """log(cumsum(exp(x))) along ``axis``, exact for entries far below a later maximum
+        (each step is a ``logaddexp`` with the running result)."""
         axis = self._running_axis(dim if dim is not None else axis, "logcumsumexp")
         if axis is None:
             return self.clone()
-        peak = self.max(axis=axis, keepdims=True).detach()
-        peak = peak.masked_fill(~peak.isfinite(), 0.0)
-        return (self - peak).exp().cumsum(axis).log() + peak
+        return Logcumsumexp.apply(self if self.dtype.kind == "f" else
+                                     self.astype(dtypes.floating(self.dtype)), axis=axis)
 
     def norm(self, p=2, axis=None, keepdims=False, dim=None):
         """The vector p-norm over ``axis`` (all entries when None): p = 1, 2, inf, -inf, any
