@@ -419,7 +419,8 @@ def cross_entropy(logits, target, *, weight=None, ignore_index=-100, reduction="
     ignored, ``"mean"`` gives 0 (PyTorch gives NaN), so a batch of padding cannot poison a run.
 
     With probabilities ``q``, ``loss = -sum_c w[c] q'_c log p_c`` with
-    ``q' = (1 - eps) q + eps/C``, and ``"mean"`` divides by the number of positions.
+    ``q' = (1 - eps) q + eps/C``, and ``"mean"`` divides by the number of positions; a class
+    with q'_c = 0 adds 0 even where its logit is -inf (0 log 0 = 0), and sends back gradient 0.
 
     Class ids outside [0, C) raise ``ValueError``; so do shape mismatches.
     """
@@ -455,7 +456,7 @@ def cross_entropy(logits, target, *, weight=None, ignore_index=-100, reduction="
     w = _class_weight(weight, num_classes, logits, op)
     if w is not None:
         target = target * w
-    return _reduce(-(log_probs * target).sum(axis=-1), reduction)
+    return _reduce(-_times_log(target, log_probs).sum(axis=-1), reduction)
 
 
 def mse_loss(input, target, reduction="mean"):  # noqa: A002 - PyTorch's argument name
@@ -467,10 +468,18 @@ def mse_loss(input, target, reduction="mean"):  # noqa: A002 - PyTorch's argumen
     return _reduce(diff * diff, reduction)
 
 
+def _times_log(probs, log_probs):
+    """probs * log_probs with 0 where probs is 0, also where log_probs is -inf (0 log 0 = 0, as
+    in entropies and KL divergences); there the gradients are 0 too, never 0 * inf."""
+    empty = (probs == 0) & (log_probs == -np.inf)
+    return probs * log_probs.masked_fill(empty, 0.0)
+
+
 def kl_div(input, target, reduction="batchmean", log_target=False):  # noqa: A002
     """KL(target || exp(input)) with ``input`` log-probabilities, PyTorch's argument order:
-    pointwise ``target * (log target - input)`` (0 where target is 0), or with
-    ``log_target=True`` ``exp(target) * (target - input)``.
+    pointwise ``target * (log target - input)``, or with ``log_target=True``
+    ``exp(target) * (target - input)``; 0 where the target probability is 0, also where
+    ``input`` is -inf there (0 log 0 = 0), with gradient 0 (PyTorch gives nan there).
 
     ``reduction``: ``"batchmean"`` (the default here, and the true KL divergence per example:
     the sum divided by ``input.shape[0]``), ``"sum"``, ``"mean"`` (over every element, PyTorch's
@@ -481,10 +490,10 @@ def kl_div(input, target, reduction="batchmean", log_target=False):  # noqa: A00
     _check_reduction(reduction, op, REDUCTIONS + ("batchmean",))
     _same_shape(input, target, op)
     if log_target:
-        pointwise = target.exp() * (target - input)
+        probs = target.exp()
+        pointwise = _times_log(probs, target) - _times_log(probs, input)
     else:
-        positive = target > 0
-        pointwise = target * where(positive, target, 1.0).log() - target * input
+        pointwise = _ew.xlogy(target, target) - _times_log(target, input)
     if reduction == "batchmean":
         return pointwise.sum() * (1.0 / input.shape[0]) if input.ndim else pointwise.sum()
     return _reduce(pointwise, reduction)

@@ -410,8 +410,9 @@ class Rounding(Function):
 
 class XLogY(Function):
     """x * log(y), defined as 0 where x == 0 (unless y is nan), as ``torch.xlogy``: entropies
-    sum p log p over probabilities that may be 0. Gradients as PyTorch: d/dx = log(y), except 0
-    where x == 0 and y <= 0; d/dy = x / y."""
+    sum p log p over probabilities that may be 0. Gradients: d/dx = log(y), except 0 where
+    x == 0 and y <= 0 (as PyTorch); d/dy = x / y, except 0 where x == 0 (the product is 0 for
+    every y there; PyTorch gives 0 / 0 = nan at x == y == 0)."""
 
     @staticmethod
     def forward(ctx, x, y):
@@ -432,7 +433,8 @@ class XLogY(Function):
             off = (x == 0) & (y_tensor <= 0)  # log y would be -inf or nan where x is 0
             grad_x = grad * where(off, 0.0, log(where(off, 1.0, y_tensor)))
         if ctx.needs_input_grad[1]:
-            grad_y = grad * x / y
+            x_tensor = x if _is_tensor(x) else _tensor_like(x, grad)
+            grad_y = grad * x / where(x_tensor == 0, 1.0, y)
         return grad_x, grad_y
 
 

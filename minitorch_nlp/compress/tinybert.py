@@ -112,6 +112,10 @@ def attention_loss(student_scores, teacher_scores, *, key_mask=None):
     if keep is None:
         return (diff * diff).mean()
     pairs = (keep[:, :, None] & keep[:, None, :])[:, None]
+    # the masked pairs are left out with a select, not a product with 0: their scores may be
+    # -inf or -1e9 (masked before recording), whose differences are nan or 1e18
+    pairs_mask = tensor(np.broadcast_to(pairs, diff.shape), dtype=bool, backend=diff.backend)
+    diff = diff.masked_fill(~pairs_mask, 0.0)
     return _weighted_mean(diff * diff, pairs)
 
 
