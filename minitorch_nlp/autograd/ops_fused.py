@@ -100,26 +100,23 @@ class Logcumsumexp(FusedFunction):
 
     @staticmethod
     def fast_backward(ctx, grad):
-        # dx_j = sum_{i >= j} g_i e^(x_j - y_i): reversed running log-sums of log|g_i| - y_i,
-        # the positive and the negative g_i apart, so that every term stays <= 1; outputs
-        # y_i = -inf (an all -inf prefix) send back nothing. x_j and y_i cancel in x_j - y_i:
-        # the sums run in float64, so that float32 logits of 1e4 keep float32's precision
+        # dx_j = sum_{i >= j} g_i e^(x_j - y_i) = e^(x_j - y_j) S_j with the reversed recurrence
+        # S_j = g_j + e^(y_j - y_{j+1}) S_{j+1}: only differences of neighbours are
+        # exponentiated (each <= 0, as y never decreases), so logits of 1e9 keep their digits;
+        # outputs y_j = -inf (an all -inf prefix) send back nothing. Summed in float64.
         xp = ctx.backend.xp
         axis = ctx.static["axis"]
         (x,) = ctx.saved_tensors
-        dtype = x.dtype
-        x, y = (a.astype(xp.float64) for a in (x.data, ctx.output.data))
-        grad = grad.astype(xp.float64)
+        x, y, grad = (xp.moveaxis(a.astype(xp.float64), axis, -1)
+                      for a in (x.data, ctx.output.data, grad))
         live = y != -xp.inf
-        grad_x = xp.zeros_like(x)
-        with xp.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            for sign in (1.0, -1.0):
-                part = grad * sign
-                chosen = (part > 0) & live
-                scaled = xp.where(chosen, xp.log(xp.where(chosen, part, 1.0)) - y, -xp.inf)
-                tail = xp.flip(running_logaddexp(xp, xp.flip(scaled, axis), axis), axis)
-                grad_x += sign * xp.where(tail == -xp.inf, 0.0, xp.exp(x + tail))
-        return (grad_x.astype(dtype),)
+        with xp.errstate(invalid="ignore"):
+            decay = xp.where(live[..., :-1], xp.exp(y[..., :-1] - y[..., 1:]), 0.0)
+            within = xp.where(live, xp.exp(x - y), 0.0)
+        tails = grad.copy()
+        for j in range(tails.shape[-1] - 2, -1, -1):
+            tails[..., j] += decay[..., j] * tails[..., j + 1]
+        return (xp.moveaxis(within * tails, -1, axis).astype(ctx.saved_tensors[0].dtype),)
 
     @staticmethod
     def composite(x, *, axis):
