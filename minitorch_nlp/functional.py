@@ -33,11 +33,13 @@ REDUCTIONS = ("mean", "sum", "none")
 
 __all__ = [
     "attention_weights", "banded_attention", "bias_gelu", "binary_cross_entropy",
-    "binary_cross_entropy_with_logits", "cosine_similarity", "cross_entropy", "dropout", "elu",
+    "binary_cross_entropy_with_logits", "celu", "cosine_similarity", "cross_entropy", "dropout",
+    "elu",
     "embedding", "geglu", "gelu", "glu", "hardsigmoid", "hardswish", "hardtanh", "kl_div",
     "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid", "mish", "mse_loss",
-    "nll_loss", "normalize", "one_hot", "pad", "relu", "relu6", "repeat_kv_heads",
-    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "softmax", "softplus", "softsign",
+    "nll_loss", "normalize", "one_hot", "pad", "quick_gelu", "relu", "relu6", "repeat_kv_heads",
+    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "softmax", "softmin", "softplus",
+    "softsign",
     "swiglu", "tanh",
 ]
 
@@ -95,6 +97,13 @@ def softplus(x, beta=1.0, threshold=20.0):
     return where(x * beta > threshold, x, smooth)
 
 
+def quick_gelu(x):
+    """x sigmoid(1.702 x): the sigmoid approximation of GELU (Hendrycks & Gimpel, 2016, section
+    2) that OpenAI's CLIP and GPT code use."""
+    x = _tensor(x)
+    return x * _ew.sigmoid(x * 1.702)
+
+
 def silu(x):
     """x sigmoid(x) (Swish with beta = 1; Ramachandran et al., 2017)."""
     x = _tensor(x)
@@ -123,6 +132,16 @@ def elu(x, alpha=1.0):
     x = _tensor(x)
     positive = x > 0
     return where(positive, x, _ew.expm1(where(positive, 0.0, x)) * alpha)
+
+
+def celu(x, alpha=1.0):
+    """max(0, x) + min(0, alpha (e^(x / alpha) - 1)) (Barron, 2017): ELU made continuously
+    differentiable in x for every alpha != 0."""
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or alpha == 0:
+        raise ValueError(f"celu: alpha must be a non-zero number, got {alpha!r}")
+    x = _tensor(x)
+    positive = x > 0
+    return where(positive, x, _ew.expm1(where(positive, 0.0, x) * (1.0 / alpha)) * alpha)
 
 
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -201,6 +220,12 @@ def softmax(x, axis=-1, dim=None):
     """exp(x) / sum(exp(x)) along ``axis`` (the survey's eq 35); stable for any finite logits (the row maximum is
     subtracted first) and 0 on a row that is all ``-inf``."""
     return _tensor(x).softmax(axis=_pick_axis(axis, dim))
+
+
+def softmin(x, axis=-1, dim=None):
+    """softmax(-x) along ``axis``: weights that favour the smallest entries; stable for any
+    finite x and 0 on a row that is all ``+inf``."""
+    return (-_tensor(x)).softmax(axis=_pick_axis(axis, dim))
 
 
 def log_softmax(x, axis=-1, dim=None):

@@ -25,6 +25,7 @@ import autograd
 import autograd.numpy as anp
 import numpy as np
 import pytest
+from autograd.tracer import getval
 from hypothesis import given, strategies as st
 
 import minitorch_nlp as mt
@@ -560,6 +561,35 @@ def shifted(shape):
     return S.distinct_arrays(shape, offset=0.05)
 
 
+# references of the ops added for issue 39, written from their definitions
+def ref_quick_gelu(x):
+    return x / (1.0 + anp.exp(-1.702 * x))
+
+
+def ref_softmin(x, axis):
+    e = anp.exp(-x)
+    return e / anp.sum(e, axis=axis, keepdims=True)
+
+
+def ref_celu(x, alpha):
+    return anp.maximum(0.0, x) + anp.minimum(0.0, alpha * (anp.exp(x / alpha) - 1.0))
+
+
+def ref_copysign(a, b):
+    return anp.abs(a) * np.where(np.signbit(getval(b)), -1.0, 1.0)
+
+
+@st.composite
+def with_zero_signs(draw):
+    """Broadcast pairs whose entries are often +-0.0 (copysign reads the sign bit)."""
+    shape_a, shape_b = draw(S.broadcastable_shapes(2))
+    signed_zeros = st.sampled_from([0.0, -0.0])
+    a = np.where(draw(S.bool_masks(shape_a, all_false_row=False)), draw(S.arrays(shape_a)), 0.0)
+    b = draw(S.arrays(shape_b))
+    b = np.where(b == 0, draw(signed_zeros), b)
+    return (a, b), {}
+
+
 CASES = [
     # arithmetic, broadcast pairs
     C("add", lambda a, b: a + b, P.add, binary()),
@@ -734,6 +764,19 @@ CASES = [
     C("round", mt.round, lambda x: P.rounded(x, "round"), unary()),
     C("trunc", mt.trunc, lambda x: P.rounded(x, "trunc"), unary()),
     C("sign", mt.sign, lambda x: P.rounded(x, "sign"), unary()),
+    # added for issue 39
+    C("quick_gelu", F.quick_gelu, ref_quick_gelu, unary()),
+    C("softmin", lambda x, axis: F.softmin(x, axis=axis), ref_softmin, along_axis()),
+    C("celu", F.celu, ref_celu,
+      unary_with(S.shapes(), alpha=st.sampled_from([1.0, 0.5, 2.0, -1.5]))),
+    C("copysign", mt.copysign, ref_copysign, with_zero_signs()),
+    C("div_true", lambda a, b: mt.div(a, b), P.div, binary(S.arrays, nonzero)),
+    C("div_trunc", lambda a, b: a.div(b, rounding_mode="trunc"),
+      lambda a, b: P.rounded(a / b, "trunc"), binary(S.arrays, nonzero)),
+    C("div_floor", lambda a, b: mt.div(a, b, rounding_mode="floor"),
+      lambda a, b: P.rounded(a / b, "floor"), binary(S.arrays, nonzero)),
+    C("floordiv_operator", lambda a, b: a // b, lambda a, b: P.rounded(a / b, "floor"),
+      binary(S.arrays, nonzero)),
     # reductions and shapes added for issue 11
     C("norm", lambda x, **kw: x.norm(**kw), P.norm, norm_inputs()),
     C("cumprod", lambda x, axis: mt.cumprod(x, axis), P.cumprod,

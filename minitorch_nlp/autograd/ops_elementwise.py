@@ -137,6 +137,27 @@ def _tensor_like(value, like):
     return Tensor._wrap(like.backend.xp.asarray(value, dtype=like.dtype), like.backend)
 
 
+class Copysign(Function):
+    """|a| with the sign of b (its sign bit: -0.0 counts as negative), as NumPy's and PyTorch's
+    ``copysign``. d/da = +-1 (the sign a is multiplied by), 0 at a == 0 as PyTorch; d/db = 0
+    (piecewise constant in b)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        xp = _xp(ctx)
+        a, b = (v if dtypes._is_number(v) else _real(v) for v in _promoted(a, b))
+        out = xp.copysign(a, b)
+        flip = xp.where(xp.asarray(a) == 0, 0.0, xp.where(xp.signbit(out) == xp.signbit(a),
+                                                          1.0, -1.0))
+        ctx.flip = flip.astype(out.dtype, copy=False)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad * ctx.flip if ctx.needs_input_grad[0] else None,
+                grad * 0.0 if ctx.needs_input_grad[1] else None)
+
+
 class Maximum(Function):
     """max(a, b); at ties the gradient is split equally (as HIPS autograd and PyTorch do)."""
 
@@ -683,6 +704,37 @@ def floor_divide(a, b):
     return floor(a / b)
 
 
+DIVISION_ROUNDING = (None, "trunc", "floor")
+
+
+def div(a, b, rounding_mode=None):
+    """a / b (``rounding_mode=None``: true division, integers give floats), rounded toward 0
+    (``"trunc"``: C's and PyTorch's integer division) or toward -inf (``"floor"``: Python's
+    ``//``). The rounded quotients keep an integer dtype for integer operands and have gradient
+    0 (they are piecewise constant); an integer division by 0 raises ``ZeroDivisionError``."""
+    if rounding_mode not in DIVISION_ROUNDING:
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got "
+                         f"{rounding_mode!r}")
+    a, b = _one_tensor(a, b, "div")
+    if rounding_mode is None:
+        return Div.apply(a, b)
+    if _result_kind(a, b) == "f":
+        return Rounding.apply(Div.apply(a, b), how=rounding_mode)
+    from .tensor import Tensor
+
+    owner = a if _is_tensor(a) else b
+    xp = owner.backend.xp
+    x, y = (xp.asarray(v) for v in _promoted(*(v.data if _is_tensor(v) else v for v in (a, b))))
+    if bool((y == 0).any()):
+        raise ZeroDivisionError(f"div: integer division by zero (rounding_mode="
+                                f"{rounding_mode!r})")
+    quotient = xp.floor_divide(x, y)
+    if rounding_mode == "trunc":  # one above the floor where a negative quotient is not whole
+        quotient = quotient + ((xp.remainder(x, y) != 0) & ((x < 0) != (y < 0))).astype(
+            quotient.dtype)
+    return Tensor._wrap(quotient, owner.backend)
+
+
 def remainder(a, b):
     """a - b * floor(a / b): the sign of b (Python's ``%``, PyTorch's ``remainder``)."""
     return _fractional_part(a, b, floor, "remainder")
@@ -712,6 +764,33 @@ def _integer_op(name, a, b):
     xp = owner.backend.xp
     arrays = _promoted(*(v.data if _is_tensor(v) else v for v in (a, b)))
     return Tensor._wrap(getattr(xp, name)(*arrays), owner.backend)
+
+
+def bitwise(name, a, b=None):
+    """The bitwise ufunc ``name`` ("bitwise_and", "left_shift" ...) of integer or bool tensors,
+    no gradient. The result has ``dtypes.result_type``'s dtype and wraps around as NumPy's and
+    PyTorch's integers do: a Python int is taken modulo 2^bits of the tensor's dtype (int8 & 300
+    is int8 & 44), never widening it; shifting by the width or more gives 0 (-1 for a negative
+    number shifted right)."""
+    from .tensor import Tensor
+
+    owner = a if _is_tensor(a) else b if _is_tensor(b) else _tensor(a)
+    xp = owner.backend.xp
+    operands = [v.data if _is_tensor(v) else v if dtypes._is_number(v) else xp.asarray(v)
+                for v in ((a,) if b is None else (a, b))]
+    kinds = [xp.asarray(v).dtype.kind if dtypes._is_number(v) else v.dtype.kind
+             for v in operands]
+    if any(kind not in "iub" for kind in kinds):
+        raise TypeError(f"{name}: needs integer or bool operands, got dtype kinds {kinds} "
+                        "(i: integer, u: unsigned, b: bool, f: float)")
+    dtype = dtypes.result_type(*operands)
+    arrays = [xp.asarray(v).astype(dtype) if dtypes._is_number(v) else v.astype(dtype, copy=False)
+              for v in operands]
+    return Tensor._wrap(getattr(xp, name)(*arrays), owner.backend)
+
+
+def copysign(a, b):
+    return Copysign.apply(*_one_tensor(a, b, "copysign"))
 
 
 def xlogy(x, y):
