@@ -495,10 +495,28 @@ def pad_mode_inputs(draw):
     shape = draw(S.shapes(min_dims=1, min_side=2))
     mode = draw(st.sampled_from(["replicate", "reflect", "circular"]))
     limit = {"reflect": -1, "replicate": 2, "circular": 0}[mode]
-    widths = tuple((draw(st.integers(0, min(2, n + limit) if mode != "replicate" else 2)),
-                    draw(st.integers(0, min(2, n + limit) if mode != "replicate" else 2)))
+    # replicate takes any width, wider than the axis too (PyTorch's rule)
+    widths = tuple((draw(st.integers(0, min(2, n + limit) if mode != "replicate" else n + 3)),
+                    draw(st.integers(0, min(2, n + limit) if mode != "replicate" else n + 3)))
                    for n in shape)
     return (draw(lay(S.arrays(shape))),), {"pad_width": widths, "mode": mode}
+
+
+@st.composite
+def crop_and_pad_inputs(draw):
+    """One side of an axis cropped, the other padded (mirrors and wraps about the whole axis)."""
+    (x,), static = draw(pad_mode_inputs())
+    widths = []
+    for (before, after), n in zip(static["pad_width"], x.shape):
+        crop = draw(st.integers(0, n - 1))
+        widths.append((-crop, after) if draw(st.booleans()) else (before, -crop))
+    return (x,), {"pad_width": tuple(widths), "mode": static["mode"]}
+
+
+def padded_then_cropped(x, pad_width, mode):
+    grown = P.pad_mode(x, [(max(b, 0), max(a, 0)) for b, a in pad_width], mode)
+    return grown[tuple(slice(-min(b, 0), grown.shape[i] + min(a, 0))
+                       for i, (b, a) in enumerate(pad_width))]
 
 
 @st.composite
@@ -804,6 +822,8 @@ CASES = [
       unfold_inputs()),
     C("pad_modes", lambda x, pad_width, mode: mt.pad(x, pad_width, mode=mode),
       lambda x, pad_width, mode: P.pad_mode(x, pad_width, mode), pad_mode_inputs()),
+    C("pad_crop_and_pad", lambda x, pad_width, mode: mt.pad(x, pad_width, mode=mode),
+      padded_then_cropped, crop_and_pad_inputs()),
     C("meshgrid", lambda a, b: mt.meshgrid(a, b),
       lambda a, b: (anp.broadcast_to(a[:, None], (a.shape[0], b.shape[0])),
                     anp.broadcast_to(b[None, :], (a.shape[0], b.shape[0]))),

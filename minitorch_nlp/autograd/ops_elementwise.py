@@ -473,11 +473,12 @@ class Sigmoid(Function):
         x = _real(x)
         ctx.save_output()
         xp = _xp(ctx)
-        # 0.5 (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x))
-        y = xp.tanh(x * 0.5)
-        y += 1
-        y *= 0.5
-        return y
+        # with e = exp(-|x|) <= 1: 1 / (1 + e) for x >= 0, e / (1 + e) below. It never
+        # overflows (unlike 1 / (1 + exp(-x))) and keeps its relative precision for large
+        # negative x (0.5 (1 + tanh(x / 2)) rounds to 0 below x = -37, e^x does not until -745)
+        e = xp.exp(-xp.abs(x))
+        y = 1.0 / (1.0 + e)
+        return xp.where(x >= 0, y, e * y).astype(y.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, grad):
