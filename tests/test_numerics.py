@@ -426,3 +426,34 @@ def test_tinybert_attention_loss_leaves_masked_scores_out(masking):
     expected = np.zeros((3, 3))
     expected[:2, :2] = 2 * diff / 4
     np.testing.assert_array_equal(g.numpy()[0, 0], expected)
+
+
+# ---- the fully masked row, as docs/engine.md defines it -------------------------------------------
+@BACKENDS
+def test_a_fully_masked_row_gives_the_documented_values_and_zero_gradients(backend):
+    with mt.backend(backend):
+        x = mt.tensor([[-math.inf] * 3, [0.0, -math.inf, 1.0]], dtype=mt.float64,
+                      requires_grad=True)
+        u = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        # (output, its first row, the gradient of sum(u * output) on the first row), with the
+        # row's softmax taken as 0
+        outputs = {
+            "softmax": (x.softmax(-1), [0.0] * 3, [0.0] * 3),
+            "log_softmax": (x.log_softmax(-1), [-math.inf] * 3, u[0]),
+            "logsumexp": (x.logsumexp(-1, keepdims=True), [-math.inf], [0.0] * 3),
+            "logcumsumexp": (x.logcumsumexp(1), [-math.inf] * 3, [0.0] * 3),
+            "cross_entropy": (F.cross_entropy(x, np.array([1, 0]), reduction="none")[:, None],
+                              [math.inf], [0.0, -1.0, 0.0]),
+        }
+        for name, (out, first_row, first_grad) in outputs.items():
+            np.testing.assert_array_equal(out.numpy()[0], first_row, err_msg=name)
+            cotangent = mt.tensor(u[:, :out.shape[1]], dtype=mt.float64)
+            (g,) = mt.grad(out, x, grad_outputs=cotangent)
+            np.testing.assert_array_equal(g.numpy()[0], first_grad, err_msg=name)
+            assert np.isfinite(g.numpy()).all(), name
+        q = mt.tensor(np.ones((1, 1, 2, 2)), dtype=mt.float64, requires_grad=True)
+        keys = mt.tensor(np.array([[[[False, False], [True, False]]]]))
+        out = F.scaled_dot_product_attention(q, q, q, mask=keys)
+        np.testing.assert_array_equal(out.numpy()[0, 0, 0], [0.0, 0.0])
+        (g,) = mt.grad(out[0, 0, 0].sum(), q)
+        np.testing.assert_array_equal(g.numpy(), np.zeros((1, 1, 2, 2)))
