@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp.autograd.special_values import POINTS, SPECIAL_VALUES, page_with_table
+from minitorch_nlp.autograd.special_values import (
+    POINTS,
+    SPECIAL_VALUES,
+    page_with_table,
+)
 
 ENGINE_PAGE = Path(__file__).resolve().parents[1] / "docs" / "engine.md"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 from .. import functional as F
