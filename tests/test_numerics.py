@@ -119,6 +119,8 @@ def test_softmax_is_exact_at_large_logits_and_masks(backend, x, seed, axis):
         np.testing.assert_allclose(g.numpy(), expected, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.eq(35)
+@pytest.mark.sec6
 @BACKENDS
 @given(x=stressed_logits(), seed=S.seeds(), axis=st.sampled_from([0, -1]))
 def test_log_softmax_is_exact_at_large_logits_and_masks(backend, x, seed, axis):
@@ -199,6 +201,8 @@ def _ref_cross_entropy(x, target, smoothing):
     return loss, grad
 
 
+@pytest.mark.eq(38)
+@pytest.mark.sec6
 @BACKENDS
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @given(data=classification())
@@ -246,7 +250,7 @@ def _ref_attention(q, k, v, allowed, bias_value, scale):
 
 
 @BACKENDS
-@pytest.mark.eq(11)
+@pytest.mark.eq(11, 12)
 @pytest.mark.sec4
 @pytest.mark.parametrize("how", ["mask", "bias", "key_mask"])
 @given(data=st.data(), masking=st.sampled_from(MASKING_VALUES), scale=st.sampled_from([1.0, 1e2]))
