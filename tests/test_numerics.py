@@ -461,3 +461,29 @@ def test_a_fully_masked_row_gives_the_documented_values_and_zero_gradients(backe
         np.testing.assert_array_equal(out.numpy()[0, 0, 0], [0.0, 0.0])
         (g,) = mt.grad(out[0, 0, 0].sum(), q)
         np.testing.assert_array_equal(g.numpy(), np.zeros((1, 1, 2, 2)))
+
+
+# ---- recorded gradients (create_graph=True) take the composite forms: same values --------------
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp", "logcumsumexp",
+                                  "cross_entropy", "cross_entropy_smoothed"])
+@given(x=stressed_logits(min_cols=2), seed=S.seeds())
+def test_recorded_gradients_equal_the_kernels_at_large_logits_and_masks(name, x, seed):
+    ops = {
+        "softmax": lambda t: t.softmax(-1),
+        "log_softmax": lambda t: t.log_softmax(-1),
+        "logsumexp": lambda t: t.logsumexp(-1),
+        "logcumsumexp": lambda t: t.logcumsumexp(1),
+        "cross_entropy": lambda t: F.cross_entropy(t, np.zeros(t.shape[0], np.int64),
+                                                   reduction="none"),
+        "cross_entropy_smoothed": lambda t: F.cross_entropy(
+            t, np.zeros(t.shape[0], np.int64), reduction="none", label_smoothing=0.2),
+    }
+    t = mt.tensor(x, dtype=mt.float64, requires_grad=True)
+    out = ops[name](t)
+    u = mt.tensor(_cotangent(out.shape, seed), dtype=mt.float64)
+    (fast,) = mt.grad(out, t, grad_outputs=u)
+    (recorded,) = mt.grad(ops[name](t), t, grad_outputs=u, create_graph=True)
+    np.testing.assert_allclose(recorded.numpy(), fast.numpy(), rtol=1e-9,
+                               atol=_rounding_of_outputs(x, u.numpy()))
+    (second,) = mt.grad((recorded * recorded).sum(), t, allow_unused=True)
+    assert second is None or np.isfinite(second.numpy()).all()
