@@ -440,7 +440,7 @@ class XLogY(Function):
         x, y = (v if dtypes._is_number(v) else _real(v) for v in _promoted(x, y))
         ctx.save_inputs(0, 1)
         xp = _xp(ctx)
-        with xp.errstate(divide="ignore", invalid="ignore"):
+        with dtypes.quiet(xp, divide="ignore", invalid="ignore"):
             product = xp.multiply(x, xp.log(y))
         return xp.where((xp.asarray(x) == 0) & ~xp.isnan(y), 0.0, product).astype(
             product.dtype, copy=False)

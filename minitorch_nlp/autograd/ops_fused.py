@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from . import grad_mode
+from . import dtypes, grad_mode
 from .function import Function
 
 
@@ -110,7 +110,7 @@ class Logcumsumexp(FusedFunction):
         x, y, grad = (xp.moveaxis(a.astype(xp.float64), axis, -1)
                       for a in (x.data, ctx.output.data, grad))
         live = y != -xp.inf
-        with xp.errstate(invalid="ignore"):
+        with dtypes.quiet(xp, invalid="ignore"):
             decay = xp.where(live[..., :-1], xp.exp(y[..., :-1] - y[..., 1:]), 0.0)
             within = xp.where(live, xp.exp(x - y), 0.0)
         tails = grad.copy()

@@ -458,11 +458,11 @@ class Logsumexp(Function):
         ctx.axes, ctx.keepdims = axes, keepdims
         xp = _xp(ctx)
         if x.size == 0:  # log of an empty sum: -inf (nothing to shift by a maximum)
-            with xp.errstate(divide="ignore"):
+            with dtypes.quiet(xp, divide="ignore"):
                 return xp.log(xp.exp(x).sum(axis=axes, keepdims=keepdims))
         m = x.max(axis=axes, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0).astype(x.dtype, copy=False)
-        with xp.errstate(divide="ignore"):  # an all -inf slice: log 0 = -inf
+        with dtypes.quiet(xp, divide="ignore"):  # an all -inf slice: log 0 = -inf
             out = xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True)) + m
         return out if keepdims else out.reshape([n for i, n in enumerate(x.shape) if i not in axes])
 
