@@ -432,6 +432,21 @@ def test_tinybert_attention_loss_leaves_masked_scores_out(masking):
     np.testing.assert_array_equal(g.numpy()[0, 0], expected)
 
 
+@pytest.mark.eq(41)
+@pytest.mark.sec6
+def test_tinybert_attention_loss_without_a_mask_takes_scores_masked_alike_as_equal():
+    # a causal student and teacher, no key mask: -inf above the diagonal in both
+    upper = np.triu(np.ones((3, 3), dtype=bool), 1)
+    student = np.where(upper, -np.inf, np.arange(9.0).reshape(3, 3))
+    teacher = np.where(upper, -np.inf, np.ones((3, 3)))
+    s = mt.tensor(student[None, None], dtype=mt.float64, requires_grad=True)
+    loss = attention_loss(s, mt.tensor(teacher[None, None], dtype=mt.float64))
+    diff = np.where(upper, 0.0, student - teacher)
+    assert loss.item() == pytest.approx((diff ** 2).mean(), rel=1e-12)
+    (g,) = mt.grad(loss, s)
+    np.testing.assert_allclose(g.numpy()[0, 0], 2 * diff / 9, rtol=1e-14)
+
+
 # ---- the fully masked row, as docs/engine.md defines it -------------------------------------------
 @BACKENDS
 def test_a_fully_masked_row_gives_the_documented_values_and_zero_gradients(backend):
