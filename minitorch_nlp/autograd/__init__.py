@@ -16,10 +16,10 @@ from .function import Context, Function
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops_elementwise import bitwise as _bitwise_op
 from .ops_elementwise import (abs, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, ceil, clip,
-                              copysign, cos, cosh, div, erf, exp, exp2, expm1, floor, floor_divide, fmod, lerp,
-                              log, log1p, log2, log10, logaddexp, maximum, minimum, negative,
-                              relu, remainder, round, rsqrt, sigmoid, sign, sin, sinh, softplus,
-                              sqrt, tan, tanh, trunc, where, xlogy)
+                              copysign, cos, cosh, div, erf, exp, exp2, expm1, floor, floor_divide,
+                              fmod, lerp, log, log1p, log2, log10, logaddexp, maximum, minimum,
+                              negative, relu, remainder, round, rsqrt, sigmoid, sign, sin, sinh,
+                              softplus, sqrt, tan, tanh, trunc, where, xlogy)
 from .ops_fused import FusedFunction
 from .ops_shape import IndexAdd as _IndexAdd
 from .ops_linalg import einsum, matmul
@@ -111,7 +111,7 @@ def _logical(name, doc):
 
 def _bitwise(name, ufunc, doc):
     def function(a, b=None):
-        return _bitwise_op(ufunc, a, b)
+        return _bitwise_op(ufunc, a, b, op=name)
 
     function.__name__ = name
     function.__doc__ = doc + " Python ints wrap into the tensor's dtype (``bitwise``)."

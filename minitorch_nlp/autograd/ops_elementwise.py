@@ -473,12 +473,12 @@ class Sigmoid(Function):
         x = _real(x)
         ctx.save_output()
         xp = _xp(ctx)
-        # with e = exp(-|x|) <= 1: 1 / (1 + e) for x >= 0, e / (1 + e) below. It never
-        # overflows (unlike 1 / (1 + exp(-x))) and keeps its relative precision for large
-        # negative x (0.5 (1 + tanh(x / 2)) rounds to 0 below x = -37, e^x does not until -745)
-        e = xp.exp(-xp.abs(x))
-        y = 1.0 / (1.0 + e)
-        return xp.where(x >= 0, y, e * y).astype(y.dtype, copy=False)
+        # 0.5 (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x)); far below 0 it
+        # rounds to 0 (x < -37 in float64) where e^x is still representable
+        y = xp.tanh(x * 0.5)
+        y += 1
+        y *= 0.5
+        return y
 
     @staticmethod
     def backward(ctx, grad):
@@ -767,12 +767,12 @@ def _integer_op(name, a, b):
     return Tensor._wrap(getattr(xp, name)(*arrays), owner.backend)
 
 
-def bitwise(name, a, b=None):
+def bitwise(name, a, b=None, op=None):
     """The bitwise ufunc ``name`` ("bitwise_and", "left_shift" ...) of integer or bool tensors,
     no gradient. The result has ``dtypes.result_type``'s dtype and wraps around as NumPy's and
     PyTorch's integers do: a Python int is taken modulo 2^bits of the tensor's dtype (int8 & 300
     is int8 & 44), never widening it; shifting by the width or more gives 0 (-1 for a negative
-    number shifted right)."""
+    number shifted right). ``op`` names the operation in errors (default ``name``)."""
     from .tensor import Tensor
 
     owner = a if _is_tensor(a) else b if _is_tensor(b) else _tensor(a)
@@ -782,7 +782,7 @@ def bitwise(name, a, b=None):
     kinds = [xp.asarray(v).dtype.kind if dtypes._is_number(v) else v.dtype.kind
              for v in operands]
     if any(kind not in "iub" for kind in kinds):
-        raise TypeError(f"{name}: needs integer or bool operands, got dtype kinds {kinds} "
+        raise TypeError(f"{op or name}: needs integer or bool operands, got dtype kinds {kinds} "
                         "(i: integer, u: unsigned, b: bool, f: float)")
     dtype = dtypes.result_type(*operands)
     arrays = [xp.asarray(v).astype(dtype) if dtypes._is_number(v) else v.astype(dtype, copy=False)
