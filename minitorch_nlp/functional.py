@@ -33,11 +33,13 @@ REDUCTIONS = ("mean", "sum", "none")
 
 __all__ = [
     "attention_weights", "banded_attention", "bias_gelu", "binary_cross_entropy",
-    "binary_cross_entropy_with_logits", "cosine_similarity", "cross_entropy", "dropout", "elu",
+    "binary_cross_entropy_with_logits", "celu", "cosine_similarity", "cross_entropy", "dropout",
+    "elu",
     "embedding", "geglu", "gelu", "glu", "hardsigmoid", "hardswish", "hardtanh", "kl_div",
     "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid", "mish", "mse_loss",
-    "nll_loss", "normalize", "one_hot", "pad", "relu", "relu6", "repeat_kv_heads",
-    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "softmax", "softplus", "softsign",
+    "nll_loss", "normalize", "one_hot", "pad", "quick_gelu", "relu", "relu6", "repeat_kv_heads",
+    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "softmax", "softmin", "softplus",
+    "softsign",
     "swiglu", "tanh",
 ]
 
@@ -95,6 +97,13 @@ def softplus(x, beta=1.0, threshold=20.0):
     return where(x * beta > threshold, x, smooth)
 
 
+def quick_gelu(x):
+    """x sigmoid(1.702 x): the sigmoid approximation of GELU (Hendrycks & Gimpel, 2016, section
+    2) that OpenAI's CLIP and GPT code use."""
+    x = _tensor(x)
+    return x * _ew.sigmoid(x * 1.702)
+
+
 def silu(x):
     """x sigmoid(x) (Swish with beta = 1; Ramachandran et al., 2017)."""
     x = _tensor(x)
@@ -123,6 +132,16 @@ def elu(x, alpha=1.0):
     x = _tensor(x)
     positive = x > 0
     return where(positive, x, _ew.expm1(where(positive, 0.0, x)) * alpha)
+
+
+def celu(x, alpha=1.0):
+    """max(0, x) + min(0, alpha (e^(x / alpha) - 1)) (Barron, 2017): ELU made continuously
+    differentiable in x for every alpha != 0."""
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or alpha == 0:
+        raise ValueError(f"celu: alpha must be a non-zero number, got {alpha!r}")
+    x = _tensor(x)
+    positive = x > 0
+    return where(positive, x, _ew.expm1(where(positive, 0.0, x) * (1.0 / alpha)) * alpha)
 
 
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -201,6 +220,12 @@ def softmax(x, axis=-1, dim=None):
     """exp(x) / sum(exp(x)) along ``axis`` (the survey's eq 35); stable for any finite logits (the row maximum is
     subtracted first) and 0 on a row that is all ``-inf``."""
     return _tensor(x).softmax(axis=_pick_axis(axis, dim))
+
+
+def softmin(x, axis=-1, dim=None):
+    """softmax(-x) along ``axis``: weights that favour the smallest entries; stable for any
+    finite x and 0 on a row that is all ``+inf``."""
+    return (-_tensor(x)).softmax(axis=_pick_axis(axis, dim))
 
 
 def log_softmax(x, axis=-1, dim=None):
@@ -419,7 +444,8 @@ def cross_entropy(logits, target, *, weight=None, ignore_index=-100, reduction="
     ignored, ``"mean"`` gives 0 (PyTorch gives NaN), so a batch of padding cannot poison a run.
 
     With probabilities ``q``, ``loss = -sum_c w[c] q'_c log p_c`` with
-    ``q' = (1 - eps) q + eps/C``, and ``"mean"`` divides by the number of positions.
+    ``q' = (1 - eps) q + eps/C``, and ``"mean"`` divides by the number of positions; a class
+    with q'_c = 0 adds 0 even where its logit is -inf (0 log 0 = 0), and sends back gradient 0.
 
     Class ids outside [0, C) raise ``ValueError``; so do shape mismatches.
     """
@@ -455,7 +481,7 @@ def cross_entropy(logits, target, *, weight=None, ignore_index=-100, reduction="
     w = _class_weight(weight, num_classes, logits, op)
     if w is not None:
         target = target * w
-    return _reduce(-(log_probs * target).sum(axis=-1), reduction)
+    return _reduce(-_times_log(target, log_probs).sum(axis=-1), reduction)
 
 
 def mse_loss(input, target, reduction="mean"):  # noqa: A002 - PyTorch's argument name
@@ -467,10 +493,18 @@ def mse_loss(input, target, reduction="mean"):  # noqa: A002 - PyTorch's argumen
     return _reduce(diff * diff, reduction)
 
 
+def _times_log(probs, log_probs):
+    """probs * log_probs with 0 where probs is 0, also where log_probs is -inf (0 log 0 = 0, as
+    in entropies and KL divergences); there the gradients are 0 too, never 0 * inf."""
+    empty = (probs == 0) & (log_probs == -np.inf)
+    return probs * log_probs.masked_fill(empty, 0.0)
+
+
 def kl_div(input, target, reduction="batchmean", log_target=False):  # noqa: A002
     """KL(target || exp(input)) with ``input`` log-probabilities, PyTorch's argument order:
-    pointwise ``target * (log target - input)`` (0 where target is 0), or with
-    ``log_target=True`` ``exp(target) * (target - input)``.
+    pointwise ``target * (log target - input)``, or with ``log_target=True``
+    ``exp(target) * (target - input)``; 0 where the target probability is 0, also where
+    ``input`` is -inf there (0 log 0 = 0), with gradient 0 (PyTorch gives nan there).
 
     ``reduction``: ``"batchmean"`` (the default here, and the true KL divergence per example:
     the sum divided by ``input.shape[0]``), ``"sum"``, ``"mean"`` (over every element, PyTorch's
@@ -481,10 +515,10 @@ def kl_div(input, target, reduction="batchmean", log_target=False):  # noqa: A00
     _check_reduction(reduction, op, REDUCTIONS + ("batchmean",))
     _same_shape(input, target, op)
     if log_target:
-        pointwise = target.exp() * (target - input)
+        probs = target.exp()
+        pointwise = _times_log(probs, target) - _times_log(probs, input)
     else:
-        positive = target > 0
-        pointwise = target * where(positive, target, 1.0).log() - target * input
+        pointwise = _ew.xlogy(target, target) - _times_log(target, input)
     if reduction == "batchmean":
         return pointwise.sum() * (1.0 / input.shape[0]) if input.ndim else pointwise.sum()
     return _reduce(pointwise, reduction)

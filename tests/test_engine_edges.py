@@ -36,6 +36,65 @@ def test_pow_gradients_at_zero_take_pytorchs_values():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("exponent", [0, 0.0, "tensor"])
+def test_pow_gradient_of_a_zero_exponent_is_zero_at_infinities_and_zero(exponent):
+    values = [math.inf, -math.inf, 0.0, -3.0, 2.5]
+    if exponent == "tensor":
+        (gx, _) = _grad(lambda x, y: x ** y, values, [0.0] * len(values))
+    else:
+        (gx,) = _grad(lambda x: x ** exponent, values)
+    np.testing.assert_array_equal(gx, [0.0] * len(values))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_pow_gradient_at_infinities_for_other_exponents():
+    # d/dx x^b = b x^(b-1) where that is defined: 1 for b = 1, +-inf for b = 2, 0 for b = -1
+    (g1,) = _grad(lambda x: x ** 1, [math.inf, -math.inf])
+    (g2,) = _grad(lambda x: x ** 2, [math.inf, -math.inf])
+    (gm,) = _grad(lambda x: x ** -1.0, [math.inf, -math.inf])
+    np.testing.assert_array_equal(g1, [1.0, 1.0])
+    np.testing.assert_array_equal(g2, [math.inf, -math.inf])
+    np.testing.assert_array_equal(gm, [0.0, 0.0])
+
+
+@pytest.mark.parametrize("values, expected, gradient", [
+    ([0.0, 100.0], [0.0, 100.0], [1.0, 1.0]),
+    ([0.0, 200.0], [0.0, 200.0], [1.0, 1.0]),
+    ([-1e4, 0.0], [-1e4, 0.0], [1.0, 1.0]),
+    ([1e4, -1e4], [1e4, 1e4], [2.0, 0.0]),
+    ([-math.inf, 0.0], [-math.inf, 0.0], [0.0, 1.0]),
+    ([-math.inf, -math.inf, 3.0], [-math.inf, -math.inf, 3.0], [0.0, 0.0, 1.0]),
+])
+def test_logcumsumexp_is_exact_far_below_a_later_maximum(values, expected, gradient):
+    # each running log-sum is shifted by its own running maximum, not the axis' maximum:
+    # log(e^0) stays 0 next to a later 200 (e^-200 relative to it underflows)
+    x = mt.tensor(values, dtype=mt.float64, requires_grad=True)
+    out = x.logcumsumexp(0)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-15)
+    (fast,) = mt.grad(out.sum(), x)
+    (recorded,) = mt.grad(x.logcumsumexp(0).sum(), x, create_graph=True)
+    np.testing.assert_allclose(fast.numpy(), gradient, rtol=1e-12)
+    np.testing.assert_allclose(recorded.numpy(), gradient, rtol=1e-12)
+
+
+def test_logcumsumexp_float32_at_masking_values_stays_finite():
+    x = mt.tensor([[-1e4, 0.0, 1e4, -1e9]], requires_grad=True)
+    out = mt.logcumsumexp(x, 1)
+    out.sum().backward()
+    np.testing.assert_array_equal(out.numpy(), [[-1e4, 0.0, 1e4, 1e4]])
+    np.testing.assert_array_equal(x.grad.numpy(), [[1.0, 1.0, 2.0, 0.0]])
+
+
+def test_logsumexp_of_an_all_minus_inf_slice_is_minus_inf_with_gradient_zero():
+    x = mt.tensor([[-math.inf, -math.inf], [0.0, -math.inf]], dtype=mt.float64,
+                  requires_grad=True)
+    out = x.logsumexp(axis=1)
+    np.testing.assert_array_equal(out.numpy(), [-math.inf, 0.0])
+    (g,) = mt.grad(out.sum(), x)
+    np.testing.assert_array_equal(g.numpy(), [[0.0, 0.0], [1.0, 0.0]])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_pow_second_derivative_at_zero_exponent_is_finite():
     x = mt.tensor([0.0, 1.5], dtype=mt.float64, requires_grad=True)
     (g,) = mt.grad((x ** 0).sum(), x, create_graph=True)
@@ -231,6 +290,98 @@ def test_negative_pad_widths_crop_and_the_gradient_skips_the_cropped_entries():
         mt.pad(x, [(0, 0), (-2, -2)])
 
 
+def test_pad_takes_pytorchs_widths_replicate_any_and_crop_with_pad():
+    x = mt.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    np.testing.assert_array_equal(mt.pad(x, [(4, 1)], mode="replicate").numpy(),
+                                  [1, 1, 1, 1, 1, 2, 3, 3])
+    # cropping one side and padding the other mirrors about the whole axis' edges
+    np.testing.assert_array_equal(mt.pad(x, [(-1, 2)], mode="reflect").numpy(), [2, 3, 2, 1])
+    np.testing.assert_array_equal(mt.pad(x, [(2, -1)], mode="circular").numpy(), [2, 3, 1, 2])
+    np.testing.assert_array_equal(mt.pad(x, [(-2, 2)], mode="replicate").numpy(), [3, 3, 3])
+    mt.pad(x, [(-1, 2)], mode="reflect").sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1, 2, 1])
+
+
+def test_scatter_reads_only_the_index_extent_of_a_larger_src():
+    index = mt.tensor([[0, 1]])
+    src = mt.tensor([[5.0, 6.0, 7.0], [8.0, 9.0, 10.0]], requires_grad=True)
+    for scatter in (lambda: mt.scatter(mt.zeros(2, 2), 0, index, src),
+                    lambda: mt.scatter_add(mt.zeros(2, 2), 0, index, src),
+                    lambda: mt.zeros(2, 2).scatter_reduce(0, index, src, "amax")):
+        out = scatter()
+        np.testing.assert_array_equal(out.numpy(), [[5, 0], [0, 6]])
+        (g,) = mt.grad(out.sum(), src)
+        np.testing.assert_array_equal(g.numpy(), [[1, 1, 0], [0, 0, 0]])
+
+
+def test_meshgrid_treats_a_0d_tensor_as_one_entry():
+    a, b = mt.meshgrid(mt.tensor(2.0), mt.tensor([1.0, 3.0]))
+    np.testing.assert_array_equal(a.numpy(), [[2, 2]])
+    np.testing.assert_array_equal(b.numpy(), [[1, 3]])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.int64])
+def test_integer_bitwise_ops_and_shifts_wrap_like_numpy(dtype):
+    values = np.array([100, -3, 0, 127], dtype=np.int64).astype(dtype)
+    x = mt.tensor(values)
+    other = 300  # wraps into the dtype: 300 mod 2^bits
+    wrapped = np.asarray(other).astype(dtype)
+    for ours, numpys in [(x & other, values & wrapped), (other | x, wrapped | values),
+                         (mt.bitwise_xor(x, -200), values ^ np.asarray(-200).astype(dtype)),
+                         (~x, ~values), (x << 3, values << dtype(3)), (x >> 1, values >> dtype(1)),
+                         (x << 70, np.left_shift(values, np.asarray(70).astype(dtype))),
+                         (mt.bitwise_left_shift(x, x % 5), np.left_shift(values, values % 5)),
+                         (mt.bitwise_right_shift(x, 2), np.right_shift(values, dtype(2)))]:
+        assert ours.dtype == dtype
+        np.testing.assert_array_equal(ours.numpy(), numpys)
+
+
+def test_shifts_by_the_width_or_more_give_zero_or_the_sign():
+    x = mt.tensor(np.array([1, -100], dtype=np.int8))
+    np.testing.assert_array_equal((x << 8).numpy(), [0, 0])
+    np.testing.assert_array_equal((x >> 9).numpy(), [0, -1])
+    np.testing.assert_array_equal((1 << mt.tensor([3, 4])).numpy(), [8, 16])
+    np.testing.assert_array_equal((mt.tensor([True, False]) & mt.tensor([True, True])).numpy(),
+                                  [True, False])
+
+
+def test_integer_division_rounds_toward_zero_or_minus_infinity():
+    a = np.array([7, -7, 7, -7, 6, -6, 0])
+    b = np.array([2, 2, -2, -2, 3, 4, -5])
+    trunc = mt.div(mt.tensor(a), mt.tensor(b), rounding_mode="trunc")
+    floor = mt.tensor(a).div(mt.tensor(b), rounding_mode="floor")
+    assert trunc.dtype == floor.dtype == np.int64
+    np.testing.assert_array_equal(trunc.numpy(), [int(x / y) for x, y in zip(a, b)])
+    np.testing.assert_array_equal(floor.numpy(), [x // y for x, y in zip(a, b)])
+    np.testing.assert_array_equal((mt.tensor(a) // mt.tensor(b)).numpy(), a // b)
+    np.testing.assert_array_equal((mt.tensor(a) % mt.tensor(b)).numpy(), a % b)
+    np.testing.assert_array_equal(mt.div(-7, mt.tensor([2]), rounding_mode="trunc").numpy(), [-3])
+    np.testing.assert_array_equal(mt.div(mt.tensor([7, -7]), 2).numpy(), [3.5, -3.5])
+
+
+def test_copysign_reads_the_sign_bit_and_its_gradient_is_zero_at_zero():
+    a = mt.tensor([1.0, -2.0, 0.0, 3.0, 4.0], dtype=mt.float64, requires_grad=True)
+    b = mt.tensor([-1.0, -1.0, -1.0, -0.0, math.inf], dtype=mt.float64, requires_grad=True)
+    out = mt.copysign(a, b)
+    np.testing.assert_array_equal(np.signbit(out.numpy()), [True, True, True, True, False])
+    ga, gb = mt.grad(out.sum(), [a, b])
+    np.testing.assert_array_equal(ga.numpy(), [-1, 1, 0, -1, 1])
+    np.testing.assert_array_equal(gb.numpy(), [0, 0, 0, 0, 0])
+
+
+def test_new_activations_at_large_inputs_stay_finite():
+    x = mt.tensor([-1e4, -50.0, 0.0, 50.0, 1e4], dtype=mt.float64, requires_grad=True)
+    # (sigmoid rounds to 0 below -37: quick_gelu(-50) is -0.0, not -5.5e-36)
+    for fn, expected in [(F.quick_gelu, [0, 0, 0, 50, 1e4]),
+                         (lambda t: F.celu(t, 2.0), [-2, 2 * math.expm1(-25), 0, 50, 1e4])]:
+        out = fn(x)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12, atol=1e-300)
+        (g,) = mt.grad(out.sum(), x)
+        assert np.isfinite(g.numpy()).all()
+    weights = F.softmin(mt.tensor([[1e4, -1e4, 0.0], [math.inf, math.inf, math.inf]]), axis=1)
+    np.testing.assert_array_equal(weights.numpy(), [[0, 1, 0], [0, 0, 0]])
+
+
 def test_pad_modes_refuse_widths_beyond_the_axis():
     with pytest.raises(ValueError, match="mode 'reflect' needs widths <= 2 on axis 0"):
         mt.pad(mt.zeros(3), [(3, 0)], mode="reflect")
@@ -359,7 +510,19 @@ def test_a_ragged_list_names_its_depth(data, depth, where):
     (lambda: mt.zeros(3).scatter_reduce(0, mt.tensor([0]), mt.ones(1), "median"), ValueError,
      "scatter_reduce: reduce must be one of"),
     (lambda: mt.zeros(3).scatter(0, mt.tensor([0, 1]), mt.ones(1)), ValueError,
-     "scatter: index shape \\(2,\\) and src shape \\(1,\\) differ"),
+     "scatter: src of shape \\(1,\\) must be at least as large as the index, \\(2,\\)"),
+    (lambda: mt.scatter_add(mt.zeros(3, 2), 0, mt.tensor([[0, 1]]), mt.ones(2)), ValueError,
+     "scatter_add: src of shape \\(2,\\) must be at least as large as the index"),
+    (lambda: mt.div(mt.tensor([1]), mt.tensor([0]), rounding_mode="trunc"), ZeroDivisionError,
+     "div: integer division by zero \\(rounding_mode='trunc'\\)"),
+    (lambda: mt.div(mt.zeros(2), 2.0, rounding_mode="round"), ValueError,
+     "div: rounding_mode must be None, 'trunc' or 'floor', got 'round'"),
+    (lambda: F.celu(mt.zeros(2), alpha=0.0), ValueError, "celu: alpha must be a non-zero"),
+    (lambda: mt.tensor([1.5]) << 1, TypeError, "left_shift: needs integer or bool operands"),
+    (lambda: mt.bitwise_right_shift(mt.tensor([4]), 1.0), TypeError,
+     "bitwise_right_shift: needs integer"),
+    (lambda: mt.pad(mt.zeros(3), [(0, 4)], mode="circular"), ValueError,
+     "mode 'circular' needs widths <= 3 on axis 0 of size 3"),
 ])
 def test_new_ops_name_the_bad_argument(call, error, message):
     with pytest.raises(error, match=message):

@@ -115,6 +115,8 @@ def arrays_and_axis(draw, min_dims=1, max_dims=3):
     return x, draw(S.axis(x.ndim))
 
 
+@pytest.mark.eq(35)
+@pytest.mark.sec6
 @given(case=arrays_and_axis(), seed=S.seeds())
 def test_softmax_matches_formula(case, seed):
     x, axis = case
@@ -122,6 +124,8 @@ def test_softmax_matches_formula(case, seed):
                              [x], seed)
 
 
+@pytest.mark.eq(35)
+@pytest.mark.sec6
 @given(case=arrays_and_axis(), seed=S.seeds())
 def test_log_softmax_matches_formula(case, seed):
     x, axis = case
@@ -129,6 +133,8 @@ def test_log_softmax_matches_formula(case, seed):
                              lambda a: np_log_softmax(a, axis), [x], seed)
 
 
+@pytest.mark.eq(35)
+@pytest.mark.sec6
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_softmax_and_log_softmax_are_stable_for_huge_logits(dtype):
     logits = np.array([[1e4, 0.0, -1e4], [1e4, 1e4 - 1.0, 1e4 - 2.0]], dtype=dtype)
@@ -293,6 +299,8 @@ def test_layer_norm_shape_errors():
 
 
 # ---- dropout -------------------------------------------------------------------------------------
+@pytest.mark.eq(11, 12)
+@pytest.mark.sec4
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_dropout_statistics(p):
     n = 200_000
@@ -304,6 +312,8 @@ def test_dropout_statistics(p):
     assert abs(y.mean() - 1.0) < 5 * math.sqrt(p / (1 - p) / n)
 
 
+@pytest.mark.eq(11, 12)
+@pytest.mark.sec4
 def test_dropout_gradient_is_the_mask():
     x = mt.randn(50, 40, requires_grad=True)
     y = F.dropout(x, 0.3)
@@ -312,6 +322,8 @@ def test_dropout_gradient_is_the_mask():
     np.testing.assert_allclose(x.grad.numpy(), scale, rtol=1e-6)
 
 
+@pytest.mark.eq(11, 12)
+@pytest.mark.sec4
 def test_dropout_edge_cases_and_reproducibility():
     x = mt.randn(4, 5, requires_grad=True)
     assert F.dropout(x, 0.5, training=False) is x
@@ -462,6 +474,8 @@ def test_cross_entropy_all_ignored_is_zero_not_nan():
     assert F.cross_entropy(logits, mt.tensor([-100, -100, -100]), label_smoothing=0.3).item() == 0
 
 
+@pytest.mark.eq(38)
+@pytest.mark.sec6
 def test_cross_entropy_is_stable_for_huge_logits():
     logits = mt.tensor([[1e4, -1e4, 0.0], [0.0, 1e4, 1e4]], requires_grad=True)
     loss = F.cross_entropy(logits, mt.tensor([1, 2]), reduction="none")

@@ -14,11 +14,12 @@ from .dtypes import (bool_, float16, float32, float64, get_default_dtype, int8, 
 from .engine_api import backward, grad
 from .function import Context, Function
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .ops_elementwise import bitwise as _bitwise_op
 from .ops_elementwise import (abs, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, ceil, clip,
-                              cos, cosh, erf, exp, exp2, expm1, floor, floor_divide, fmod, lerp,
-                              log, log1p, log2, log10, logaddexp, maximum, minimum, negative,
-                              relu, remainder, round, rsqrt, sigmoid, sign, sin, sinh, softplus,
-                              sqrt, tan, tanh, trunc, where, xlogy)
+                              copysign, cos, cosh, div, erf, exp, exp2, expm1, floor, floor_divide,
+                              fmod, lerp, log, log1p, log2, log10, logaddexp, maximum, minimum,
+                              negative, relu, remainder, round, rsqrt, sigmoid, sign, sin, sinh,
+                              softplus, sqrt, tan, tanh, trunc, where, xlogy)
 from .ops_fused import FusedFunction
 from .ops_shape import IndexAdd as _IndexAdd
 from .ops_linalg import einsum, matmul
@@ -101,9 +102,6 @@ def _logical(name, doc):
         xp = owner.backend.xp
         operands = [owner.data] + ([] if b is None else
                                    [b.data if isinstance(b, Tensor) else _np.asarray(b)])
-        if name.startswith("bitwise") and any(o.dtype.kind not in "iub" for o in operands):
-            raise TypeError(f"{name}: needs integer or bool tensors, got "
-                            f"{[str(o.dtype) for o in operands]}")
         return Tensor._wrap(getattr(xp, name)(*operands), owner.backend)
 
     function.__name__ = name
@@ -111,14 +109,27 @@ def _logical(name, doc):
     return function
 
 
+def _bitwise(name, ufunc, doc):
+    def function(a, b=None):
+        return _bitwise_op(ufunc, a, b, op=name)
+
+    function.__name__ = name
+    function.__doc__ = doc + " Python ints wrap into the tensor's dtype (``bitwise``)."
+    return function
+
+
 logical_and = _logical("logical_and", "Elementwise a and b (any dtype; non-zero is true), bool.")
 logical_or = _logical("logical_or", "Elementwise a or b, bool.")
 logical_xor = _logical("logical_xor", "Elementwise a xor b, bool.")
 logical_not = _logical("logical_not", "Elementwise not a, bool.")
-bitwise_and = _logical("bitwise_and", "Bitwise a & b of integer or bool tensors.")
-bitwise_or = _logical("bitwise_or", "Bitwise a | b of integer or bool tensors.")
-bitwise_xor = _logical("bitwise_xor", "Bitwise a ^ b of integer or bool tensors.")
-bitwise_not = _logical("bitwise_not", "Bitwise ~a of integer or bool tensors.")
+bitwise_and = _bitwise("bitwise_and", "bitwise_and", "Bitwise a & b of integer or bool tensors.")
+bitwise_or = _bitwise("bitwise_or", "bitwise_or", "Bitwise a | b of integer or bool tensors.")
+bitwise_xor = _bitwise("bitwise_xor", "bitwise_xor", "Bitwise a ^ b of integer or bool tensors.")
+bitwise_not = _bitwise("bitwise_not", "invert", "Bitwise ~a of integer or bool tensors.")
+bitwise_left_shift = _bitwise("bitwise_left_shift", "left_shift",
+                              "a << b of integer tensors (bits shifted out are lost).")
+bitwise_right_shift = _bitwise("bitwise_right_shift", "right_shift",
+                               "a >> b of integer tensors (arithmetic: the sign is kept).")
 
 __all__ = [
     "Context",
@@ -147,8 +158,10 @@ __all__ = [
     "atanh",
     "backward",
     "bitwise_and",
+    "bitwise_left_shift",
     "bitwise_not",
     "bitwise_or",
+    "bitwise_right_shift",
     "bitwise_xor",
     "bool_",
     "broadcast_to",
@@ -157,6 +170,7 @@ __all__ = [
     "chunk",
     "clip",
     "concatenate",
+    "copysign",
     "cos",
     "cosh",
     "cummax",
@@ -165,6 +179,7 @@ __all__ = [
     "cumsum",
     "default_generator",
     "diag",
+    "div",
     "diagonal",
     "einsum",
     "empty",

@@ -2,6 +2,8 @@
 tensors or return several (``concatenate``, ``stack``, ``split``, ``sort``, ``topk`` ...)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import dtypes
@@ -232,10 +234,12 @@ _PAD_SOURCES = {  # entry i of the padded axis (i < 0 before, i >= n after) copi
 
 def pad(x, pad_width, value=0.0, mode="constant"):
     """Padding with ``pad_width`` as in NumPy: one (before, after) pair per axis, or one pair
-    for every axis. ``mode`` is "constant" (``value``), "replicate" (the edge entry), "reflect"
-    (mirrored without repeating the edge, widths < the axis' size) or "circular" (wrapped, widths
-    <= the axis' size), as PyTorch's ``F.pad``. A negative width crops that many entries from
-    that side. Copied entries send their gradient back to the entry they copy (summed)."""
+    for every axis. ``mode`` is "constant" (``value``), "replicate" (the edge entry, any width),
+    "reflect" (mirrored without repeating the edge, widths < the axis' size) or "circular"
+    (wrapped, widths <= the axis' size), as PyTorch's ``F.pad``. A negative width crops that
+    many entries from that side; cropping one side and padding the other pads the whole axis
+    (mirrors and wraps are taken about its edges) and then crops, as PyTorch does. Copied
+    entries send their gradient back to the entry they copy (summed)."""
     if mode != "constant" and mode not in _PAD_SOURCES:
         raise ValueError(f"pad: mode must be 'constant', 'replicate', 'reflect' or 'circular', "
                          f"got {mode!r}")
@@ -248,22 +252,22 @@ def pad(x, pad_width, value=0.0, mode="constant"):
         raise ValueError(f"pad: pad_width {pad_width} must give one (before, after) pair for each "
                          f"of the {x.ndim} axes")
     for axis, ((before, after), n) in enumerate(zip(pad_width, x.shape)):
-        if min(before, 0) + min(after, 0) < -n:
+        if min(before, 0) + min(after, 0) < -n or before + after < -n:
             raise ValueError(f"pad: pad_width {(before, after)} crops more than the {n} entries "
                              f"of axis {axis} (shape {x.shape})")
-    crop = tuple(slice(-min(before, 0), n + min(after, 0))
-                 for (before, after), n in zip(pad_width, x.shape))
-    if any(min(p) < 0 for p in pad_width):
-        x = x[crop]
-    grow = tuple((max(before, 0), max(after, 0)) for before, after in pad_width)
-    if not any(before or after for before, after in grow):
-        return x
     if mode == "constant":
+        crop = tuple(slice(-min(before, 0), n + min(after, 0))
+                     for (before, after), n in zip(pad_width, x.shape))
+        if any(min(p) < 0 for p in pad_width):
+            x = x[crop]
+        grow = tuple((max(before, 0), max(after, 0)) for before, after in pad_width)
+        if not any(before or after for before, after in grow):
+            return x
         return sh.Pad.apply(x, pad_width=grow, value=value)
-    for axis, ((before, after), n) in enumerate(zip(grow, x.shape)):
+    for axis, ((before, after), n) in enumerate(zip(pad_width, x.shape)):
         if not before and not after:
             continue
-        limit = n - 1 if mode == "reflect" else n
+        limit = {"replicate": math.inf, "reflect": n - 1, "circular": n}[mode]
         if max(before, after) > limit or n == 0:
             raise ValueError(f"pad: mode {mode!r} needs widths <= {limit} on axis {axis} of size "
                              f"{n}, got {(before, after)}")
@@ -310,8 +314,11 @@ def _scatter_operands(x, axis, index, src, op):
     if not isinstance(src, Tensor):
         src = full(index_shape, src, dtype=x.dtype, backend=x.backend) if np.ndim(src) == 0 \
             else tensor(src, dtype=x.dtype)
-    if index_shape != src.shape:
-        raise ValueError(f"{op}: index shape {index_shape} and src shape {src.shape} differ")
+    if len(index_shape) != src.ndim or any(i > n for i, n in zip(index_shape, src.shape)):
+        raise ValueError(f"{op}: src of shape {src.shape} must be at least as large as the "
+                         f"index, {index_shape}, along every axis")
+    if index_shape != src.shape:  # PyTorch's rule: only the index's extent of src is read
+        src = src[tuple(slice(0, n) for n in index_shape)]
     return src, _along_axis_index(x, index, axis)
 
 
@@ -453,15 +460,17 @@ def topk(x, k, axis=-1, largest=True, sorted=True, dim=None):  # noqa: A002 - Py
 
 def meshgrid(*tensors, indexing="ij"):
     """Coordinate grids from 1-D tensors: ``indexing="ij"`` (PyTorch's default) gives shape
-    (len(t0), len(t1), ...), ``"xy"`` swaps the first two (NumPy's default). Differentiable
-    (each grid is a broadcast of its tensor)."""
+    (len(t0), len(t1), ...), ``"xy"`` swaps the first two (NumPy's default). A 0-d tensor counts
+    as one entry (as PyTorch). Differentiable (each grid is a broadcast of its tensor)."""
     if indexing not in ("ij", "xy"):
         raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     xs = _tensors(tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple))
                   else tensors, "meshgrid")
+    xs = [x.reshape(1) if x.ndim == 0 else x for x in xs]
     for i, x in enumerate(xs):
         if x.ndim != 1:
-            raise ValueError(f"meshgrid: tensor {i} has shape {x.shape}; give 1-D tensors")
+            raise ValueError(f"meshgrid: tensor {i} has shape {x.shape}; give 0-d or 1-D "
+                             "tensors")
     shape = [x.shape[0] for x in xs]
     order = list(range(len(xs)))
     if indexing == "xy" and len(xs) > 1:

@@ -115,3 +115,12 @@ def floating(dtype) -> np.dtype:
     the input's dtype if it is floating, else the default float dtype."""
     dtype = np.dtype(dtype)
     return dtype if dtype.kind == "f" else _default_float
+
+
+def quiet(xp, **kinds):
+    """``xp.errstate(**kinds)`` where the array library has it (NumPy), else a context that
+    does nothing (CuPy's kernels raise no floating-point warnings)."""
+    import contextlib
+
+    errstate = getattr(xp, "errstate", None)
+    return errstate(**kinds) if errstate is not None else contextlib.nullcontext()

@@ -89,8 +89,8 @@ class Div(Function):
 
 class Pow(Function):
     """a ** b. Where the chain rule multiplies 0 by an infinity, the gradients take PyTorch's
-    values: d/da is 0 where b == 0 (even at a == 0), d/db is 0 where a == 0 and b >= 0 (and
-    -inf where a == 0 and b < 0)."""
+    values: d/da is 0 where b == 0 (at a == 0 and a == +-inf too), d/db is 0 where a == 0 and
+    b >= 0 (and -inf where a == 0 and b < 0)."""
 
     @staticmethod
     def forward(ctx, a, b):
@@ -103,11 +103,17 @@ class Pow(Function):
         a, b = ctx.saved_tensors
         grad_a = grad_b = None
         if ctx.needs_input_grad[0]:
-            # b * a^(b-1), with the exponent 1 where b == 0 and a == 0 so that no 0 * inf appears
-            # (elsewhere b - 1 stays: the mixed derivative at b == 0 is a^-1)
-            exponent = where((b == 0) & (a == 0), 1.0, b - 1.0) if _is_tensor(b) else \
-                (1.0 if b == 0 else b - 1.0)
-            grad_a = grad * b * a ** exponent
+            if _is_tensor(b):
+                # b * a^(b-1), with the exponent 1 where b == 0 and a == 0 so that no 0 * inf
+                # appears (elsewhere b - 1 stays: the mixed derivative at b == 0 is a^-1, and
+                # a^-1 is 0 at a == +-inf)
+                grad_a = grad * b * a ** where((b == 0) & (a == 0), 1.0, b - 1.0)
+            elif b == 0:
+                # a^0 is 1 for every a, +-inf and nan included: 0, still a function of a (its
+                # second derivative is asked for too), through a's finite entries only
+                grad_a = grad * where(a.isfinite(), a, 0.0) * 0.0
+            else:
+                grad_a = grad * b * a ** (b - 1.0)
         if ctx.needs_input_grad[1]:
             if not _is_tensor(a):
                 a = _tensor_like(a, grad)
@@ -129,6 +135,27 @@ def _tensor_like(value, like):
     from .tensor import Tensor
 
     return Tensor._wrap(like.backend.xp.asarray(value, dtype=like.dtype), like.backend)
+
+
+class Copysign(Function):
+    """|a| with the sign of b (its sign bit: -0.0 counts as negative), as NumPy's and PyTorch's
+    ``copysign``. d/da = +-1 (the sign a is multiplied by), 0 at a == 0 as PyTorch; d/db = 0
+    (piecewise constant in b)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        xp = _xp(ctx)
+        a, b = (v if dtypes._is_number(v) else _real(v) for v in _promoted(a, b))
+        out = xp.copysign(a, b)
+        flip = xp.where(xp.asarray(a) == 0, 0.0, xp.where(xp.signbit(out) == xp.signbit(a),
+                                                          1.0, -1.0))
+        ctx.flip = flip.astype(out.dtype, copy=False)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad * ctx.flip if ctx.needs_input_grad[0] else None,
+                grad * 0.0 if ctx.needs_input_grad[1] else None)
 
 
 class Maximum(Function):
@@ -404,15 +431,16 @@ class Rounding(Function):
 
 class XLogY(Function):
     """x * log(y), defined as 0 where x == 0 (unless y is nan), as ``torch.xlogy``: entropies
-    sum p log p over probabilities that may be 0. Gradients as PyTorch: d/dx = log(y), except 0
-    where x == 0 and y <= 0; d/dy = x / y."""
+    sum p log p over probabilities that may be 0. Gradients: d/dx = log(y), except 0 where
+    x == 0 and y <= 0 (as PyTorch); d/dy = x / y, except 0 where x == 0 (the product is 0 for
+    every y there; PyTorch gives 0 / 0 = nan at x == y == 0)."""
 
     @staticmethod
     def forward(ctx, x, y):
         x, y = (v if dtypes._is_number(v) else _real(v) for v in _promoted(x, y))
         ctx.save_inputs(0, 1)
         xp = _xp(ctx)
-        with xp.errstate(divide="ignore", invalid="ignore"):
+        with dtypes.quiet(xp, divide="ignore", invalid="ignore"):
             product = xp.multiply(x, xp.log(y))
         return xp.where((xp.asarray(x) == 0) & ~xp.isnan(y), 0.0, product).astype(
             product.dtype, copy=False)
@@ -426,7 +454,8 @@ class XLogY(Function):
             off = (x == 0) & (y_tensor <= 0)  # log y would be -inf or nan where x is 0
             grad_x = grad * where(off, 0.0, log(where(off, 1.0, y_tensor)))
         if ctx.needs_input_grad[1]:
-            grad_y = grad * x / y
+            x_tensor = x if _is_tensor(x) else _tensor_like(x, grad)
+            grad_y = grad * x / where(x_tensor == 0, 1.0, y)
         return grad_x, grad_y
 
 
@@ -444,7 +473,8 @@ class Sigmoid(Function):
         x = _real(x)
         ctx.save_output()
         xp = _xp(ctx)
-        # 0.5 (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x))
+        # 0.5 (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x)); far below 0 it
+        # rounds to 0 (x < -37 in float64) where e^x is still representable
         y = xp.tanh(x * 0.5)
         y += 1
         y *= 0.5
@@ -675,6 +705,37 @@ def floor_divide(a, b):
     return floor(a / b)
 
 
+DIVISION_ROUNDING = (None, "trunc", "floor")
+
+
+def div(a, b, rounding_mode=None):
+    """a / b (``rounding_mode=None``: true division, integers give floats), rounded toward 0
+    (``"trunc"``: C's and PyTorch's integer division) or toward -inf (``"floor"``: Python's
+    ``//``). The rounded quotients keep an integer dtype for integer operands and have gradient
+    0 (they are piecewise constant); an integer division by 0 raises ``ZeroDivisionError``."""
+    if rounding_mode not in DIVISION_ROUNDING:
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got "
+                         f"{rounding_mode!r}")
+    a, b = _one_tensor(a, b, "div")
+    if rounding_mode is None:
+        return Div.apply(a, b)
+    if _result_kind(a, b) == "f":
+        return Rounding.apply(Div.apply(a, b), how=rounding_mode)
+    from .tensor import Tensor
+
+    owner = a if _is_tensor(a) else b
+    xp = owner.backend.xp
+    x, y = (xp.asarray(v) for v in _promoted(*(v.data if _is_tensor(v) else v for v in (a, b))))
+    if bool((y == 0).any()):
+        raise ZeroDivisionError(f"div: integer division by zero (rounding_mode="
+                                f"{rounding_mode!r})")
+    quotient = xp.floor_divide(x, y)
+    if rounding_mode == "trunc":  # one above the floor where a negative quotient is not whole
+        quotient = quotient + ((xp.remainder(x, y) != 0) & ((x < 0) != (y < 0))).astype(
+            quotient.dtype)
+    return Tensor._wrap(quotient, owner.backend)
+
+
 def remainder(a, b):
     """a - b * floor(a / b): the sign of b (Python's ``%``, PyTorch's ``remainder``)."""
     return _fractional_part(a, b, floor, "remainder")
@@ -704,6 +765,33 @@ def _integer_op(name, a, b):
     xp = owner.backend.xp
     arrays = _promoted(*(v.data if _is_tensor(v) else v for v in (a, b)))
     return Tensor._wrap(getattr(xp, name)(*arrays), owner.backend)
+
+
+def bitwise(name, a, b=None, op=None):
+    """The bitwise ufunc ``name`` ("bitwise_and", "left_shift" ...) of integer or bool tensors,
+    no gradient. The result has ``dtypes.result_type``'s dtype and wraps around as NumPy's and
+    PyTorch's integers do: a Python int is taken modulo 2^bits of the tensor's dtype (int8 & 300
+    is int8 & 44), never widening it; shifting by the width or more gives 0 (-1 for a negative
+    number shifted right). ``op`` names the operation in errors (default ``name``)."""
+    from .tensor import Tensor
+
+    owner = a if _is_tensor(a) else b if _is_tensor(b) else _tensor(a)
+    xp = owner.backend.xp
+    operands = [v.data if _is_tensor(v) else v if dtypes._is_number(v) else xp.asarray(v)
+                for v in ((a,) if b is None else (a, b))]
+    kinds = [xp.asarray(v).dtype.kind if dtypes._is_number(v) else v.dtype.kind
+             for v in operands]
+    if any(kind not in "iub" for kind in kinds):
+        raise TypeError(f"{op or name}: needs integer or bool operands, got dtype kinds {kinds} "
+                        "(i: integer, u: unsigned, b: bool, f: float)")
+    dtype = dtypes.result_type(*operands)
+    arrays = [xp.asarray(v).astype(dtype) if dtypes._is_number(v) else v.astype(dtype, copy=False)
+              for v in operands]
+    return Tensor._wrap(getattr(xp, name)(*arrays), owner.backend)
+
+
+def copysign(a, b):
+    return Copysign.apply(*_one_tensor(a, b, "copysign"))
 
 
 def xlogy(x, y):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from . import grad_mode
+from . import dtypes, grad_mode
 from .function import Function
 
 
@@ -84,6 +84,61 @@ class LogSoftmax(FusedFunction):
     @staticmethod
     def composite(x, *, axis):
         return x - x.logsumexp(axis=axis, keepdims=True)
+
+
+class Logcumsumexp(FusedFunction):
+    """log(cumsum(exp(x))) along ``axis`` as running ``logaddexp``s: each step is shifted by the
+    running maximum, so entries far below a later maximum stay exact (no overflow at 1e4; -inf
+    entries give -inf until a finite one arrives, and get gradient 0)."""
+
+    @staticmethod
+    def forward(ctx, x, *, axis):
+        ctx.save_inputs(0)
+        ctx.save_output()
+        ctx.static = {"axis": axis}
+        return running_logaddexp(ctx.backend.xp, x, axis)
+
+    @staticmethod
+    def fast_backward(ctx, grad):
+        # dx_j = sum_{i >= j} g_i e^(x_j - y_i) = e^(x_j - y_j) S_j with the reversed recurrence
+        # S_j = g_j + e^(y_j - y_{j+1}) S_{j+1}: only differences of neighbours are
+        # exponentiated (each <= 0, as y never decreases), so logits of 1e9 keep their digits;
+        # outputs y_j = -inf (an all -inf prefix) send back nothing. Summed in float64.
+        xp = ctx.backend.xp
+        axis = ctx.static["axis"]
+        (x,) = ctx.saved_tensors
+        x, y, grad = (xp.moveaxis(a.astype(xp.float64), axis, -1)
+                      for a in (x.data, ctx.output.data, grad))
+        live = y != -xp.inf
+        with dtypes.quiet(xp, invalid="ignore"):
+            decay = xp.where(live[..., :-1], xp.exp(y[..., :-1] - y[..., 1:]), 0.0)
+            within = xp.where(live, xp.exp(x - y), 0.0)
+        tails = grad.copy()
+        for j in range(tails.shape[-1] - 2, -1, -1):
+            tails[..., j] += decay[..., j] * tails[..., j + 1]
+        return (xp.moveaxis(within * tails, -1, axis).astype(ctx.saved_tensors[0].dtype),)
+
+    @staticmethod
+    def composite(x, *, axis):
+        # y_i = logsumexp_j (x_j + 0 if j <= i else -inf): a (T, T) form, twice differentiable
+        xp = x.backend.xp
+        steps = x.shape[axis]
+        later = xp.where(xp.tri(steps, dtype=bool), 0.0, -xp.inf).astype(x.dtype)
+        rows = x.swapaxes(axis, -1).unsqueeze(-2) + later
+        return rows.logsumexp(axis=-1).swapaxes(axis, -1)
+
+
+def running_logaddexp(xp, x, axis):
+    """``logaddexp.accumulate`` along ``axis``: NumPy's ufunc method, a loop over the axis on
+    array libraries whose ufuncs have no ``accumulate`` (CuPy)."""
+    if xp.__name__ == "numpy":
+        return xp.logaddexp.accumulate(x, axis=axis)
+    steps = xp.moveaxis(x, axis, 0)
+    out = xp.empty_like(steps)
+    out[0] = steps[0]
+    for i in range(1, steps.shape[0]):
+        out[i] = xp.logaddexp(out[i - 1], steps[i])
+    return xp.moveaxis(out, 0, axis)
 
 
 class LayerNorm(FusedFunction):

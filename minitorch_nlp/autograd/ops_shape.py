@@ -7,6 +7,8 @@ otherwise, never the slow ``np.add.at``.
 """
 from __future__ import annotations
 
+import math
+
 from ..backends.numpy_backend import sum_to_shape
 from . import dtypes, function
 from .function import Function
@@ -456,16 +458,19 @@ class Logsumexp(Function):
         ctx.axes, ctx.keepdims = axes, keepdims
         xp = _xp(ctx)
         if x.size == 0:  # log of an empty sum: -inf (nothing to shift by a maximum)
-            with xp.errstate(divide="ignore"):
+            with dtypes.quiet(xp, divide="ignore"):
                 return xp.log(xp.exp(x).sum(axis=axes, keepdims=keepdims))
         m = x.max(axis=axes, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0).astype(x.dtype, copy=False)
-        out = xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True)) + m
+        with dtypes.quiet(xp, divide="ignore"):  # an all -inf slice: log 0 = -inf
+            out = xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True)) + m
         return out if keepdims else out.reshape([n for i, n in enumerate(x.shape) if i not in axes])
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
         keep = _keepdims_shape(x.shape, ctx.axes)
-        # d lse / dx = softmax(x) = exp(x - lse)
-        return grad.reshape(keep) * (x - ctx.output.reshape(keep)).exp()
+        # d lse / dx = softmax(x) = exp(x - lse); a slice that is all -inf (lse = -inf, a fully
+        # masked row) gets gradient 0, as its softmax is 0
+        out = ctx.output.reshape(keep)
+        return grad.reshape(keep) * (x - out.masked_fill(out == -math.inf, 0.0)).exp()

@@ -11,7 +11,7 @@ from . import ops_elementwise as ew
 from . import ops_shape as sh
 from .engine_api import backward as _backward
 from .function import LeafNode
-from .ops_fused import Gelu, LayerNorm, LogSoftmax, Softmax
+from .ops_fused import Gelu, LayerNorm, Logcumsumexp, LogSoftmax, Softmax
 from .ops_linalg import Matmul
 from .random import rng
 
@@ -289,6 +289,22 @@ class Tensor:
     def __rtruediv__(self, other):
         return ew.Div.apply(other, self)
 
+    def __floordiv__(self, other):
+        return ew.floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return ew.floor_divide(other, self)
+
+    def __mod__(self, other):
+        return ew.remainder(self, other)
+
+    def __rmod__(self, other):
+        return ew.remainder(other, self)
+
+    def div(self, other, rounding_mode=None):
+        """``self / other``, or rounded toward 0 or -inf (``ops_elementwise.div``)."""
+        return ew.div(self, other, rounding_mode)
+
     def __pow__(self, other):
         return ew.Pow.apply(self, other)
 
@@ -337,22 +353,47 @@ class Tensor:
     def __ge__(self, other):
         return self._compare(other, self._backend.xp.greater_equal)
 
+    def _bits(self, name, other=None, reflected=False):
+        """A bitwise operation: logical on bool tensors, wrapping integer arithmetic otherwise
+        (``ops_elementwise.bitwise``)."""
+        if isinstance(other, Tensor) and other._backend is not self._backend:
+            raise TypeError(f"{name}: tensors on different backends ({self._backend.name} and "
+                            f"{other._backend.name})")
+        logical = {"bitwise_and": "logical_and", "bitwise_or": "logical_or",
+                   "bitwise_xor": "logical_xor", "invert": "logical_not"}.get(name)
+        if logical and self.dtype.kind == "b" and (
+                other is None or isinstance(other, bool) or
+                isinstance(other, Tensor) and other.dtype.kind == "b"):
+            operands = [self.data] + ([] if other is None else
+                                      [other.data if isinstance(other, Tensor) else other])
+            return Tensor._wrap(getattr(self._backend.xp, logical)(*operands), self._backend)
+        return ew.bitwise(name, *((other, self) if reflected else (self, other)))
+
     def __and__(self, other):
-        return self._compare(other, self._backend.xp.logical_and if self.dtype.kind == "b"
-                             else self._backend.xp.bitwise_and)
+        return self._bits("bitwise_and", other)
 
     def __or__(self, other):
-        return self._compare(other, self._backend.xp.logical_or if self.dtype.kind == "b"
-                             else self._backend.xp.bitwise_or)
+        return self._bits("bitwise_or", other)
 
     def __xor__(self, other):
-        return self._compare(other, self._backend.xp.logical_xor if self.dtype.kind == "b"
-                             else self._backend.xp.bitwise_xor)
+        return self._bits("bitwise_xor", other)
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    def __lshift__(self, other):
+        return self._bits("left_shift", other)
+
+    def __rshift__(self, other):
+        return self._bits("right_shift", other)
+
+    def __rlshift__(self, other):
+        return self._bits("left_shift", other, reflected=True)
+
+    def __rrshift__(self, other):
+        return self._bits("right_shift", other, reflected=True)
 
     def __invert__(self):
-        xp = self._backend.xp
-        return Tensor._wrap(xp.logical_not(self.data) if self.dtype.kind == "b"
-                            else xp.invert(self.data), self._backend)
+        return self._bits("invert")
 
     __hash__ = object.__hash__
 
@@ -550,13 +591,13 @@ class Tensor:
         return take_along_axis(self, indices, axis), indices
 
     def logcumsumexp(self, axis, dim=None):
-        """log(cumsum(exp(x))) along ``axis``, shifted by the axis' maximum against overflow."""
+        """log(cumsum(exp(x))) along ``axis``, exact for entries far below a later maximum
+        (each step is a ``logaddexp`` with the running result)."""
         axis = self._running_axis(dim if dim is not None else axis, "logcumsumexp")
         if axis is None:
             return self.clone()
-        peak = self.max(axis=axis, keepdims=True).detach()
-        peak = peak.masked_fill(~peak.isfinite(), 0.0)
-        return (self - peak).exp().cumsum(axis).log() + peak
+        return Logcumsumexp.apply(self if self.dtype.kind == "f" else
+                                     self.astype(dtypes.floating(self.dtype)), axis=axis)
 
     def norm(self, p=2, axis=None, keepdims=False, dim=None):
         """The vector p-norm over ``axis`` (all entries when None): p = 1, 2, inf, -inf, any

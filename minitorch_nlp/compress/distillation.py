@@ -118,8 +118,11 @@ def soft_target_loss(student_logits, teacher_logits, *, temperature=1.0, mask=No
     student_logits, teacher_logits = as_tensor(student_logits), as_tensor(teacher_logits)
     _check_pair(student_logits, teacher_logits, where)
     soft_targets = temperature_softmax(teacher_logits, temperature)
-    log_probs = F.log_softmax(student_logits * (1.0 / temperature), axis=-1)
-    return _mean_over(-(soft_targets * log_probs).sum(axis=-1), mask, where)
+    # F.cross_entropy with probability targets: 0 log 0 = 0 where a teacher probability is 0
+    # and the student's logit is -inf (a masked vocabulary entry)
+    per_position = F.cross_entropy(student_logits * (1.0 / temperature), soft_targets,
+                                   reduction="none")
+    return _mean_over(per_position, mask, where)
 
 
 @cookbook.equation(38)

@@ -21,7 +21,7 @@ import numbers
 import numpy as np
 
 from .. import cookbook
-from ..autograd import Tensor, as_tensor, tensor, where
+from ..autograd import Tensor, as_tensor, tensor, where, xlogy
 from ..nn.outputs import ModelOutput
 from .distillation import hard_target_loss, soft_target_loss, transformer_stack
 
@@ -88,9 +88,12 @@ def attention_transfer_loss(teacher_attention, student_attention, *, mask=None):
     keep = _real_tokens(mask, (batch, time), where_)
     keys = np.broadcast_to(keep[:, None, None, :], student_attention.shape)
     keys_mask = tensor(keys, dtype=bool, backend=student_attention.backend)
-    log_teacher = where(keys_mask, teacher_attention, 1.0).log()
-    log_student = where(keys_mask, student_attention, 1.0).log()
-    kl = (where(keys_mask, teacher_attention, 0.0) * (log_teacher - log_student)).sum(axis=-1)
+    # sum_k a^tr log a^tr - a^tr log a^st over the real keys, with 0 log 0 = 0 where a teacher
+    # weight is 0 (a causal or padded teacher, an underflow): xlogy is 0 there, and so are
+    # its gradients, whatever the student's weight
+    teacher_on_keys = where(keys_mask, teacher_attention, 0.0)
+    kl = (xlogy(teacher_on_keys, teacher_on_keys) -
+          xlogy(teacher_on_keys, student_attention)).sum(axis=-1)
     weights = tensor(keep[:, None, :], dtype=kl.dtype, backend=kl.backend)
     count = float(keep.sum()) * student_attention.shape[1]
     total = (kl * weights).sum()

@@ -106,12 +106,18 @@ def attention_loss(student_scores, teacher_scores, *, key_mask=None):
         raise ValueError(f"{where}: the student's attention {student_scores.shape} and the "
                          f"teacher's {teacher_scores.shape} must both be (batch, heads, l, l) "
                          "with the same number of heads")
-    diff = student_scores - teacher_scores
+    # scores masked alike in both models (-inf above a causal diagonal) agree: difference 0,
+    # not -inf - -inf = nan
+    diff = (student_scores - teacher_scores).masked_fill(student_scores == teacher_scores, 0.0)
     batch, _, time, _ = student_scores.shape
     keep = _real_token_weights(key_mask, (batch, time), where)
     if keep is None:
         return (diff * diff).mean()
     pairs = (keep[:, :, None] & keep[:, None, :])[:, None]
+    # the masked pairs are left out with a select, not a product with 0: their scores may be
+    # -inf or -1e9 (masked before recording), whose differences are nan or 1e18
+    pairs_mask = tensor(np.broadcast_to(pairs, diff.shape), dtype=bool, backend=diff.backend)
+    diff = diff.masked_fill(~pairs_mask, 0.0)
     return _weighted_mean(diff * diff, pairs)
 
 
