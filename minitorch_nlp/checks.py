@@ -7,6 +7,7 @@ below them reads without guards.
 """
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from typing import Callable
@@ -16,17 +17,19 @@ import numpy as np
 from .autograd import Tensor
 
 __all__ = ["SettingError", "attention_mask", "divides", "features", "ids_array", "int_at_least",
-           "ints_at_least", "memories", "one_of", "positive", "positive_int", "positive_numbers",
+           "ints_at_least", "memories", "numbers_in", "one_of", "positive", "positive_int",
+           "positive_numbers",
            "probabilities", "same_batch", "special_token_ids", "token_ids", "validate"]
 
 
 class SettingError(ValueError):
-    """A run setting that cannot work: ``setting`` names the ``TrainConfig`` field, so that the
-    command line can name its option (``n_layer`` -> ``--n-layer``)."""
+    """A setting that cannot work: ``setting`` names the field of the configuration ``where``
+    (a ``TrainConfig`` by default), so that the command line can name its option (``n_layer``
+    -> ``--n-layer``)."""
 
-    def __init__(self, setting, problem):
+    def __init__(self, setting, problem, where="TrainConfig"):
         self.setting, self.problem = setting, problem
-        super().__init__("TrainConfig: " + self.about(setting))
+        super().__init__(f"{where}: " + self.about(setting))
 
     def about(self, name):
         """The problem told about the setting called ``name`` (a field or an option)."""
@@ -39,7 +42,7 @@ def int_at_least(value, minimum, name, where):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
             or value < minimum:
         wanted = "a positive int" if minimum == 1 else f"an int >= {minimum}"
-        raise ValueError(f"{where}: {name} must be {wanted}, got {value!r}")
+        raise SettingError(name, f"must be {wanted}, got {value!r}", where)
     return int(value)
 
 
@@ -180,8 +183,9 @@ def divides(part: str, whole: str) -> Rule:
     """The field ``part`` (heads) divides the field ``whole`` (a width)."""
     def rule(config, where):
         if getattr(config, whole) % getattr(config, part):
-            raise ValueError(f"{where}: {part}={getattr(config, part)} does not divide {whole}="
-                             f"{getattr(config, whole)}; each head gets {whole} / {part} features")
+            raise SettingError(part, f"={getattr(config, part)} does not divide {whole}="
+                               f"{getattr(config, whole)}; each head gets {whole} / {part} "
+                               "features", where)
     return rule
 
 
@@ -192,29 +196,37 @@ def one_of(name: str, choices) -> Rule:
         value = getattr(config, name)
         if value not in allowed:
             shown = tuple(sorted(allowed)) if isinstance(allowed, (dict, set)) else allowed
-            raise ValueError(f"{where}: {name} must be one of {shown}, got {value!r}")
+            raise SettingError(name, f"must be one of {shown}, got {value!r}", where)
+    return rule
+
+
+def numbers_in(low: float, high: float, *names: str, low_open: bool = False,
+               high_open: bool = False, optional: bool = False) -> Rule:
+    """Each field is a finite number from ``low`` to ``high`` (``math.inf``: no upper end; open
+    ends as told; with ``optional``, None too)."""
+    def rule(config, where):
+        for name in names:
+            value = getattr(config, name)
+            if optional and value is None:
+                continue
+            inside = isinstance(value, numbers.Real) and not isinstance(value, bool) \
+                and math.isfinite(value) and (value > low if low_open else value >= low) \
+                and (value < high if high_open else value <= high)
+            if not inside:
+                span = (f"{'>' if low_open else '>='} {low}" if high == math.inf else
+                        f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
+                raise SettingError(name, f"must be a finite number {span}, got {value!r}", where)
     return rule
 
 
 def probabilities(*names: str) -> Rule:
     """Each field (a dropout probability) is a number in [0, 1), or None (no dropout given)."""
-    def rule(config, where):
-        for name in names:
-            value = getattr(config, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(
-                    value, numbers.Real) or not 0.0 <= value < 1.0):
-                raise ValueError(f"{where}: {name} must be in [0, 1), got {value!r}")
-    return rule
+    return numbers_in(0, 1, *names, high_open=True, optional=True)
 
 
 def positive_numbers(*names: str) -> Rule:
-    """Each field is a number > 0 (an epsilon, a standard deviation)."""
-    def rule(config, where):
-        for name in names:
-            value = getattr(config, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-                raise ValueError(f"{where}: {name} must be > 0, got {value!r}")
-    return rule
+    """Each field is a finite number > 0 (an epsilon, a standard deviation, a learning rate)."""
+    return numbers_in(0, math.inf, *names, low_open=True)
 
 
 def special_token_ids(*names: str) -> Rule:

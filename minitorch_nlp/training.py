@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import io, optim
+from . import checks, io, optim
 from .autograd import no_grad, random as mt_random, tensor
 from .backends import backend as use_backend, get_backend
 from .checks import SettingError
@@ -88,6 +88,20 @@ class TrainConfig:
     seed: int = 0
     backend: str = "numba"
 
+    RULES = (
+        checks.positive("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps",
+                        "eval_every", "eval_batches", "vocab_size"),
+        checks.positive("max_chars", optional=True),
+        checks.ints_at_least(0, "seed", "experts"),
+        checks.divides("n_head", "n_embd"),
+        checks.positive_numbers("lr", "grad_clip"),
+        checks.numbers_in(0, math.inf, "weight_decay"),
+        checks.numbers_in(0, 1, "dropout", high_open=True),
+        checks.numbers_in(0, 1, "min_lr_ratio"),
+        checks.numbers_in(0, 1, "mask_prob", "validation_fraction", low_open=True,
+                          high_open=True),
+    )
+
     def __post_init__(self):
         try:
             family = registry.family(self.model)
@@ -104,16 +118,10 @@ class TrainConfig:
             raise SettingError("tokenizer", f"{self.tokenizer}: {error}") from None
         if self.text is not None:
             self.text = os.path.abspath(os.fspath(self.text))
-        for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps",
-                     "eval_every", "eval_batches", "vocab_size", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (name != "seed"):
-                kind = "an int >= 0" if name == "seed" else "a positive int"
-                raise SettingError(name, f"must be {kind}, got {value!r}")
-        if isinstance(self.experts, bool) or not isinstance(self.experts, int) \
-                or self.experts < 0 or self.experts == 1:
-            raise SettingError("experts", f"must be 0 (no mixture of experts) or an int >= 2 "
-                               f"(GShard's top-2 routing), got {self.experts!r}")
+        checks.validate(self)
+        if self.experts == 1:
+            raise SettingError("experts", "must be 0 (no mixture of experts) or an int >= 2 "
+                               "(GShard's top-2 routing), got 1")
         if self.experts and not family.takes_experts:
             names = [name for name, other in registry.families().items() if other.takes_experts]
             raise SettingError("experts", f"={self.experts}: mixture-of-experts layers are built "
@@ -122,11 +130,6 @@ class TrainConfig:
             raise SettingError("experts", f"={self.experts} replaces the feed-forward network of "
                                f"every other layer (the 2nd, 4th ...): give --n-layer 2 or more, "
                                f"got {self.n_layer}")
-        if self.max_chars is not None and (not isinstance(self.max_chars, int)
-                                           or self.max_chars < 1):
-            raise SettingError("max_chars", f"must be a positive int, got {self.max_chars!r}")
-        if self.n_embd % self.n_head:
-            raise SettingError("n_head", f"={self.n_head} must divide n_embd={self.n_embd}")
         objective = family.objective
         least = objective.extra_tokens + (2 if objective.generates_text else 1)
         if self.block_size < least:
@@ -135,31 +138,12 @@ class TrainConfig:
                    f"{objective.extra_tokens} special tokens go around each window of text")
             raise SettingError("block_size", f"must be at least {least} for a {self.model} "
                                f"({why}), got {self.block_size}")
-        _check_range("lr", self.lr, 0, math.inf, low_open=True)
-        _check_range("dropout", self.dropout, 0, 1, high_open=True)
-        _check_range("weight_decay", self.weight_decay, 0, math.inf)
-        _check_range("grad_clip", self.grad_clip, 0, math.inf, low_open=True)
-        _check_range("min_lr_ratio", self.min_lr_ratio, 0, 1)
-        _check_range("mask_prob", self.mask_prob, 0, 1, low_open=True, high_open=True)
-        _check_range("validation_fraction", self.validation_fraction, 0, 1, low_open=True,
-                     high_open=True)
         if self.warmup_steps is None:
             self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps // 10)
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) \
                 or not 0 <= self.warmup_steps < self.steps:
             raise SettingError("warmup_steps", f"must lie in [0, steps={self.steps}), got "
                                f"{self.warmup_steps!r}")
-
-
-def _check_range(name, value, low, high, low_open=False, high_open=False):
-    """``value`` is a finite number in the interval from ``low`` to ``high`` (open ends as told)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-        and (value > low if low_open else value >= low) \
-        and (value < high if high_open else value <= high)
-    if not ok:
-        where = (f"{'>' if low_open else '>='} {low}" if high == math.inf else
-                 f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
-        raise SettingError(name, f"must be a finite number {where}, got {value!r}")
 
 
 class RunDiverged(ArithmeticError):

@@ -54,7 +54,7 @@ def train(tmp_path, text_file, *extra, out="run"):
     (["train", "gpt", "--lr", "nan"], "--lr must be a finite number > 0, got nan"),
     (["train", "gpt", "--dropout", "1.5"], "--dropout must be a finite number in [0, 1)"),
     (["train", "gpt", "--n-layer", "0"], "--n-layer must be a positive int, got 0"),
-    (["train", "gpt", "--n-head", "3"], "--n-head=3 must divide n_embd=128"),
+    (["train", "gpt", "--n-head", "3"], "--n-head=3 does not divide n_embd=128"),
     (["train", "gpt", "--steps", "10", "--warmup-steps", "10"], "--warmup-steps must lie in"),
     (["train", "bert", "--tokenizer", "char"], "--tokenizer char: a bert cannot use the char"),
     (["train", "roberta", "--tokenizer", "wordpiece"], "RoBERTa's vocabulary is byte-level BPE"),

@@ -305,8 +305,8 @@ def test_bad_inputs_are_named():
     ("num_hidden_layers", 0, "num_hidden_layers must be a positive int"),
     ("vocab_size", 2.5, "vocab_size must be a positive int"),
     ("hidden_act", "relu", "hidden_act must be one of"),
-    ("hidden_dropout_prob", 1.0, r"hidden_dropout_prob must be in \[0, 1\)"),
-    ("layer_norm_eps", 0.0, "layer_norm_eps must be > 0, got 0.0"),
+    ("hidden_dropout_prob", 1.0, r"hidden_dropout_prob must be a finite number in \[0, 1\)"),
+    ("layer_norm_eps", 0.0, "layer_norm_eps must be a finite number > 0, got 0.0"),
     ("pad_token_id", -1, "pad_token_id must be an int >= 0, got -1"),
 ])
 def test_bad_config_is_named(field, value, message):

@@ -401,7 +401,7 @@ def test_bad_memories_and_positions_are_clear_errors():
     (dict(div_val=16), "leaves the last cluster no features"),
     (dict(tie_projs=[True]), "tie_projs needs one entry per cluster, 3, got 1"),
     (dict(mem_len=-1), "mem_len must be an int >= 0"),
-    (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
+    (dict(dropout=1.0), r"dropout must be a finite number in \[0, 1\)"),
 ])
 def test_config_refuses_what_cannot_work(overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -1,5 +1,5 @@
 """The table of each elementwise operation's value and gradient at 0, +-inf and nan
-(``minitorch_nlp.autograd.special_values``) holds for the engine on the NumPy and Numba
+(``minitorch_nlp.testing.special_values``) holds for the engine on the NumPy and Numba
 backends, and docs/engine.md shows exactly that table."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import minitorch_nlp as mt
-from minitorch_nlp.autograd.special_values import (
+from minitorch_nlp.testing.special_values import (
     POINTS,
     SPECIAL_VALUES,
     page_with_table,
@@ -37,5 +37,5 @@ def test_value_and_gradient_at_special_points(backend, row):
 def test_the_engine_page_shows_the_registry():
     text = ENGINE_PAGE.read_text()
     assert page_with_table(text) == text, (
-        "docs/engine.md's table is stale: run python -m minitorch_nlp.autograd.special_values "
+        "docs/engine.md's table is stale: run python -m minitorch_nlp.testing.special_values "
         "docs/engine.md")

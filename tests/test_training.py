@@ -66,7 +66,7 @@ def test_resume_refuses_another_text(tmp_path):
 
 
 def test_bad_settings_are_named():
-    with pytest.raises(ValueError, match="n_head=3 must divide n_embd=16"):
+    with pytest.raises(ValueError, match="n_head=3 does not divide n_embd=16"):
         tiny(n_head=3)
     with pytest.raises(ValueError, match=f"model 'no-such-model'; choose one of "
                                          f"{', '.join(registry.families())}$"):

@@ -6,7 +6,7 @@ Where the chain rule would multiply 0 by an infinity at a point where the maths 
 the engine takes it (d/dx x^0 = 0 everywhere, xlogy(0, y) = 0); elsewhere IEEE arithmetic decides,
 as in NumPy and PyTorch (x sigmoid(x) at -inf is -inf * 0 = nan).
 
-``python -m minitorch_nlp.autograd.special_values docs/engine.md`` rewrites the table between the
+``python -m minitorch_nlp.testing.special_values docs/engine.md`` rewrites the table between the
 page's markers.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .. import functional as F
-from . import ops_elementwise as ew
+from ..autograd import ops_elementwise as ew
 
 INF, NAN = math.inf, math.nan
 LOG2 = math.log(2.0)
