@@ -187,3 +187,12 @@ def test_a_recorded_run_s_numbers_are_listed_from_its_metrics_json():
         ("accuracy", "0.9871"), ("by_bits.8", "0.99"), ("by_bits.2", "0.5"), ("steps", "600"),
         ("heads", "0.5, 0.25"), ("smoke", "False")]
     assert len(gen_pages.flat_metrics({str(i): i for i in range(100)}, limit=60)) == 60
+
+
+def test_every_example_has_a_place_on_the_site():
+    gen_pages = _load("gen_pages")
+    examples = {path.stem for path in (DOCS.parent / "examples").glob("*.py")}
+    toolkit = (DOCS / "toolkit.md").read_text()
+    on_the_toolkit_page = {name for name in examples if f'figure("{name}",' in toolkit}
+    assert examples - on_the_toolkit_page == set(gen_pages.EXAMPLES), \
+        "place each example in docs/gen_pages.py's EXAMPLES (after its system note)"
