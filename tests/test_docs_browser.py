@@ -32,10 +32,17 @@ def chromium() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def executable():
+    """The Chromium to drive; the tests are skipped, with the reason, when there is none."""
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed (docs extra)")
-    if chromium() is None:
+    path = chromium()
+    if path is None:
         pytest.skip("no Chromium installed (apt-get install chromium, or MINITORCH_NLP_CHROMIUM)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def site(executable, tmp_path_factory):
     built = os.environ.get("MINITORCH_NLP_SITE_DIR")
     if built:
         return Path(built)
@@ -63,11 +70,11 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(executable):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=chromium(), headless=True)
+        instance = playwright.chromium.launch(executable_path=executable, headless=True)
         yield instance
         instance.close()
 
