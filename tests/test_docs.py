@@ -73,6 +73,7 @@ def test_chapter_headings_are_the_paper_s_and_the_notes_come_in_its_order(pages)
     gen_pages = _load("gen_pages")
     for equation in cookbook.EQUATIONS.values():
         assert f"### {gen_pages.HEADINGS[equation.section]}\n" in pages[equation.chapter]
+    assert set(gen_pages.HEADINGS) == {e.section for e in cookbook.EQUATIONS.values()}
     assert "### III. Preliminaries to modern NLP architectures\n" in pages[3]
     assert "### IX-C. A lite BERT: ALBERT\n" in pages[9]
     chapter4 = pages[4]
