@@ -197,3 +197,16 @@ def test_every_example_has_a_place_on_the_site():
     on_the_toolkit_page = {name for name in examples if f'figure("{name}",' in toolkit}
     assert examples - on_the_toolkit_page == set(gen_pages.EXAMPLES), \
         "place each example in docs/gen_pages.py's EXAMPLES (after its system note)"
+
+
+def test_a_display_equation_markdown_did_not_read_fails_the_build():
+    from types import SimpleNamespace
+
+    from mkdocs.exceptions import PluginError
+
+    hooks = _load("hooks")
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="sections/sec9.md"))
+    with pytest.raises(PluginError, match="sections/sec9.md: a \\$\\$ block"):
+        hooks.on_page_content("<ul><li>x</li></ul>\n<p>$$\n  p(n)\n  $$</p>", page, None, None)
+    assert "data-search-exclude" in hooks.on_page_content(
+        '<details class="mkdocstrings-source">', page, None, None)

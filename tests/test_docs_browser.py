@@ -121,6 +121,17 @@ TYPESET = """() => {
   return {count: spans.length,
           raw: spans.filter(s => !s.querySelector('.katex')).map(s => s.textContent.slice(0, 80))};
 }"""
+# Text outside code and outside KaTeX's output that still holds TeX delimiters: maths that
+# Markdown passed through untypeset.
+STRAY_TEX = r"""() => {
+  const walker = document.createTreeWalker(document.querySelector('article'), NodeFilter.SHOW_TEXT);
+  const stray = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest('code, pre, .katex, .arithmatex')) continue;
+    if (/\$\$|\\\(|\\\[/.test(node.textContent)) stray.push(node.textContent.slice(0, 80));
+  }
+  return stray;
+}"""
 IMAGES = """() => [...document.querySelectorAll('article img')]
   .map(img => ({src: img.getAttribute('src'), ok: img.complete && img.naturalWidth > 0}))"""
 DIAGRAMS = """() => [...document.querySelectorAll('.mermaid')]
@@ -139,6 +150,8 @@ def test_page_works_offline(browser, server, path):
         assert not typeset["raw"], f"{path}: equations left as raw LaTeX: {typeset['raw'][:3]}"
         if path in CHAPTERS:
             assert typeset["count"] > 0, f"{path}: no equation on a chapter page"
+        stray = page.evaluate(STRAY_TEX)
+        assert not stray, f"{path}: maths outside the typeset spans: {stray[:3]}"
         images = page.evaluate(IMAGES)
         assert all(image["ok"] for image in images), \
             f"{path}: images that did not load: {[i['src'] for i in images if not i['ok']]}"
