@@ -172,9 +172,10 @@ def recorded(example: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def results_block(example: str, page_folder: str = "..") -> list[str]:
+def results_block(example: str) -> list[str]:
     """The Markdown that shows an example's recorded full run: what ran, where, how long, and
-    each of its figures; or a line saying that no full run is recorded yet."""
+    each of its figures and numbers, linked from a chapter page (sections/); or a line saying that
+    no full run is recorded yet."""
     record = recorded(example)
     if record is None:
         return [f"**`examples/{example}.py`:** its full-run result is not recorded yet "
@@ -182,12 +183,12 @@ def results_block(example: str, page_folder: str = "..") -> list[str]:
     lines = [f"**`examples/{example}.py`, full run:** `{record['command']}`, "
              f"{record['wall_time_s']:.0f} s on {record['machine']}, {record['date'][:10]}, "
              f"commit `{record['commit'][:10]}` "
-             f"([metrics.json]({page_folder}/results/{example}/metrics.json)).", ""]
+             f"([metrics.json](../results/{example}/metrics.json)).", ""]
     for png in sorted((RESULTS / example).glob("*.png")):
-        lines += [f"![{example}: {png.stem}]({page_folder}/results/{example}/{png.name})", ""]
+        lines += [f"![{example}: {png.stem}](../results/{example}/{png.name})", ""]
     numbers = flat_metrics(record.get("metrics", {}))
     if numbers:
-        lines += [f'??? info "The numbers of this run (`metrics.json`)"', "",
+        lines += ['??? info "The numbers of this run (`metrics.json`)"', "",
                   "    | metric | value |", "    |---|---|"]
         lines += [f"    | `{key}` | {value} |" for key, value in numbers]
         lines += [""]
@@ -202,7 +203,7 @@ def flat_metrics(metrics, prefix: str = "", limit: int = 60) -> list[tuple[str, 
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             rows += flat_metrics(value, f"{name}.", limit)
-        elif isinstance(value, bool) or isinstance(value, str):
+        elif isinstance(value, (bool, str)):
             rows.append((name, str(value)))
         elif isinstance(value, (int, float)):
             rows.append((name, f"{value:,}" if isinstance(value, int) else f"{value:.4g}"))

@@ -152,6 +152,9 @@ def on_page_markdown(markdown, page, config, files):
 
 
 def on_page_content(html, page, config, files):
+    if "<p>$$" in html:
+        raise PluginError(f"docs/{page.file.src_uri}: a $$ block that Markdown did not read as "
+                          "maths (indented inside a list?): write it inline or unindented")
     return SOURCE_BOXES.sub(r'<details class="\1" data-search-exclude', html)
 
 

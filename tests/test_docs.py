@@ -73,6 +73,7 @@ def test_chapter_headings_are_the_paper_s_and_the_notes_come_in_its_order(pages)
     gen_pages = _load("gen_pages")
     for equation in cookbook.EQUATIONS.values():
         assert f"### {gen_pages.HEADINGS[equation.section]}\n" in pages[equation.chapter]
+    assert set(gen_pages.HEADINGS) == {e.section for e in cookbook.EQUATIONS.values()}
     assert "### III. Preliminaries to modern NLP architectures\n" in pages[3]
     assert "### IX-C. A lite BERT: ALBERT\n" in pages[9]
     chapter4 = pages[4]
@@ -187,3 +188,25 @@ def test_a_recorded_run_s_numbers_are_listed_from_its_metrics_json():
         ("accuracy", "0.9871"), ("by_bits.8", "0.99"), ("by_bits.2", "0.5"), ("steps", "600"),
         ("heads", "0.5, 0.25"), ("smoke", "False")]
     assert len(gen_pages.flat_metrics({str(i): i for i in range(100)}, limit=60)) == 60
+
+
+def test_every_example_has_a_place_on_the_site():
+    gen_pages = _load("gen_pages")
+    examples = {path.stem for path in (DOCS.parent / "examples").glob("*.py")}
+    toolkit = (DOCS / "toolkit.md").read_text()
+    on_the_toolkit_page = {name for name in examples if f'figure("{name}",' in toolkit}
+    assert examples - on_the_toolkit_page == set(gen_pages.EXAMPLES), \
+        "place each example in docs/gen_pages.py's EXAMPLES (after its system note)"
+
+
+def test_a_display_equation_markdown_did_not_read_fails_the_build():
+    from types import SimpleNamespace
+
+    from mkdocs.exceptions import PluginError
+
+    hooks = _load("hooks")
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="sections/sec9.md"))
+    with pytest.raises(PluginError, match="sections/sec9.md: a \\$\\$ block"):
+        hooks.on_page_content("<ul><li>x</li></ul>\n<p>$$\n  p(n)\n  $$</p>", page, None, None)
+    assert "data-search-exclude" in hooks.on_page_content(
+        '<details class="mkdocstrings-source">', page, None, None)

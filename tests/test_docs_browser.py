@@ -32,10 +32,17 @@ def chromium() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def executable():
+    """The Chromium to drive; the tests are skipped, with the reason, when there is none."""
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed (docs extra)")
-    if chromium() is None:
+    path = chromium()
+    if path is None:
         pytest.skip("no Chromium installed (apt-get install chromium, or MINITORCH_NLP_CHROMIUM)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def site(executable, tmp_path_factory):
     built = os.environ.get("MINITORCH_NLP_SITE_DIR")
     if built:
         return Path(built)
@@ -63,11 +70,11 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(executable):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=chromium(), headless=True)
+        instance = playwright.chromium.launch(executable_path=executable, headless=True)
         yield instance
         instance.close()
 
@@ -114,6 +121,17 @@ TYPESET = """() => {
   return {count: spans.length,
           raw: spans.filter(s => !s.querySelector('.katex')).map(s => s.textContent.slice(0, 80))};
 }"""
+# Text outside code and outside KaTeX's output that still holds TeX delimiters: maths that
+# Markdown passed through untypeset.
+STRAY_TEX = r"""() => {
+  const walker = document.createTreeWalker(document.querySelector('article'), NodeFilter.SHOW_TEXT);
+  const stray = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest('code, pre, .katex, .arithmatex')) continue;
+    if (/\$\$|\\\(|\\\[/.test(node.textContent)) stray.push(node.textContent.slice(0, 80));
+  }
+  return stray;
+}"""
 IMAGES = """() => [...document.querySelectorAll('article img')]
   .map(img => ({src: img.getAttribute('src'), ok: img.complete && img.naturalWidth > 0}))"""
 DIAGRAMS = """() => [...document.querySelectorAll('.mermaid')]
@@ -132,6 +150,8 @@ def test_page_works_offline(browser, server, path):
         assert not typeset["raw"], f"{path}: equations left as raw LaTeX: {typeset['raw'][:3]}"
         if path in CHAPTERS:
             assert typeset["count"] > 0, f"{path}: no equation on a chapter page"
+        stray = page.evaluate(STRAY_TEX)
+        assert not stray, f"{path}: maths outside the typeset spans: {stray[:3]}"
         images = page.evaluate(IMAGES)
         assert all(image["ok"] for image in images), \
             f"{path}: images that did not load: {[i['src'] for i in images if not i['ok']]}"
