@@ -159,8 +159,8 @@ def test_every_spec_is_checked_here_and_listed_in_the_registry():
     assert set(CHECKED) == set(specs), "add each new spec to the parametrization above"
     tests = cookbook.tests_by_equation()   # reads every test file once
     for number in specs:
-        assert "tests/test_check.py::test_the_librarys_implementation_passes_its_check" in \
-            tests[number]
+        assert f"tests/test_check.py::test_the_librarys_implementation_passes_its_check[{number}]" \
+            in tests[number]
 
 
 def test_every_spec_names_a_registered_equation_and_its_library_function():
