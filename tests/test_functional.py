@@ -293,6 +293,7 @@ def test_layer_norm_shape_errors():
 
 
 # ---- dropout -------------------------------------------------------------------------------------
+@pytest.mark.eq(11, 12)   # attention's dropout (eq 11-12) is this dropout
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_dropout_statistics(p):
     n = 200_000
@@ -304,6 +305,7 @@ def test_dropout_statistics(p):
     assert abs(y.mean() - 1.0) < 5 * math.sqrt(p / (1 - p) / n)
 
 
+@pytest.mark.eq(11, 12)   # attention's dropout (eq 11-12) is this dropout
 def test_dropout_gradient_is_the_mask():
     x = mt.randn(50, 40, requires_grad=True)
     y = F.dropout(x, 0.3)

@@ -9,6 +9,7 @@ q, k, v *and the bias* from HIPS autograd.
 from __future__ import annotations
 
 import functools
+import math
 
 import autograd
 import autograd.numpy as anp
@@ -142,13 +143,23 @@ def test_grouped_query_heads_equal_repeated_heads(heads, causal, seed):
         np.testing.assert_allclose(shared.grad.numpy(), summed, **TOL)
 
 
+@pytest.mark.eq(11, 12)
 def test_attention_dropout_is_dropout_of_the_weights():
+    """Read through values that are the identity, the dropped weights are the weights, each
+    dropped to 0 or kept and rescaled by 1/(1-p); with other values the same draw gives those
+    weights times the values; the fraction dropped is p."""
+    p = 0.3
     rng = np.random.default_rng(2)
-    q, k, v = (t64(rng.standard_normal((1, 2, 4, 3))) for _ in range(3))
-    dropped = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5, generator=mt.Generator(7))
-    weights = F.attention_weights(q, k)
-    expected = F.dropout(weights, 0.5, generator=mt.Generator(7)) @ v
-    np.testing.assert_allclose(dropped.numpy(), expected.numpy(), **TOL)
+    q, k, v = (t64(rng.standard_normal((2, 4, 32, 3))) for _ in range(3))
+    weights = F.attention_weights(q, k).numpy()
+    identity = t64(np.broadcast_to(np.eye(32), (2, 4, 32, 32)).copy())
+    dropped = F.scaled_dot_product_attention(q, k, identity, dropout_p=p,
+                                             generator=mt.Generator(7)).numpy()
+    kept = dropped != 0
+    np.testing.assert_allclose(dropped[kept], weights[kept] / (1 - p), **TOL)
+    assert abs((1 - kept.mean()) - p) < 5 * math.sqrt(p * (1 - p) / kept.size)
+    out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, generator=mt.Generator(7))
+    np.testing.assert_allclose(out.numpy(), dropped @ v.numpy(), **TOL)
     assert np.all(F.scaled_dot_product_attention(q, k, v, dropout_p=1.0).numpy() == 0)
 
 
