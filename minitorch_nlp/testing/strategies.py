@@ -280,15 +280,17 @@ resolution)."""
 
 
 @st.composite
-def stress_arrays(draw, shape=None, low=-3.0, high=3.0, kinds=STRESS_KINDS):
-    """Arrays of ``shape`` drawn as one of ``kinds`` (see ``STRESS_KINDS``), half the time
-    ``"plain"``: the small values that keep a counter-example readable stay common."""
+def stress_arrays(draw, shape=None, low=-3.0, high=3.0, kinds=STRESS_KINDS, large=1e4):
+    """Arrays of ``shape`` drawn as one of ``kinds`` (see ``STRESS_KINDS``), ``"plain"`` more
+    often than the others: the small values that keep a counter-example readable stay common.
+    ``large`` is the magnitude of the ``"large"`` kind (100 for queries and keys makes scores of
+    about 1e4) and of the ``"shifted"`` kind's shift."""
     base = draw(arrays(shape, low, high))
     kind = draw(st.sampled_from(("plain",) + tuple(kinds)))
     if kind == "shifted":
-        return base + draw(st.sampled_from((1e4, -1e4)))
+        return base + draw(st.sampled_from((large, -large)))
     if kind == "large":
-        return base * (1e4 / max(abs(low), abs(high)))
+        return base * (large / max(abs(low), abs(high)))
     if kind == "tiny":
         return base * 1e-6
     return base
