@@ -11,6 +11,7 @@ from __future__ import annotations
 import autograd.numpy as anp
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import minitorch_nlp as mt
 from minitorch_nlp import nn
@@ -139,7 +140,7 @@ def _decoder_cases(draw):
 def _output_cases(draw):
     batch, time, hidden, vocab = (draw(st.integers(1, 3)) for _ in range(4))
     return {"H": draw(S.arrays((batch, time, hidden))), "V": draw(S.arrays((vocab, hidden))),
-            "c": draw(S.arrays((vocab,)))}
+            "c": draw(S.stress_arrays((vocab,)))}   # biases of ±1e4: logits that overflow exp
 
 
 def _encoder_reference(embedding, U, W, b, V, c, ids):
@@ -162,19 +163,25 @@ def _score_cases(draw, additive):
 
 
 @st.composite
-def logits_and_ids(draw, ids_name, low):
-    """{"logits": (batch, T, V), ids_name: int64 (batch, T) in [low, V)}."""
+def logits_and_ids(draw, ids_name, low, target_shift=0):
+    """{"logits": (batch, T, V), ids_name: int64 (batch, T) in [low, V)}: logits of ±1e4
+    sometimes, and masking values (-1e4, -1e9, -inf) on tokens other than the targets (the id
+    at position t + ``target_shift`` is position t's target)."""
     batch, time, vocab = (draw(st.integers(1, 4)) for _ in range(3))
-    ids = draw(S.arrays((batch, time), low, vocab - 1).map(lambda a: np.rint(a).astype(np.int64)))
-    return {"logits": draw(S.arrays((batch, time, vocab))), ids_name: ids}
+    ids = draw(hnp.arrays(np.int64, (batch, time), elements=st.integers(low, vocab - 1)))
+    logits, masked = draw(S.masked_logits((batch, time, vocab)))
+    unmasked = draw(S.stress_arrays((batch, time, vocab)))
+    shifted = np.concatenate([ids[:, target_shift:], np.full((batch, target_shift), -1)], axis=1)
+    targets = np.arange(vocab) == shifted[..., None]
+    return {"logits": np.where(masked & targets, unmasked, logits), ids_name: ids}
 
 
 @st.composite
 def _scores_and_mask(draw):
-    batch, source = draw(st.integers(1, 3)), draw(st.integers(1, 4))
-    mask = draw(S.bool_masks((batch, source), all_false_row=False))
-    mask[:, 0] = True   # every sentence has at least one real token
-    return {"scores": draw(S.arrays((batch, source))), "mask": mask}
+    """Scores of ±1e4 sometimes; a mask or None, sometimes a sentence with no real token."""
+    batch, source = draw(st.integers(1, 3)), draw(st.integers(1, 4) | st.just(16))
+    mask = draw(st.none() | S.bool_masks((batch, source)))
+    return {"scores": draw(S.stress_arrays((batch, source))), "mask": mask}
 
 
 @st.composite
@@ -201,10 +208,11 @@ SPECS = (
          (("logits", "float64 (batch, T, V), teacher-forced scores of the next token"),
           ("targets", "int64 (batch, T), the target tokens; positions holding pad_id count "
                       "for nothing"),
-          ("pad_id", "int, the padding id (0)")),
+          ("pad_id", "int, the padding id (0 by default)")),
          "float64 (batch,): log P(y | x) = sum_t log softmax(logits[b, t])[y_t]",
          ("logits",),
-         lambda: logits_and_ids("targets", 0).map(lambda case: {**case, "pad_id": 0}),
+         lambda: st.tuples(logits_and_ids("targets", 0), st.sampled_from((0, 1))).map(
+             lambda pair: {**pair[0], "pad_id": pair[1]}),
          reference.eq02_sequence_log_prob,
          "minitorch_nlp.decoding:sequence_log_prob"),
     Spec(4, "encoder_summary",
@@ -276,13 +284,14 @@ SPECS = (
          "appendix A.1.2) name them v_a, W_a, U_a. The library's side is BahdanauAttention."),
     Spec(9, "alignment_weights",
          (("scores", "float64 (batch, S), the alignment scores e_j"),
-          ("mask", "bool (batch, S), True at real source tokens (at least one per row)")),
+          ("mask", "None (every token is real) or bool (batch, S), True at real source tokens")),
          "float64 (batch, S): alpha_j = exp(e_j) / sum_k exp(e_k) over the real tokens, 0 on "
-         "padding",
+         "padding (a row of zeros for a sentence with no real token)",
          ("scores",),
          _scores_and_mask,
-         lambda scores, mask: anp.stack([reference.eq09_attention_weights(s, m)
-                                         for s, m in zip(scores, mask)]),
+         lambda scores, mask: anp.stack([
+             reference.eq09_attention_weights(s, None if mask is None else mask[i])
+             for i, s in enumerate(scores)]),
          "minitorch_nlp.models.seq2seq:alignment_weights"),
     Spec(10, "context_vector",
          (("weights", "float64 (batch, S), the attention weights alpha_j"),

@@ -101,6 +101,13 @@ def softmax_rows(z):
     return e / anp.sum(e, axis=-1, keepdims=True)
 
 
+def log_softmax_rows(z):
+    """log softmax(z) along the last axis as z - m - log sum exp(z - m), m the row's largest
+    entry: finite for logits of any size, where log(softmax_rows(z)) underflows to -inf."""
+    m = anp.max(z, axis=-1, keepdims=True)
+    return z - m - anp.log(anp.sum(anp.exp(z - m), axis=-1, keepdims=True))
+
+
 def eq21_output_distribution(h_n, wte):
     """P(u) = softmax(h_n W_e^T) (eq 21): the output layer is the transposed token embedding."""
     return softmax_rows(anp.dot(h_n, wte.T))
@@ -145,6 +152,22 @@ def input_transformation(task, example, start, delimiter, extract):
 def eq22_label_distribution(h_lm, wy_w, wy_b):
     """P(y | x^1 .. x^m) = softmax(h_l^m W_y) (eq 22; W_y with a bias, as in OpenAI's code)."""
     return softmax_rows(_affine(h_lm, wy_w, wy_b))
+
+
+def eq18_lm_objective_of_logits(logits, ids, counted=None):
+    """Eq 18 from the logits (T, V) of one sequence: the sum of log P(u_i | context) with log P
+    taken by ``log_softmax_rows``."""
+    log_p = log_softmax_rows(logits)
+    total = 0.0
+    for i in range(1, len(ids)):
+        if counted is None or counted[i]:
+            total = total + log_p[i - 1, ids[i]]
+    return total
+
+
+def eq23_task_objective_of_logits(scores, label):
+    """Eq 23's term of one example from its task scores, log P(y | x) by ``log_softmax_rows``."""
+    return log_softmax_rows(scores)[label]
 
 
 def eq23_task_objective(probabilities, label):
