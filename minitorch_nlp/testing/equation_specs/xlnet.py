@@ -132,7 +132,8 @@ def _order_cases(draw):
 def _softmax_cases(draw):
     batch, time, vocab, d_model = (draw(st.integers(1, 3)) for _ in range(4))
     return {"h": draw(S.arrays((batch, time, d_model))),
-            "embedding": draw(S.arrays((vocab, d_model))), "lm_bias": draw(S.arrays((vocab,)))}
+            "embedding": draw(S.arrays((vocab, d_model))),
+            "lm_bias": draw(S.stress_arrays((vocab,)))}    # ±1e4: logits that overflow exp
 
 
 # ---- references ----------------------------------------------------------------------------------
