@@ -153,7 +153,9 @@ def _objective_cases(draw):
 @st.composite
 def _output_cases(draw):
     batch, time, vocab, dim = (draw(st.integers(1, 4)) for _ in range(4))
-    return {"h": draw(S.arrays((batch, time, dim))), "W_e": draw(S.arrays((vocab, dim)))}
+    # states of up to 100: logits of about ±1e3 that overflow exp without the max subtraction
+    return {"h": draw(S.stress_arrays((batch, time, dim), kinds=("large", "tiny"), large=100.0)),
+            "W_e": draw(S.arrays((vocab, dim)))}
 
 
 SPECS = (
