@@ -311,10 +311,3 @@ def masked_logits(draw, shape, low=-3.0, high=3.0, all_masked_rows=False):
     value = draw(st.sampled_from(MASKING_VALUES))
     return np.where(masked, value, logits), masked
 
-
-def half_ties(shape, step=0.5, bound=6):
-    """Arrays of ``shape`` whose values are multiples of ``step`` in [-bound, bound]: with the
-    default 0.5, exact .5 ties for rounding (round half to even, not half up)."""
-    count = int(round(bound / step))
-    return hnp.arrays(np.float64, shape, elements=st.integers(-count, count).map(
-        lambda k: k * step))

@@ -2,7 +2,6 @@
 softmax with a temperature, the soft-target loss, the student loss and their combination."""
 from __future__ import annotations
 
-import autograd.numpy as anp
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
