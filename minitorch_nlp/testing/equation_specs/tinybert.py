@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
 from hypothesis import strategies as st
 
 from minitorch_nlp import nn
