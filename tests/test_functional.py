@@ -115,6 +115,7 @@ def arrays_and_axis(draw, min_dims=1, max_dims=3):
     return x, draw(S.axis(x.ndim))
 
 
+@pytest.mark.eq(35)
 @given(case=arrays_and_axis(), seed=S.seeds())
 def test_softmax_matches_formula(case, seed):
     x, axis = case
@@ -129,6 +130,7 @@ def test_log_softmax_matches_formula(case, seed):
                              lambda a: np_log_softmax(a, axis), [x], seed)
 
 
+@pytest.mark.eq(35, 38)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_softmax_and_log_softmax_are_stable_for_huge_logits(dtype):
     logits = np.array([[1e4, 0.0, -1e4], [1e4, 1e4 - 1.0, 1e4 - 2.0]], dtype=dtype)
@@ -464,6 +466,7 @@ def test_cross_entropy_all_ignored_is_zero_not_nan():
     assert F.cross_entropy(logits, mt.tensor([-100, -100, -100]), label_smoothing=0.3).item() == 0
 
 
+@pytest.mark.eq(38)
 def test_cross_entropy_is_stable_for_huge_logits():
     logits = mt.tensor([[1e4, -1e4, 0.0], [0.0, 1e4, 1e4]], requires_grad=True)
     loss = F.cross_entropy(logits, mt.tensor([1, 2]), reduction="none")
