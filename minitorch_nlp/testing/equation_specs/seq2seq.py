@@ -36,10 +36,11 @@ def rnn_hidden_states(x, h0, U, W, b):
     return states
 
 
-def encoder_summary(embedding, U, W, b, V, c, *, ids):
+def encoder_summary(embedding, U, W, b, V, c, *, ids, lengths):
     """E = tanh(V H_S + c) (eq 4): the summary of each source sentence ``ids`` (batch, S), token
     ids >= 1 (0 is padding), after the tanh RNN of eq 3 (U, W, b) from H_0 = 0 over the
-    embedded tokens (rows of ``embedding`` (vocab, input)): (batch, summary).
+    embedded tokens (rows of ``embedding`` (vocab, input)), H_S the state at each sentence's last
+    real token (``lengths`` (batch,); None: every token is real): (batch, summary).
 
     The library's ``RNNEncoder(cell="rnn")`` computes it with these weights."""
     encoder = RNNEncoder(embedding.shape[0], embedding.shape[1], U.shape[0], cell="rnn",
@@ -47,7 +48,7 @@ def encoder_summary(embedding, U, W, b, V, c, *, ids):
     weights = {"embed.weight": embedding, "rnn.weight_ih_l0": U, "rnn.weight_hh_l0": W,
                "rnn.bias_ih_l0": b, "rnn.bias_hh_l0": mt.zeros(U.shape[0], dtype=b.dtype),
                "summarize.weight": V, "summarize.bias": c}
-    return nn.functional_call(encoder, weights, (ids,)).summary[0]
+    return nn.functional_call(encoder, weights, (ids, lengths)).summary[0]
 
 
 def _decoder(embedding, U_y, U_e, W, b, vocab_size=None):
@@ -120,10 +121,14 @@ def _ids(draw, shape, vocab):
 def _encoder_cases(draw):
     batch, source, embed, hidden, summary = (draw(st.integers(1, 3)) for _ in range(5))
     vocab = draw(st.integers(2, 5))
+    ids = _ids(draw, (batch, source), vocab)
+    lengths = draw(st.none() | hnp.arrays(np.int64, (batch,), elements=st.integers(1, source)))
+    if lengths is not None:                         # padding (0) after each sentence's end
+        ids = np.where(np.arange(source) < lengths[:, None], ids, 0)
     return {"embedding": draw(S.arrays((vocab, embed))), "U": draw(S.arrays((hidden, embed))),
             "W": draw(S.arrays((hidden, hidden))), "b": draw(S.arrays((hidden,))),
             "V": draw(S.arrays((summary, hidden))), "c": draw(S.arrays((summary,))),
-            "ids": _ids(draw, (batch, source), vocab)}
+            "ids": ids, "lengths": lengths}
 
 
 @st.composite
@@ -143,9 +148,10 @@ def _output_cases(draw):
             "c": draw(S.stress_arrays((vocab,)))}   # biases of ±1e4: logits that overflow exp
 
 
-def _encoder_reference(embedding, U, W, b, V, c, ids):
+def _encoder_reference(embedding, U, W, b, V, c, ids, lengths):
     rows = []
-    for row in ids:
+    for i, row in enumerate(ids):
+        row = row if lengths is None else row[:lengths[i]]
         states = reference.eq03_rnn_hidden_states(reference.embed(embedding, row),
                                                   np.zeros(U.shape[0]), U, W, b)
         rows.append(reference.eq04_encoder_summary(states[-1], V, c))
@@ -220,7 +226,9 @@ SPECS = (
           ("U", "float64 (hidden, input)"), ("W", "float64 (hidden, hidden)"),
           ("b", "float64 (hidden,)"), ("V", "float64 (summary, hidden)"),
           ("c", "float64 (summary,)"),
-          ("ids", "int64 (batch, S), the source tokens, all >= 1 (no padding)")),
+          ("ids", "int64 (batch, S), the source tokens, >= 1 before each sentence's end, 0 "
+                  "(padding) after it"),
+          ("lengths", "None (no padding) or int64 (batch,), each sentence's length")),
          "float64 (batch, summary): E = tanh(V H_S + c), H_S the last state of eq 3's RNN "
          "(from H_0 = 0)",
          ("embedding", "U", "W", "b", "V", "c"),
