@@ -24,15 +24,16 @@ from ..reference import seq2seq as reference
 from ..spec import Spec
 
 
-def rnn_hidden_states(x, h0, U, W, b):
+def rnn_hidden_states(x, h0, U, W, b, *, lengths):
     """H_{t+1} = tanh(U X_{t+1} + W H_t + b) (eq 3) along each sequence of ``x``
-    (batch, T, input), from ``h0`` (batch, hidden): the states H_1 .. H_T, (batch, T, hidden).
+    (batch, T, input), from ``h0`` (batch, hidden): the states H_1 .. H_T, (batch, T, hidden);
+    with ``lengths`` (batch,) a sequence stops at its length and its later states are 0.
 
     The library's ``nn.RNN`` (tanh cell, batch first) computes it with these weights."""
     rnn = nn.RNN(U.shape[1], U.shape[0], batch_first=True)
     weights = {"weight_ih_l0": U, "weight_hh_l0": W, "bias_ih_l0": b,
                "bias_hh_l0": mt.zeros(U.shape[0], dtype=b.dtype)}
-    states, _ = nn.functional_call(rnn, weights, (x, h0.unsqueeze(0)))
+    states, _ = nn.functional_call(rnn, weights, (x, h0.unsqueeze(0)), {"lengths": lengths})
     return states
 
 
@@ -110,7 +111,19 @@ def _rnn_cases(draw):
     batch, time, inputs, hidden = (draw(st.integers(1, 3)) for _ in range(4))
     return {"x": draw(S.arrays((batch, time, inputs))), "h0": draw(S.arrays((batch, hidden))),
             "U": draw(S.arrays((hidden, inputs))), "W": draw(S.arrays((hidden, hidden))),
-            "b": draw(S.arrays((hidden,)))}
+            "b": draw(S.arrays((hidden,))),
+            "lengths": draw(st.none() | hnp.arrays(np.int64, (batch,),
+                                                   elements=st.integers(0, time)))}
+
+
+def _rnn_reference(x, h0, U, W, b, lengths):
+    rows = []
+    for i in range(x.shape[0]):
+        length = x.shape[1] if lengths is None else int(lengths[i])
+        padding = np.zeros((x.shape[1] - length, U.shape[0]))
+        rows.append(padding if length == 0 else anp.concatenate(
+            [reference.eq03_rnn_hidden_states(x[i, :length], h0[i], U, W, b), padding]))
+    return anp.stack(rows)
 
 
 def _ids(draw, shape, vocab):
@@ -202,12 +215,14 @@ SPECS = (
          (("x", "float64 (batch, T, input), the inputs X_1 .. X_T"),
           ("h0", "float64 (batch, hidden), the initial state H_0"),
           ("U", "float64 (hidden, input)"), ("W", "float64 (hidden, hidden)"),
-          ("b", "float64 (hidden,)")),
-         "float64 (batch, T, hidden): H_1 .. H_T, H_{t+1} = tanh(U X_{t+1} + W H_t + b)",
+          ("b", "float64 (hidden,)"),
+          ("lengths", "None (every step counts) or int64 (batch,), each sequence's length (0 "
+                      "too)")),
+         "float64 (batch, T, hidden): H_1 .. H_T, H_{t+1} = tanh(U X_{t+1} + W H_t + b); 0 after "
+         "a sequence's length",
          ("x", "h0", "U", "W", "b"),
          _rnn_cases,
-         lambda x, h0, U, W, b: anp.stack([reference.eq03_rnn_hidden_states(x[i], h0[i], U, W, b)
-                                           for i in range(x.shape[0])]),
+         _rnn_reference,
          "minitorch_nlp.testing.equation_specs.seq2seq:rnn_hidden_states",
          "The library's side is nn.RNN run with these weights (nn.functional_call)."),
     Spec(2, "sequence_log_prob",
