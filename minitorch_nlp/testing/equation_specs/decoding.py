@@ -54,9 +54,14 @@ def _table_cases(draw):
     batch, max_len, vocab = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(
         st.integers(3, 5))
     # from a seed: random logits make two sequences' scores tie with probability zero
-    tables = np.random.default_rng(draw(S.seeds())).normal(0.0, 2.0,
-                                                          (batch, max_len, vocab, vocab))
-    tables *= draw(st.sampled_from((1.0, 1e3)))   # logits of ±1e3 too: near-certain steps
+    rng = np.random.default_rng(draw(S.seeds()))
+    tables = rng.normal(0.0, 2.0, (batch, max_len, vocab, vocab))
+    tables *= draw(st.sampled_from((1.0, 1.0, 1.0, 1e3)))   # logits of ±1e3 too: sure steps
+    if max_len > 1 and vocab == 5 and draw(st.booleans()):
+        # a trap for a greedy search: the likelier first token (3) leads to a flat next step,
+        # the other one (4) to a nearly sure <eos>
+        tables[:, 0, BOS, 2:] = (-4.0, 1.0, 0.5)
+        tables[:, 1, 3, 2:], tables[:, 1, 4, 2:] = 0.0, (6.0, -2.0, -2.0)
     tables[..., [PAD, BOS]] = draw(st.sampled_from((-1e3, -1e4, -1e9, -np.inf)))
     length_penalty = draw(st.sampled_from([0.0, 0.6, 1.0]) | st.floats(0.0, 2.0))
     return {"tables": tables, "length_penalty": length_penalty}
