@@ -786,3 +786,13 @@ def test_equations_1_to_10_are_registered():
     cookbook.import_all()
     for number in range(1, 11):
         assert cookbook.implementations(number), f"eq {number} has no registered code"
+
+
+@pytest.mark.eq(2)
+def test_eq02_the_default_padding_id_is_0():
+    logits = mt.tensor(np.random.default_rng(0).normal(size=(2, 3, 4)), dtype=mt.float64)
+    targets = np.array([[1, 0, 2], [0, 3, 3]])
+    log_p = logits.numpy() - np.log(np.exp(logits.numpy()).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_p, targets[..., None], -1)[..., 0]
+    np.testing.assert_allclose(decoding.sequence_log_prob(logits, targets).numpy(),
+                               np.where(targets == 0, 0.0, picked).sum(-1), rtol=1e-12)

@@ -295,3 +295,12 @@ def test_expert_capacity_is_gshards_2s_over_e_and_switchs_s_over_e():
 def test_bad_input_is_refused_with_a_clear_message(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+@pytest.mark.eq(32)
+def test_eq32_the_default_is_gshards_top_two_with_every_second_expert():
+    logits = mt.tensor(np.array([[2.0, 1.0, -1.0], [0.0, 0.5, 3.0]]), dtype=mt.float64)
+    np.testing.assert_array_equal(
+        moe.gshard_gating(logits, capacity=2).numpy(),
+        moe.gshard_gating(logits, k=2, capacity=2, draws=None).numpy())
+    assert (moe.gshard_gating(logits, capacity=2).numpy() > 0).sum() == 4   # two per token

@@ -193,3 +193,28 @@ def test_the_distiller_refuses_different_vocabularies_and_one_model_twice():
         Distiller(teacher, bert(1, vocab_size=30), TripleLoss())
     with pytest.raises(ValueError, match="the teacher and the student are the same model"):
         Distiller(teacher, teacher, TripleLoss())
+
+
+# ---- the defaults are the documented ones (the specs pass every argument) -------------------------
+def _logits(shape, seed):
+    return mt.tensor(np.random.default_rng(seed).normal(0.0, 2.0, shape), dtype=mt.float64)
+
+
+@pytest.mark.eq(35, 36, 37, 38, 39)
+def test_the_distillation_functions_defaults_are_the_papers():
+    """T = 1, the last axis, every position, ignore_index -100, alpha = 0.5 and beta = 1 -
+    alpha: the values the docstrings name, compared with the same calls that spell them out."""
+    student, teacher = _logits((2, 3, 4), 0), _logits((2, 3, 4), 1)
+    labels = np.array([[1, -100, 3], [0, 2, -100]])
+    same = [
+        (mt.functional.softmax(student), mt.functional.softmax(student, axis=2)),
+        (temperature_softmax(student), temperature_softmax(student, temperature=1.0, axis=2)),
+        (soft_target_loss(student, teacher),
+         soft_target_loss(student, teacher, temperature=1.0, mask=np.ones((2, 3), bool))),
+        (hard_target_loss(student, labels), hard_target_loss(student, labels, ignore_index=-100)),
+        (distillation_loss(student, teacher, labels, temperature=2.0),
+         distillation_loss(student, teacher, labels, temperature=2.0, alpha=0.5, beta=0.5,
+                           mask=np.ones((2, 3), bool), ignore_index=-100)),
+    ]
+    for default, spelled_out in same:
+        np.testing.assert_allclose(default.numpy(), spelled_out.numpy(), rtol=1e-12)

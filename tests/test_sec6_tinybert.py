@@ -5,6 +5,8 @@ the recorded attention scores (their softmax is the model's attention), a narrow
 learning from a teacher in the general then the task stage, and the errors."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import autograd
 import numpy as np
 import pytest
@@ -179,3 +181,33 @@ def test_a_narrow_student_learns_from_the_teacher_in_two_stages():
         assert set(out) == {"loss", *(f"{name}_loss" for name in objectives)}
         assert losses[-1] < losses[0] / factor, (stage, losses[0], losses[-1])
     assert all(p.grad is None for p in teacher.parameters())
+
+
+@pytest.mark.eq(40, 44)
+def test_tinybert_defaults_are_the_papers():
+    """t = 1 for the prediction loss; TinyBertLoss's uniform mapping, weights of 1, every
+    objective and t = 1: the values the docstrings name, compared with calls that spell them
+    out."""
+    rng = np.random.default_rng(0)
+    student_logits, teacher_logits = (mt.tensor(rng.normal(size=(3, 4)), dtype=mt.float64)
+                                      for _ in range(2))
+    np.testing.assert_allclose(
+        prediction_loss(student_logits, teacher_logits).item(),
+        prediction_loss(student_logits, teacher_logits, temperature=1.0).item(), rtol=1e-12)
+    student = SimpleNamespace(num_hidden_layers=2, hidden_size=3)
+    teacher = SimpleNamespace(num_hidden_layers=4, hidden_size=5)
+
+    def outputs(depth, width):
+        return ModelOutput(
+            hidden_states=[mt.tensor(rng.normal(size=(2, 3, width))) for _ in range(depth + 1)],
+            attention_scores=[mt.tensor(rng.normal(size=(2, 2, 3, 3))) for _ in range(depth)],
+            logits=mt.tensor(rng.normal(size=(2, 4))))
+
+    s_out, t_out, batch = outputs(2, 3), outputs(4, 5), {"attention_mask": None}
+    default = TinyBertLoss(student, teacher)
+    spelled_out = TinyBertLoss(student, teacher, layer_mapping=(2, 4), layer_weights=[1.0] * 4,
+                               objectives=("embedding", "attention", "hidden", "prediction"),
+                               temperature=1.0)
+    spelled_out.load_state_dict(default.state_dict())
+    np.testing.assert_allclose(default(s_out, t_out, batch).loss.item(),
+                               spelled_out(s_out, t_out, batch).loss.item(), rtol=1e-12)
