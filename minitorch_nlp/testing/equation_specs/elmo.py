@@ -111,12 +111,14 @@ def bilstm_states(forward_weight_ih, backward_weight_ih, *, char_ids, lengths, p
         return model.layer_representations(char_ids, lengths)[1:]
 
 
-def scalar_mix(layers, scalars, gamma):
+def scalar_mix(layers, scalars, gamma, *, layer_norm):
     """ELMo_k^task = gamma * sum_j s_j h_kj with s = softmax(scalars) (eq 17), for the biLM's
-    layers stacked on axis 0, ``layers`` (L + 1, ..., dim): (..., dim).
+    layers stacked on axis 0, ``layers`` (L + 1, ..., dim): (..., dim). With ``layer_norm`` each
+    vector h_kj is first standardised over its features (eps 1e-5), as Peters et al. do for some
+    tasks.
 
     The library's ``ScalarMix`` computes it with these scalars and gamma."""
-    mix = ScalarMix(layers.shape[0])
+    mix = ScalarMix(layers.shape[0], layer_norm=layer_norm)
     return nn.functional_call(mix, {"scalars": scalars, "gamma": gamma}, layers)
 
 
@@ -125,7 +127,8 @@ def _mix_cases(draw):
     depth, batch, time, dim = (draw(st.integers(1, 4)) for _ in range(4))
     # scalars shifted by ±1e4 or spread to ±1e4: a softmax without the max subtraction fails
     return {"layers": draw(S.arrays((depth, batch, time, dim))),
-            "scalars": draw(S.stress_arrays((depth,))), "gamma": draw(S.arrays((1,)))}
+            "scalars": draw(S.stress_arrays((depth,))), "gamma": draw(S.arrays((1,))),
+            "layer_norm": draw(st.booleans())}
 
 
 @st.composite
@@ -255,11 +258,13 @@ SPECS = (
     Spec(17, "scalar_mix",
          (("layers", "float64 (L + 1, batch, T, dim), the layer representations h_kj, j = 0..L"),
           ("scalars", "float64 (L + 1,), the unnormalised weights w (s = softmax(w))"),
-          ("gamma", "float64 (1,), the task scale")),
+          ("gamma", "float64 (1,), the task scale"),
+          ("layer_norm", "bool: standardise each h_kj over its features first (eps 1e-5)")),
          "float64 (batch, T, dim): gamma * sum_j softmax(w)_j h_kj",
          ("layers", "scalars", "gamma"),
          _mix_cases,
-         lambda layers, scalars, gamma: reference.eq17_scalar_mix(layers, scalars, gamma[0]),
+         lambda layers, scalars, gamma, layer_norm: reference.eq17_scalar_mix(
+             layers, scalars, gamma[0], layer_norm),
          "minitorch_nlp.testing.equation_specs.elmo:scalar_mix",
-         "The library's side is ScalarMix (layer_norm=False) with these scalars and gamma."),
+         "The library's side is ScalarMix with these scalars and gamma."),
 )
