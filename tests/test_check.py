@@ -251,9 +251,10 @@ def test_a_memory_without_the_stop_gradient_fails_on_its_gradient():
 @pytest.mark.eq(16)
 @pytest.mark.sec4
 def test_states_concatenated_backward_first_fail_on_the_values():
-    def backward_first(forward_weight_ih, backward_weight_ih, *, char_ids, lengths, params):
+    def backward_first(forward_weight_ih, backward_weight_ih, *, char_ids, lengths, params,
+                       residual):
         states = bilstm_states(forward_weight_ih, backward_weight_ih, char_ids=char_ids,
-                               lengths=lengths, params=params)
+                               lengths=lengths, params=params, residual=residual)
         dim = states.shape[-1] // 2
         return mt.concatenate([states[..., dim:], states[..., :dim]], axis=-1)
 
