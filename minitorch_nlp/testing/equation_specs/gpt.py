@@ -10,6 +10,7 @@ from __future__ import annotations
 import autograd.numpy as anp
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from minitorch_nlp import functional as F
 from minitorch_nlp import nn
@@ -85,14 +86,15 @@ def label_distribution(h, W_y, b_y):
     return F.softmax(scores, axis=-1)
 
 
-def input_embedding(W_e, W_p, *, ids):
+def input_embedding(W_e, W_p, *, ids, position_ids):
     """h_0 = U W_e + W_p (eq 20): the token embeddings of ``ids`` (batch, T) plus the position
-    embeddings of positions 0 .. T-1: (batch, T, n_embd).
+    embeddings of positions 0 .. T-1, or of ``position_ids`` (batch, T) when given (left
+    padding): (batch, T, n_embd).
 
     The library's ``GPTModel`` computes it (its ``hidden_states[0]``) with these W_e, W_p."""
     model = _gpt(W_e.shape[0], W_p.shape[0], W_e.shape[1])
     with nn.replaced_tensors(model, {"wte.weight": W_e, "wpe.table": W_p}):
-        return model(ids, output_hidden_states=True).hidden_states[0]
+        return model(ids, position_ids=position_ids, output_hidden_states=True).hidden_states[0]
 
 
 def tied_output_distribution(h, W_e):
@@ -110,8 +112,10 @@ def _embedding_cases(draw):
     batch, time, vocab, dim = (draw(st.integers(1, 4)) for _ in range(4))
     positions = time + draw(st.integers(0, 2))
     ids = draw(S.arrays((batch, time), 0, vocab - 1).map(lambda a: np.rint(a).astype(np.int64)))
+    position_ids = draw(st.none() | hnp.arrays(np.int64, (batch, time),
+                                               elements=st.integers(0, positions - 1)))
     return {"W_e": draw(S.arrays((vocab, dim))), "W_p": draw(S.arrays((positions, dim))),
-            "ids": ids}
+            "ids": ids, "position_ids": position_ids}
 
 
 @st.composite
@@ -174,12 +178,16 @@ SPECS = (
     Spec(20, "input_embedding",
          (("W_e", "float64 (vocab, n_embd), the token embedding matrix"),
           ("W_p", "float64 (n_positions, n_embd), the position embedding matrix"),
-          ("ids", "int64 (batch, T), the context tokens U, T <= n_positions")),
-         "float64 (batch, T, n_embd): h_0 = U W_e + W_p (positions 0 .. T-1)",
+          ("ids", "int64 (batch, T), the context tokens U, T <= n_positions"),
+          ("position_ids", "None (positions 0 .. T-1) or int64 (batch, T), each token's "
+                           "position")),
+         "float64 (batch, T, n_embd): h_0 = U W_e + W_p (the rows of the positions)",
          ("W_e", "W_p"),
          _embedding_cases,
-         lambda W_e, W_p, ids: anp.stack([reference.eq20_input_embedding(row, W_e, W_p)
-                                          for row in ids]),
+         lambda W_e, W_p, ids, position_ids: anp.stack([
+             reference.eq20_input_embedding(row, W_e, W_p,
+                                            None if position_ids is None else position_ids[i])
+             for i, row in enumerate(ids)]),
          "minitorch_nlp.testing.equation_specs.gpt:input_embedding",
          "The library's side is GPTModel's embedding (its hidden_states[0]) with these weights."),
     Spec(21, "tied_output_distribution",

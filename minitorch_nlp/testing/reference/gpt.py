@@ -76,11 +76,13 @@ def transformer_block(x, p, n_head, real, pre_ln, eps, activation):
     return layer_norm(x + mlp(x), p["ln2_g"], p["ln2_b"], eps)
 
 
-def eq20_input_embedding(ids, wte, wpe):
+def eq20_input_embedding(ids, wte, wpe, positions=None):
     """h_0 = U W_e + W_p (eq 20): U is the one-hot matrix of the context tokens (T, V), W_p the
-    rows of the positions 0 .. T-1."""
+    rows of the positions 0 .. T-1 (or of ``positions`` (T,), as one-hot rows too)."""
     one_hot = np.eye(wte.shape[0])[np.asarray(ids)]
-    return anp.dot(one_hot, wte) + wpe[:len(ids)]
+    if positions is None:
+        return anp.dot(one_hot, wte) + wpe[:len(ids)]
+    return anp.dot(one_hot, wte) + anp.dot(np.eye(wpe.shape[0])[np.asarray(positions)], wpe)
 
 
 def eq19_transformer_blocks(h0, params, n_head, real=None, pre_ln=False, eps=1e-5,
