@@ -366,3 +366,8 @@ def test_import_all_imports_the_package():
     assert all(name.startswith("minitorch_nlp.") for name in skipped)
     assert "minitorch_nlp.cli" in sys.modules
     assert "minitorch_nlp.__main__" not in sys.modules
+
+
+def test_the_readme_and_the_check_page_show_how_to_run_one_equations_tests():
+    for page in ("README.md", "docs/check.md", "docs/project.md"):
+        assert "pytest -m eq12" in (ROOT / page).read_text(), page
