@@ -185,15 +185,16 @@ def test_a_narrow_student_learns_from_the_teacher_in_two_stages():
 
 @pytest.mark.eq(40, 44)
 def test_tinybert_defaults_are_the_papers():
-    """t = 1 for the prediction loss; TinyBertLoss's uniform mapping, weights of 1, every
-    objective and t = 1: the values the docstrings name, compared with calls that spell them
-    out."""
+    """t = 1 for the prediction loss; TinyBertLoss's uniform mapping (M = 2 of N = 4: layers
+    2 and 4), weights of 1, every objective and t = 1: calls that leave them out match the
+    reference maths with those values."""
     rng = np.random.default_rng(0)
     student_logits, teacher_logits = (mt.tensor(rng.normal(size=(3, 4)), dtype=mt.float64)
                                       for _ in range(2))
     np.testing.assert_allclose(
         prediction_loss(student_logits, teacher_logits).item(),
-        prediction_loss(student_logits, teacher_logits, temperature=1.0).item(), rtol=1e-12)
+        reference.eq44_prediction_loss(student_logits.numpy(), teacher_logits.numpy(), 1.0),
+        rtol=1e-12)
     student = SimpleNamespace(num_hidden_layers=2, hidden_size=3)
     teacher = SimpleNamespace(num_hidden_layers=4, hidden_size=5)
 
@@ -204,10 +205,15 @@ def test_tinybert_defaults_are_the_papers():
             logits=mt.tensor(rng.normal(size=(2, 4))))
 
     s_out, t_out, batch = outputs(2, 3), outputs(4, 5), {"attention_mask": None}
-    default = TinyBertLoss(student, teacher)
-    spelled_out = TinyBertLoss(student, teacher, layer_mapping=(2, 4), layer_weights=[1.0] * 4,
-                               objectives=("embedding", "attention", "hidden", "prediction"),
-                               temperature=1.0)
-    spelled_out.load_state_dict(default.state_dict())
-    np.testing.assert_allclose(default(s_out, t_out, batch).loss.item(),
-                               spelled_out(s_out, t_out, batch).loss.item(), rtol=1e-12)
+    loss = TinyBertLoss(student, teacher).to(mt.float64)
+
+    def as_dict(out):
+        return {"hidden_states": [h.numpy() for h in out.hidden_states],
+                "attention_scores": [a.numpy() for a in out.attention_scores],
+                "logits": out.logits.numpy()}
+
+    expected = reference.eq40_layerwise_loss(
+        as_dict(s_out), as_dict(t_out), loss.embedding_projection.numpy(),
+        loss.hidden_projection.numpy(), [2, 4], [1.0] * 4, 1.0, None,
+        ("embedding", "attention", "hidden", "prediction"))
+    np.testing.assert_allclose(loss(s_out, t_out, batch).loss.item(), expected, rtol=1e-12)
