@@ -104,6 +104,7 @@ def test_eq40_tinybert_loss_matches_the_reference(case):
         np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-10)
 
 
+@pytest.mark.eq(40)
 def test_the_uniform_mapping_and_its_errors():
     assert uniform_layer_mapping(4, 12) == (3, 6, 9, 12)
     assert uniform_layer_mapping(3, 4) == (1, 2, 4)
@@ -134,6 +135,7 @@ def test_bad_objectives_weights_and_temperatures_are_named():
         TinyBertLoss(student, object())
 
 
+@pytest.mark.eq(41)
 def test_recorded_scores_are_the_attention_before_its_softmax():
     mt.manual_seed(0)
     model = BertForMaskedLM(bert_config(2, 8)).eval()
