@@ -273,10 +273,10 @@ MASKING_VALUES = (-1e4, -1e9, -np.inf)
 """The values models write into masked logits and scores: BERT's -1e4, -1e9, and -inf."""
 
 STRESS_KINDS = ("plain", "shifted", "large", "tiny")
-"""How ``stress_arrays`` draws: values in [low, high]; the same shifted by ±1e4 (a softmax or a
-log-sum-exp without the max subtraction overflows); scaled up to about ±1e4 (near one-hot
-softmaxes, exp underflows); scaled down to about 1e-6 (near uniform, differences below float32's
-resolution)."""
+"""How ``stress_arrays`` draws: values in [low, high]; the same shifted by ±1e4 (``large``: a
+softmax or a log-sum-exp without the max subtraction overflows); scaled up to about ±1e4 (near
+one-hot softmaxes, exp underflows); scaled down by 1e-6 (near uniform, differences below
+float32's resolution)."""
 
 
 @st.composite
