@@ -422,9 +422,14 @@ def _default_tests_dir() -> Path | None:
 
 def _is_eq_mark(node: ast.expr) -> bool:
     """``pytest.mark.eq`` or ``mark.eq`` (as in ``from pytest import mark``)."""
+    return _is_mark(node, "eq")
+
+
+def _is_mark(node: ast.expr, name: str) -> bool:
+    """``pytest.mark.<name>`` or ``mark.<name>``."""
     return (
         isinstance(node, ast.Attribute)
-        and node.attr == "eq"
+        and node.attr == name
         and (
             (isinstance(node.value, ast.Attribute) and node.value.attr == "mark")
             or (isinstance(node.value, ast.Name) and node.value.id == "mark")
@@ -465,6 +470,97 @@ def _pytestmark(body) -> list[ast.expr]:
     return values
 
 
+def _is_parametrize(node: ast.expr) -> bool:
+    """A ``pytest.mark.parametrize(...)`` or ``mark.parametrize(...)`` call."""
+    return isinstance(node, ast.Call) and _is_mark(node.func, "parametrize")
+
+
+def _is_param(node: ast.expr) -> bool:
+    """A ``pytest.param(...)`` call."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "param"
+    )
+
+
+def _value_id(node: ast.expr, argname: str, index: int) -> str:
+    """The id pytest generates for one parameter value: the value itself for numbers, strings,
+    booleans and None, ``argname`` and the position otherwise."""
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        return f"{argname}{index}"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return str(value)
+    return f"{argname}{index}"
+
+
+def _parametrized_ids(decorator: ast.Call) -> dict[int, list[str]] | None:
+    """Equation number -> the ids (``"12"`` of ``test[12]``) of the cases of one parametrize
+    decorator that carry ``pytest.param(..., marks=pytest.mark.eq(n))``.
+
+    None when the ids cannot be read from the source (computed argument lists, ``ids=``,
+    repeated ids), so that the caller falls back to the whole function.
+    """
+    if len(decorator.args) < 2 or decorator.keywords:
+        return None
+    names, cases = decorator.args[0], decorator.args[1]
+    if isinstance(names, ast.Constant) and isinstance(names.value, str):
+        argnames = [name.strip() for name in names.value.split(",") if name.strip()]
+    elif isinstance(names, (ast.List, ast.Tuple)) and all(
+        isinstance(name, ast.Constant) and isinstance(name.value, str) for name in names.elts
+    ):
+        argnames = [name.value for name in names.elts]
+    else:
+        return None
+    if not isinstance(cases, (ast.List, ast.Tuple)):
+        return None
+    ids, found = [], {}
+    for index, case in enumerate(cases.elts):
+        keywords = {k.arg: k.value for k in case.keywords} if _is_param(case) else {}
+        if _is_param(case):
+            values = case.args
+        elif len(argnames) == 1:
+            values = [case]
+        elif isinstance(case, (ast.List, ast.Tuple)):
+            values = case.elts
+        else:
+            return None
+        if "id" in keywords:
+            if not isinstance(keywords["id"], ast.Constant):
+                return None
+            case_id = str(keywords["id"].value)
+        else:
+            case_id = "-".join(_value_id(value, name, index)
+                               for value, name in zip(values, argnames))
+        ids.append(case_id)
+        if "marks" in keywords:
+            for number in _eq_numbers([keywords["marks"]]):
+                found.setdefault(number, []).append(case_id)
+    if len(set(ids)) != len(ids):
+        return None
+    return found
+
+
+def _function_ids(node, prefix: str, covered: set[int]) -> dict[int, list[str]]:
+    """Equation number -> node ids of one test function: ``prefix::test`` for marks on the
+    function, ``prefix::test[case]`` for marks on single cases of its only parametrize
+    decorator (so that the id runs that case, not all of them)."""
+    node_id = f"{prefix}::{node.name}"
+    parametrizes = [d for d in node.decorator_list if _is_parametrize(d)]
+    by_case = _parametrized_ids(parametrizes[0]) if len(parametrizes) == 1 else None
+    others = node.decorator_list if by_case is None else [
+        d for d in node.decorator_list if d is not parametrizes[0]]
+    ids: dict[int, list[str]] = {}
+    for number in _eq_numbers(others) - covered:
+        ids.setdefault(number, []).append(node_id)
+    for number, cases in (by_case or {}).items():
+        if number not in covered and number not in ids:
+            ids[number] = [f"{node_id}[{case}]" for case in cases]
+    return ids
+
+
 def _collect(body, prefix: str, covered: set[int], found: dict[int, list[str]]) -> None:
     """Record the test functions and classes in ``body`` under the equations they are marked with.
 
@@ -474,8 +570,8 @@ def _collect(body, prefix: str, covered: set[int], found: dict[int, list[str]]) 
     for node in body:
         is_function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         if is_function and node.name.startswith("test"):
-            for number in _eq_numbers(node.decorator_list) - covered:
-                found.setdefault(number, []).append(f"{prefix}::{node.name}")
+            for number, node_ids in _function_ids(node, prefix, covered).items():
+                found.setdefault(number, []).extend(node_ids)
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
             node_id = f"{prefix}::{node.name}"
             marked = _eq_numbers(node.decorator_list) | _eq_numbers(_pytestmark(node.body))
@@ -491,7 +587,9 @@ def tests_by_equation(tests_dir: str | Path | None = None) -> dict[int, list[str
     (``@pytest.mark.eq(3, 4)``, marks inside ``pytest.param(..., marks=...)``), class decorators
     and ``pytestmark = ...`` in modules and classes. Node ids are relative to the folder that holds
     ``tests_dir``: ``"tests/test_attention.py::test_scaled_dot_product"``; a module or class marked
-    as a whole appears once, as ``"tests/test_x.py"`` or ``"tests/test_x.py::TestY"``. Without
+    as a whole appears once, as ``"tests/test_x.py"`` or ``"tests/test_x.py::TestY"``; a case of a
+    parametrized test marked through ``pytest.param(..., marks=...)`` appears as the id of that
+    case, ``"tests/test_check.py::test_x[12]"``, so that every id runs as it is. Without
     ``tests_dir`` the ``tests`` folder of the source checkout is used; an installed package has
     none, and the result is empty.
     """

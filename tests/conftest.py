@@ -1,5 +1,9 @@
-"""Shared test set-up: hypothesis profiles, GPU skipping, and a clean engine per test (the markers
-are registered in pyproject.toml).
+"""Shared test set-up: hypothesis profiles, GPU skipping, a plain marker per equation, and a clean
+engine per test (the other markers are registered in pyproject.toml).
+
+A test marked ``@pytest.mark.eq(11, 12)`` also carries the plain markers ``eq11`` and ``eq12``, so
+that ``pytest -m eq12`` selects equation 12's tests (``-m`` matches marker names, not their
+arguments); ``eq1``..``eq111`` are registered here, one per equation of the registry.
 
 Profiles (``HYPOTHESIS_PROFILE=ci|dev|thorough``, default ``ci``):
 
@@ -24,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import minitorch_nlp as mt
+from minitorch_nlp import cookbook
 
 settings.register_profile("ci", derandomize=True, max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow], print_blob=True)
@@ -47,7 +52,21 @@ def _gpu_missing_reason():
     return None
 
 
+def pytest_configure(config):
+    for number in cookbook.EQUATIONS:
+        config.addinivalue_line(
+            "markers", f"eq{number}: checks equation {number} of the paper (added for eq({number}))")
+
+
+def _add_plain_equation_markers(items):
+    for item in items:
+        numbers = {number for mark in item.iter_markers("eq") for number in mark.args}
+        for number in sorted(numbers):
+            item.add_marker(getattr(pytest.mark, f"eq{number}"))
+
+
 def pytest_collection_modifyitems(config, items):
+    _add_plain_equation_markers(items)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return

@@ -158,8 +158,8 @@ def test_every_spec_is_checked_here_and_listed_in_the_registry():
     assert set(CHECKED) == set(specs), "add each new spec to the parametrization above"
     tests = cookbook.tests_by_equation()   # reads every test file once
     for number in specs:
-        assert "tests/test_check.py::test_the_librarys_implementation_passes_its_check" in \
-            tests[number]
+        assert f"tests/test_check.py::test_the_librarys_implementation_passes_its_check[{number}]" \
+            in tests[number]
 
 
 def test_every_spec_names_a_registered_equation_and_its_library_function():
@@ -292,9 +292,10 @@ def test_a_memory_without_the_stop_gradient_fails_on_its_gradient():
 @pytest.mark.eq(16)
 @pytest.mark.sec4
 def test_states_concatenated_backward_first_fail_on_the_values():
-    def backward_first(forward_weight_ih, backward_weight_ih, *, char_ids, lengths, params):
+    def backward_first(forward_weight_ih, backward_weight_ih, *, char_ids, lengths, params,
+                       residual):
         states = bilstm_states(forward_weight_ih, backward_weight_ih, char_ids=char_ids,
-                               lengths=lengths, params=params)
+                               lengths=lengths, params=params, residual=residual)
         dim = states.shape[-1] // 2
         return mt.concatenate([states[..., dim:], states[..., :dim]], axis=-1)
 

@@ -2,6 +2,8 @@
 
 import csv
 import dataclasses
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +15,7 @@ from minitorch_nlp import cookbook
 
 # The paper's equation index (number, line, section, what), as the project's seed gives it.
 SEED_TABLE = Path(__file__).resolve().parent / "fixtures" / "seed_equations.tsv"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -221,7 +224,7 @@ def test_find_tests_reads_marks(tmp_path):
     found = cookbook.tests_by_equation(tests)
     assert found == {
         9: ["tests/test_attention.py::test_softmax"],
-        10: ["tests/test_attention.py::test_context"],
+        10: ["tests/test_attention.py::test_context[1]"],
         11: ["tests/test_attention.py::test_weights"],
         12: ["tests/test_attention.py::test_scaled", "tests/test_attention.py::test_weights"],
         20: ["tests/models/test_gpt.py"],
@@ -235,6 +238,116 @@ def test_find_tests_reads_marks(tmp_path):
     assert cookbook.find_tests(12, tests) == found[12]
     assert cookbook.find_tests(12, str(tests)) == found[12]
     assert cookbook.find_tests(1, tests) == []
+
+
+def test_find_tests_names_the_marked_cases_of_a_parametrized_test(tmp_path):
+    tests = write_tests(
+        tmp_path,
+        {
+            "test_check.py": """
+                import pytest
+
+                @pytest.mark.parametrize("number", [
+                    pytest.param(11, marks=[pytest.mark.eq(11), pytest.mark.sec4]),
+                    pytest.param(12, marks=pytest.mark.eq(12)),
+                    13])
+                def test_spec(number):
+                    pass
+
+                @pytest.mark.parametrize("name, scale", [
+                    pytest.param("plain", -0.5, marks=pytest.mark.eq(12)),
+                    pytest.param("named", 2.0, id="custom", marks=pytest.mark.eq(12)),
+                    ("other", 1.0)])
+                def test_two_arguments(name, scale):
+                    pass
+
+                @pytest.mark.parametrize("shape", [pytest.param((2, 3), marks=pytest.mark.eq(20))])
+                def test_object_values(shape):
+                    pass
+
+                @pytest.mark.eq(30)
+                @pytest.mark.parametrize("x", [pytest.param(1, marks=pytest.mark.eq(30))])
+                def test_marked_whole_and_case(x):
+                    pass
+
+                @pytest.mark.parametrize("x", [pytest.param(1, marks=pytest.mark.eq(40)), 1])
+                def test_repeated_ids_fall_back(x):
+                    pass
+
+                @pytest.mark.parametrize("y", [0, 1])
+                @pytest.mark.parametrize("x", [pytest.param(1, marks=pytest.mark.eq(50))])
+                def test_stacked_parametrize_falls_back(x, y):
+                    pass
+
+                CASES = [pytest.param(1, marks=pytest.mark.eq(60))]
+
+                @pytest.mark.parametrize("x", CASES)
+                def test_computed_cases_fall_back(x):
+                    pass
+                """,
+        },
+    )
+    found = cookbook.tests_by_equation(tests)
+    assert found[11] == ["tests/test_check.py::test_spec[11]"]
+    assert found[12] == ["tests/test_check.py::test_spec[12]",
+                         "tests/test_check.py::test_two_arguments[custom]",
+                         "tests/test_check.py::test_two_arguments[plain--0.5]"]
+    assert found[20] == ["tests/test_check.py::test_object_values[shape0]"]
+    assert found[30] == ["tests/test_check.py::test_marked_whole_and_case"]
+    assert found[40] == ["tests/test_check.py::test_repeated_ids_fall_back"]
+    assert found[50] == ["tests/test_check.py::test_stacked_parametrize_falls_back"]
+    assert 60 not in found   # the cases are not in the source; nothing can be read without running
+
+
+def _collected_ids(*arguments: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "--strict-markers",
+         "-p", "no:cacheprovider", *arguments],
+        check=False, capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+@pytest.mark.slow
+def test_find_tests_ids_run_as_they_are_and_pytest_m_eqN_selects_the_same_tests():
+    """The ids of :func:`cookbook.find_tests` name exactly what ``pytest -m eq12`` selects: one
+    case of the parametrized ``check`` test (not all 111), and every other eq(12) test."""
+    ids = cookbook.find_tests(12)
+    check_ids = [i for i in ids if i.startswith("tests/test_check.py::")]
+    assert check_ids == ["tests/test_check.py::test_the_librarys_implementation_passes_its_check[12]"]
+    files = sorted({node_id.split("::")[0] for node_id in ids})
+    by_marker = _collected_ids("-m", "eq12", *files)
+    by_id = _collected_ids(*ids)
+    assert by_marker and sorted(by_marker) == sorted(by_id)
+    assert "tests/test_check.py::test_the_librarys_implementation_passes_its_check[11]" \
+        not in by_marker
+
+
+@pytest.mark.slow
+def test_pytest_m_eqN_selects_a_case_marked_with_several_equations(tmp_path):
+    tests = write_tests(tmp_path, {"test_marks.py": """
+        import pytest
+
+        @pytest.mark.eq(11, 12)
+        def test_both():
+            pass
+
+        @pytest.mark.parametrize("n", [pytest.param(1, marks=pytest.mark.eq(111)), 2])
+        def test_cases(n):
+            pass
+        """})
+    (tests / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    eq(n): equation n\n")
+    for marker, expected in [("eq11", ["test_both"]), ("eq12", ["test_both"]),
+                             ("eq111", ["test_cases[1]"]), ("eq1", [])]:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "--strict-markers",
+             "-p", "no:cacheprovider", "-m", marker, str(tests)],
+            check=False, capture_output=True, text=True, cwd=tmp_path, timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+        collected = [line.split("::")[-1] for line in done.stdout.splitlines() if "::" in line]
+        assert collected == expected, done.stdout[-2000:]
 
 
 def test_find_tests_without_a_tests_folder(tmp_path):
@@ -253,3 +366,8 @@ def test_import_all_imports_the_package():
     assert all(name.startswith("minitorch_nlp.") for name in skipped)
     assert "minitorch_nlp.cli" in sys.modules
     assert "minitorch_nlp.__main__" not in sys.modules
+
+
+def test_the_readme_and_the_check_page_show_how_to_run_one_equations_tests():
+    for page in ("README.md", "docs/check.md", "docs/project.md"):
+        assert "pytest -m eq12" in (ROOT / page).read_text(), page

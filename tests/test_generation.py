@@ -126,6 +126,7 @@ def model():
 PROMPTS = np.array([[3, 1, 4, 1], [5, 9, 2, 6]])
 
 
+@pytest.mark.eq(20)   # positions continue after the cache and skip the left padding
 def test_cached_sampling_equals_uncached(model):
     """Greedy decoding with and without the cache is a shared check (``tests/model_checks.py``);
     sampling from the same generator must agree too."""
@@ -184,6 +185,7 @@ def test_generate_edges_and_errors(model):
         model.generate([[1, 2], [3]], 2)
 
 
+@pytest.mark.eq(20)   # positions continue after the cache and skip the left padding
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_left_padded_prompts_continue_as_they_would_alone(use_cache):
     mt.manual_seed(3)

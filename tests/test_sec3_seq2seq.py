@@ -174,6 +174,7 @@ def test_bidirectional_with_lengths_equals_each_sequence_alone(layer, data):
         assert np.all(out.numpy()[b, n:] == 0)
 
 
+@pytest.mark.eq(3)
 @pytest.mark.parametrize("layer", [nn.GRU, nn.LSTM])
 @small
 @given(data=st.data())
@@ -437,6 +438,7 @@ def test_luong_local_p_attention_matches_reference(data):
                    data.draw(S.seeds()))
 
 
+@pytest.mark.eq(9, 10)
 def test_local_p_with_a_window_covering_the_source_and_a_flat_gaussian_is_global():
     attention = LuongAttention(3, 3, score="general", window=50)
     global_ = LuongAttention(3, 3, score="general")
@@ -475,6 +477,7 @@ def _decoder_arrays(data, decoder):
     return arrays, load(decoder, arrays)
 
 
+@pytest.mark.eq(8, 9, 10)
 @small
 @given(data=st.data())
 def test_bahdanau_decoder_steps_match_reference(data):
@@ -515,6 +518,7 @@ def test_bahdanau_decoder_steps_match_reference(data):
                    [encoded.memory, encoded.summary, *params], data.draw(S.seeds()))
 
 
+@pytest.mark.eq(7, 9, 10)
 @small
 @given(data=st.data())
 def test_luong_decoder_attentional_state_and_input_feeding_match_reference(data):
@@ -592,6 +596,7 @@ def tiny_batch(seed=0, batch=6, source_len=5, target_len=4):
     return src, lengths, tgt_in, tgt_out
 
 
+@pytest.mark.eq(9)
 def test_attention_gives_padded_source_positions_no_weight():
     for kind in ("bahdanau", "luong-concat"):
         model = tiny_model(kind).to(mt.float64)
@@ -786,3 +791,13 @@ def test_equations_1_to_10_are_registered():
     cookbook.import_all()
     for number in range(1, 11):
         assert cookbook.implementations(number), f"eq {number} has no registered code"
+
+
+@pytest.mark.eq(2)
+def test_eq02_the_default_padding_id_is_0():
+    logits = mt.tensor(np.random.default_rng(0).normal(size=(2, 3, 4)), dtype=mt.float64)
+    targets = np.array([[1, 0, 2], [0, 3, 3]])
+    log_p = logits.numpy() - np.log(np.exp(logits.numpy()).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_p, targets[..., None], -1)[..., 0]
+    np.testing.assert_allclose(decoding.sequence_log_prob(logits, targets).numpy(),
+                               np.where(targets == 0, 0.0, picked).sum(-1), rtol=1e-12)

@@ -53,6 +53,30 @@ def test_eq20_input_embedding_matches_reference(data):
     np.testing.assert_allclose(model.wpe.table.grad.numpy(), expected[1], **TOL)
 
 
+@pytest.mark.eq(20)
+@pytest.mark.parametrize("variant", ["gpt1", "gpt2"])
+@pytest.mark.parametrize("chunks", [(1, 1, 1, 1, 1), (2, 3), (4, 1)])
+def test_eq20_with_a_cache_positions_continue_where_the_cache_ends(variant, chunks):
+    """Fed in chunks with a key/value cache, the chunk starting at s embeds its tokens with W_p
+    rows s, s+1, ... (eq 20 of the whole sequence, sliced), and the hidden states equal those of
+    the whole sequence fed at once: a cache that restarts the positions at 0 fails both."""
+    config = GPTConfig.tiny(variant, vocab_size=9, n_positions=8, n_embd=4, n_layer=2, n_head=2)
+    model = randomize(GPTModel(config), 3)
+    ids = np.random.default_rng(4).integers(0, 9, (2, sum(chunks)))
+    w_e, w_p = model.wte.weight.numpy(), model.wpe.table.numpy()
+    whole = model(ids).last_hidden_state.numpy()
+    cache, start, steps = model.new_cache(), 0, []
+    for size in chunks:
+        chunk = ids[:, start:start + size]
+        expected_h0 = np.stack([R.eq20_input_embedding(row, w_e, w_p)[start:start + size]
+                                for row in ids])
+        np.testing.assert_allclose(model.wpe(model.wte(chunk), start=start).numpy(),
+                                   expected_h0, **TOL)
+        steps.append(model(chunk, cache=cache).last_hidden_state.numpy())
+        start += size
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), whole, **TOL)
+
+
 @pytest.mark.eq(18, 19, 20, 21)
 @given(st.data())
 def test_eq18_to_21_gpt1_language_model_matches_reference(data):

@@ -352,6 +352,7 @@ def test_kv_cache_holds_every_step_and_the_source_once():
     assert state["cache"][0]["cross"]["k"].shape == (2, 2, 4, 8)
 
 
+@pytest.mark.eq(12)   # attention over cached keys: queries aligned with the last keys
 def test_kv_cache_in_a_causal_encoder_stack():
     """The decoder-only use (GPT): a causal stack fed one token at a time with a cache equals the
     stack run on the whole sequence, and feeding two tokens at once works too."""
@@ -366,6 +367,7 @@ def test_kv_cache_in_a_causal_encoder_stack():
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.eq(12)   # attention over cached keys: queries aligned with the last keys
 def test_beam_one_equals_greedy_and_cached_beams_equal_uncached():
     model = tiny_transformer(seed=3)
     src = np.array([[3, 4, 5, 6, 7], [8, 9, 10, 0, 0], [11, 3, 0, 0, 0]])
@@ -436,17 +438,33 @@ class TestPreLNTransformerChecks(ModelChecks):
     spec = transformer_spec(norm_first=True)
 
 
+def dropped_weights(q, k, p, seed):
+    """The attention weights after dropout, as the seeded attention draws them: read through
+    values that are the identity, and checked entry by entry against the weights without dropout
+    (each dropped to 0 or kept and rescaled by 1/(1-p), the expectation unchanged); the draw
+    itself is the one thing taken from the library."""
+    weights = nn.attention_weights(q, k, causal=True).numpy()
+    keys = k.shape[2]
+    identity = mt.tensor(np.broadcast_to(np.eye(keys), q.shape[:2] + (keys, keys)).copy())
+    mt.manual_seed(seed)
+    dropped = F.scaled_dot_product_attention(q.detach(), k.detach(), identity, causal=True,
+                                             dropout_p=p).numpy()
+    kept = dropped != 0
+    np.testing.assert_allclose(dropped[kept], weights[kept] / (1 - p), **TOL)
+    assert kept.any() and not kept[weights > 0].all()
+    return dropped
+
+
 @pytest.mark.eq(11, 12)
 def test_attention_dropout_drops_weights_in_training_only():
     attention = randomize(nn.MultiHeadAttention(4, 2, dropout=0.5), 12)
     x = t64(np.random.default_rng(13).standard_normal((2, 3, 4)), requires_grad=True)
     mt.manual_seed(5)
     out = attention(x, causal=True)
-    mt.manual_seed(5)
     q, k, v = (attention.split_heads(proj(x)) for proj in
                (attention.q_proj, attention.k_proj, attention.v_proj))
-    dropped = F.dropout(nn.attention_weights(q, k, causal=True), 0.5, True)
-    expected = attention.out_proj(attention.merge_heads(dropped @ v))
+    dropped = dropped_weights(q, k, 0.5, seed=5)
+    expected = attention.out_proj(attention.merge_heads(mt.tensor(dropped) @ v))
     np.testing.assert_allclose(out.numpy(), expected.numpy(), **TOL)
     out.sum().backward()
     assert np.isfinite(x.grad.numpy()).all()

@@ -73,6 +73,7 @@ def test_eq32_to_34_moe_layer_matches_chained_references_with_gate_gradients(dat
 
 
 # ---- properties ----------------------------------------------------------------------------------
+@pytest.mark.eq(32)
 @given(st.data())
 def test_no_expert_receives_more_than_its_capacity(data):
     tokens, experts = data.draw(st.integers(1, 12)), data.draw(st.integers(2, 5))
@@ -91,6 +92,7 @@ def test_no_expert_receives_more_than_its_capacity(data):
     assert all(dispatch[:, e, :slots_used[e]].sum() == slots_used[e] for e in range(experts))
 
 
+@pytest.mark.eq(32)
 def test_first_choices_take_slots_before_second_choices():
     # every token prefers expert 0, then expert 1; capacity 2 of 3 tokens
     logits = mt.tensor([[3.0, 2.0, 0.0], [3.0, 2.0, 0.0], [3.0, 2.0, 0.0]])
@@ -100,6 +102,7 @@ def test_first_choices_take_slots_before_second_choices():
     assert dispatch[2].sum() == 0                                 # the third goes nowhere
 
 
+@pytest.mark.eq(33, 34)
 @given(st.data())
 def test_one_expert_with_room_for_every_token_is_a_dense_ffn(data):
     batch, time, d_model, d_ff = (data.draw(st.integers(1, 3)) for _ in range(4))
@@ -146,6 +149,7 @@ def test_aux_loss_gradient_pushes_the_gates_towards_balance():
     assert (grad[:, 0] > 0).all() and (grad[:, 1] < 0).all()   # descent lowers the busy expert
 
 
+@pytest.mark.eq(32)
 def test_second_expert_is_used_with_probability_twice_its_normalised_gate():
     g1, g2 = 0.6, 0.25                            # normalised second gate 0.25 / 0.85
     logits = mt.tensor(np.log(np.tile([g1, g2, 0.15], (4000, 1))))
@@ -156,6 +160,7 @@ def test_second_expert_is_used_with_probability_twice_its_normalised_gate():
     assert moe.route(logits, k=2, capacity=4000).tokens_per_expert[1] == 4000   # draws=None: all
 
 
+@pytest.mark.eq(32)
 def test_top2_weights_are_the_renormalised_gates_and_top1_the_raw_gate():
     probabilities = np.array([[0.5, 0.3, 0.2]])
     logits = mt.tensor(np.log(probabilities))
@@ -165,6 +170,7 @@ def test_top2_weights_are_the_renormalised_gates_and_top1_the_raw_gate():
     np.testing.assert_allclose(top1[0, :, 0], [0.5, 0.0, 0.0])
 
 
+@pytest.mark.eq(34)
 def test_a_token_over_capacity_passes_through_the_residual_unchanged():
     d = 4
     mt.manual_seed(3)
@@ -258,6 +264,7 @@ def test_groups_are_routed_each_alone_as_separate_calls_would(group_size):
     np.testing.assert_array_equal(counts, alone_counts)
 
 
+@pytest.mark.eq(32)
 def test_expert_capacity_is_gshards_2s_over_e_and_switchs_s_over_e():
     assert moe.expert_capacity(64, 8) == 16                       # 2 S / E
     assert moe.expert_capacity(64, 8, k=1) == 8                   # S / E
@@ -295,3 +302,12 @@ def test_expert_capacity_is_gshards_2s_over_e_and_switchs_s_over_e():
 def test_bad_input_is_refused_with_a_clear_message(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+@pytest.mark.eq(32)
+def test_eq32_the_default_is_gshards_top_two_with_every_second_expert():
+    logits = mt.tensor(np.array([[2.0, 1.0, -1.0], [0.0, 0.5, 3.0]]), dtype=mt.float64)
+    np.testing.assert_allclose(
+        moe.gshard_gating(logits, capacity=2).numpy(),
+        reference.eq32_gshard_gating(logits.numpy(), k=2, capacity=2, draws=None), rtol=1e-12)
+    assert (moe.gshard_gating(logits, capacity=2).numpy() > 0).sum() == 4   # two per token

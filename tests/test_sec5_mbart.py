@@ -91,3 +91,11 @@ def test_mbart_decoder_starts_from_the_labels_language_id():
 def test_mbart_labels_of_padding_only_are_refused():
     with pytest.raises(ValueError, match="a row of labels holds only padding"):
         tiny_mbart()(np.array([[5, 2, EN]]), labels=np.array([[PAD, PAD]]))
+
+
+@pytest.mark.eq(30)
+def test_eq30_the_default_alpha_is_mbarts_0_7():
+    sizes = np.array([1.0, 10.0, 100.0])
+    shares = sizes / sizes.sum()
+    expected = shares ** 0.7 / (shares * (shares ** 0.7).sum())
+    np.testing.assert_allclose(language_sampling_ratios(sizes).numpy(), expected, rtol=1e-12)

@@ -18,6 +18,7 @@ from minitorch_nlp.compress import (Distiller, KnowledgeDistillationLoss, Triple
                                     soft_target_loss, temperature_softmax)
 from minitorch_nlp.models.bert import BertConfig, BertForMaskedLM
 from minitorch_nlp.testing import strategies as S
+from minitorch_nlp.testing.reference import distillation as R
 
 pytestmark = pytest.mark.sec6
 
@@ -193,3 +194,28 @@ def test_the_distiller_refuses_different_vocabularies_and_one_model_twice():
         Distiller(teacher, bert(1, vocab_size=30), TripleLoss())
     with pytest.raises(ValueError, match="the teacher and the student are the same model"):
         Distiller(teacher, teacher, TripleLoss())
+
+
+# ---- the defaults are the documented ones (the specs pass every argument) -------------------------
+def _logits(shape, seed):
+    return mt.tensor(np.random.default_rng(seed).normal(0.0, 2.0, shape), dtype=mt.float64)
+
+
+@pytest.mark.eq(35, 36, 37, 38, 39)
+def test_the_distillation_functions_defaults_are_the_papers():
+    """T = 1, the last axis, every position, ignore_index -100, alpha = 0.5 and beta = 1 -
+    alpha: calls that leave them out match the reference maths with those values."""
+    student, teacher = _logits((2, 3, 4), 0), _logits((2, 3, 4), 1)
+    z_s, z_t = student.numpy(), teacher.numpy()
+    labels = np.array([[1, -100, 3], [0, 2, -100]])
+    same = [
+        (mt.functional.softmax(student), R.eq35_softmax_along(z_s, -1)),
+        (temperature_softmax(student), R.eq35_softmax_along(z_s, -1)),
+        (soft_target_loss(student, teacher), R.eq37_soft_target_loss(z_s, z_t, 1.0)),
+        (hard_target_loss(student, labels), R.eq38_student_loss(z_s, labels)),
+        (distillation_loss(student, teacher, labels, temperature=2.0),
+         0.5 * 4.0 * R.eq37_soft_target_loss(z_s, z_t, 2.0) + 0.5 * R.eq38_student_loss(
+             z_s, labels)),
+    ]
+    for default, expected in same:
+        np.testing.assert_allclose(default.numpy(), expected, rtol=1e-12)

@@ -154,3 +154,21 @@ def test_hard_concrete_errors():
         H.FactorizedLinear.from_linear(Linear(4, 6), rank=5)
     with pytest.raises(ValueError, match="target sparsity must be in"):
         H.flop_lagrangian(mt.tensor(0.2), 1.0, 0.0, 0.0)
+
+
+@pytest.mark.eq(49, 50, 52)
+def test_the_gate_constants_and_defaults_are_louizos_et_al_s():
+    """beta = 2/3, gamma = -0.1, zeta = 1.1 (Louizos et al., 2018, section 4): the relaxed L0
+    norm's defaults give the reference's value with these constants, and the test-time gates of
+    FactorizedLinear clamp sigmoid(log_alpha) (zeta - gamma) + gamma with these values."""
+    log_alpha = mt.tensor([-3.0, -0.2, 0.0, 0.7, 4.0], dtype=mt.float64)
+    np.testing.assert_allclose(H.expected_l0(log_alpha).item(),
+                               R.eq52_expected_l0(log_alpha.numpy(), 2 / 3, -0.1, 1.1),
+                               rtol=1e-12)
+    sigmoid = 1 / (1 + np.exp(-log_alpha.numpy()))
+    gates = np.clip(sigmoid * 1.2 - 0.1, 0.0, 1.0)
+    layer = H.FactorizedLinear(2, 3, 5).to(mt.float64).eval()
+    with mt.no_grad():
+        layer.gate.log_alpha.data[...] = log_alpha.numpy()
+    P, Q = layer.P.numpy(), layer.Q.numpy()
+    np.testing.assert_allclose(layer.weight().numpy(), P @ np.diag(gates) @ Q, rtol=1e-12)

@@ -12,6 +12,7 @@ from hypothesis import given, strategies as st
 import minitorch_nlp as mt
 from minitorch_nlp import optim
 from minitorch_nlp.compress import Distiller, MobileBertTransferLoss, freeze_layers_below
+from minitorch_nlp.compress.mobilebert_losses import attention_transfer_loss
 from minitorch_nlp.models.mobilebert import (MobileBertConfig, MobileBertForMaskedLM,
                                              MobileBertForPreTraining,
                                              MobileBertForSequenceClassification,
@@ -127,6 +128,33 @@ def test_ib_bert_is_bert_large_inside_inverted_bottlenecks():
     assert layer.input_bottleneck.dense.weight.shape == (32, 16)    # 16 -> 32: inverted
     assert layer.output_bottleneck.weight.shape == (16, 32)
     assert not hasattr(layer, "attention_bottleneck") and layer.self_attn.value_width == 32
+
+
+def _causal_rows(time, seed):
+    """(1, 1, time, time) attention rows of a causal model: exact zeros above the diagonal."""
+    scores = np.random.default_rng(seed).standard_normal((1, 1, time, time))
+    weights = np.exp(np.where(np.tri(time, dtype=bool), scores, -np.inf))
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.eq(47)
+@pytest.mark.parametrize("teacher, student", [
+    (np.array([[[[1.0, 0.0], [0.5, 0.5]]]]), np.array([[[[0.9, 0.1], [0.4, 0.6]]]])),
+    (_causal_rows(4, 0), _causal_rows(4, 1) * 0.5 + 0.125),      # a causal teacher, no mask
+    (np.array([[[[1.0, np.exp(-1e4)], [np.exp(-800.0), 1.0]]]]),  # weights that underflowed
+     np.array([[[[0.7, 0.3], [0.2, 0.8]]]]))], ids=["zeros", "causal", "underflowed"])
+def test_eq47_a_teacher_weight_of_zero_adds_nothing(teacher, student):
+    """KL(p || q) = sum_k p_k log(p_k / q_k) with 0 log 0 = 0: a teacher weight of exactly 0 (a
+    causal or padded teacher without a mask, or underflow) adds nothing to the loss and nothing
+    to the student's gradient, -p_k / q_k / (T A)."""
+    rows = teacher.shape[1] * teacher.shape[2]
+    positive = teacher > 0
+    expected = np.sum(teacher[positive] * np.log(teacher[positive] / student[positive])) / rows
+    student_tensor = mt.tensor(student, dtype=mt.float64, requires_grad=True)
+    loss = attention_transfer_loss(mt.tensor(teacher, dtype=mt.float64), student_tensor)
+    np.testing.assert_allclose(loss.item(), expected, rtol=1e-12)
+    loss.backward()
+    np.testing.assert_allclose(student_tensor.grad.numpy(), -teacher / student / rows, rtol=1e-12)
 
 
 @pytest.mark.eq(46, 47)

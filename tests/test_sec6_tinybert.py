@@ -5,6 +5,8 @@ the recorded attention scores (their softmax is the model's attention), a narrow
 learning from a teacher in the general then the task stage, and the errors."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import autograd
 import numpy as np
 import pytest
@@ -102,6 +104,7 @@ def test_eq40_tinybert_loss_matches_the_reference(case):
         np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-10)
 
 
+@pytest.mark.eq(40)
 def test_the_uniform_mapping_and_its_errors():
     assert uniform_layer_mapping(4, 12) == (3, 6, 9, 12)
     assert uniform_layer_mapping(3, 4) == (1, 2, 4)
@@ -132,6 +135,7 @@ def test_bad_objectives_weights_and_temperatures_are_named():
         TinyBertLoss(student, object())
 
 
+@pytest.mark.eq(41)
 def test_recorded_scores_are_the_attention_before_its_softmax():
     mt.manual_seed(0)
     model = BertForMaskedLM(bert_config(2, 8)).eval()
@@ -179,3 +183,39 @@ def test_a_narrow_student_learns_from_the_teacher_in_two_stages():
         assert set(out) == {"loss", *(f"{name}_loss" for name in objectives)}
         assert losses[-1] < losses[0] / factor, (stage, losses[0], losses[-1])
     assert all(p.grad is None for p in teacher.parameters())
+
+
+@pytest.mark.eq(40, 44)
+def test_tinybert_defaults_are_the_papers():
+    """t = 1 for the prediction loss; TinyBertLoss's uniform mapping (M = 2 of N = 4: layers
+    2 and 4), weights of 1, every objective and t = 1: calls that leave them out match the
+    reference maths with those values."""
+    rng = np.random.default_rng(0)
+    student_logits, teacher_logits = (mt.tensor(rng.normal(size=(3, 4)), dtype=mt.float64)
+                                      for _ in range(2))
+    np.testing.assert_allclose(
+        prediction_loss(student_logits, teacher_logits).item(),
+        reference.eq44_prediction_loss(student_logits.numpy(), teacher_logits.numpy(), 1.0),
+        rtol=1e-12)
+    student = SimpleNamespace(num_hidden_layers=2, hidden_size=3)
+    teacher = SimpleNamespace(num_hidden_layers=4, hidden_size=5)
+
+    def outputs(depth, width):
+        return ModelOutput(
+            hidden_states=[mt.tensor(rng.normal(size=(2, 3, width))) for _ in range(depth + 1)],
+            attention_scores=[mt.tensor(rng.normal(size=(2, 2, 3, 3))) for _ in range(depth)],
+            logits=mt.tensor(rng.normal(size=(2, 4))))
+
+    s_out, t_out, batch = outputs(2, 3), outputs(4, 5), {"attention_mask": None}
+    loss = TinyBertLoss(student, teacher).to(mt.float64)
+
+    def as_dict(out):
+        return {"hidden_states": [h.numpy() for h in out.hidden_states],
+                "attention_scores": [a.numpy() for a in out.attention_scores],
+                "logits": out.logits.numpy()}
+
+    expected = reference.eq40_layerwise_loss(
+        as_dict(s_out), as_dict(t_out), loss.embedding_projection.numpy(),
+        loss.hidden_projection.numpy(), [2, 4], [1.0] * 4, 1.0, None,
+        ("embedding", "attention", "hidden", "prediction"))
+    np.testing.assert_allclose(loss(s_out, t_out, batch).loss.item(), expected, rtol=1e-12)

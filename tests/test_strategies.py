@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import find, given, settings, strategies as st
 
 from minitorch_nlp.testing import strategies as S
 
@@ -93,3 +93,28 @@ def test_token_batches(batch):
     np.testing.assert_array_equal(mask.sum(axis=1), lengths)
     assert ((ids[mask] > 0) & (ids[mask] < 7)).all()
     assert (ids[~mask] == 0).all()
+
+
+# ---- stress strategies (equations 1-55) ------------------------------------------------------------
+@pytest.mark.parametrize("kind, holds", [
+    ("shifted", lambda a: np.abs(a).min() >= 97),              # shifted by ±large
+    ("large", lambda a: 50 < np.abs(a).max() <= 100),           # up to large=100
+    ("tiny", lambda a: 0 < np.abs(a).max() <= 3e-6),            # scaled by 1e-6
+    ("plain", lambda a: 0.5 < np.abs(a).max() <= 3)])
+def test_stress_arrays_draw_each_kind(kind, holds):
+    strategy = S.stress_arrays((3,), kinds=(kind,), large=100.0)
+    assert holds(find(strategy, holds, settings=settings(max_examples=500, database=None)))
+
+
+@given(st.data())
+def test_masked_logits_leave_one_entry_per_row_unless_asked(data):
+    shape = data.draw(S.shapes(min_dims=1, max_dims=3))
+    all_masked = data.draw(st.booleans())
+    logits, masked = data.draw(S.masked_logits(shape, all_masked_rows=all_masked))
+    assert logits.shape == masked.shape == shape
+    rows, hidden = logits.reshape(-1, shape[-1]), masked.reshape(-1, shape[-1])
+    values = set(rows[hidden].tolist())
+    assert len(values) <= 1 and values <= set(S.MASKING_VALUES)
+    assert np.isfinite(rows[~hidden]).all()
+    fully = hidden.all(axis=1)
+    assert fully.sum() <= (1 if all_masked else 0)

@@ -9,6 +9,7 @@ q, k, v *and the bias* from HIPS autograd.
 from __future__ import annotations
 
 import functools
+import math
 
 import autograd
 import autograd.numpy as anp
@@ -26,6 +27,8 @@ from minitorch_nlp.testing.reference import transformer as R
 pytestmark = [pytest.mark.sec4]
 
 TOL = dict(rtol=1e-8, atol=1e-10)
+SCALES = st.sampled_from([None, 1.0, 0.125, 1e-3, 30.0])
+"""Attention's ``scale``: None (1/sqrt(d_k)), the survey's 1, others that no d_k gives."""
 
 
 def t64(array, requires_grad=False):
@@ -42,13 +45,13 @@ def head_block(array, b, h):
     return array.reshape(lead + array.shape[-2:])[index]
 
 
-def reference_sdpa(q, k, v, key_mask, causal, mask, bias):
+def reference_sdpa(q, k, v, key_mask, causal, mask, bias, scale=None):
     """(B, H, Tq, d) outputs from the one-head reference, head by head."""
     batch, heads = q.shape[:2]
     return anp.stack([anp.stack([
         R.eq12_scaled_dot_product_attention(
             q[b, h], k[b, h], v[b, h], None if key_mask is None else key_mask[b], causal,
-            mask=head_block(mask, b, h), bias=head_block(bias, b, h))
+            scale=scale, mask=head_block(mask, b, h), bias=head_block(bias, b, h))
         for h in range(heads)]) for b in range(batch)])
 
 
@@ -57,11 +60,14 @@ def attention_problems(draw):
     batch, heads = draw(st.integers(1, 2)), draw(st.integers(1, 3))
     tq, d = draw(st.integers(1, 4)), draw(st.integers(1, 3))
     tk = draw(st.integers(tq, tq + 2))
-    q = draw(S.arrays((batch, heads, tq, d)))
-    k, v = draw(S.arrays((batch, heads, tk, d))), draw(S.arrays((batch, heads, tk, d)))
+    # queries and keys of up to 100 (scores of about 1e4), and tiny ones
+    q = draw(S.stress_arrays((batch, heads, tq, d), kinds=("large", "tiny"), large=100.0))
+    k = draw(S.stress_arrays((batch, heads, tk, d), kinds=("large", "tiny"), large=100.0))
+    v = draw(S.arrays((batch, heads, tk, d)))
     bias_shape = draw(st.sampled_from([(batch, heads, tq, tk), (1, heads, tq, tk),
                                        (batch, 1, tq, tk), (tq, tk)]))
-    bias = draw(S.arrays(bias_shape, low=-2.0, high=2.0))
+    # a bias that masks (-1e4, -1e9 or -inf entries), sometimes a whole query row
+    bias = draw(S.masked_logits(bias_shape, -2.0, 2.0, all_masked_rows=True))[0]
     mask_shape = draw(st.sampled_from([(batch, 1, tq, tk), (tq, tk), (batch, heads, tq, tk)]))
     mask = draw(S.bool_masks(mask_shape))
     key_mask = draw(st.none() | S.bool_masks((batch, tk)))
@@ -70,23 +76,25 @@ def attention_problems(draw):
 
 @pytest.mark.eq(11, 12)
 @settings(max_examples=25)
-@given(attention_problems(), st.booleans(), st.booleans())
-def test_mask_and_bias_match_the_reference_values_and_gradients(problem, use_mask, use_bias):
+@given(attention_problems(), st.booleans(), st.booleans(), SCALES)
+def test_mask_and_bias_match_the_reference_values_and_gradients(problem, use_mask, use_bias,
+                                                                scale):
     q, k, v, bias, mask, key_mask, causal = problem
     mask = mask if use_mask else None
     bias = bias if use_bias else None
     tensors = [t64(a, requires_grad=True) for a in (q, k, v)]
     tbias = None if bias is None else t64(bias, requires_grad=True)
     out = F.scaled_dot_product_attention(*tensors, mask=mask, bias=tbias, causal=causal,
-                                         key_mask=key_mask)
+                                         key_mask=key_mask, scale=scale)
     np.testing.assert_allclose(out.numpy(),
-                               reference_sdpa(q, k, v, key_mask, causal, mask, bias), **TOL)
+                               reference_sdpa(q, k, v, key_mask, causal, mask, bias, scale),
+                               **TOL)
     cotangent = np.random.default_rng(0).standard_normal(out.shape)
     wanted = tensors + ([] if tbias is None else [tbias])
     grads = mt.grad((out * t64(cotangent)).sum(), wanted)
 
     def loss(q, k, v, bias):
-        return anp.sum(reference_sdpa(q, k, v, key_mask, causal, mask, bias) * cotangent)
+        return anp.sum(reference_sdpa(q, k, v, key_mask, causal, mask, bias, scale) * cotangent)
 
     arrays = (q, k, v, bias)
     for i, got in enumerate(grads):
@@ -95,18 +103,19 @@ def test_mask_and_bias_match_the_reference_values_and_gradients(problem, use_mas
 
 @pytest.mark.eq(11)
 @settings(max_examples=15)
-@given(attention_problems())
-def test_attention_weights_are_the_reference_weights(problem):
+@given(attention_problems(), SCALES)
+def test_attention_weights_are_the_reference_weights(problem, scale):
     q, k, _, bias, mask, key_mask, causal = problem
     weights = F.attention_weights(t64(q), t64(k), mask=mask, bias=bias, causal=causal,
-                                  key_mask=key_mask).numpy()
+                                  key_mask=key_mask, scale=scale).numpy()
     batch, heads, tq, tk = weights.shape
     mask4, bias4 = np.broadcast_to(mask, weights.shape), np.broadcast_to(bias, weights.shape)
     for b in range(batch):
         for h in range(heads):
             expected = R.eq11_attention_weights(q[b, h], k[b, h],
                                                 None if key_mask is None else key_mask[b],
-                                                causal, mask=mask4[b, h], bias=bias4[b, h])
+                                                causal, scale, mask=mask4[b, h],
+                                                bias=bias4[b, h])
             np.testing.assert_allclose(weights[b, h], expected, **TOL)
 
 
@@ -142,13 +151,23 @@ def test_grouped_query_heads_equal_repeated_heads(heads, causal, seed):
         np.testing.assert_allclose(shared.grad.numpy(), summed, **TOL)
 
 
+@pytest.mark.eq(11, 12)
 def test_attention_dropout_is_dropout_of_the_weights():
+    """Read through values that are the identity, the dropped weights are the weights, each
+    dropped to 0 or kept and rescaled by 1/(1-p); with other values the same draw gives those
+    weights times the values; the fraction dropped is p."""
+    p = 0.3
     rng = np.random.default_rng(2)
-    q, k, v = (t64(rng.standard_normal((1, 2, 4, 3))) for _ in range(3))
-    dropped = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5, generator=mt.Generator(7))
-    weights = F.attention_weights(q, k)
-    expected = F.dropout(weights, 0.5, generator=mt.Generator(7)) @ v
-    np.testing.assert_allclose(dropped.numpy(), expected.numpy(), **TOL)
+    q, k, v = (t64(rng.standard_normal((2, 4, 32, 3))) for _ in range(3))
+    weights = F.attention_weights(q, k).numpy()
+    identity = t64(np.broadcast_to(np.eye(32), (2, 4, 32, 32)).copy())
+    dropped = F.scaled_dot_product_attention(q, k, identity, dropout_p=p,
+                                             generator=mt.Generator(7)).numpy()
+    kept = dropped != 0
+    np.testing.assert_allclose(dropped[kept], weights[kept] / (1 - p), **TOL)
+    assert abs((1 - kept.mean()) - p) < 5 * math.sqrt(p * (1 - p) / kept.size)
+    out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, generator=mt.Generator(7))
+    np.testing.assert_allclose(out.numpy(), dropped @ v.numpy(), **TOL)
     assert np.all(F.scaled_dot_product_attention(q, k, v, dropout_p=1.0).numpy() == 0)
 
 

@@ -265,3 +265,49 @@ def seeds():
     """A seed for ``numpy.random.default_rng``: cheap random cotangents and directions that are
     still reproduced by hypothesis."""
     return st.integers(0, 2**32 - 1)
+
+
+# ---- stress: logits, scores and masking values at the sizes real models see ---------------------
+# (equations 1-55's specs; self-contained: nothing above depends on it)
+MASKING_VALUES = (-1e4, -1e9, -np.inf)
+"""The values models write into masked logits and scores: BERT's -1e4, -1e9, and -inf."""
+
+STRESS_KINDS = ("plain", "shifted", "large", "tiny")
+"""How ``stress_arrays`` draws: values in [low, high]; the same shifted by ±1e4 (``large``: a
+softmax or a log-sum-exp without the max subtraction overflows); scaled up to about ±1e4 (near
+one-hot softmaxes, exp underflows); scaled down by 1e-6 (near uniform, differences below
+float32's resolution)."""
+
+
+@st.composite
+def stress_arrays(draw, shape=None, low=-3.0, high=3.0, kinds=STRESS_KINDS, large=1e4):
+    """Arrays of ``shape`` drawn as one of ``kinds`` (see ``STRESS_KINDS``), ``"plain"`` more
+    often than the others: the small values that keep a counter-example readable stay common.
+    ``large`` is the magnitude of the ``"large"`` kind (100 for queries and keys makes scores of
+    about 1e4) and of the ``"shifted"`` kind's shift."""
+    base = draw(arrays(shape, low, high))
+    kind = draw(st.sampled_from(("plain",) + tuple(kinds)))
+    if kind == "shifted":
+        return base + draw(st.sampled_from((large, -large)))
+    if kind == "large":
+        return base * (large / max(abs(low), abs(high)))
+    if kind == "tiny":
+        return base * 1e-6
+    return base
+
+
+@st.composite
+def masked_logits(draw, shape, low=-3.0, high=3.0, all_masked_rows=False):
+    """``stress_arrays`` logits of ``shape`` with some entries replaced by a masking value (-1e4,
+    -1e9 or -inf, one per example), leaving at least one entry of each row along the last axis
+    unmasked; with ``all_masked_rows``, sometimes one row masked throughout as well. Also returns
+    the boolean array of what is masked: ``(logits, masked)``."""
+    logits = draw(stress_arrays(shape, low, high))
+    masked = draw(hnp.arrays(np.bool_, shape)) if draw(st.booleans()) else np.zeros(shape, bool)
+    rows = masked.reshape(-1, shape[-1])
+    rows[:, draw(st.integers(0, shape[-1] - 1))] = False
+    if all_masked_rows and rows.shape[0] and draw(st.booleans()):
+        rows[draw(st.integers(0, rows.shape[0] - 1))] = True
+    value = draw(st.sampled_from(MASKING_VALUES))
+    return np.where(masked, value, logits), masked
+

@@ -11,11 +11,15 @@ from ..spec import Spec
 
 @st.composite
 def _chosen_tokens(draw):
-    batch, time, vocab = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(2, 6))
+    batch, time, vocab = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 6))
     chosen = draw(S.bool_masks((batch, time)))
     chosen[0, 0] = True   # at least one token to predict
     ids = draw(S.arrays((batch, time), 0, vocab - 1).map(lambda a: np.rint(a).astype(np.int64)))
-    return {"logits": draw(S.arrays((batch, time, vocab))),
+    # logits of ±1e4 sometimes, masking values (-1e4, -1e9, -inf) on tokens other than the label
+    logits, masked = draw(S.masked_logits((batch, time, vocab)))
+    unmasked = draw(S.stress_arrays((batch, time, vocab)))
+    labelled = np.arange(vocab) == ids[..., None]
+    return {"logits": np.where(masked & labelled, unmasked, logits),
             "labels": np.where(chosen, ids, reference.IGNORED)}
 
 

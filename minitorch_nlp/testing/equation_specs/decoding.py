@@ -24,7 +24,8 @@ def markov_step(tables):
     (each row's sentence and position)."""
     def step_fn(tokens, state):
         logits = tables[state["row"], state["position"], tokens]
-        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        largest = logits.max(-1, keepdims=True)
+        log_probs = logits - largest - np.log(np.exp(logits - largest).sum(-1, keepdims=True))
         return mt.tensor(log_probs, dtype=mt.float64), dict(state,
                                                              position=state["position"] + 1)
     return step_fn, {"row": np.arange(len(tables)), "position": np.zeros(len(tables), np.int64)}
@@ -35,9 +36,9 @@ def argmax_sequence(*, tables, length_penalty):
     alpha = ``length_penalty``; |y| counts <eos>) for every sentence b of the model P(y_t = v |
     y_<t, x_b) = softmax(tables[b, t - 1, y_{t-1}])_v, y_0 = <bos> (``tables`` float64 (batch,
     max_len, V, V)). A sequence ends at its first <eos> or after max_len tokens; <pad> and <bos>
-    are never emitted (their logits are -1000). Ids: <pad> 0, <bos> 1, <eos> 2. Returns (ids
-    int64 (batch, max_len), <pad> after the end; scores float64 (batch,), the normalised
-    log-probabilities).
+    are never emitted (logits of -1e3, -1e4, -1e9 or -inf). Ids: <pad> 0, <bos> 1, <eos> 2.
+    Returns (ids int64 (batch, max_len), <pad> after the end; scores float64 (batch,), the
+    normalised log-probabilities).
 
     The library's ``decoding.beam_search`` with a beam as wide as the prefixes computes it."""
     batch, max_len, vocab = tables.shape[:3]
@@ -53,10 +54,17 @@ def _table_cases(draw):
     batch, max_len, vocab = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(
         st.integers(3, 5))
     # from a seed: random logits make two sequences' scores tie with probability zero
-    tables = np.random.default_rng(draw(S.seeds())).normal(0.0, 2.0,
-                                                          (batch, max_len, vocab, vocab))
-    tables[..., [PAD, BOS]] = -1e3
-    return {"tables": tables, "length_penalty": draw(st.sampled_from([0.0, 0.6, 1.0]))}
+    rng = np.random.default_rng(draw(S.seeds()))
+    tables = rng.normal(0.0, 2.0, (batch, max_len, vocab, vocab))
+    tables *= draw(st.sampled_from((1.0, 1.0, 1.0, 1e3)))   # logits of ±1e3 too: sure steps
+    if max_len > 1 and vocab == 5 and draw(st.booleans()):
+        # a trap for a greedy search: the likelier first token (3) leads to a flat next step,
+        # the other one (4) to a nearly sure <eos>
+        tables[:, 0, BOS, 2:] = (-4.0, 1.0, 0.5)
+        tables[:, 1, 3, 2:], tables[:, 1, 4, 2:] = 0.0, (6.0, -2.0, -2.0)
+    tables[..., [PAD, BOS]] = draw(st.sampled_from((-1e3, -1e4, -1e9, -np.inf)))
+    length_penalty = draw(st.sampled_from([0.0, 0.6, 1.0]) | st.floats(0.0, 2.0))
+    return {"tables": tables, "length_penalty": length_penalty}
 
 
 def _argmax_reference(tables, length_penalty):
@@ -65,7 +73,7 @@ def _argmax_reference(tables, length_penalty):
     for b, table in enumerate(tables):
         def log_prob_of_next(prefix, table=table):
             logits = table[len(prefix), prefix[-1] if prefix else BOS]
-            return logits - np.log(np.exp(logits).sum())
+            return logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
 
         best, scores[b] = reference.eq01_argmax_sequence(log_prob_of_next, vocab, EOS, max_len,
                                                          length_penalty, (PAD, BOS))

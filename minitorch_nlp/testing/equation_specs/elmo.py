@@ -39,9 +39,10 @@ def _count(params, prefix):
     return len({key[len(prefix):].split(".")[0] for key in params if key.startswith(prefix)})
 
 
-def _bilm(params, replaced, dtype):
-    """A BiLM of the shapes of ``params`` and ``replaced`` (the differentiable arguments), and
-    its tensors: both together."""
+def _bilm(params, replaced, dtype, residual):
+    """A BiLM of the shapes of ``params`` and ``replaced`` (the differentiable arguments), with
+    or without ``residual`` connections between its LSTM layers, and its tensors: both
+    together."""
     tensors = {name: mt.tensor(array, dtype=dtype) for name, array in params.items()}
     tensors.update(replaced)
     vocab_size, dim = tensors["softmax.weight"].shape
@@ -51,12 +52,12 @@ def _bilm(params, replaced, dtype):
     model = BiLM(BiLMConfig(
         vocab_size=vocab_size, dim=dim, num_layers=_count(tensors, "forward_lstms."),
         char_dim=tensors[_CHAR_EMBEDDING].shape[1], filters=filters,
-        highway_layers=_count(tensors, "token_encoder.highways.")))
+        highway_layers=_count(tensors, "token_encoder.highways."), residual=residual))
     return model, tensors
 
 
 def forward_log_probs(char_embedding, softmax_weight, softmax_bias, *, char_ids, token_ids,
-                      lengths, params):
+                      lengths, params, residual):
     """log p(t_k | t_1, ..., t_{k-1}) (eq 13) at every position k of each sentence: the softmax
     of the top forward LSTM state after reading x_1 .. x_{k-1}, the token vectors x from the
     character CNN (convolutions max-pooled over the characters, ReLU, highway layers, a
@@ -65,25 +66,26 @@ def forward_log_probs(char_embedding, softmax_weight, softmax_bias, *, char_ids,
 
     The library's ``BiLM.forward_log_probs`` computes it with these weights."""
     model, tensors = _bilm(params, {_CHAR_EMBEDDING: char_embedding, _SOFTMAX[0]: softmax_weight,
-                                    _SOFTMAX[1]: softmax_bias}, char_embedding.dtype)
+                                    _SOFTMAX[1]: softmax_bias}, char_embedding.dtype, residual)
     with nn.replaced_tensors(model, tensors):
         return model.forward_log_probs(model(char_ids, lengths), token_ids)
 
 
 def backward_log_probs(char_embedding, softmax_weight, softmax_bias, *, char_ids, token_ids,
-                       lengths, params):
+                       lengths, params, residual):
     """log p(t_k | t_{k+1}, ..., t_N) (eq 14) at every position k of each sentence: the backward
     LSTM reads the sentence from its own last token; 0 at that last token and at padding.
     Arguments as ``forward_log_probs``. Returns (batch, n).
 
     The library's ``BiLM.backward_log_probs`` computes it with these weights."""
     model, tensors = _bilm(params, {_CHAR_EMBEDDING: char_embedding, _SOFTMAX[0]: softmax_weight,
-                                    _SOFTMAX[1]: softmax_bias}, char_embedding.dtype)
+                                    _SOFTMAX[1]: softmax_bias}, char_embedding.dtype, residual)
     with nn.replaced_tensors(model, tensors):
         return model.backward_log_probs(model(char_ids, lengths), token_ids)
 
 
-def layer_representations(char_embedding, projection_weight, *, char_ids, lengths, params):
+def layer_representations(char_embedding, projection_weight, *, char_ids, lengths, params,
+                          residual):
     """R_k = {h_kj | j = 0..L} (eq 15) for every token: h_k0 = [x_k; x_k] (the token vector
     twice) and h_kj = [fwd h_kj; bwd h_kj] (eq 16), stacked: (L + 1, batch, n, 2 dim), zero at
     padding. ``projection_weight`` (dim, features) is the character CNN's last projection.
@@ -91,12 +93,13 @@ def layer_representations(char_embedding, projection_weight, *, char_ids, length
     The library's ``BiLM.layer_representations`` computes it with these weights."""
     model, tensors = _bilm(params, {_CHAR_EMBEDDING: char_embedding,
                                     "token_encoder.projection.weight": projection_weight},
-                           char_embedding.dtype)
+                           char_embedding.dtype, residual)
     with nn.replaced_tensors(model, tensors):
         return model.layer_representations(char_ids, lengths)
 
 
-def bilstm_states(forward_weight_ih, backward_weight_ih, *, char_ids, lengths, params):
+def bilstm_states(forward_weight_ih, backward_weight_ih, *, char_ids, lengths, params,
+                  residual):
     """h_kj = [fwd h_kj; bwd h_kj] (eq 16) for the biLM's layers j = 1..L: (L, batch, n, 2 dim),
     zero at padding; layers above the first add their input (the residual connection).
     ``forward_weight_ih``, ``backward_weight_ih`` (4 dim, dim) are the first layer's input
@@ -106,25 +109,29 @@ def bilstm_states(forward_weight_ih, backward_weight_ih, *, char_ids, lengths, p
     weights."""
     model, tensors = _bilm(params, dict(zip(_FIRST_LSTMS, (forward_weight_ih,
                                                             backward_weight_ih))),
-                           forward_weight_ih.dtype)
+                           forward_weight_ih.dtype, residual)
     with nn.replaced_tensors(model, tensors):
         return model.layer_representations(char_ids, lengths)[1:]
 
 
-def scalar_mix(layers, scalars, gamma):
+def scalar_mix(layers, scalars, gamma, *, layer_norm):
     """ELMo_k^task = gamma * sum_j s_j h_kj with s = softmax(scalars) (eq 17), for the biLM's
-    layers stacked on axis 0, ``layers`` (L + 1, ..., dim): (..., dim).
+    layers stacked on axis 0, ``layers`` (L + 1, ..., dim): (..., dim). With ``layer_norm`` each
+    vector h_kj is first standardised over its features (eps 1e-5), as Peters et al. do for some
+    tasks.
 
     The library's ``ScalarMix`` computes it with these scalars and gamma."""
-    mix = ScalarMix(layers.shape[0])
+    mix = ScalarMix(layers.shape[0], layer_norm=layer_norm)
     return nn.functional_call(mix, {"scalars": scalars, "gamma": gamma}, layers)
 
 
 @st.composite
 def _mix_cases(draw):
-    depth, batch, time, dim = (draw(st.integers(1, 3)) for _ in range(4))
+    depth, batch, time, dim = (draw(st.integers(1, 4)) for _ in range(4))
+    # scalars shifted by ±1e4 or spread to ±1e4: a softmax without the max subtraction fails
     return {"layers": draw(S.arrays((depth, batch, time, dim))),
-            "scalars": draw(S.arrays((depth,))), "gamma": draw(S.arrays((1,)))}
+            "scalars": draw(S.stress_arrays((depth,))), "gamma": draw(S.arrays((1,))),
+            "layer_norm": draw(st.booleans())}
 
 
 @st.composite
@@ -142,13 +149,17 @@ def _bilm_cases(draw):
     params = {name: rng.uniform(-1.0, 1.0, tensor.shape)
               for name, tensor in model.state_dict().items()}
     params[_CHAR_EMBEDDING][0] = 0.0                         # the padding character
+    # the softmax's bias sometimes spread to ±1e3 or shifted by ±1e4: log-probabilities taken
+    # without the max subtraction overflow
+    params[_SOFTMAX[1]] = (params[_SOFTMAX[1]] * draw(st.sampled_from((1.0, 1e3)))
+                           + draw(st.sampled_from((0.0, 1e4, -1e4))))
     chars = np.stack([np.stack([rng.choice(np.arange(1, 8), max_chars, replace=False)
                                 for _ in range(time)]) for _ in range(batch)])
     lengths = draw(S.arrays((batch,), 1, time).map(lambda a: np.rint(a).astype(np.int64)))
     token_ids = draw(S.arrays((batch, time), 0, vocab - 1).map(
         lambda a: np.rint(a).astype(np.int64)))
     return {"params": params, "char_ids": chars.astype(np.int64), "token_ids": token_ids,
-            "lengths": lengths}
+            "lengths": lengths, "residual": draw(st.booleans())}
 
 
 def _with(case, names, drop=()):
@@ -165,11 +176,11 @@ def _lm_reference(direction, names):
     nothing is predicted."""
     forward = direction is reference.eq13_forward_lm
 
-    def lm(*, char_ids, token_ids, lengths, params, **weights):
+    def lm(*, char_ids, token_ids, lengths, params, residual, **weights):
         full = dict(params, **{names[argument]: value for argument, value in weights.items()})
         rows = []
         for chars, ids, length in zip(char_ids, token_ids, lengths):
-            values = direction(full, chars[:length], ids[:length])     # length - 1 of them
+            values = direction(full, chars[:length], ids[:length], residual)  # length - 1
             row = [values[k] for k in range(length - 1)]
             row = [0.0] + row if forward else row + [0.0]
             rows.append(anp.stack(row + [0.0] * (len(ids) - length)))
@@ -179,11 +190,11 @@ def _lm_reference(direction, names):
 
 def _representations_reference(names, layers):
     """Eq 15's layers ``layers`` of each sentence's real tokens, zero at padding."""
-    def representations(*, char_ids, lengths, params, **weights):
+    def representations(*, char_ids, lengths, params, residual, **weights):
         full = dict(params, **{names[argument]: value for argument, value in weights.items()})
         sentences = []
         for chars, length in zip(char_ids, lengths):
-            r = reference.eq15_layer_representations(full, chars[:length])[layers]
+            r = reference.eq15_layer_representations(full, chars[:length], residual)[layers]
             padding = np.zeros((r.shape[0], len(chars) - length, r.shape[2]))
             sentences.append(anp.concatenate([r, padding], axis=1))
         return anp.stack(sentences, axis=1)
@@ -195,13 +206,15 @@ _LM_WEIGHTS = {"char_embedding": _CHAR_EMBEDDING, "softmax_weight": _SOFTMAX[0],
 _R_WEIGHTS = {"char_embedding": _CHAR_EMBEDDING,
               "projection_weight": "token_encoder.projection.weight"}
 _H_WEIGHTS = dict(zip(("forward_weight_ih", "backward_weight_ih"), _FIRST_LSTMS))
+_RESIDUAL = ("residual", "bool: each LSTM layer above the first adds its input (Peters et al.'s "
+                         "residual connection)")
 _LM_ARGUMENTS = (
     ("char_embedding", "float64 (CHAR_VOCAB_SIZE, char_dim), the character vectors (row 0, "
                        "padding, is not used: zero)"),
     ("softmax_weight", "float64 (vocab, dim), the shared softmax's weight"),
     ("softmax_bias", "float64 (vocab,), its bias"),
     _CHAR_IDS, ("token_ids", "int64 (batch, n), the words t_k"), _LENGTHS,
-    ("params", "the other weights: " + _BILM_PARAMS))
+    ("params", "the other weights: " + _BILM_PARAMS), _RESIDUAL)
 
 SPECS = (
     Spec(13, "forward_log_probs", _LM_ARGUMENTS,
@@ -225,7 +238,7 @@ SPECS = (
     Spec(15, "layer_representations",
          (_LM_ARGUMENTS[0],
           ("projection_weight", "float64 (dim, features), the character CNN's projection"),
-          _CHAR_IDS, _LENGTHS, _LM_ARGUMENTS[-1]),
+          _CHAR_IDS, _LENGTHS, _LM_ARGUMENTS[-2], _RESIDUAL),
          "float64 (L + 1, batch, n, 2 dim): h_k0 = [x_k; x_k], h_kj = [fwd h_kj; bwd h_kj]; "
          "zero at padding",
          tuple(_R_WEIGHTS),
@@ -238,7 +251,7 @@ SPECS = (
          (("forward_weight_ih", "float64 (4 dim, dim), the forward LM's first LSTM's input "
                                 "weights"),
           ("backward_weight_ih", "float64 (4 dim, dim), the backward LM's"),
-          _CHAR_IDS, _LENGTHS, _LM_ARGUMENTS[-1]),
+          _CHAR_IDS, _LENGTHS, _LM_ARGUMENTS[-2], _RESIDUAL),
          "float64 (L, batch, n, 2 dim): h_kj = [fwd h_kj; bwd h_kj] for j = 1..L; zero at "
          "padding",
          tuple(_H_WEIGHTS),
@@ -250,11 +263,13 @@ SPECS = (
     Spec(17, "scalar_mix",
          (("layers", "float64 (L + 1, batch, T, dim), the layer representations h_kj, j = 0..L"),
           ("scalars", "float64 (L + 1,), the unnormalised weights w (s = softmax(w))"),
-          ("gamma", "float64 (1,), the task scale")),
+          ("gamma", "float64 (1,), the task scale"),
+          ("layer_norm", "bool: standardise each h_kj over its features first (eps 1e-5)")),
          "float64 (batch, T, dim): gamma * sum_j softmax(w)_j h_kj",
          ("layers", "scalars", "gamma"),
          _mix_cases,
-         lambda layers, scalars, gamma: reference.eq17_scalar_mix(layers, scalars, gamma[0]),
+         lambda layers, scalars, gamma, layer_norm: reference.eq17_scalar_mix(
+             layers, scalars, gamma[0], layer_norm),
          "minitorch_nlp.testing.equation_specs.elmo:scalar_mix",
-         "The library's side is ScalarMix (layer_norm=False) with these scalars and gamma."),
+         "The library's side is ScalarMix with these scalars and gamma."),
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import autograd.numpy as anp
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from minitorch_nlp import functional as F
 from minitorch_nlp import nn
@@ -28,8 +29,8 @@ def _causal_lm_reference(logits, labels):
     total, count = 0.0, 0
     for b in range(logits.shape[0]):
         counted = labels[b] != -100
-        total = total + reference.eq18_lm_objective(
-            reference.softmax_rows(logits[b]), np.where(counted, labels[b], 0), counted)
+        total = total + reference.eq18_lm_objective_of_logits(
+            logits[b], np.where(counted, labels[b], 0), counted)
         count += int(counted[1:].sum())
     return -total / count if count else 0.0 * anp.sum(logits)
 
@@ -85,14 +86,15 @@ def label_distribution(h, W_y, b_y):
     return F.softmax(scores, axis=-1)
 
 
-def input_embedding(W_e, W_p, *, ids):
+def input_embedding(W_e, W_p, *, ids, position_ids):
     """h_0 = U W_e + W_p (eq 20): the token embeddings of ``ids`` (batch, T) plus the position
-    embeddings of positions 0 .. T-1: (batch, T, n_embd).
+    embeddings of positions 0 .. T-1, or of ``position_ids`` (batch, T) when given (left
+    padding): (batch, T, n_embd).
 
     The library's ``GPTModel`` computes it (its ``hidden_states[0]``) with these W_e, W_p."""
     model = _gpt(W_e.shape[0], W_p.shape[0], W_e.shape[1])
     with nn.replaced_tensors(model, {"wte.weight": W_e, "wpe.table": W_p}):
-        return model(ids, output_hidden_states=True).hidden_states[0]
+        return model(ids, position_ids=position_ids, output_hidden_states=True).hidden_states[0]
 
 
 def tied_output_distribution(h, W_e):
@@ -110,13 +112,16 @@ def _embedding_cases(draw):
     batch, time, vocab, dim = (draw(st.integers(1, 4)) for _ in range(4))
     positions = time + draw(st.integers(0, 2))
     ids = draw(S.arrays((batch, time), 0, vocab - 1).map(lambda a: np.rint(a).astype(np.int64)))
+    position_ids = draw(st.none() | hnp.arrays(np.int64, (batch, time),
+                                               elements=st.integers(0, positions - 1)))
     return {"W_e": draw(S.arrays((vocab, dim))), "W_p": draw(S.arrays((positions, dim))),
-            "ids": ids}
+            "ids": ids, "position_ids": position_ids}
 
 
 @st.composite
 def _block_cases(draw):
-    batch, time, n_head, d_k, d_ff, depth = (draw(st.integers(1, 2)) for _ in range(6))
+    batch, n_head, d_k, d_ff, depth = (draw(st.integers(1, 2)) for _ in range(5))
+    time = draw(st.integers(1, 4))     # the causal mask matters from two positions on
     d = n_head * d_k
     shapes = {"q_w": (d, d), "k_w": (d, d), "v_w": (d, d), "o_w": (d, d), "fc_w": (d_ff, d),
               "proj_w": (d, d_ff), "q_b": (d,), "k_b": (d,), "v_b": (d,), "o_b": (d,),
@@ -134,26 +139,28 @@ def _block_cases(draw):
 def _classifier_cases(draw):
     batch, labels, dim = draw(st.integers(1, 3)), draw(st.integers(2, 4)), draw(st.integers(1, 4))
     return {"h": draw(S.arrays((batch, dim))), "W_y": draw(S.arrays((labels, dim))),
-            "b_y": draw(S.arrays((labels,)))}
+            "b_y": draw(S.stress_arrays((labels,)))}   # biases of ±1e4: logits that overflow exp
 
 
 @st.composite
 def _task_cases(draw):
     batch, labels = draw(st.integers(1, 4)), draw(st.integers(2, 4))
     ids = draw(S.arrays((batch,), 0, labels - 1).map(lambda a: np.rint(a).astype(np.int64)))
-    return {"logits": draw(S.arrays((batch, labels))), "labels": ids}
+    return {"logits": draw(S.stress_arrays((batch, labels))), "labels": ids}
 
 
 @st.composite
 def _objective_cases(draw):
-    return {"task_loss": draw(S.arrays(())), "lm_loss": draw(S.arrays(())),
-            "lm_coef": draw(st.sampled_from([0.0, 0.5, 1.0, 2.5]))}
+    return {"task_loss": draw(S.stress_arrays(())), "lm_loss": draw(S.stress_arrays(())),
+            "lm_coef": draw(st.sampled_from([0.0, 0.5, 1.0, 2.5]) | st.floats(0.0, 4.0))}
 
 
 @st.composite
 def _output_cases(draw):
     batch, time, vocab, dim = (draw(st.integers(1, 4)) for _ in range(4))
-    return {"h": draw(S.arrays((batch, time, dim))), "W_e": draw(S.arrays((vocab, dim)))}
+    # states of up to 100: logits of about ±1e3 that overflow exp without the max subtraction
+    return {"h": draw(S.stress_arrays((batch, time, dim), kinds=("large", "tiny"), large=100.0)),
+            "W_e": draw(S.arrays((vocab, dim)))}
 
 
 SPECS = (
@@ -163,7 +170,7 @@ SPECS = (
          "float64 (): -L_1 / (number of predictions), labels shifted inside (position t is "
          "scored on labels[:, t + 1])",
          ("logits",),
-         lambda: logits_and_ids("labels", -1).map(
+         lambda: logits_and_ids("labels", -1, target_shift=1).map(
              lambda case: {**case, "labels": np.where(case["labels"] < 0, -100,
                                                       case["labels"])}),
          _causal_lm_reference,
@@ -171,12 +178,16 @@ SPECS = (
     Spec(20, "input_embedding",
          (("W_e", "float64 (vocab, n_embd), the token embedding matrix"),
           ("W_p", "float64 (n_positions, n_embd), the position embedding matrix"),
-          ("ids", "int64 (batch, T), the context tokens U, T <= n_positions")),
-         "float64 (batch, T, n_embd): h_0 = U W_e + W_p (positions 0 .. T-1)",
+          ("ids", "int64 (batch, T), the context tokens U, T <= n_positions"),
+          ("position_ids", "None (positions 0 .. T-1) or int64 (batch, T), each token's "
+                           "position")),
+         "float64 (batch, T, n_embd): h_0 = U W_e + W_p (the rows of the positions)",
          ("W_e", "W_p"),
          _embedding_cases,
-         lambda W_e, W_p, ids: anp.stack([reference.eq20_input_embedding(row, W_e, W_p)
-                                          for row in ids]),
+         lambda W_e, W_p, ids, position_ids: anp.stack([
+             reference.eq20_input_embedding(row, W_e, W_p,
+                                            None if position_ids is None else position_ids[i])
+             for i, row in enumerate(ids)]),
          "minitorch_nlp.testing.equation_specs.gpt:input_embedding",
          "The library's side is GPTModel's embedding (its hidden_states[0]) with these weights."),
     Spec(21, "tied_output_distribution",
@@ -220,7 +231,7 @@ SPECS = (
          ("logits",),
          _task_cases,
          lambda logits, labels: -sum(
-             reference.eq23_task_objective(reference.softmax_rows(row), label)
+             reference.eq23_task_objective_of_logits(row, label)
              for row, label in zip(logits, labels)) / len(labels),
          "minitorch_nlp.models.gpt:task_objective",
          "The loss is L_2 negated and averaged over the batch, as it is minimised."),

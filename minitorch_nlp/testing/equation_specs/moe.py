@@ -11,12 +11,17 @@ from ..spec import Spec
 
 @st.composite
 def _routings(draw):
-    """Gate logits (no ties in a row) with the gating's static arguments."""
-    tokens, experts = draw(st.integers(1, 6)), draw(st.integers(1, 4))
-    k = 1 if experts == 1 else draw(st.sampled_from((1, 2)))
-    draws = draw(st.none() | st.lists(st.floats(0.0, 1.0, exclude_max=True),
-                                      min_size=tokens, max_size=tokens))
-    return {"logits": draw(S.distinct_arrays((tokens, experts))), "k": k,
+    """Gate logits (no ties in a row; sometimes shifted by ±1e4, spread 1000 times wider or
+    squeezed 1000 times narrower) with the gating's static arguments."""
+    tokens, experts = draw(st.integers(1, 6)), draw(st.integers(1, 4) | st.just(8))
+    k = 1 if experts == 1 else draw(st.sampled_from((2, 1, 2)))
+    # random routing's uniform numbers, mostly given (None uses every second expert)
+    draws = draw(st.sampled_from((True, True, False)).flatmap(lambda given: st.lists(
+        st.floats(0.0, 1.0, exclude_max=True), min_size=tokens, max_size=tokens)
+        if given else st.none()))
+    logits = draw(S.distinct_arrays((tokens, experts))) * draw(st.sampled_from((1.0, 1e3, 1e-3)))
+    logits = logits + draw(st.sampled_from((0.0, 1e4, -1e4)))
+    return {"logits": logits, "k": k,
             "capacity": draw(st.integers(1, tokens)),
             "draws": None if draws is None or k == 1 else np.asarray(draws)}
 

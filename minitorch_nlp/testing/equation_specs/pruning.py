@@ -12,15 +12,20 @@ import functools
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import minitorch_nlp as mt
 from minitorch_nlp import nn
-from minitorch_nlp.compress.hard_concrete import GAMMA, ZETA, FactorizedLinear
+from minitorch_nlp.compress.hard_concrete import FactorizedLinear
 from minitorch_nlp.compress.pruning import head_importance, head_importance_from_outputs
 
 from .. import strategies as S
 from ..reference import pruning as reference
 from ..spec import Spec
+
+# Louizos et al.'s (2018) stretch of the hard-concrete gates, written out here rather than read
+# from the library, so that a wrong constant there shows.
+GAMMA, ZETA = -0.1, 1.1
 
 # The reference's names of the attention weights -> MultiHeadAttention's.
 _ATTENTION = {"q_w": "q_proj.weight", "q_b": "q_proj.bias", "k_w": "k_proj.weight",
@@ -116,8 +121,9 @@ def output_head_importance(*, batches, params, num_heads, head_mask):
 @st.composite
 def _factorized_cases(draw, with_input=True):
     out, rank, inputs = (draw(st.integers(1, 3)) for _ in range(3))
+    # log_alpha up to ±30: gates clamped shut and fully open, beside the ones in between
     case = {"P": draw(S.arrays((out, rank))), "Q": draw(S.arrays((rank, inputs))),
-            "log_alpha": draw(S.arrays((rank,)))}
+            "log_alpha": draw(S.stress_arrays((rank,), kinds=("large",), large=30.0))}
     if with_input:
         leading = draw(S.shapes(0, 1))
         case.update(x=draw(S.arrays(leading + (inputs,))), bias=draw(S.arrays((out,))))
@@ -126,7 +132,8 @@ def _factorized_cases(draw, with_input=True):
 
 @st.composite
 def _gate_cases(draw):
-    gates = st.sampled_from([0.0, 0.0, 0.25, 1.0, -0.5])     # closed gates are common
+    # closed gates are common; -0.0 is closed too; 1e-300 and -1e-12 are (barely) open
+    gates = st.sampled_from([0.0, 0.0, -0.0, 0.25, 1.0, -0.5, 1e-300, -1e-12])
     shape = draw(S.shapes(1, 2))
     return {"gates": np.array(draw(st.lists(gates, min_size=int(np.prod(shape)),
                                             max_size=int(np.prod(shape))))).reshape(shape)}
@@ -152,15 +159,20 @@ def _ones_unless(head_mask, num_heads):
 @st.composite
 def _masked_attention_cases(draw):
     heads, d_k = draw(st.integers(1, 3)), draw(st.integers(1, 2))
-    batch, time, d = draw(st.integers(1, 2)), draw(st.integers(1, 3)), heads * d_k
+    batch, time, d = draw(st.integers(1, 2)), draw(st.integers(1, 3) | st.just(8)), heads * d_k
     params = {name: draw(S.arrays((d, d) if name.endswith("_w") else (d,))) for name in _ATTENTION}
-    return {"x": draw(S.arrays((batch, time, d))), "xi": draw(S.arrays((heads,))),
-            "params": params, "num_heads": heads}
+    # inputs of up to 10 (scores of about 1e3-1e4), tiny ones; masks that are 0, 1 or anything
+    shape = draw(st.sampled_from(((heads,), (batch, heads))))    # one mask per sequence too
+    xi = draw(S.arrays(shape) | hnp.arrays(np.float64, shape,
+                                          elements=st.sampled_from((0.0, 1.0))))
+    return {"x": draw(S.stress_arrays((batch, time, d), kinds=("large", "tiny"), large=10.0)),
+            "xi": xi, "params": params, "num_heads": heads}
 
 
 @st.composite
 def _expected_l0_cases(draw):
-    return {"log_alpha": draw(S.arrays((draw(st.integers(1, 6)),), -4.0, 4.0)),
+    return {"log_alpha": draw(S.stress_arrays((draw(st.integers(1, 6)),), -4.0, 4.0,
+                                              kinds=("large",), large=30.0)),
             "beta": draw(st.floats(0.2, 2.0)),
             "gamma": draw(st.floats(-0.5, -0.01)),
             "zeta": draw(st.floats(1.01, 1.5))}
@@ -218,7 +230,7 @@ SPECS = (
          "Louizos et al. (2018) eq. 12: P(z != 0) = sigmoid(log_alpha - beta log(-gamma / zeta))."),
     Spec(53, "masked_multi_head_attention",
          (("x", "float64 (batch, n, d), the layer's input"),
-          ("xi", "float64 (heads,), the head masks xi_h"),
+          ("xi", "float64 (heads,), the head masks xi_h, or (batch, heads): each sequence's"),
           ("params", "dict of float64 arrays: q_w, k_w, v_w, out_w (d, d), q_b, k_b, v_b, out_b "
                      "(d,), in Linear's layout"),
           ("num_heads", "int, the number of heads (d divisible by it)")),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import autograd.numpy as anp
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import minitorch_nlp as mt
 from minitorch_nlp import nn
@@ -23,22 +24,24 @@ from ..reference import seq2seq as reference
 from ..spec import Spec
 
 
-def rnn_hidden_states(x, h0, U, W, b):
+def rnn_hidden_states(x, h0, U, W, b, *, lengths):
     """H_{t+1} = tanh(U X_{t+1} + W H_t + b) (eq 3) along each sequence of ``x``
-    (batch, T, input), from ``h0`` (batch, hidden): the states H_1 .. H_T, (batch, T, hidden).
+    (batch, T, input), from ``h0`` (batch, hidden): the states H_1 .. H_T, (batch, T, hidden);
+    with ``lengths`` (batch,) a sequence stops at its length and its later states are 0.
 
     The library's ``nn.RNN`` (tanh cell, batch first) computes it with these weights."""
     rnn = nn.RNN(U.shape[1], U.shape[0], batch_first=True)
     weights = {"weight_ih_l0": U, "weight_hh_l0": W, "bias_ih_l0": b,
                "bias_hh_l0": mt.zeros(U.shape[0], dtype=b.dtype)}
-    states, _ = nn.functional_call(rnn, weights, (x, h0.unsqueeze(0)))
+    states, _ = nn.functional_call(rnn, weights, (x, h0.unsqueeze(0)), {"lengths": lengths})
     return states
 
 
-def encoder_summary(embedding, U, W, b, V, c, *, ids):
+def encoder_summary(embedding, U, W, b, V, c, *, ids, lengths):
     """E = tanh(V H_S + c) (eq 4): the summary of each source sentence ``ids`` (batch, S), token
     ids >= 1 (0 is padding), after the tanh RNN of eq 3 (U, W, b) from H_0 = 0 over the
-    embedded tokens (rows of ``embedding`` (vocab, input)): (batch, summary).
+    embedded tokens (rows of ``embedding`` (vocab, input)), H_S the state at each sentence's last
+    real token (``lengths`` (batch,); None: every token is real): (batch, summary).
 
     The library's ``RNNEncoder(cell="rnn")`` computes it with these weights."""
     encoder = RNNEncoder(embedding.shape[0], embedding.shape[1], U.shape[0], cell="rnn",
@@ -46,7 +49,7 @@ def encoder_summary(embedding, U, W, b, V, c, *, ids):
     weights = {"embed.weight": embedding, "rnn.weight_ih_l0": U, "rnn.weight_hh_l0": W,
                "rnn.bias_ih_l0": b, "rnn.bias_hh_l0": mt.zeros(U.shape[0], dtype=b.dtype),
                "summarize.weight": V, "summarize.bias": c}
-    return nn.functional_call(encoder, weights, (ids,)).summary[0]
+    return nn.functional_call(encoder, weights, (ids, lengths)).summary[0]
 
 
 def _decoder(embedding, U_y, U_e, W, b, vocab_size=None):
@@ -105,10 +108,23 @@ def additive_scores(s_prev, hs, W, U, v):
 
 @st.composite
 def _rnn_cases(draw):
-    batch, time, inputs, hidden = (draw(st.integers(1, 3)) for _ in range(4))
+    batch, inputs, hidden = (draw(st.integers(1, 3)) for _ in range(3))
+    time = draw(st.integers(1, 3) | st.just(12))     # a long sequence now and then
     return {"x": draw(S.arrays((batch, time, inputs))), "h0": draw(S.arrays((batch, hidden))),
             "U": draw(S.arrays((hidden, inputs))), "W": draw(S.arrays((hidden, hidden))),
-            "b": draw(S.arrays((hidden,)))}
+            "b": draw(S.arrays((hidden,))),
+            "lengths": draw(st.none() | hnp.arrays(np.int64, (batch,),
+                                                   elements=st.integers(0, time)))}
+
+
+def _rnn_reference(x, h0, U, W, b, lengths):
+    rows = []
+    for i in range(x.shape[0]):
+        length = x.shape[1] if lengths is None else int(lengths[i])
+        padding = np.zeros((x.shape[1] - length, U.shape[0]))
+        rows.append(padding if length == 0 else anp.concatenate(
+            [reference.eq03_rnn_hidden_states(x[i, :length], h0[i], U, W, b), padding]))
+    return anp.stack(rows)
 
 
 def _ids(draw, shape, vocab):
@@ -119,15 +135,20 @@ def _ids(draw, shape, vocab):
 def _encoder_cases(draw):
     batch, source, embed, hidden, summary = (draw(st.integers(1, 3)) for _ in range(5))
     vocab = draw(st.integers(2, 5))
+    ids = _ids(draw, (batch, source), vocab)
+    lengths = draw(st.none() | hnp.arrays(np.int64, (batch,), elements=st.integers(1, source)))
+    if lengths is not None:                         # padding (0) after each sentence's end
+        ids = np.where(np.arange(source) < lengths[:, None], ids, 0)
     return {"embedding": draw(S.arrays((vocab, embed))), "U": draw(S.arrays((hidden, embed))),
             "W": draw(S.arrays((hidden, hidden))), "b": draw(S.arrays((hidden,))),
             "V": draw(S.arrays((summary, hidden))), "c": draw(S.arrays((summary,))),
-            "ids": _ids(draw, (batch, source), vocab)}
+            "ids": ids, "lengths": lengths}
 
 
 @st.composite
 def _decoder_cases(draw):
-    batch, time, embed, hidden = (draw(st.integers(1, 3)) for _ in range(4))
+    batch, embed, hidden = (draw(st.integers(1, 3)) for _ in range(3))
+    time = draw(st.integers(1, 3) | st.just(12))     # a long sequence now and then
     vocab = draw(st.integers(2, 5))
     return {"E": draw(S.arrays((batch, hidden))), "embedding": draw(S.arrays((vocab, embed))),
             "U_y": draw(S.arrays((hidden, embed))), "U_e": draw(S.arrays((hidden, hidden))),
@@ -139,12 +160,13 @@ def _decoder_cases(draw):
 def _output_cases(draw):
     batch, time, hidden, vocab = (draw(st.integers(1, 3)) for _ in range(4))
     return {"H": draw(S.arrays((batch, time, hidden))), "V": draw(S.arrays((vocab, hidden))),
-            "c": draw(S.arrays((vocab,)))}
+            "c": draw(S.stress_arrays((vocab,)))}   # biases of ±1e4: logits that overflow exp
 
 
-def _encoder_reference(embedding, U, W, b, V, c, ids):
+def _encoder_reference(embedding, U, W, b, V, c, ids, lengths):
     rows = []
-    for row in ids:
+    for i, row in enumerate(ids):
+        row = row if lengths is None else row[:lengths[i]]
         states = reference.eq03_rnn_hidden_states(reference.embed(embedding, row),
                                                   np.zeros(U.shape[0]), U, W, b)
         rows.append(reference.eq04_encoder_summary(states[-1], V, c))
@@ -162,19 +184,25 @@ def _score_cases(draw, additive):
 
 
 @st.composite
-def logits_and_ids(draw, ids_name, low):
-    """{"logits": (batch, T, V), ids_name: int64 (batch, T) in [low, V)}."""
+def logits_and_ids(draw, ids_name, low, target_shift=0):
+    """{"logits": (batch, T, V), ids_name: int64 (batch, T) in [low, V)}: logits of ±1e4
+    sometimes, and masking values (-1e4, -1e9, -inf) on tokens other than the targets (the id
+    at position t + ``target_shift`` is position t's target)."""
     batch, time, vocab = (draw(st.integers(1, 4)) for _ in range(3))
-    ids = draw(S.arrays((batch, time), low, vocab - 1).map(lambda a: np.rint(a).astype(np.int64)))
-    return {"logits": draw(S.arrays((batch, time, vocab))), ids_name: ids}
+    ids = draw(hnp.arrays(np.int64, (batch, time), elements=st.integers(low, vocab - 1)))
+    logits, masked = draw(S.masked_logits((batch, time, vocab)))
+    unmasked = draw(S.stress_arrays((batch, time, vocab)))
+    shifted = np.concatenate([ids[:, target_shift:], np.full((batch, target_shift), -1)], axis=1)
+    targets = np.arange(vocab) == shifted[..., None]
+    return {"logits": np.where(masked & targets, unmasked, logits), ids_name: ids}
 
 
 @st.composite
 def _scores_and_mask(draw):
-    batch, source = draw(st.integers(1, 3)), draw(st.integers(1, 4))
-    mask = draw(S.bool_masks((batch, source), all_false_row=False))
-    mask[:, 0] = True   # every sentence has at least one real token
-    return {"scores": draw(S.arrays((batch, source))), "mask": mask}
+    """Scores of ±1e4 sometimes; a mask or None, sometimes a sentence with no real token."""
+    batch, source = draw(st.integers(1, 3)), draw(st.integers(1, 4) | st.just(16))
+    mask = draw(st.none() | S.bool_masks((batch, source)))
+    return {"scores": draw(S.stress_arrays((batch, source))), "mask": mask}
 
 
 @st.composite
@@ -189,22 +217,25 @@ SPECS = (
          (("x", "float64 (batch, T, input), the inputs X_1 .. X_T"),
           ("h0", "float64 (batch, hidden), the initial state H_0"),
           ("U", "float64 (hidden, input)"), ("W", "float64 (hidden, hidden)"),
-          ("b", "float64 (hidden,)")),
-         "float64 (batch, T, hidden): H_1 .. H_T, H_{t+1} = tanh(U X_{t+1} + W H_t + b)",
+          ("b", "float64 (hidden,)"),
+          ("lengths", "None (every step counts) or int64 (batch,), each sequence's length (0 "
+                      "too)")),
+         "float64 (batch, T, hidden): H_1 .. H_T, H_{t+1} = tanh(U X_{t+1} + W H_t + b); 0 after "
+         "a sequence's length",
          ("x", "h0", "U", "W", "b"),
          _rnn_cases,
-         lambda x, h0, U, W, b: anp.stack([reference.eq03_rnn_hidden_states(x[i], h0[i], U, W, b)
-                                           for i in range(x.shape[0])]),
+         _rnn_reference,
          "minitorch_nlp.testing.equation_specs.seq2seq:rnn_hidden_states",
          "The library's side is nn.RNN run with these weights (nn.functional_call)."),
     Spec(2, "sequence_log_prob",
          (("logits", "float64 (batch, T, V), teacher-forced scores of the next token"),
           ("targets", "int64 (batch, T), the target tokens; positions holding pad_id count "
                       "for nothing"),
-          ("pad_id", "int, the padding id (0)")),
+          ("pad_id", "int, the padding id (0 by default)")),
          "float64 (batch,): log P(y | x) = sum_t log softmax(logits[b, t])[y_t]",
          ("logits",),
-         lambda: logits_and_ids("targets", 0).map(lambda case: {**case, "pad_id": 0}),
+         lambda: st.tuples(logits_and_ids("targets", 0), st.sampled_from((0, 1))).map(
+             lambda pair: {**pair[0], "pad_id": pair[1]}),
          reference.eq02_sequence_log_prob,
          "minitorch_nlp.decoding:sequence_log_prob"),
     Spec(4, "encoder_summary",
@@ -212,7 +243,9 @@ SPECS = (
           ("U", "float64 (hidden, input)"), ("W", "float64 (hidden, hidden)"),
           ("b", "float64 (hidden,)"), ("V", "float64 (summary, hidden)"),
           ("c", "float64 (summary,)"),
-          ("ids", "int64 (batch, S), the source tokens, all >= 1 (no padding)")),
+          ("ids", "int64 (batch, S), the source tokens, >= 1 before each sentence's end, 0 "
+                  "(padding) after it"),
+          ("lengths", "None (no padding) or int64 (batch,), each sentence's length")),
          "float64 (batch, summary): E = tanh(V H_S + c), H_S the last state of eq 3's RNN "
          "(from H_0 = 0)",
          ("embedding", "U", "W", "b", "V", "c"),
@@ -276,13 +309,14 @@ SPECS = (
          "appendix A.1.2) name them v_a, W_a, U_a. The library's side is BahdanauAttention."),
     Spec(9, "alignment_weights",
          (("scores", "float64 (batch, S), the alignment scores e_j"),
-          ("mask", "bool (batch, S), True at real source tokens (at least one per row)")),
+          ("mask", "None (every token is real) or bool (batch, S), True at real source tokens")),
          "float64 (batch, S): alpha_j = exp(e_j) / sum_k exp(e_k) over the real tokens, 0 on "
-         "padding",
+         "padding (a row of zeros for a sentence with no real token)",
          ("scores",),
          _scores_and_mask,
-         lambda scores, mask: anp.stack([reference.eq09_attention_weights(s, m)
-                                         for s, m in zip(scores, mask)]),
+         lambda scores, mask: anp.stack([
+             reference.eq09_attention_weights(s, None if mask is None else mask[i])
+             for i, s in enumerate(scores)]),
          "minitorch_nlp.models.seq2seq:alignment_weights"),
     Spec(10, "context_vector",
          (("weights", "float64 (batch, S), the attention weights alpha_j"),

@@ -117,7 +117,7 @@ def _model_cases(draw, max_depth=1):
     # distinct values: no LayerNorm input is constant, where eps = 1e-12 would magnify rounding
     return {"embedding": draw(S.distinct_arrays((vocab, d_model))),
             "mask_emb": draw(S.distinct_arrays((1, 1, d_model), offset=0.05)),
-            "lm_bias": draw(S.arrays((vocab,))),
+            "lm_bias": draw(S.stress_arrays((vocab,))),     # ±1e4: logits that overflow exp
             "ids": ids, "orders": orders, "num_predict": num_predict, "layers": layers,
             "n_head": n_head}
 
@@ -132,7 +132,8 @@ def _order_cases(draw):
 def _softmax_cases(draw):
     batch, time, vocab, d_model = (draw(st.integers(1, 3)) for _ in range(4))
     return {"h": draw(S.arrays((batch, time, d_model))),
-            "embedding": draw(S.arrays((vocab, d_model))), "lm_bias": draw(S.arrays((vocab,)))}
+            "embedding": draw(S.arrays((vocab, d_model))),
+            "lm_bias": draw(S.stress_arrays((vocab,)))}    # ±1e4: logits that overflow exp
 
 
 # ---- references ----------------------------------------------------------------------------------

@@ -105,7 +105,8 @@ def _direction(params, name, xs, residual=True):
 
 def _log_softmax_at(params, h, target):
     logits = anp.dot(params["softmax.weight"], h) + params["softmax.bias"]
-    return anp.log(anp.exp(logits[target]) / anp.sum(anp.exp(logits)))
+    largest = anp.max(logits)         # exp(logits - largest): no overflow at ±1e4
+    return logits[target] - largest - anp.log(anp.sum(anp.exp(logits - largest)))
 
 
 def eq13_forward_lm(params, chars, token_ids, residual=True):
@@ -163,7 +164,8 @@ def eq17_scalar_mix(layers, scalars, gamma, layer_norm=False, eps=1e-5):
     """ELMo_k^task = gamma * sum_j s_j h_kj with s = softmax(scalars) (eq 17). ``layers`` is
     (L + 1, ..., dim); with ``layer_norm`` each vector h_kj is first standardised over its
     features, (h - mean) / sqrt(var + eps)."""
-    exps = [anp.exp(scalars[j]) for j in range(len(scalars))]
+    largest = anp.max(scalars)        # the same ratios, no overflow at ±1e4
+    exps = [anp.exp(scalars[j] - largest) for j in range(len(scalars))]
     total = sum(exps)
     mixed = 0.0
     for j, layer in enumerate(layers):

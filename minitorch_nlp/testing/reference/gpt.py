@@ -76,11 +76,13 @@ def transformer_block(x, p, n_head, real, pre_ln, eps, activation):
     return layer_norm(x + mlp(x), p["ln2_g"], p["ln2_b"], eps)
 
 
-def eq20_input_embedding(ids, wte, wpe):
+def eq20_input_embedding(ids, wte, wpe, positions=None):
     """h_0 = U W_e + W_p (eq 20): U is the one-hot matrix of the context tokens (T, V), W_p the
-    rows of the positions 0 .. T-1."""
+    rows of the positions 0 .. T-1 (or of ``positions`` (T,), as one-hot rows too)."""
     one_hot = np.eye(wte.shape[0])[np.asarray(ids)]
-    return anp.dot(one_hot, wte) + wpe[:len(ids)]
+    if positions is None:
+        return anp.dot(one_hot, wte) + wpe[:len(ids)]
+    return anp.dot(one_hot, wte) + anp.dot(np.eye(wpe.shape[0])[np.asarray(positions)], wpe)
 
 
 def eq19_transformer_blocks(h0, params, n_head, real=None, pre_ln=False, eps=1e-5,
@@ -99,6 +101,13 @@ def eq19_transformer_blocks(h0, params, n_head, real=None, pre_ln=False, eps=1e-
 def softmax_rows(z):
     e = anp.exp(z - anp.max(z, axis=-1, keepdims=True))
     return e / anp.sum(e, axis=-1, keepdims=True)
+
+
+def log_softmax_rows(z):
+    """log softmax(z) along the last axis as z - m - log sum exp(z - m), m the row's largest
+    entry: finite for logits of any size, where log(softmax_rows(z)) underflows to -inf."""
+    m = anp.max(z, axis=-1, keepdims=True)
+    return z - m - anp.log(anp.sum(anp.exp(z - m), axis=-1, keepdims=True))
 
 
 def eq21_output_distribution(h_n, wte):
@@ -145,6 +154,22 @@ def input_transformation(task, example, start, delimiter, extract):
 def eq22_label_distribution(h_lm, wy_w, wy_b):
     """P(y | x^1 .. x^m) = softmax(h_l^m W_y) (eq 22; W_y with a bias, as in OpenAI's code)."""
     return softmax_rows(_affine(h_lm, wy_w, wy_b))
+
+
+def eq18_lm_objective_of_logits(logits, ids, counted=None):
+    """Eq 18 from the logits (T, V) of one sequence: the sum of log P(u_i | context) with log P
+    taken by ``log_softmax_rows``."""
+    log_p = log_softmax_rows(logits)
+    total = 0.0
+    for i in range(1, len(ids)):
+        if counted is None or counted[i]:
+            total = total + log_p[i - 1, ids[i]]
+    return total
+
+
+def eq23_task_objective_of_logits(scores, label):
+    """Eq 23's term of one example from its task scores, log P(y | x) by ``log_softmax_rows``."""
+    return log_softmax_rows(scores)[label]
 
 
 def eq23_task_objective(probabilities, label):

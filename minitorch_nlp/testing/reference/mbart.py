@@ -22,5 +22,7 @@ def eq31_multilingual_denoising_log_likelihood(logits, targets, pad_id):
             if targets[b, t] == pad_id:
                 continue
             scores = logits[b, t]
-            total = total + scores[targets[b, t]] - anp.log(anp.sum(anp.exp(scores)))
+            largest = anp.max(scores)      # exp(scores - largest): no overflow at ±1e4
+            total = total + scores[targets[b, t]] - largest - anp.log(
+                anp.sum(anp.exp(scores - largest)))
     return total

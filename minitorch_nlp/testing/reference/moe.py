@@ -9,7 +9,8 @@ from autograd.tracer import getval
 
 
 def _softmax_row(row):
-    exps = anp.exp(row)
+    """exp(g_e) / sum exp(g), the largest gate logit subtracted first (logits of ±1e4)."""
+    exps = anp.exp(row - anp.max(row))
     return exps / anp.sum(exps)
 
 

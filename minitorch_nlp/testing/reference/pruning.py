@@ -16,7 +16,7 @@ def eq53_masked_multi_head_attention(x, xi, params, num_heads):
     (Michel et al. eq. 1-2 with the head masks xi_h of their section 2.2), self-attention,
     sequence by sequence and head by head.
 
-    ``x`` (B, n, d); ``xi`` (heads,); ``params`` holds ``q_w, q_b, k_w, k_b, v_w, v_b, out_w,
+    ``x`` (B, n, d); ``xi`` (heads,), or (B, heads): each sequence its own masks; ``params`` holds ``q_w, q_b, k_w, k_b, v_w, v_b, out_w,
     out_b`` in ``Linear``'s layout; head h owns rows h d_k .. (h+1) d_k of W^Q, W^K, W^V and the
     same columns of W^O."""
     d_k = x.shape[-1] // num_heads
@@ -29,7 +29,8 @@ def eq53_masked_multi_head_attention(x, xi, params, num_heads):
             k = anp.dot(x[b], params["k_w"][rows].T) + params["k_b"][rows]
             v = anp.dot(x[b], params["v_w"][rows].T) + params["v_b"][rows]
             head = eq12_scaled_dot_product_attention(q, k, v)
-            total = total + xi[h] * anp.dot(head, params["out_w"][:, rows].T)
+            mask = xi[b, h] if anp.ndim(xi) == 2 else xi[h]
+            total = total + mask * anp.dot(head, params["out_w"][:, rows].T)
         outputs.append(total)
     return anp.stack(outputs)
 

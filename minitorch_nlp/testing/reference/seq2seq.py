@@ -20,8 +20,15 @@ def _sigmoid(x):
 
 
 def _softmax(z):
-    e = anp.exp(z)
+    """exp(z_i) / sum_j exp(z_j), as exp(z_i - m) / sum_j exp(z_j - m), m the largest z_j."""
+    e = anp.exp(z - anp.max(z))
     return e / anp.sum(e)
+
+
+def _log_softmax(z):
+    """log softmax(z)_i = z_i - m - log sum_j exp(z_j - m): finite for logits of any size."""
+    m = anp.max(z)
+    return z - m - anp.log(anp.sum(anp.exp(z - m)))
 
 
 def embed(weight, ids, pad_id=None, pad_row=None):
@@ -70,11 +77,11 @@ def eq02_sequence_log_prob(logits, targets, pad_id=0):
     position's logits (batch, T, V); positions holding ``pad_id`` are skipped. (batch,)."""
     rows = []
     for b in range(logits.shape[0]):
-        total = 0.0 * logits[b, 0, 0]
+        total = 0.0
         for t in range(logits.shape[1]):
             y = int(targets[b, t])
             if y != pad_id:
-                total = total + anp.log(_softmax(logits[b, t])[y])
+                total = total + _log_softmax(logits[b, t])[y]
         rows.append(total)
     return anp.stack(rows)
 
@@ -171,9 +178,14 @@ def eq08_additive_scores(s_prev, hs, W, U, v):
     return anp.stack([anp.dot(v, anp.tanh(anp.dot(W, s_prev) + anp.dot(U, h_j))) for h_j in hs])
 
 
-def eq09_attention_weights(scores, mask):
-    """alpha_j = exp(e_j) / sum_k exp(e_k) (eq 9) over the positions where ``mask`` is True."""
-    e = anp.exp(scores) * mask
+def eq09_attention_weights(scores, mask=None):
+    """alpha_j = exp(e_j) / sum_k exp(e_k) (eq 9) over the positions where ``mask`` is True
+    (every position when None); 0 everywhere when no position is."""
+    keep = np.ones(len(scores), bool) if mask is None else np.asarray(mask, bool)
+    if not keep.any():
+        return np.zeros(len(scores))
+    largest = max(scores[j] for j in range(len(scores)) if keep[j])
+    e = anp.exp(anp.where(keep, scores - largest, -np.inf))
     return e / anp.sum(e)
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import autograd.numpy as anp
 import numpy as np
 
-from .distillation import eq36_temperature_softmax
+from .distillation import eq36_temperature_softmax, log_probabilities
+
+OBJECTIVES = ("embedding", "attention", "hidden", "prediction")
 
 
 def eq41_attention_loss(student_scores, teacher_scores, key_mask=None):
@@ -55,24 +57,37 @@ def eq44_prediction_loss(student_logits, teacher_logits, temperature=1.0):
     student = student_logits.reshape(-1, student_logits.shape[-1])
     teacher = teacher_logits.reshape(-1, teacher_logits.shape[-1])
     rows = [anp.sum(-eq36_temperature_softmax(z_t, temperature)
-                    * anp.log(eq36_temperature_softmax(z_s, temperature)))
+                    * log_probabilities(z_s / temperature))
             for z_s, z_t in zip(student, teacher)]
     return sum(rows) / len(rows)
 
 
 def eq40_layerwise_loss(student, teacher, embedding_projection, hidden_projection, mapping,
-                        weights, temperature=1.0, mask=None):
+                        weights, temperature=1.0, mask=None, objectives=OBJECTIVES):
     """L_model = sum_{m=0}^{M+1} lambda_m L_layer(S_m, T_g(m)). ``student`` / ``teacher`` are
     dicts with ``hidden_states`` (embeddings, then every layer's output), ``attention_scores``
-    (every layer's) and ``logits``; ``mapping`` g(1) .. g(M), teacher layers from 1."""
-    loss = weights[0] * eq43_embedding_loss(student["hidden_states"][0],
-                                            teacher["hidden_states"][0], embedding_projection,
-                                            mask)
+    (every layer's) and ``logits``; ``mapping`` g(1) .. g(M), teacher layers from 1 (None: the
+    uniform g(m) = floor(m N / M)); ``weights`` lambda_0 .. lambda_{M+1} (None: all 1);
+    ``objectives`` the terms of L_layer that count (general distillation leaves out the
+    prediction layer)."""
+    depth = len(student["hidden_states"]) - 1
+    teacher_depth = len(teacher["hidden_states"]) - 1
+    if mapping is None:
+        mapping = [int(np.floor(m * teacher_depth / depth)) for m in range(1, depth + 1)]
+    if weights is None:
+        weights = [1.0] * (depth + 2)
+    loss = 0.0
+    if "embedding" in objectives:
+        loss = loss + weights[0] * eq43_embedding_loss(
+            student["hidden_states"][0], teacher["hidden_states"][0], embedding_projection, mask)
     for m, n in enumerate(mapping, start=1):
-        loss = loss + weights[m] * (
-            eq41_attention_loss(student["attention_scores"][m - 1],
-                                teacher["attention_scores"][n - 1], mask)
-            + eq42_hidden_loss(student["hidden_states"][m], teacher["hidden_states"][n],
-                               hidden_projection, mask))
-    return loss + weights[len(mapping) + 1] * eq44_prediction_loss(
-        student["logits"], teacher["logits"], temperature)
+        if "attention" in objectives:
+            loss = loss + weights[m] * eq41_attention_loss(
+                student["attention_scores"][m - 1], teacher["attention_scores"][n - 1], mask)
+        if "hidden" in objectives:
+            loss = loss + weights[m] * eq42_hidden_loss(
+                student["hidden_states"][m], teacher["hidden_states"][n], hidden_projection, mask)
+    if "prediction" in objectives:
+        loss = loss + weights[len(mapping) + 1] * eq44_prediction_loss(
+            student["logits"], teacher["logits"], temperature)
+    return loss

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import autograd.numpy as anp
 import numpy as np
+from autograd.tracer import getval
 
 
 def _allowed(n_q, n_k, causal, key_mask_row):
@@ -43,13 +44,16 @@ def eq11_attention_weights(q, k, key_mask_row=None, causal=False, scale=None, ma
     allowed = _allowed(q.shape[0], k.shape[0], causal, key_mask_row)
     if mask is not None:
         allowed = allowed * np.asarray(mask, dtype=float)
+    if bias is not None:     # exp(-inf) = 0: a bias of -inf hides the key as a mask does
+        allowed = allowed * (np.asarray(getval(bias)) != -np.inf)
     rows = []
     for i in range(q.shape[0]):
         scores = anp.array([anp.sum(q[i] * k[j]) * scale
-                            + (0.0 if bias is None else bias[i][j]) for j in range(k.shape[0])])
+                            + (0.0 if bias is None or not allowed[i, j] else bias[i][j])
+                            for j in range(k.shape[0])])
         visible = [scores[j] for j in range(k.shape[0]) if allowed[i, j]]
         shift = max(visible) if visible else 0.0
-        e = anp.exp(scores - shift) * allowed[i]
+        e = anp.exp(anp.where(allowed[i] > 0, scores - shift, -np.inf))
         total = anp.sum(e)
         rows.append(e / total if allowed[i].any() else e * 0.0)
     return anp.stack(rows)

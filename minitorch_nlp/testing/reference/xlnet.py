@@ -128,8 +128,9 @@ def eq28_next_token_distribution(h, embedding, lm_bias):
     """p(X = x | h) = exp(e(x)^T h + b_x) / sum_x' exp(e(x')^T h + b_x') (eq 28; on the query
     stream g, eq 29) for one state ``h`` (d,), by explicit sums over the vocabulary."""
     scores = [anp.sum(embedding[x] * h) + lm_bias[x] for x in range(embedding.shape[0])]
-    total = sum(anp.exp(s) for s in scores)
-    return anp.stack([anp.exp(s) / total for s in scores])
+    largest = max(scores)            # the same ratios, no overflow at ±1e4
+    total = sum(anp.exp(s - largest) for s in scores)
+    return anp.stack([anp.exp(s - largest) / total for s in scores])
 
 
 def eq26_target_log_probs(ids, targets, p, config, query_allowed, content_allowed, types=None,
@@ -144,7 +145,8 @@ def eq26_target_log_probs(ids, targets, p, config, query_allowed, content_allowe
     for n in range(len(targets)):
         logits = anp.stack([anp.sum(p["embedding"][w] * g[n]) + p["lm_bias"][w]
                             for w in range(p["embedding"].shape[0])])
-        rows.append(logits - anp.log(anp.sum(anp.exp(logits))))
+        largest = anp.max(logits)
+        rows.append(logits - largest - anp.log(anp.sum(anp.exp(logits - largest))))
     return anp.stack(rows), inputs
 
 
@@ -158,6 +160,8 @@ def eq25_masked_lm_objective(logits, labels):
         for t in range(labels.shape[1]):
             if labels[b, t] != -100:
                 scores = logits[b, t]
-                total = total - (scores[labels[b, t]] - anp.log(anp.sum(anp.exp(scores))))
+                largest = anp.max(scores)
+                total = total - (scores[labels[b, t]] - largest
+                                 - anp.log(anp.sum(anp.exp(scores - largest))))
                 count += 1
     return total / count if count else 0.0 * anp.sum(logits)
