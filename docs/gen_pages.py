@@ -44,7 +44,7 @@ SYSTEM_NOTES = {
     6: ["sec6_distillation", "sec6_pruning_quantisation"],
     7: ["sec7_retrieval"],
     8: ["sec8_char_transformer", "sec8_char_transformer_xl", "sec8_long_attention",
-        "sec8_longformer", "sec8_etc", "sec8_bigbird", "sec8_sparse_attention_kernels"],
+        "sec8_longformer", "sec8_extended_transformer", "sec8_big_bird", "sec8_sparse_attention_kernels"],
     9: ["sec9_efficient_attention", "sec9_reformer", "sec9_albert", "sec9_electra"],
 }
 
