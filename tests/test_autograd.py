@@ -24,7 +24,7 @@ def f64(data, requires_grad=False):
     return mt.tensor(data, dtype=mt.float64, requires_grad=requires_grad)
 
 
-# ---- backward and grad -----------------------------------------------------------------------------
+# ---- backward and grad ---------------------------------------------------------------------------
 def test_gradients_accumulate_across_backward_calls():
     x = f64([1.0, 2.0, 3.0], requires_grad=True)
     (x * x).sum().backward()
@@ -133,7 +133,7 @@ def test_a_long_chain_does_not_hit_the_recursion_limit():
     np.testing.assert_array_equal(x.grad.numpy(), [1.0])
 
 
-# ---- hooks and retain_grad -------------------------------------------------------------------------
+# ---- hooks and retain_grad -----------------------------------------------------------------------
 def test_a_hook_on_a_leaf_sees_and_can_replace_the_gradient():
     x = f64([1.0, 2.0], requires_grad=True)
     seen = []
@@ -209,7 +209,7 @@ def test_retain_grad_keeps_the_gradient_of_a_non_leaf():
     assert y.retain_grad() is y
 
 
-# ---- grad mode, detach, requires_grad --------------------------------------------------------------
+# ---- grad mode, detach, requires_grad ------------------------------------------------------------
 def test_no_grad_and_enable_grad_as_context_managers():
     x = f64([1.0], requires_grad=True)
     with mt.no_grad():
@@ -315,7 +315,7 @@ def test_comparisons_give_bool_tensors_without_gradient():
     assert (x.argmax()).item() == 2 and x.argmax().dtype == np.int64
 
 
-# ---- in-place operations ---------------------------------------------------------------------------
+# ---- in-place operations -------------------------------------------------------------------------
 def test_in_place_on_a_leaf_that_requires_grad_is_refused():
     x = f64([1.0, 2.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="in-place operation on a leaf"):
@@ -422,7 +422,7 @@ def test_in_place_on_a_view_while_recording_is_refused():
         view[0] = 0.0
 
 
-# ---- backends --------------------------------------------------------------------------------------
+# ---- backends ------------------------------------------------------------------------------------
 @pytest.fixture
 def second_numpy_backend():
     """A second, separate NumPy backend instance registered as "numpy2"."""
@@ -506,7 +506,7 @@ def test_backend_environment_variable():
     assert "unknown backend 'nosuch'" in bad.stderr
 
 
-# ---- dtypes ----------------------------------------------------------------------------------------
+# ---- dtypes --------------------------------------------------------------------------------------
 def test_dtype_rules():
     assert mt.tensor(1.5).dtype == np.float32
     assert mt.tensor([1.0, 2.0]).dtype == np.float32
@@ -540,7 +540,7 @@ def test_unsupported_dtype_is_refused():
         mt.zeros(2, dtype="no-such-type")
 
 
-# ---- creation --------------------------------------------------------------------------------------
+# ---- creation ------------------------------------------------------------------------------------
 def test_creation_functions():
     np.testing.assert_array_equal(mt.zeros(2, 3).numpy(), np.zeros((2, 3)))
     np.testing.assert_array_equal(mt.zeros((2, 3)).numpy(), np.zeros((2, 3)))
@@ -594,7 +594,7 @@ def test_tensor_copies_its_input_and_as_tensor_does_not():
     assert mt.as_tensor(t) is t
 
 
-# ---- random numbers --------------------------------------------------------------------------------
+# ---- random numbers ------------------------------------------------------------------------------
 def test_manual_seed_makes_runs_reproducible():
     mt.manual_seed(123)
     first = (mt.randn(5).numpy(), mt.rand(3).numpy(), mt.randint(10, size=4).numpy())
@@ -628,7 +628,7 @@ def test_generator_state_round_trip_and_seed_validation():
     assert mt.default_generator() is mt.manual_seed(5)
 
 
-# ---- NumPy interop ---------------------------------------------------------------------------------
+# ---- NumPy interop -------------------------------------------------------------------------------
 def test_numpy_interop():
     t = mt.tensor([[1.0, 2.0], [3.0, 4.0]])
     a = np.asarray(t)
@@ -668,7 +668,7 @@ def test_transpose_argument_conventions():
     assert mt.zeros(2, 3).transpose(0, 1).shape == (3, 2)
 
 
-# ---- error messages --------------------------------------------------------------------------------
+# ---- error messages ------------------------------------------------------------------------------
 def test_matmul_shape_mismatch_message():
     with pytest.raises(ValueError, match=r"matmul: \(2, 3\) @ \(4, 5\): inner dimensions 3 and 4 "
                                          "differ"):

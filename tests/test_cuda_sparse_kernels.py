@@ -184,7 +184,7 @@ def test_the_cupy_backend_falls_back_to_numpy_code_off_grouped_kernels(gpu_backe
             np.testing.assert_array_equal(g, w)
 
 
-# ---- LSH attention's round masks -------------------------------------------------------------------
+# ---- LSH attention's round masks -----------------------------------------------------------------
 def _lsh_mask_calls(rounds, causal, seed, num_buckets=4, chunk_length=2, chunks=3):
     """The arguments ``LSHAttention`` hands ``lsh_round_masks``, one tuple per round, recorded
     from a forward pass on the NumPy backend (batch 2, 2 heads, head width 3)."""
@@ -303,7 +303,7 @@ def test_lsh_attention_on_the_cupy_backend_copies_only_positions_to_the_host(
     assert {shape for _, shape in copied} == {(1, 2, 3, 2), (1, 2, 3, 4)}   # queries, key_index
 
 
-# ---- the dilated window (Longformer's dilated heads): the banded kernel of ``cuda_kernels`` --------
+# ---- the dilated window (Longformer's dilated heads): the banded kernel of ``cuda_kernels`` ------
 @pytest.mark.parametrize("dilation", [2, 3])
 @pytest.mark.parametrize("window", [1, 3])
 @pytest.mark.parametrize("causal", [False, True])

@@ -20,7 +20,7 @@ from minitorch_nlp.nn import Parameter
 TOL = dict(rtol=1e-9, atol=1e-9)
 
 
-# ---- helpers ---------------------------------------------------------------------------------------
+# ---- helpers -------------------------------------------------------------------------------------
 def make_param(array, dtype=np.float64):
     return Parameter(mt.tensor(np.array(array, dtype=dtype), dtype=dtype))
 
@@ -54,7 +54,7 @@ def trajectories(draw, max_steps=4):
     return theta, grads
 
 
-# ---- reference maths ------------------------------------------------------------------------------
+# ---- reference maths -----------------------------------------------------------------------------
 def sgd_reference(theta, grads, lr, momentum, dampening, weight_decay, nesterov):
     """Polyak momentum / Sutskever's Nesterov form, in PyTorch's parameterisation."""
     velocity = None
@@ -90,7 +90,7 @@ def adam_reference(theta, grads, lr, betas, eps, weight_decay, amsgrad, decouple
     return theta
 
 
-# ---- the update rules -----------------------------------------------------------------------------
+# ---- the update rules ----------------------------------------------------------------------------
 @given(trajectories(), finite(0, 1), finite(0, 0.99), finite(0, 1), finite(0, 0.5), st.booleans())
 def test_sgd_matches_formula(trajectory, lr, momentum, dampening, weight_decay, nesterov):
     theta, grads = trajectory
@@ -247,7 +247,7 @@ def test_training_a_linear_model_reduces_the_loss(name):
     assert losses[-1] < losses[0] / 100
 
 
-# ---- state_dict ------------------------------------------------------------------------------------
+# ---- state_dict ----------------------------------------------------------------------------------
 OPTIMIZERS = {
     "sgd": lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True),
     "sgd-dampening": lambda ps: optim.SGD(ps, lr=0.1, momentum=0.5, dampening=0.3),
@@ -395,7 +395,7 @@ def test_load_state_dict_mismatches_are_named():
         trained([(2,), (3,)]).load_state_dict(bad)
 
 
-# ---- argument errors -------------------------------------------------------------------------------
+# ---- argument errors -----------------------------------------------------------------------------
 @pytest.mark.parametrize("make, message", [
     (lambda ps: optim.SGD(ps, lr=-0.1), r"SGD: invalid lr=-0\.1"),
     (lambda ps: optim.SGD(ps, momentum=-0.5), r"SGD: invalid momentum=-0\.5"),
@@ -436,7 +436,7 @@ def test_bad_params_are_refused():
         optim.SGD([p], lr="0.1")
 
 
-# ---- schedules -------------------------------------------------------------------------------------
+# ---- schedules -----------------------------------------------------------------------------------
 @st.composite
 def warmup_schedules(draw):
     warmup = draw(st.integers(0, 50))
@@ -544,7 +544,7 @@ def test_schedule_errors():
         optim.LambdaLR(opt, [lambda s: 1.0] * 2)
 
 
-# ---- clipping --------------------------------------------------------------------------------------
+# ---- clipping ------------------------------------------------------------------------------------
 @st.composite
 def gradient_lists(draw):
     n = draw(st.integers(1, 4))
@@ -610,7 +610,7 @@ def test_clip_grad_value_matches_formula(grads, value):
         optim.clip_grad_value_(params, -0.5)
 
 
-# ---- against PyTorch -------------------------------------------------------------------------------
+# ---- against PyTorch -----------------------------------------------------------------------------
 def torch_trajectory(torch, make_torch_optimizer, starts, grads):
     params = [torch.nn.Parameter(torch.tensor(s, dtype=torch.float64)) for s in starts]
     opt = make_torch_optimizer(params)

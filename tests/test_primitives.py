@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import autograd
 import autograd.numpy as anp
@@ -49,7 +49,7 @@ class Case:
     exact: bool = False   # data movement only: values and gradients equal bit for bit
 
 
-# ---- input strategies ------------------------------------------------------------------------------
+# ---- input strategies ----------------------------------------------------------------------------
 def lay(strategy):
     return S.maybe_noncontiguous(strategy)
 
@@ -565,7 +565,7 @@ def probabilities_and_targets(draw):
     return (draw(lay(S.arrays(shape, 0.05, 0.95))), draw(S.arrays(shape, 0.0, 1.0))), {}
 
 
-# ---- the table -------------------------------------------------------------------------------------
+# ---- the table -----------------------------------------------------------------------------------
 def C(name, engine, reference, inputs, exact=False):
     return pytest.param(Case(name, engine, reference, inputs, exact), id=name)
 
@@ -887,7 +887,7 @@ def _as_tensor_index(index):
     return mt.tensor(index)
 
 
-# ---- the harness -----------------------------------------------------------------------------------
+# ---- the harness ---------------------------------------------------------------------------------
 def _outputs(result):
     return list(result) if isinstance(result, (tuple, list)) else [result]
 

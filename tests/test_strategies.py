@@ -95,7 +95,7 @@ def test_token_batches(batch):
     assert (ids[~mask] == 0).all()
 
 
-# ---- stress strategies (equations 1-55) ------------------------------------------------------------
+# ---- stress strategies (equations 1-55) ----------------------------------------------------------
 @pytest.mark.parametrize("kind, holds", [
     ("shifted", lambda a: np.abs(a).min() >= 97),              # shifted by ±large
     ("large", lambda a: 50 < np.abs(a).max() <= 100),           # up to large=100

@@ -116,7 +116,7 @@ def matmul(a, b):
     return Matmul.apply(*_one_tensor(a, b, "matmul"))
 
 
-# ---- einsum ----------------------------------------------------------------------------------------
+# ---- einsum --------------------------------------------------------------------------------------
 def _parse_einsum(subscripts, shapes):
     """Explicit subscripts, one letter string per operand plus the output, with '...' expanded."""
     subscripts = subscripts.replace(" ", "")

@@ -11,9 +11,8 @@ from . import ops_elementwise as ew
 from . import ops_shape as sh
 from .engine_api import backward as _backward
 from .function import LeafNode
-from .ops_fused import Gelu, LayerNorm, Logcumsumexp, LogSoftmax, Softmax
+from .ops_fused import Gelu, Logcumsumexp, LogSoftmax, Softmax
 from .ops_linalg import Matmul
-from .random import rng
 
 
 def _backend_of(name):
@@ -147,7 +146,7 @@ class Tensor:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
 
-    # ---- autograd ----------------------------------------------------------------------------------
+    # ---- autograd --------------------------------------------------------------------------------
     def _grad_node(self):
         if self._node is not None:
             return self._node
@@ -198,7 +197,7 @@ class Tensor:
     def _bump_version(self):
         self._version[0] += 1
 
-    # ---- conversion --------------------------------------------------------------------------------
+    # ---- conversion ------------------------------------------------------------------------------
     def numpy(self):
         """The data as a ``numpy.ndarray`` (a view on the NumPy backend, a copy from the GPU)."""
         return self._backend.to_numpy(self.data)
@@ -264,7 +263,7 @@ class Tensor:
     def copy(self):
         return self.clone()
 
-    # ---- arithmetic --------------------------------------------------------------------------------
+    # ---- arithmetic ------------------------------------------------------------------------------
     def __add__(self, other):
         return ew.Add.apply(self, other)
 
@@ -326,7 +325,7 @@ class Tensor:
     def __abs__(self):
         return ew.Abs.apply(self)
 
-    # ---- comparisons and logic (no gradient) -------------------------------------------------------
+    # ---- comparisons and logic (no gradient) -----------------------------------------------------
     def _compare(self, other, ufunc):
         if isinstance(other, Tensor):
             if other._backend is not self._backend:
@@ -414,7 +413,7 @@ class Tensor:
     def allclose(self, other, rtol=1e-5, atol=1e-8):
         return bool(np.allclose(self.numpy(), np.asarray(other), rtol=rtol, atol=atol))
 
-    # ---- elementwise functions ---------------------------------------------------------------------
+    # ---- elementwise functions -------------------------------------------------------------------
     def exp(self):
         return ew.Exp.apply(self)
 
@@ -478,7 +477,7 @@ class Tensor:
         mask = _bool_mask(mask, self.shape, "masked_fill")
         return ew.Where.apply(mask, value, self)
 
-    # ---- reductions --------------------------------------------------------------------------------
+    # ---- reductions ------------------------------------------------------------------------------
     def _reduce(self, function, name, axis, keepdims, dim, **extra):
         axes = self._axes(dim if dim is not None else axis, name)
         return function.apply(self, axes=axes, keepdims=keepdims, **extra)
@@ -642,7 +641,7 @@ class Tensor:
             return self.clone()
         return LogSoftmax.apply(self, axis=axis)
 
-    # ---- shape -------------------------------------------------------------------------------------
+    # ---- shape -----------------------------------------------------------------------------------
     def reshape(self, *shape):
         shape = _shape_args(shape)
         known = math.prod(n for n in shape if n != -1)
@@ -867,7 +866,7 @@ class Tensor:
 
         return unbind(self, axis=dim if dim is not None else axis)
 
-    # ---- indexing ----------------------------------------------------------------------------------
+    # ---- indexing --------------------------------------------------------------------------------
     def __getitem__(self, index):
         return sh.GetItem.apply(self, index=_index_data(index, self))
 
@@ -910,7 +909,7 @@ class Tensor:
 
         return scatter_reduce(self, axis, index, src, reduce, include_self)
 
-    # ---- in-place operations -----------------------------------------------------------------------
+    # ---- in-place operations ---------------------------------------------------------------------
     def _inplace(self, recorded, direct, *operands):
         """Run an in-place operation. Without a graph it is ``direct`` on the array; while
         recording, the out-of-place ``recorded`` result is written back and this tensor takes its
@@ -1033,7 +1032,7 @@ function.Tensor = engine.Tensor = Tensor
 engine.sum_to = sh.sum_to
 
 
-# ---- helpers --------------------------------------------------------------------------------------
+# ---- helpers -------------------------------------------------------------------------------------
 def _raise_if_ragged(data):
     """Raise ``ValueError`` saying at which depth and item nested lists stop being rectangular."""
     def shape_of(item, path):

@@ -32,7 +32,7 @@ Tokens (:func:`number_tokens`): words split on spaces, each hyphen kept as its o
 from __future__ import annotations
 
 import numbers as _numbers
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 

@@ -7,7 +7,7 @@ deterministic given ``seed``. The number-words translation task lives in
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 DEFAULT_SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
@@ -42,7 +42,7 @@ class Vocab:
 
     @classmethod
     def build(cls, sequences: Iterable[Iterable[str]], min_count: int = 1,
-              specials: Sequence[str] = DEFAULT_SPECIALS) -> "Vocab":
+              specials: Sequence[str] = DEFAULT_SPECIALS) -> Vocab:
         """The vocabulary of the tokens seen at least ``min_count`` times in ``sequences``, most
         frequent first (ties in alphabetical order, so the ids do not depend on input order)."""
         if isinstance(sequences, str):
@@ -108,5 +108,5 @@ class Vocab:
         return {"tokens": list(self.itos[len(self.specials):]), "specials": list(self.specials)}
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> "Vocab":
+    def from_state_dict(cls, state: dict) -> Vocab:
         return cls(state["tokens"], specials=state["specials"])

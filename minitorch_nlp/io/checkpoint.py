@@ -263,7 +263,7 @@ def _as_str_path(path):
     return os.fsdecode(path) if isinstance(path, bytes) else path
 
 
-# ---- safetensors: a flat dict of arrays, the format HuggingFace shares weights in -----------------
+# ---- safetensors: a flat dict of arrays, the format HuggingFace shares weights in ----------------
 def _save_safetensors(state, path):
     """``state``, a dict of str -> Tensor or array (a ``state_dict()``), as a safetensors file."""
     if not isinstance(state, dict) or not all(

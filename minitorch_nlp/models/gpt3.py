@@ -86,7 +86,7 @@ def count_parameters(config):
     return sum(math.prod(shape) for shape in parameter_shapes(config).values())
 
 
-# ---- in-context evaluation (zero-, one- and few-shot) ----------------------------------------------
+# ---- in-context evaluation (zero-, one- and few-shot) --------------------------------------------
 @dataclass(frozen=True)
 class FewShotTask:
     """A task as GPT-3 is evaluated on it: a natural-language ``description`` and ``examples``,

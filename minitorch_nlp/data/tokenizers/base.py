@@ -34,7 +34,8 @@ import re
 import sys
 import unicodedata
 from collections import Counter
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -455,7 +456,7 @@ class Tokenizer:
         write_json(os.path.join(directory, file_name), self.state_dict())
 
     @classmethod
-    def _from_state_file(cls, directory: str | os.PathLike, file_name: str) -> "Tokenizer":
+    def _from_state_file(cls, directory: str | os.PathLike, file_name: str) -> Tokenizer:
         """The tokenizer ``_save_state`` wrote."""
         state = dict(read_json(os.path.join(os.fspath(directory), file_name)))
         if state.pop("type", None) != cls.kind:
@@ -489,7 +490,7 @@ class Tokenizer:
         return roles
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _category_initials() -> str:
     """The first letter of every code point's Unicode general category, in one string."""
     return "".join(unicodedata.category(chr(code))[0] for code in range(sys.maxunicode + 1))

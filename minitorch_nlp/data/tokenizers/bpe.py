@@ -30,7 +30,8 @@ import functools
 import os
 import re
 from collections import Counter
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Callable, Iterable, Sequence
 
 from .base import (PLAIN_TEMPLATE, Tokenizer, WordCache, char_class, hf_model_max_length,
                    read_hf_special_tokens, read_json, roles_in, tokens_by_id, write_json,
@@ -60,7 +61,7 @@ CHAR_TO_BYTE = {char: byte for byte, char in BYTE_TO_CHAR.items()}
 LATIN1_TO_CHAR = str.maketrans({chr(byte): char for byte, char in BYTE_TO_CHAR.items()})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gpt2_pattern() -> re.Pattern:
     """GPT-2's pre-tokenisation pattern for Python's ``re`` (built on first use)."""
     letter, number, space = char_class("L"), char_class("N"), WHITESPACE
@@ -151,7 +152,7 @@ class ByteLevelBPETokenizer(Tokenizer):
     def train(cls, text: str | Iterable[str], vocab_size: int, *, style: str = "gpt2",
               special_tokens: dict[str, str] | None = None, min_frequency: int = 2,
               template: dict | None = None,
-              model_max_length: int | None = None) -> "ByteLevelBPETokenizer":
+              model_max_length: int | None = None) -> ByteLevelBPETokenizer:
         """Learn a vocabulary of ``vocab_size`` tokens from ``text`` (a str or an iterable of
         str): the special tokens, the 256 bytes, then one token per merge (fewer when no pair is
         seen ``min_frequency`` times any more). ``style`` picks the default special tokens and
@@ -227,7 +228,7 @@ class ByteLevelBPETokenizer(Tokenizer):
         write_json(os.path.join(directory, "special_tokens_map.json"), self._special_tokens_map())
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "ByteLevelBPETokenizer":
+    def from_pretrained(cls, directory: str | os.PathLike) -> ByteLevelBPETokenizer:
         """Read a HuggingFace directory holding ``vocab.json`` and ``merges.txt``. The template is
         RoBERTa's when ``tokenizer_config.json`` names a Roberta tokenizer (or, with no config,
         when the vocabulary has ``<s>`` and ``</s>``), else GPT-2's."""

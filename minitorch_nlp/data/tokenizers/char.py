@@ -9,7 +9,7 @@ when there is none.
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 from .base import Tokenizer
 from .training import texts_between
@@ -31,7 +31,7 @@ class CharTokenizer(Tokenizer):
     @classmethod
     def train(cls, text: str | Iterable[str], *, special_tokens: dict[str, str] | None = None,
               template: dict | None = None,
-              model_max_length: int | None = None) -> "CharTokenizer":
+              model_max_length: int | None = None) -> CharTokenizer:
         """The special tokens (default ``<pad> <unk> <bos> <eos>``; ``{}`` for none), then the
         characters of ``text`` (a str or an iterable of str) in code-point order."""
         special_tokens = CHAR_SPECIALS if special_tokens is None else special_tokens
@@ -51,5 +51,5 @@ class CharTokenizer(Tokenizer):
         self._save_state(directory, FILE_NAME)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "CharTokenizer":
+    def from_pretrained(cls, directory: str | os.PathLike) -> CharTokenizer:
         return cls._from_state_file(directory, FILE_NAME)

@@ -39,7 +39,7 @@ ZERO_WIDTH_JOINER = "\u200d"
 PREPEND_SCHEMES = ("always", "first", "never")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _joiners() -> re.Pattern:
     """The characters that join the one before them into a cluster."""
     return re.compile(f"[{char_class('M')}{ZERO_WIDTH_JOINER}]")

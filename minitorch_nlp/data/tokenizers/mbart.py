@@ -11,7 +11,7 @@ language's code; the decoder starts from the target language's code. HuggingFace
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from .base import hf_model_max_length, read_hf_special_tokens, read_json
 from .unigram import UnigramTokenizer
@@ -88,7 +88,7 @@ class MBartTokenizer(UnigramTokenizer):
         return state
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "MBartTokenizer":
+    def from_pretrained(cls, directory: str | os.PathLike) -> MBartTokenizer:
         """A HuggingFace mBART directory with ``sentencepiece.bpe.model``: fairseq's ids (see the
         module docstring), the language codes, ``<mask>`` last (taking the space before it),
         ``tokenizer_config.json``'s ``src_lang`` (default en_XX) and ``tgt_lang``."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections import Counter, defaultdict
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 
 def texts_between(text: str | Iterable[str], special_tokens: Iterable[str]) -> Iterator[str]:

@@ -40,7 +40,7 @@ import math
 import os
 import re
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -332,7 +332,7 @@ class UnigramTokenizer(Tokenizer):
               byte_fallback: bool = False, character_coverage: float = 1.0,
               max_piece_length: int = 16, seed_size: int = 100_000,
               shrinking_factor: float = 0.75, num_sub_iterations: int = 2,
-              model_max_length: int | None = None) -> "UnigramTokenizer":
+              model_max_length: int | None = None) -> UnigramTokenizer:
         """Learn a vocabulary of ``vocab_size`` tokens from ``text`` (a str or an iterable of
         str) by ``train_unigram``: the special tokens (default T5's ``<pad> </s> <unk>``), the
         byte tokens when ``byte_fallback``, then the pieces by score. The text is read line by
@@ -370,12 +370,12 @@ class UnigramTokenizer(Tokenizer):
         self._save_state(directory, self.file_name)
 
     @classmethod
-    def from_file(cls, directory: str | os.PathLike) -> "UnigramTokenizer":
+    def from_file(cls, directory: str | os.PathLike) -> UnigramTokenizer:
         """Read what ``save`` wrote."""
         return cls._from_state_file(directory, cls.file_name)
 
     @classmethod
-    def from_sentencepiece(cls, model: bytes | str | os.PathLike, **options) -> "UnigramTokenizer":
+    def from_sentencepiece(cls, model: bytes | str | os.PathLike, **options) -> UnigramTokenizer:
         """The tokenizer of a SentencePiece Unigram ``.model`` (a path or its bytes): its pieces
         in its id order, its special ids (unk, bos, eos, pad) as the special tokens, its
         normalizer and byte fallback. ``options`` go to the constructor (``special_tokens`` and
@@ -402,7 +402,7 @@ class UnigramTokenizer(Tokenizer):
                    byte_fallback=spm.byte_fallback, **spm.normalizer, **options)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "UnigramTokenizer":
+    def from_pretrained(cls, directory: str | os.PathLike) -> UnigramTokenizer:
         """A HuggingFace T5 tokenizer directory: ``spiece.model``, and the ``extra_ids``
         sentinels ``<extra_id_0>`` .. after its pieces in reverse order (``<extra_id_0>`` last,
         as ``T5Tokenizer``; ``tokenizer_config.json``'s ``extra_ids``, default 100), ``</s>``

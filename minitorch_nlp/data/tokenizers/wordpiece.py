@@ -33,7 +33,7 @@ import os
 import re
 import unicodedata
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .base import (CharMap, Tokenizer, WordCache, char_class, hf_model_max_length,
                    read_hf_special_tokens, read_json, roles_in, write_json, write_text)
@@ -79,7 +79,7 @@ CLEAN = {split_cjk: CharMap(functools.partial(_cleaned, split_cjk=split_cjk))
 DROP_MARKS = CharMap(lambda char: "" if unicodedata.category(char) == "Mn" else char)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _words_and_punctuation() -> re.Pattern:
     """A punctuation character, or a run of characters that are neither punctuation nor
     whitespace. BERT's punctuation: Unicode's P* and all non-alphanumeric printable ASCII."""
@@ -142,7 +142,7 @@ class WordPieceTokenizer(Tokenizer):
               strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
               special_tokens: dict[str, str] | None = None, score: str = "frequency",
               min_frequency: int = 2, template: dict | None = None,
-              model_max_length: int | None = None) -> "WordPieceTokenizer":
+              model_max_length: int | None = None) -> WordPieceTokenizer:
         """Learn a vocabulary of ``vocab_size`` tokens from ``text`` (a str or an iterable of
         str): the special tokens, the alphabet, then one token per merge (fewer when no pair is
         seen ``min_frequency`` times any more). ``score`` is ``"frequency"`` or ``"likelihood"``
@@ -223,7 +223,7 @@ class WordPieceTokenizer(Tokenizer):
         write_json(os.path.join(directory, "special_tokens_map.json"), self._special_tokens_map())
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "WordPieceTokenizer":
+    def from_pretrained(cls, directory: str | os.PathLike) -> WordPieceTokenizer:
         """Read a HuggingFace BERT directory: ``vocab.txt`` and, when present,
         ``tokenizer_config.json`` (``do_lower_case``, ``strip_accents``,
         ``tokenize_chinese_chars``, special tokens, ``model_max_length``) and

@@ -14,7 +14,7 @@ from ..registry import CAUSAL_LM_WITH_MEMORY, ModelFamily, register_family
 from ..transformer_xl import TransfoXLLMHeadModel
 
 
-# ---- HuggingFace checkpoints (transformers 4.x TransfoXLLMHeadModel) ------------------------------
+# ---- HuggingFace checkpoints (transformers 4.x TransfoXLLMHeadModel) -----------------------------
 def _split_rows(array):
     """HuggingFace's fused ``qkv_net`` (3 h d_head, d_model) -> our three projections."""
     return tuple(np.ascontiguousarray(part) for part in np.split(array, 3, axis=0))
