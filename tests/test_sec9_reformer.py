@@ -73,6 +73,24 @@ def test_lsh_attention_matches_reference(data):
         np.testing.assert_allclose(t.grad.numpy(), expected, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.eq(96, 98, 99, 100)
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_a_query_attends_itself_only_when_it_has_no_other_key_even_at_scores_of_1e4(
+        rounds):
+    """Shared-QK: a query's own key scores highest (q . q / |q|), so the self-mask must outweigh
+    any score gap; here 7071 for itself against 5000 for its neighbour in the same bucket and
+    chunk. Each query takes the other's value alone; causal, query 0 has only itself and
+    query 1 takes v_0."""
+    q = mt.tensor([[[[1e4, 0.0], [1e4, 1e4]]]], dtype=mt.float64)
+    v = mt.tensor([[[[1.0, 2.0], [3.0, 4.0]]]], dtype=mt.float64)
+    rotations = np.tile(np.array([[[1.0], [0.0]]]), (rounds, 1, 1))   # one bucket for both
+    core = specs[100].library_function()
+    out = core(q, v, rotations=rotations, chunk_length=2, causal=False, key_mask=None)
+    np.testing.assert_allclose(out.numpy()[0, 0], [[3.0, 4.0], [1.0, 2.0]], **TOL)
+    causal = core(q, v, rotations=rotations, chunk_length=2, causal=True, key_mask=None)
+    np.testing.assert_allclose(causal.numpy()[0, 0], [[1.0, 2.0], [1.0, 2.0]], **TOL)
+
+
 @pytest.mark.eq(96)
 @given(st.integers(2, 10), st.booleans(), S.seeds())
 def test_one_bucket_and_one_chunk_is_full_shared_qk_attention_with_its_self_mask(time, causal,
