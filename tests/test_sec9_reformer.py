@@ -117,6 +117,7 @@ def test_more_rounds_never_lose_a_pair_that_one_round_found(chunks, buckets, rou
     assert not np.any(more & ~same_bucket.reshape(1, 2, *more.shape[-2:]))
 
 
+@pytest.mark.eq(96, 100)
 def test_need_weights_gives_the_weights_behind_the_grouped_output():
     q, v = (mt.tensor(a, dtype=mt.float64)
             for a in np.random.default_rng(0).standard_normal((2, 2, 2, 12, 4)))

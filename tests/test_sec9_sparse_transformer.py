@@ -235,6 +235,7 @@ def test_dropout_keeps_the_expected_output_by_rescaling_the_kept_weights():
     assert np.all(np.abs(trained.mean(axis=0) - evaluated) <= 5 * spread + 1e-9)
 
 
+@pytest.mark.eq(92)
 def test_dropout_acts_while_training_only():
     q, k, v = (mt.tensor(a) for a in np.random.default_rng(0).standard_normal((3, 1, 2, 8, 4)))
     core = SparseTransformerAttention(3, dropout=0.5)
