@@ -19,6 +19,7 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
+from hypothesis.extra import numpy as hnp
 
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
@@ -71,6 +72,20 @@ def test_lsh_attention_matches_reference(data):
     for i, t in enumerate((tq, tv)):
         expected = autograd.grad(lambda *a: anp.sum(reference(*a) * cotangent), i)(q, v)
         np.testing.assert_allclose(t.grad.numpy(), expected, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.eq(96, 98)
+@given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.data())
+def test_hash_ties_go_to_the_first_maximum_of_the_rotations_and_their_negatives(rounds, half,
+                                                                                 d, data):
+    """h(x) = argmax([x R; -x R]) with ties decided as argmax does (the first maximum): entries
+    of +-1 and rotations of -1, 0, 1 make x R = 0 and |x R_c| = |x R_c'| common."""
+    x = data.draw(hnp.arrays(np.float64, (1, 2, 5, d), elements=st.sampled_from([-1.0, 1.0])))
+    rotations = data.draw(hnp.arrays(np.float64, (rounds, d, half),
+                                     elements=st.sampled_from([-1.0, 0.0, 1.0])))
+    buckets = LSHAttention(2 * half, 5, rounds).hash(x, rotations)
+    for b, h, r in np.ndindex(1, 2, rounds):
+        assert buckets[b, h, r].tolist() == R.lsh_buckets(x[b, h], rotations[r])
 
 
 @pytest.mark.eq(96, 98, 99, 100)

@@ -18,6 +18,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import minitorch_nlp as mt
 from minitorch_nlp import functional as F
@@ -176,6 +177,11 @@ def _lsh_cases(draw, rounds=(1, 3), chunked=True, with_round=False):
             "v": draw(S.arrays((batch, heads, time, d_k))),
             "rotations": draw(S.arrays((num_rounds, d_k, draw(st.integers(1, 2))))),
             "causal": draw(st.booleans())}
+    if draw(st.booleans()):      # +-1 and 0 entries: exact hash ties ([x R; -x R]'s maximum
+        grid = st.sampled_from([-1.0, 1.0])      # taken twice, x R = 0), the first one wins
+        case["q"] = draw(hnp.arrays(np.float64, case["q"].shape, elements=grid))
+        case["rotations"] = draw(hnp.arrays(np.float64, case["rotations"].shape,
+                                            elements=st.sampled_from([-1.0, 0.0, 1.0])))
     if chunked:
         case["chunk_length"] = chunk
     case["key_mask"] = draw(st.none() | S.bool_masks((batch, time)))
