@@ -65,7 +65,7 @@ def test_each_of_the_four_terms_matches_its_reference_values_and_gradients(array
         cotangent = rng.standard_normal(want.shape)
         got = mt.grad((term * mt.tensor(cotangent)).sum(), tensors, allow_unused=True,
                       retain_graph=True)
-        wanted = autograd.grad(lambda *a: np.sum(
+        wanted = autograd.grad(lambda *a, index=index, cotangent=cotangent: np.sum(
             reference.eq90_absolute_terms(*a)[index] * cotangent), (0, 1, 2, 3))(*arrays)
         for g, w in zip(got, wanted):
             np.testing.assert_allclose(np.zeros(w.shape) if g is None else g.numpy(), w,

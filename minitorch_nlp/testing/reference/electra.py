@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import autograd.numpy as anp
 import numpy as np
-from autograd.tracer import getval
 from autograd.scipy.special import erf
+from autograd.tracer import getval
 
 
 def eq107_generator_mlm_loss(logits, labels):

@@ -9,8 +9,8 @@ log-sum-exp merging, no duplicate counts.
 from __future__ import annotations
 
 import autograd.numpy as anp
-from autograd.tracer import getval
 import numpy as np
+from autograd.tracer import getval
 
 
 def lsh_buckets(x, rotation):
