@@ -154,6 +154,7 @@ def test_allocate_bits_splits_the_sorted_layers_into_equal_groups():
         Hs.allocate_bits([])
 
 
+@pytest.mark.eq(61)
 @pytest.mark.parametrize("groups", [1, 2, 6])
 def test_group_wise_quantisation_keeps_each_group_within_half_its_own_step(groups):
     mt.manual_seed(0)

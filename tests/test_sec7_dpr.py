@@ -20,6 +20,7 @@ from minitorch_nlp.data.tokenizers import WordPieceTokenizer
 from minitorch_nlp.models.dpr import DPRConfig, DPRContextEncoder, DPRQuestionEncoder
 from minitorch_nlp.retrieval import (BM25, DenseRetriever, bm25_hard_negatives, dpr_loss,
                                      retrieval_log_probs)
+from minitorch_nlp.testing.reference import retrieval as reference
 from tests.model_checks import Learning, ModelChecks, encoder_spec, overfit
 
 pytestmark = pytest.mark.sec7
@@ -65,6 +66,24 @@ def test_huggingface_checkpoints_give_huggingfaces_vectors(name, tmp_path):
     again = mt.from_pretrained(tmp_path)
     np.testing.assert_array_equal(again(arrays["input_ids"]).pooler_output.numpy(),
                                   model(arrays["input_ids"]).pooler_output.numpy())
+
+
+@pytest.mark.eq(64, 65)
+@pytest.mark.parametrize("projection_dim", [0, 5])
+@pytest.mark.parametrize("model_class", [DPRQuestionEncoder, DPRContextEncoder])
+def test_the_vector_is_the_cls_row_projected_or_not(model_class, projection_dim):
+    """h = W BERT(x)[CLS] + b (ORQA's 128-d projection), or BERT(x)[CLS] itself without a
+    projection (DPR's encoders): the first row, never a mean or the last row."""
+    mt.manual_seed(0)
+    model = model_class(DPRConfig.tiny(30, projection_dim=projection_dim)).to(mt.float64)
+    ids = np.array([[2, 7, 9, 3], [2, 11, 3, 0]])
+    out = model(ids, np.array([[1, 1, 1, 1], [1, 1, 1, 0]]))
+    cls = out.last_hidden_state.numpy()[:, 0]
+    encoder = getattr(model, model.encoder_name)
+    if projection_dim:
+        cls = reference.eq64_cls_projection(cls[:, None], encoder.encode_proj.weight.numpy(),
+                                            encoder.encode_proj.bias.numpy())
+    np.testing.assert_allclose(out.pooler_output.numpy(), cls, rtol=1e-12, atol=1e-12)
 
 
 def test_projection_is_optional_and_checked():

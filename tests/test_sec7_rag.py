@@ -156,6 +156,7 @@ def test_float64_gradients_reach_the_question_encoder_and_bart(kind):
     assert abs(analytical) > 1e-3
 
 
+@pytest.mark.eq(81, 82)
 def test_rag_token_with_one_document_equals_rag_sequence_on_the_model():
     rag, kb = tiny_rag(n_docs=1)
     questions, answers = [q.text for q in kb.questions[:4]], [q.answer for q in kb.questions[:4]]

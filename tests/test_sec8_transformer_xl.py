@@ -62,6 +62,7 @@ def test_relative_shift_matches_a_loop_over_query_and_key(q_time, memory, both_w
                 assert shifted[:, i, j].tolist() == by_distance[:, i, column].tolist()
 
 
+@pytest.mark.eq(91)
 def test_relative_position_encoding_is_the_sinusoid_of_each_distance_largest_first():
     table = relative_position_encoding(6, 8, clamp_len=3).numpy()
     for m in range(6):
@@ -140,6 +141,7 @@ def test_eq87_to_89_layer_over_a_memory_matches_reference(time, memory_time, pre
     assert tm.grad is None                              # eq 87: SG, nothing flows into the memory
 
 
+@pytest.mark.eq(87, 89)
 def test_an_empty_memory_is_a_causal_transformer_layer_with_relative_attention():
     mt.manual_seed(0)
     layer = randomize(TransformerXLLayer(8, 2, 4, 16), 0, norm_gain_mean=1.0)
@@ -218,6 +220,7 @@ def test_eq86_language_model_over_two_segments_matches_reference(case):
         assert_trees_close(grads_of(params), autograd.grad(loss)(arrays))
 
 
+@pytest.mark.eq(86, 87)
 def test_no_gradient_reaches_the_previous_segment():
     mt.manual_seed(0)
     model = TransfoXLLMHeadModel(TransfoXLConfig.tiny()).to(mt.float64)
@@ -234,6 +237,7 @@ def test_no_gradient_reaches_the_previous_segment():
     assert all(not m.requires_grad and m.grad_fn is None for m in hidden_first)
 
 
+@pytest.mark.eq(86, 87, 88, 91)
 def test_a_memory_of_the_whole_past_gives_the_outputs_of_the_whole_sequence():
     mt.manual_seed(0)
     model = TransfoXLLMHeadModel(TransfoXLConfig.tiny(mem_len=12)).to(mt.float64).eval()
@@ -247,6 +251,7 @@ def test_a_memory_of_the_whole_past_gives_the_outputs_of_the_whole_sequence():
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), whole, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.eq(87)
 def test_memory_length_differs_between_training_and_evaluation():
     model = TransfoXLLMHeadModel(TransfoXLConfig.tiny(mem_len=3, eval_mem_len=10))
     ids = np.zeros((1, 7), dtype=np.int64)
@@ -256,6 +261,7 @@ def test_memory_length_differs_between_training_and_evaluation():
     assert TransfoXLLMHeadModel(TransfoXLConfig.tiny(mem_len=0))(ids).mems is None
 
 
+@pytest.mark.eq(86)
 def test_adaptive_softmax_is_a_distribution_and_plain_without_cutoffs():
     mt.manual_seed(0)
     for cutoffs in ([], [10], [10, 20]):
@@ -272,6 +278,7 @@ def test_adaptive_softmax_is_a_distribution_and_plain_without_cutoffs():
                                rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.eq(86)
 @given(st.sampled_from([[], [10], [10, 20]]), st.integers(1, 2), S.seeds())
 def test_the_loss_scores_only_the_targets_and_equals_the_full_distributions(cutoffs, div_val,
                                                                              seed):
@@ -296,6 +303,7 @@ def test_the_loss_scores_only_the_targets_and_equals_the_full_distributions(cuto
             np.testing.assert_allclose(targeted[name], p.grad.numpy(), **TIGHT, err_msg=name)
 
 
+@pytest.mark.eq(86)
 def test_tail_clusters_are_computed_only_where_a_target_lies_in_them():
     """Inputs and targets all in the head: the tail clusters get no gradient (they were never
     scored); the full distribution scores them."""

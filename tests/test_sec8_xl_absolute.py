@@ -14,7 +14,7 @@ import math
 import autograd
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import minitorch_nlp as mt
 from minitorch_nlp import functional as F
@@ -48,6 +48,28 @@ def test_eq90_four_terms_match_reference_values_and_gradients(arrays, seed):
         lambda *a: np.sum(reference.eq90_absolute_scores(*a) * cotangent), (0, 1, 2, 3))(*arrays)
     for tensor, grad in zip(tensors, expected):
         np.testing.assert_allclose(tensor.grad.numpy(), grad, **REFERENCE)
+
+
+@settings(max_examples=10)
+@given(score_cases(), S.seeds())
+def test_each_of_the_four_terms_matches_its_reference_values_and_gradients(arrays, seed):
+    """``terms=True``: (a) to (d) in the paper's order, each against its own bilinear form
+    ((d) holds no token: (T, T), which broadcasts over the sequences)."""
+    tensors = [mt.tensor(a, dtype=mt.float64, requires_grad=True) for a in arrays]
+    terms = absolute_position_scores(*tensors, terms=True)
+    expected = reference.eq90_absolute_terms(*arrays)
+    rng = np.random.default_rng(seed)
+    for index, (term, want) in enumerate(zip(terms, expected)):
+        np.testing.assert_allclose(np.broadcast_to(term.numpy(), want.shape), want, **REFERENCE,
+                                   err_msg=f"term {index}")
+        cotangent = rng.standard_normal(want.shape)
+        got = mt.grad((term * mt.tensor(cotangent)).sum(), tensors, allow_unused=True,
+                      retain_graph=True)
+        wanted = autograd.grad(lambda *a, index=index, cotangent=cotangent: np.sum(
+            reference.eq90_absolute_terms(*a)[index] * cotangent), (0, 1, 2, 3))(*arrays)
+        for g, w in zip(got, wanted):
+            np.testing.assert_allclose(np.zeros(w.shape) if g is None else g.numpy(), w,
+                                       **REFERENCE, err_msg=f"term {index}")
 
 
 @given(score_cases())

@@ -75,6 +75,7 @@ def test_replacements_are_sampled_with_the_generators_probabilities():
     assert np.all(np.abs(frequencies - probabilities) < 4.5 * sigma), (frequencies, probabilities)
 
 
+@pytest.mark.eq(108)
 def test_a_sample_equal_to_the_original_is_labelled_original():
     # all the generator's mass on token 3 at every position
     logits = mt.tensor(np.where(np.arange(6) == 3, 50.0, -50.0)[None, None].repeat(4, 1))
@@ -124,6 +125,7 @@ def test_no_gradient_of_the_discriminator_loss_reaches_the_generator():
     np.testing.assert_allclose(replaced_again.item(), out.loss.item(), rtol=1e-6)
 
 
+@pytest.mark.eq(108)
 def test_discriminator_reads_the_corrupted_ids_and_labels_every_real_token():
     pair = build_pair()
     batch = masked_batch()

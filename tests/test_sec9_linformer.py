@@ -89,6 +89,21 @@ def test_sharing_levels_give_the_papers_counts_for_12_layers_of_12_heads(sharing
                              12 if sharing == "key_value" else 24)
 
 
+@pytest.mark.eq(111)
+def test_dropout_keeps_the_expected_output_by_rescaling_the_kept_weights():
+    """Training-mode dropout on the attention weights, rescaled by 1/(1-p): averaged over many
+    independent masks (a batch of copies of one input), the output is the evaluation-mode one;
+    without the rescale it would be (1-p) times it."""
+    rng = np.random.default_rng(0)
+    q, k, v = (np.broadcast_to(a, (4000, 1, 6, 4)) for a in rng.standard_normal((3, 1, 1, 6, 4)))
+    core = LinformerAttention(6, 3, dropout=0.5).to(mt.float64)
+    tensors = [mt.tensor(np.ascontiguousarray(a), dtype=mt.float64) for a in (q, k, v)]
+    evaluated = core.eval()(*tensors)[0].numpy()[0]
+    trained = core.train()(*tensors)[0].numpy()
+    spread = trained.std(axis=0) / np.sqrt(len(trained))
+    assert np.all(np.abs(trained.mean(axis=0) - evaluated) <= 5 * spread + 1e-9)
+
+
 def test_a_layerwise_shared_stack_saves_and_reloads_its_one_projection(tmp_path):
     mt.manual_seed(0)
     d = 8

@@ -19,6 +19,7 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
+from hypothesis.extra import numpy as hnp
 
 import minitorch_nlp as mt
 import minitorch_nlp.functional as F
@@ -73,6 +74,38 @@ def test_lsh_attention_matches_reference(data):
         np.testing.assert_allclose(t.grad.numpy(), expected, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.eq(96, 98)
+@given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.data())
+def test_hash_ties_go_to_the_first_maximum_of_the_rotations_and_their_negatives(rounds, half,
+                                                                                 d, data):
+    """h(x) = argmax([x R; -x R]) with ties decided as argmax does (the first maximum): entries
+    of +-1 and rotations of -1, 0, 1 make x R = 0 and |x R_c| = |x R_c'| common."""
+    x = data.draw(hnp.arrays(np.float64, (1, 2, 5, d), elements=st.sampled_from([-1.0, 1.0])))
+    rotations = data.draw(hnp.arrays(np.float64, (rounds, d, half),
+                                     elements=st.sampled_from([-1.0, 0.0, 1.0])))
+    buckets = LSHAttention(2 * half, 5, rounds).hash(x, rotations)
+    for b, h, r in np.ndindex(1, 2, rounds):
+        assert buckets[b, h, r].tolist() == R.lsh_buckets(x[b, h], rotations[r])
+
+
+@pytest.mark.eq(96, 98, 99, 100)
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_a_query_attends_itself_only_when_it_has_no_other_key_even_at_scores_of_1e4(
+        rounds):
+    """Shared-QK: a query's own key scores highest (q . q / |q|), so the self-mask must outweigh
+    any score gap; here 7071 for itself against 5000 for its neighbour in the same bucket and
+    chunk. Each query takes the other's value alone; causal, query 0 has only itself and
+    query 1 takes v_0."""
+    q = mt.tensor([[[[1e4, 0.0], [1e4, 1e4]]]], dtype=mt.float64)
+    v = mt.tensor([[[[1.0, 2.0], [3.0, 4.0]]]], dtype=mt.float64)
+    rotations = np.tile(np.array([[[1.0], [0.0]]]), (rounds, 1, 1))   # one bucket for both
+    core = specs[100].library_function()
+    out = core(q, v, rotations=rotations, chunk_length=2, causal=False, key_mask=None)
+    np.testing.assert_allclose(out.numpy()[0, 0], [[3.0, 4.0], [1.0, 2.0]], **TOL)
+    causal = core(q, v, rotations=rotations, chunk_length=2, causal=True, key_mask=None)
+    np.testing.assert_allclose(causal.numpy()[0, 0], [[1.0, 2.0], [1.0, 2.0]], **TOL)
+
+
 @pytest.mark.eq(96)
 @given(st.integers(2, 10), st.booleans(), S.seeds())
 def test_one_bucket_and_one_chunk_is_full_shared_qk_attention_with_its_self_mask(time, causal,
@@ -99,6 +132,7 @@ def test_more_rounds_never_lose_a_pair_that_one_round_found(chunks, buckets, rou
     assert not np.any(more & ~same_bucket.reshape(1, 2, *more.shape[-2:]))
 
 
+@pytest.mark.eq(96, 100)
 def test_need_weights_gives_the_weights_behind_the_grouped_output():
     q, v = (mt.tensor(a, dtype=mt.float64)
             for a in np.random.default_rng(0).standard_normal((2, 2, 2, 12, 4)))

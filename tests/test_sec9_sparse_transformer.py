@@ -159,6 +159,7 @@ def test_merged_strided_pattern_with_stride_at_least_n_is_full_causal_attention(
     np.testing.assert_allclose(out.numpy(), full.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.eq(92, 93, 94, 95)
 @pytest.mark.parametrize("combine", ["merged", "heads", 1, 2])
 @pytest.mark.parametrize("pattern", ["strided", "fixed"])
 def test_dense_fallback_agrees_with_the_grouped_path(pattern, combine):
@@ -219,6 +220,22 @@ def test_a_decoder_stack_with_the_alternating_cores_learns_a_tiny_batch():
     stack_learns(alternating_sparse_cores(2, 4), causal=True, steps=60)
 
 
+@pytest.mark.eq(92)
+def test_dropout_keeps_the_expected_output_by_rescaling_the_kept_weights():
+    """Training-mode dropout on the attention weights, rescaled by 1/(1-p): averaged over many
+    independent masks (a batch of copies of one input), the output is the evaluation-mode one;
+    without the rescale it would be (1-p) times it."""
+    rng = np.random.default_rng(0)
+    q, k, v = (np.broadcast_to(a, (4000, 1, 8, 4)) for a in rng.standard_normal((3, 1, 1, 8, 4)))
+    core = SparseTransformerAttention(3, dropout=0.5)
+    tensors = [mt.tensor(np.ascontiguousarray(a), dtype=mt.float64) for a in (q, k, v)]
+    evaluated = core.eval()(*tensors, causal=True)[0].numpy()[0]
+    trained = core.train()(*tensors, causal=True)[0].numpy()
+    spread = trained.std(axis=0) / np.sqrt(len(trained))
+    assert np.all(np.abs(trained.mean(axis=0) - evaluated) <= 5 * spread + 1e-9)
+
+
+@pytest.mark.eq(92)
 def test_dropout_acts_while_training_only():
     q, k, v = (mt.tensor(a) for a in np.random.default_rng(0).standard_normal((3, 1, 2, 8, 4)))
     core = SparseTransformerAttention(3, dropout=0.5)

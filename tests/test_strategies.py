@@ -95,7 +95,7 @@ def test_token_batches(batch):
     assert (ids[~mask] == 0).all()
 
 
-# ---- stress strategies (equations 1-55) ----------------------------------------------------------
+# ---- stress strategies ---------------------------------------------------------------------------
 @pytest.mark.parametrize("kind, holds", [
     ("shifted", lambda a: np.abs(a).min() >= 97),              # shifted by ±large
     ("large", lambda a: 50 < np.abs(a).max() <= 100),           # up to large=100
@@ -118,3 +118,35 @@ def test_masked_logits_leave_one_entry_per_row_unless_asked(data):
     assert np.isfinite(rows[~hidden]).all()
     fully = hidden.all(axis=1)
     assert fully.sum() <= (1 if all_masked else 0)
+
+
+# ---- stress strategies of eq 56-111's specs ------------------------------------------------------
+def test_the_stress_strategies_reach_their_extremes():
+    """Each drawn often enough to matter in a 25-example run: 1e4 scales, +-1e5 offsets and
+    -1e4 / -1e9 / -inf masking values."""
+    seen = {"scales": set(), "offsets": set(), "masks": set()}
+
+    @given(S.magnitudes(), S.score_offsets(), S.masking_values())
+    def draw(scale, offset, mask):
+        seen["scales"].add(scale)
+        seen["offsets"].add(offset)
+        seen["masks"].add(mask)
+
+    draw()
+    assert seen == {"scales": set(S.MAGNITUDES), "offsets": {0.0, 1e5, -1e5},
+                    "masks": {-1e4, -1e9, -np.inf}}
+
+
+@given(st.data())
+def test_scaled_arrays_are_arrays_times_one_scale(data):
+    a = data.draw(S.scaled_arrays((2, 3), scales=(1e4,)))
+    assert a.shape == (2, 3) and np.all(np.abs(a) <= 3e4)
+
+
+@given(st.integers(0, 2), st.data())
+def test_log_probability_arrays_keep_a_finite_entry_along_their_axis(axis, data):
+    values = data.draw(S.log_probability_arrays((2, 3, 2), keep_axis=axis))
+    assert values.shape == (2, 3, 2) and np.all(values <= 0) and not np.isnan(values).any()
+    assert np.isfinite(values).any(axis=axis).all()
+    vanishing = data.draw(S.log_probability_arrays((4,), zero_probabilities=False))
+    assert np.isfinite(vanishing).all()

@@ -268,7 +268,6 @@ def seeds():
 
 
 # ---- stress: logits, scores and masking values at the sizes real models see ---------------------
-# (equations 1-55's specs; self-contained: nothing above depends on it)
 MASKING_VALUES = (-1e4, -1e9, -np.inf)
 """The values models write into masked logits and scores: BERT's -1e4, -1e9, and -inf."""
 
@@ -311,3 +310,52 @@ def masked_logits(draw, shape, low=-3.0, high=3.0, all_masked_rows=False):
     value = draw(st.sampled_from(MASKING_VALUES))
     return np.where(masked, value, logits), masked
 
+
+# ---- stress: magnitudes and zero probabilities ---------------------------------------------------
+# Models see logits of +-1e4 and log-probabilities of -inf (a document or token the model rules
+# out); a softmax or log-sum-exp without its max subtraction, or a product of probabilities taken
+# outside log space, passes on values in [-3, 3] and fails here.
+MAGNITUDES = (1.0, 1e-4, 1e2, 1e4)
+"""Scales for inputs whose result is scale-sensitive: near-uniform (1e-4) to saturated (1e4)."""
+
+
+def magnitudes(values=MAGNITUDES):
+    """One scale from ``values`` (1.0 first, so that shrinking ends on the plain case)."""
+    return st.sampled_from(values)
+
+
+@st.composite
+def scaled_arrays(draw, shape, low=-3.0, high=3.0, scales=MAGNITUDES):
+    """``arrays(shape, low, high)`` times a scale drawn from ``scales``: scores and logits of
+    order 1e4 as well as nearly equal ones."""
+    return draw(arrays(shape, low, high)) * draw(magnitudes(scales))
+
+
+def score_offsets():
+    """A shift added to a whole row of scores, to which a softmax is blind: 0, or +-1e5 (the
+    exponential overflows without the max subtraction; a masking value of -1e4 then beats the
+    real scores)."""
+    return st.sampled_from((0.0, 1e5, -1e5))
+
+
+def masking_values():
+    """One of ``MASKING_VALUES``, the additive values that mask a score out in real models."""
+    return st.sampled_from(MASKING_VALUES)
+
+
+@st.composite
+def log_probability_arrays(draw, shape, low=-6.0, zero_probabilities=True, keep_axis=-1):
+    """Log-probabilities (entries in [low, 0]); sometimes some are -1e4 (vanishing) and, with
+    ``zero_probabilities``, some -inf (ruled out), but never every entry along ``keep_axis`` of
+    any row, so that a log of their sum stays finite."""
+    values = draw(arrays(shape, low, 0.0))
+    kind = draw(st.sampled_from(("plain", "vanishing", "zero")))
+    if kind == "plain" or values.size == 0:
+        return values
+    fill = -np.inf if kind == "zero" and zero_probabilities else -1e4
+    values[draw(hnp.arrays(np.bool_, shape))] = fill
+    kept = np.ascontiguousarray(np.moveaxis(values, keep_axis, -1))
+    for row in kept.reshape(-1, kept.shape[-1]):
+        if not np.isfinite(row).any():
+            row[draw(st.integers(0, len(row) - 1))] = draw(st.floats(low, 0.0))
+    return np.moveaxis(kept, -1, keep_axis)

@@ -12,7 +12,8 @@ SPECS = (
          (("max_n", "int >= 1, N: the longest n-gram"),),
          "float64 (N,): entry n - 1 holds p(n) = (1/n) / sum_{k=1}^{N} (1/k)",
          (),
-         lambda: st.fixed_dictionaries({"max_n": st.integers(1, 12)}),
+         lambda: st.fixed_dictionaries(
+             {"max_n": st.integers(1, 12) | st.sampled_from([50, 200])}),   # and long tails
          reference.eq106_ngram_length_probabilities,
          "minitorch_nlp.data.albert:ngram_length_probabilities",
          "Values only: p(n) is a table of the integer N, with no float input. The survey prints "

@@ -14,15 +14,22 @@ from ..spec import Spec
 
 @st.composite
 def _loss_cases(draw):
+    """Logits from near-uniform to +-1e4 and shifted by +-1e5; progress on a layer's exact
+    stopping point (stop l / n is exact in binary for the stops drawn) as well as between."""
     layers, targets, batch = (draw(st.integers(1, 3)) for _ in range(3))
     time, vocab = draw(st.integers(targets + 1, targets + 4)), draw(st.integers(1, 4))
     labels = draw(S.arrays((batch, time), 0, vocab - 1).map(lambda a: np.rint(a).astype(np.int64)))
     ignored = draw(S.bool_masks((batch, time)))
-    return {"logits": draw(S.arrays((layers, targets, batch, time, vocab))),
+    intermediate_stop = draw(st.sampled_from([0.5, 0.25, 1.0]))
+    progress = draw(st.one_of(
+        st.sampled_from([0.0, 0.1, 0.2, 0.3, 0.45, 0.5, 0.9, 1.0]),
+        st.integers(1, layers).map(lambda l: intermediate_stop * l / layers)))
+    logits = draw(S.scaled_arrays((layers, targets, batch, time, vocab)))
+    return {"logits": logits + draw(S.score_offsets()),
             "labels": np.where(ignored, -100, labels),
-            "progress": draw(st.sampled_from([0.0, 0.1, 0.2, 0.3, 0.45, 0.5, 0.9, 1.0])),
+            "progress": progress,
             "all_positions": draw(st.booleans()),
-            "intermediate_stop": draw(st.sampled_from([0.5, 0.25, 1.0])),
+            "intermediate_stop": intermediate_stop,
             "extra_target_weight": draw(st.sampled_from([0.5, 0.0, 1.0]))}
 
 

@@ -23,17 +23,33 @@ from ..spec import Spec
 @st.composite
 def _electra_case(draw):
     """Generator logits with masked-LM labels (at least one masked position), discriminator
-    logits with replaced labels and a padding mask (at least one real token)."""
+    logits with replaced labels and a padding mask (None: every token counts), both kinds of
+    logits from near-zero to +-1e4 (the generator's also shifted by +-1e5), the loss weight
+    lambda the paper's 50 or another."""
     batch, time, vocab = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(2, 5))
     targets = draw(S.arrays((batch, time), 0, vocab - 1)).round().astype(np.int64)
     masked = draw(S.bool_masks((batch, time)))
     masked.flat[0] = True
     attention_mask = draw(S.bool_masks((batch, time))) | masked
-    return {"generator_logits": draw(S.arrays((batch, time, vocab))),
-            "discriminator_logits": draw(S.arrays((batch, time))),
+    generator_logits = draw(S.scaled_arrays((batch, time, vocab))) + draw(S.score_offsets())
+    return {"generator_logits": generator_logits,
+            "discriminator_logits": draw(S.scaled_arrays((batch, time))),
             "mlm_labels": np.where(masked, targets, -100),
             "replaced": draw(S.bool_masks((batch, time))).astype(np.int64),
-            "attention_mask": draw(st.none() | st.just(attention_mask))}
+            "attention_mask": draw(st.none() | st.just(attention_mask)),
+            "discriminator_weight": draw(st.sampled_from([50.0, 1.0, 0.0, 0.5]))}
+
+
+@st.composite
+def _discriminator_cases(draw):
+    """Eq 108's arguments of ``_electra_case``; sometimes a batch of padding only (no token
+    counts: the loss is 0)."""
+    case = draw(_electra_case())
+    mask = case["attention_mask"]
+    if mask is not None and draw(st.integers(0, 4)) == 0:
+        mask = np.zeros_like(mask)
+    return {"logits": case["discriminator_logits"], "replaced": case["replaced"],
+            "attention_mask": mask}
 
 
 _GENERATOR_ARGS = (
@@ -81,7 +97,8 @@ def _generator_cases(draw):
             "dense_b": rng.uniform(-1.0, 1.0, width), "norm_g": rng.uniform(0.5, 1.5, width),
             "norm_b": rng.uniform(-1.0, 1.0, width)}
     return {"hidden": draw(S.arrays((batch, time, size))),
-            "embeddings": draw(S.arrays((vocab, width))), "bias": draw(S.arrays((vocab,))),
+            "embeddings": draw(S.arrays((vocab, width))),
+            "bias": draw(S.scaled_arrays((vocab,), scales=(1.0, 1e-4, 1e4))),
             "head": head}
 
 
@@ -120,9 +137,7 @@ SPECS = (
           _DISCRIMINATOR_ARGS[2]),
          "float64 (): eq 108's sum over tokens, averaged over the counted tokens",
          ("logits",),
-         lambda: _electra_case().map(lambda case: {
-             "logits": case["discriminator_logits"], "replaced": case["replaced"],
-             "attention_mask": case["attention_mask"]}),
+         _discriminator_cases,
          lambda logits, replaced, attention_mask: reference.eq108_discriminator_loss(
              logits, replaced, attention_mask),
          "minitorch_nlp.models.electra:discriminator_loss",
@@ -131,11 +146,14 @@ SPECS = (
          "tuned."),
     Spec(110, "electra_loss",
          _GENERATOR_ARGS[:1] + _DISCRIMINATOR_ARGS[:1] + _GENERATOR_ARGS[1:]
-         + _DISCRIMINATOR_ARGS[1:],
-         "float64 (): L_MLM (eq 107) + 50 L_Disc (eq 108)",
+         + _DISCRIMINATOR_ARGS[1:]
+         + (("discriminator_weight", "float lambda >= 0, the weight of L_Disc (the paper: "
+                                     "50)"),),
+         "float64 (): L_MLM (eq 107) + lambda L_Disc (eq 108)",
          ("generator_logits", "discriminator_logits"),
          _electra_case,
          reference.eq110_electra_loss,
          "minitorch_nlp.models.electra:electra_loss",
-         "lambda = 50 (Clark et al. section 3.2), the library's default discriminator_weight."),
+         "lambda = 50 (Clark et al. section 3.2) is the library's default discriminator_weight; "
+         "other weights are drawn too."),
 )

@@ -25,10 +25,33 @@ from ..spec import Spec
 
 @st.composite
 def _fake_quantize_cases(draw):
+    """x on a grid, on exact .5 ties of x S (a power-of-two S keeps x S exact), or huge (+-1e4,
+    clamped); S a float, a power of two, tiny or huge, or one scale per row or per column (an
+    array broadcastable to x); every bit width 2-16."""
     shape = draw(S.shapes(min_dims=1, max_dims=2))
-    return {"x": draw(S.arrays(shape)),
-            "scale": draw(st.floats(0.25, 16.0, allow_nan=False, allow_infinity=False)),
-            "bits": draw(st.integers(2, 8))}
+    kind = draw(st.sampled_from(("plain", "ties", "huge")))
+    scale_kind = draw(st.sampled_from(("float", "power of two", "extreme", "per row",
+                                       "per column")))
+    if scale_kind == "float":
+        scale = draw(st.floats(0.25, 16.0, allow_nan=False, allow_infinity=False))
+    elif scale_kind == "extreme":
+        scale = draw(st.sampled_from((1e-3, 1e3)))
+    else:
+        scale = 2.0 ** draw(st.integers(-3, 4))
+        if scale_kind != "power of two":
+            axis_shape = (shape[0],) + (1,) * (len(shape) - 1) if scale_kind == "per row" \
+                else shape[-1:]
+            scale = scale * 2.0 ** draw(_grid(axis_shape, -2, 2, 1))
+    bits = draw(st.integers(2, 16))
+    if kind == "ties":
+        halves = draw(_grid(shape, -40, 40, 1)) + 0.5
+        x = halves / scale * np.ones(shape)
+    elif kind == "huge":
+        x = draw(S.arrays(shape, -1e4, 1e4))
+        x.flat[0] = draw(st.sampled_from((-1e4, 1e4)))
+    else:
+        x = draw(S.arrays(shape))
+    return {"x": x, "scale": scale, "bits": bits}
 
 
 def _grid(shape, low, high, step):
@@ -37,14 +60,23 @@ def _grid(shape, low, high, step):
     return S.arrays(shape, 0, count).map(lambda a: low + np.rint(a) * step)
 
 
+def _ties_and_extremes(draw, x, levels):
+    """``x`` with some entries put exactly on a threshold between two levels (ties go to the
+    lower level) and sometimes one far outside every level (+-1e4)."""
+    if len(levels) > 1 and draw(st.booleans()):
+        for position in draw(st.lists(st.integers(0, x.size - 1), min_size=1, max_size=3)):
+            low = draw(st.integers(0, len(levels) - 2))
+            x.flat[position] = (levels[low] + levels[low + 1]) / 2
+    if draw(st.booleans()):
+        x.flat[draw(st.integers(0, x.size - 1))] = draw(st.sampled_from((-1e4, 1e4)))
+    return x
+
+
 @st.composite
 def _level_cases(draw):
     levels = np.sort(draw(_grid((draw(st.integers(1, 4)),), -2.0, 2.0, 0.25)))
     x = draw(_grid(draw(S.shapes(1, 2)), -3.0, 3.0, 0.125))
-    if len(levels) > 1 and draw(st.booleans()):          # often a tie: x on a threshold
-        low = draw(st.integers(0, len(levels) - 2))
-        x.flat[0] = (levels[low] + levels[low + 1]) / 2
-    return {"x": x, "levels": levels}
+    return {"x": _ties_and_extremes(draw, x, levels), "levels": levels}
 
 
 @st.composite
@@ -54,14 +86,20 @@ def _basis(draw):
 
 @st.composite
 def _lq_cases(draw):
-    return {"x": draw(_grid(draw(S.shapes(1, 2)), -3.0, 3.0, 0.125)), "basis": draw(_basis())}
+    basis = draw(_basis())
+    x = draw(_grid(draw(S.shapes(1, 2)), -3.0, 3.0, 0.125))
+    return {"x": _ties_and_extremes(draw, x, reference.lq_levels(basis)), "basis": basis}
 
 
 @st.composite
 def _lq_matmul_cases(draw):
     rows, columns, inner = (draw(st.integers(1, 3)) for _ in range(3))
-    return {"a": draw(_grid((rows, inner), -3.0, 3.0, 0.125)), "a_basis": draw(_basis()),
-            "w": draw(_grid((columns, inner), -3.0, 3.0, 0.125)), "w_basis": draw(_basis())}
+    a_basis, w_basis = draw(_basis()), draw(_basis())
+    a = _ties_and_extremes(draw, draw(_grid((rows, inner), -3.0, 3.0, 0.125)),
+                           reference.lq_levels(a_basis))
+    w = _ties_and_extremes(draw, draw(_grid((columns, inner), -3.0, 3.0, 0.125)),
+                           reference.lq_levels(w_basis))
+    return {"a": a, "a_basis": a_basis, "w": w, "w_basis": w_basis}
 
 
 class _BagOfEmbeddings(nn.Module):
@@ -111,7 +149,9 @@ def _classification_cases(draw):
         batch, time = draw(st.integers(1, 3)), draw(st.integers(1, 3))
         batches.append((draw(_grid((batch, time), 0, vocab - 1, 1)).astype(np.int64),
                         draw(_grid((batch,), 0, classes - 1, 1)).astype(np.int64)))
-    return {"W_e": draw(S.arrays((vocab, dim))), "W_c": draw(S.arrays((classes, dim))),
+    magnitude = draw(st.sampled_from((1.0, 1.0, 1e2)))     # 1e2: logits of order +-1e4
+    return {"W_e": draw(S.arrays((vocab, dim))) * magnitude,
+            "W_c": draw(S.arrays((classes, dim))) * magnitude,
             "b_c": draw(S.arrays((classes,))), "batches": batches}
 
 
@@ -119,7 +159,9 @@ def _classification_cases(draw):
 def _hessian_cases(draw):
     classes, features, examples = draw(st.integers(2, 3)), draw(st.integers(1, 3)), draw(
         st.integers(1, 3))
-    return {"W": draw(S.arrays((classes, features))), "v": draw(S.arrays((classes, features))),
+    magnitude = draw(st.sampled_from((1.0, 1.0, 1e-3, 30.0)))   # near-uniform to saturated
+    return {"W": draw(S.arrays((classes, features))) * magnitude,
+            "v": draw(S.arrays((classes, features))),
             "x": draw(S.arrays((examples, features))),
             "y": draw(_grid((examples,), 0, classes - 1, 1)).astype(np.int64)}
 
@@ -183,7 +225,7 @@ SPECS = (
          "the closed-form Hessian of softmax regression, not automatic differentiation."),
     Spec(61, "fake_quantize",
          (("x", "float64 array of any shape"),
-          ("scale", "S > 0, a float"),
+          ("scale", "S > 0, a float or an array broadcastable to x (one scale per group)"),
           ("bits", "b in [2, 16]; M = 2^(b-1) - 1")),
          "float64, the shape of x: Clamp(round(x S), -M, M) / S, with gradient exactly the "
          "incoming one (straight-through estimator)",

@@ -18,6 +18,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import minitorch_nlp as mt
 from minitorch_nlp import functional as F
@@ -27,7 +28,6 @@ from minitorch_nlp.attention.lsh import LSHAttention
 
 from .. import strategies as S
 from ..reference import lsh as reference
-from ..reference import transformer as transformer_reference
 from ..spec import Spec
 
 
@@ -172,10 +172,16 @@ def _lsh_cases(draw, rounds=(1, 3), chunked=True, with_round=False):
     time = chunk * draw(st.integers(1, 3)) if chunked else draw(st.integers(1, 6))
     batch, heads, d_k = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
     num_rounds = draw(st.integers(*rounds))
-    case = {"q": draw(S.nonzero_arrays((batch, heads, time, d_k))),
+    case = {"q": draw(S.nonzero_arrays((batch, heads, time, d_k)))
+            * draw(S.magnitudes((1.0, 1e-3, 1e4))),           # shared-QK scores to +-1e4
             "v": draw(S.arrays((batch, heads, time, d_k))),
             "rotations": draw(S.arrays((num_rounds, d_k, draw(st.integers(1, 2))))),
             "causal": draw(st.booleans())}
+    if draw(st.booleans()):      # +-1 and 0 entries: exact hash ties ([x R; -x R]'s maximum
+        grid = st.sampled_from([-1.0, 1.0])      # taken twice, x R = 0), the first one wins
+        case["q"] = draw(hnp.arrays(np.float64, case["q"].shape, elements=grid))
+        case["rotations"] = draw(hnp.arrays(np.float64, case["rotations"].shape,
+                                            elements=st.sampled_from([-1.0, 0.0, 1.0])))
     if chunked:
         case["chunk_length"] = chunk
     case["key_mask"] = draw(st.none() | S.bool_masks((batch, time)))
@@ -221,6 +227,7 @@ def _round_reference(q, v, rotations, chunk_length, causal, key_mask, r):
 def _masked_cases(draw):
     batch, heads, time, d_k = (draw(st.integers(1, 3)) for _ in range(4))
     case = {name: draw(S.arrays((batch, heads, time, d_k))) for name in "qkv"}
+    case["q"] = case["q"] * draw(S.magnitudes((1.0, 1e-3, 1e4)))   # scores beyond -1e4 masks
     allowed = draw(S.bool_masks((batch, heads, time, time), all_false_row=False))
     diagonal = draw(st.booleans())         # each query keeps a key: itself, or its first one
     allowed[..., 0] |= not diagonal
@@ -230,16 +237,21 @@ def _masked_cases(draw):
 
 def _masked_reference(q, k, v, allowed):
     return anp.stack([
-        anp.stack([transformer_reference.eq12_scaled_dot_product_attention(
-            q[b, h], k[b, h], v[b, h], mask=allowed[b, h]) for h in range(q.shape[1])])
+        anp.stack([reference.eq97_masked_attention(q[b, h], k[b, h], v[b, h], allowed[b, h])
+                   for h in range(q.shape[1])])
         for b in range(q.shape[0])])
 
 
 @st.composite
 def _combine_cases(draw):
     rounds, batch, heads, time, d_k = (draw(st.integers(1, 3)) for _ in range(5))
-    return {"outputs": draw(S.arrays((rounds, batch, heads, time, d_k))),
-            "lses": draw(S.arrays((rounds, batch, heads, time)))}
+    """Log-partitions from near-equal to +-1e4 apart, some -inf (a round that found no key for
+    the query), never every round of a query."""
+    lses = draw(S.scaled_arrays((rounds, batch, heads, time), scales=(1.0, 1e-3, 1e4)))
+    if draw(st.booleans()):
+        lses = np.where(np.isfinite(draw(S.log_probability_arrays(lses.shape, keep_axis=0))),
+                        lses, -np.inf)
+    return {"outputs": draw(S.arrays((rounds, batch, heads, time, d_k))), "lses": lses}
 
 
 def _combine_reference(outputs, lses):

@@ -31,7 +31,8 @@ from ..spec import Spec
 def _queries_and_passages(draw, at_least_queries):
     queries, width = draw(st.integers(1, 3)), draw(st.integers(1, 4))
     passages = draw(st.integers(queries if at_least_queries else 1, 5))
-    return {"query_vectors": draw(S.arrays((queries, width))),
+    scale = draw(S.magnitudes())          # scores from near-equal to +-1e4 apart
+    return {"query_vectors": draw(S.arrays((queries, width))) * scale,
             "passage_vectors": draw(S.arrays((passages, width)))}
 
 
@@ -41,16 +42,23 @@ def _renamed(case):
 
 @st.composite
 def _marginal_cases(draw, with_tokens):
+    """Log-probabilities with documents of zero retrieval probability (-inf, never all of a
+    row's) and vanishing ones (-1e4); token log-probabilities down to -1e4 (a product of
+    probabilities outside log space underflows); the target mask None (every position
+    counts), with padding, or with a row of padding only."""
     batch, k = draw(st.integers(1, 3)), draw(st.integers(1, 4))
-    case = {"doc_log_probs": draw(S.arrays((batch, k), low=-4.0, high=0.0))}
+    case = {"doc_log_probs": draw(S.log_probability_arrays((batch, k), low=-4.0))}
     if not with_tokens:
-        case["answer_log_probs"] = draw(S.arrays((batch, k), low=-6.0, high=0.0))
+        answer = draw(S.log_probability_arrays((batch, k)))
+        for b in range(batch):    # p(y | x) > 0: some document is retrieved and has the answer
+            if not np.isfinite(case["doc_log_probs"][b] + answer[b]).any():
+                answer[b, np.flatnonzero(np.isfinite(case["doc_log_probs"][b]))[0]] = -1.0
+        case["answer_log_probs"] = answer
         return case
     time = draw(st.integers(1, 4))
-    case["token_log_probs"] = draw(S.arrays((batch, k, time), low=-3.0, high=0.0))
-    mask = draw(S.bool_masks((batch, time)))
-    mask[:, 0] = True
-    case["target_mask"] = mask
+    case["token_log_probs"] = draw(S.log_probability_arrays((batch, k, time), low=-3.0,
+                                                            zero_probabilities=False))
+    case["target_mask"] = draw(st.one_of(st.none(), S.bool_masks((batch, time))))
     return case
 
 
@@ -62,8 +70,9 @@ def _query_span_cases(draw):
         row[draw(st.integers(0, time - 1))] = True
     starts, ends = (np.array([draw(st.sampled_from(np.flatnonzero(row).tolist()))
                               for row in allowed]) for _ in range(2))
-    return {"start_logits": draw(S.arrays((batch, time))),
-            "end_logits": draw(S.arrays((batch, time))),
+    scale, offset = draw(S.magnitudes()), draw(S.score_offsets())
+    return {"start_logits": draw(S.arrays((batch, time))) * scale + offset,
+            "end_logits": draw(S.arrays((batch, time))) * scale + offset,
             "starts": starts, "ends": ends, "allowed": allowed}
 
 
@@ -112,8 +121,9 @@ def _derivation_cases(draw):
     for b in range(batch):   # every question has a correct derivation, which is a real span
         z, s = draw(st.integers(0, k - 1)), draw(st.integers(0, spans - 1))
         span_mask[b, z, s] = answer_mask[b, z, s] = True
-    return {"retrieval_scores": draw(S.arrays((batch, k))),
-            "reader_scores": draw(S.arrays((batch, k, spans))),
+    scale, offset = draw(S.magnitudes()), draw(S.score_offsets())
+    return {"retrieval_scores": draw(S.arrays((batch, k))) * scale,
+            "reader_scores": draw(S.arrays((batch, k, spans))) * scale + offset,
             "span_mask": span_mask, "answer_mask": answer_mask}
 
 
@@ -122,17 +132,25 @@ def _masked_lm_cases(draw):
     rows, time, vocab = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 5))
     labels = np.array([[draw(st.integers(0, vocab - 1)) if draw(st.booleans()) else -100
                         for _ in range(time)] for _ in range(rows)])
-    return {"logits": draw(S.arrays((rows, time, vocab))), "labels": labels}
+    if draw(st.booleans()):                   # a row without a masked token: log 1 = 0
+        labels[draw(st.integers(0, rows - 1))] = -100
+    logits = draw(S.scaled_arrays((rows, time, vocab))) + draw(S.score_offsets())
+    return {"logits": logits, "labels": labels}
 
 
 @st.composite
 def _span_answer_cases(draw):
+    """Every document has a real span; most have the answer, some not (log 0 = -inf)."""
     case = draw(_derivation_cases())
     batch, k, _ = case["reader_scores"].shape
-    for b in range(batch):   # every document has the answer (a document without it has -inf)
+    for b in range(batch):
         for z in range(k):
             s = draw(st.integers(0, case["span_mask"].shape[2] - 1))
-            case["span_mask"][b, z, s] = case["answer_mask"][b, z, s] = True
+            case["span_mask"][b, z, s] = True
+            if draw(st.integers(0, 3)):
+                case["answer_mask"][b, z, s] = True
+            else:
+                case["answer_mask"][b, z] = False
     del case["retrieval_scores"]
     return case
 
@@ -213,7 +231,7 @@ def _masked_token_cases(draw):
     case = draw(_masked_lm_cases())
     rows, time, vocab = case.pop("logits").shape
     width = draw(st.integers(1, 3))
-    case.update(hidden=draw(S.arrays((rows, time, width))),
+    case.update(hidden=draw(S.scaled_arrays((rows, time, width), scales=(1.0, 1e-4, 1e2))),
                 word_embeddings=draw(S.arrays((vocab, width))))
     return case
 
@@ -430,7 +448,7 @@ SPECS = (
          _span_answer_cases,
          reference.eq78_realm_span,
          "minitorch_nlp.retrieval.realm:span_answer_log_probs",
-         "A document without the answer has p(y | z, x) = 0: the library returns -inf there."),
+         "A document without the answer has p(y | z, x) = 0: -inf there, with a zero gradient."),
     Spec(79, "span_start_vectors", _SPAN_ARGS,
          "float64 (rows, spans, H): h_START(S) = BERT_START(S)(join_BERT(x, z_body))",
          ("hidden",),

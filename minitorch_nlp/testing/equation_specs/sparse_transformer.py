@@ -21,8 +21,9 @@ from ..spec import Spec
 
 def sparse_attention(q, k, v, *, pattern, stride, summary, factor, key_mask):
     """attend(X, A^(factor))_i = softmax_{j in A_i}(q_i k_j^T / sqrt(d_k)) v_j (eq 92) for every
-    (batch, head): ``q``, ``k``, ``v`` (batch, heads, n, d_k); the index sets A^(1), A^(2) of the
-    ``pattern``:
+    (batch, head): ``k``, ``v`` (batch, heads, n, d_k), ``q`` (batch, heads, n_q, d_k) the
+    queries of the last n_q <= n positions (query i at position n - n_q + i); the index sets
+    A^(1), A^(2) of the ``pattern``:
 
     * "strided": A^(1)_i = {max(0, i - l), ..., i}, A^(2)_i = {j <= i : (i - j) mod l = 0};
     * "fixed":   A^(1)_i = {j <= i : floor(j / l) = floor(i / l)},
@@ -90,6 +91,9 @@ def _sparse_cases(draw, min_heads=1, with_factor=False, with_block=False):
     batch, heads, d_k = draw(st.integers(1, 2)), draw(st.integers(min_heads, 3)), \
         draw(st.integers(1, 3))
     case = {name: draw(S.arrays((batch, heads, time, d_k))) for name in "qkv"}
+    case["q"] = case["q"] * draw(S.magnitudes((1.0, 1e-3, 1e2)))    # flat to saturated
+    if draw(st.integers(0, 3)) == 0:      # decoding with a cache: the newest queries only
+        case["q"] = case["q"][:, :, time - draw(st.integers(1, time)):]
     case.update(pattern=draw(st.sampled_from(["strided", "fixed"])), stride=stride,
                 summary=draw(st.integers(1, stride)))
     if with_factor:
@@ -101,29 +105,30 @@ def _sparse_cases(draw, min_heads=1, with_factor=False, with_block=False):
 
 
 def _factor_reference(q, k, v, pattern, stride, summary, factor, key_mask):
-    sets = _factors(pattern, q.shape[2], stride, summary)[factor - 1]
+    sets = _factors(pattern, k.shape[2], stride, summary)[factor - 1]
     return _per_head(lambda *a: reference.eq92_attend(*a[:3], sets, a[4]), q, k, v, key_mask)
 
 
 def _interleaved_reference(q, k, v, block, pattern, stride, summary, key_mask):
-    factors = _factors(pattern, q.shape[2], stride, summary)
+    factors = _factors(pattern, k.shape[2], stride, summary)
     return _per_head(lambda *a: reference.eq93_alternating(*a[:3], factors, block, a[4]),
                      q, k, v, key_mask)
 
 
 def _merged_reference(q, k, v, pattern, stride, summary, key_mask):
-    factors = _factors(pattern, q.shape[2], stride, summary)
+    factors = _factors(pattern, k.shape[2], stride, summary)
     return _per_head(lambda *a: reference.eq94_merged(*a[:3], factors, a[4]), q, k, v, key_mask)
 
 
 def _heads_reference(q, k, v, pattern, stride, summary, key_mask):
-    factors = _factors(pattern, q.shape[2], stride, summary)
+    factors = _factors(pattern, k.shape[2], stride, summary)
     return anp.stack([reference.eq95_heads(q[b], k[b], v[b], factors,
                                            None if key_mask is None else key_mask[b])
                       for b in range(q.shape[0])])
 
 
-_QKV = (("q", "queries, float64 (batch, heads, n, d_k)"),
+_QKV = (("q", "queries, float64 (batch, heads, n_q, d_k), n_q <= n: those of the last n_q "
+              "positions (n_q < n: decoding with a key/value cache)"),
         ("k", "keys, float64 (batch, heads, n, d_k)"),
         ("v", "values, float64 (batch, heads, n, d_k)"))
 _PATTERN = (("pattern", '"strided" or "fixed"'),

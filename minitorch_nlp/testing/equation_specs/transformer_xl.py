@@ -164,10 +164,13 @@ def _draw_params(draw, d_model, n_head, d_head, d_inner, names):
 
 
 def _sizes(draw):
-    """d_model (even: sines and cosines), heads, d_k, d_inner, batch, n, m."""
+    """d_model (even: sines and cosines), heads, d_k, d_inner, batch, n, m; sometimes a long
+    segment and memory (a position offset by the memory's length shows there)."""
+    long = draw(st.integers(0, 3)) == 0
     return (2 * draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2)),
-            draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 3)),
-            draw(st.integers(1, 2)))
+            draw(st.integers(1, 3)), draw(st.integers(1, 2)),
+            draw(st.integers(5, 7) if long else st.integers(1, 3)),
+            draw(st.integers(3, 5) if long else st.integers(1, 2)))
 
 
 @st.composite
@@ -180,9 +183,11 @@ def _context_cases(draw):
 @st.composite
 def _attention_cases(draw):
     d_model, heads, d_k, _, batch, time, memory = _sizes(draw)
+    params = _draw_params(draw, d_model, heads, d_k, 1, _ATTENTION)
+    params["q"] = params["q"] * draw(S.magnitudes((1.0, 1e-3, 30.0)))   # flat to saturated
     return {"h": draw(S.arrays((batch, time, d_model))),
             "memory": draw(S.arrays((batch, memory, d_model))),
-            "params": _draw_params(draw, d_model, heads, d_k, 1, _ATTENTION), "n_head": heads}
+            "params": params, "n_head": heads}
 
 
 @st.composite
@@ -198,11 +203,12 @@ def _layer_cases(draw):
 def _core_cases(draw):
     d_model, heads, d_k, _, batch, time, memory = _sizes(draw)
     memory -= 1                                       # the core also runs without a memory
-    q = draw(S.arrays((batch, heads, time, d_k)))
+    scale = draw(S.magnitudes((1.0, 1e-3, 1e2)))      # scores from flat to +-1e4
+    q = draw(S.arrays((batch, heads, time, d_k))) * scale
     k, v = (draw(S.arrays((batch, heads, memory + time, d_k))) for _ in range(2))
     return {"q": q, "k": k, "v": v, "W_R": draw(S.arrays((heads * d_k, d_model), -1.0, 1.0)),
-            "u": draw(S.arrays((heads, d_k))), "v_bias": draw(S.arrays((heads, d_k))),
-            "clamp_len": draw(st.sampled_from([0, 1, 2]))}
+            "u": draw(S.arrays((heads, d_k))) * scale, "v_bias": draw(S.arrays((heads, d_k))),
+            "clamp_len": draw(st.sampled_from([0, 1, 2, memory + time + 1]))}
 
 
 @st.composite
@@ -212,7 +218,7 @@ def _model_cases(draw):
     memory -= 1
     ids = draw(S.arrays((batch, time), 0, vocab - 1).map(lambda a: np.rint(a).astype(np.int64)))
     return {"embedding": draw(S.arrays((vocab, d_model), -1.0, 1.0)),
-            "bias": draw(S.arrays((vocab,))), "ids": ids,
+            "bias": draw(S.scaled_arrays((vocab,), scales=(1.0, 1e4))), "ids": ids,
             "mems": None if not memory else [draw(S.arrays((batch, memory, d_model)))
                                              for _ in range(depth)],
             "layers": [_draw_params(draw, d_model, heads, d_k, d_inner, tuple(LAYER_WEIGHTS))

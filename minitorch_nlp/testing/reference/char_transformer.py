@@ -3,7 +3,7 @@ section VIII-A, eq 85, in ``autograd.numpy``: the references of
 ``tests/test_sec8_char_transformer.py`` and of eq 85's ``check`` spec.
 
 Written from the paper, one sequence and one position at a time: the probabilities are
-exponentials over their sum (no log-sum-exp), eq 85's product is a sum of logs over the
+exponentials over their sum (their logs taken relative to the largest score), eq 85's product is a sum of logs over the
 positions, the schedule of the intermediate layers is the paper's sentence ("the l-th
 intermediate layer stops contributing any loss after finishing l/2n of the training") with the
 fraction 1/2 as a parameter, and the extra targets' losses are halved (their weight a parameter).
@@ -11,12 +11,15 @@ fraction 1/2 as a parameter, and the extra targets' losses are halved (their wei
 from __future__ import annotations
 
 import autograd.numpy as anp
+from autograd.tracer import getval
 
 
-def distribution(scores):
-    """softmax of one position's scores, the textbook formula."""
-    e = anp.exp(scores)
-    return e / anp.sum(e)
+def log_distribution(scores):
+    """log softmax of one position's scores: log(exp(s_v) / sum_w exp(s_w)) written as
+    (s_v - m) - log sum_w exp(s_w - m) for the largest score m, so that a probability of
+    exp(-1e4) keeps its logarithm instead of underflowing to log 0."""
+    top = anp.max(getval(scores))
+    return (scores - top) - anp.log(anp.sum(anp.exp(scores - top)))
 
 
 def eq85_log_probability(scores, chars, ahead=1):
@@ -30,7 +33,7 @@ def eq85_log_probability(scores, chars, ahead=1):
         target = int(chars[i + ahead])
         if target == -100:
             continue
-        total = total + anp.log(distribution(scores[i])[target])
+        total = total + log_distribution(scores[i])[target]
         count += 1
     return total, count
 

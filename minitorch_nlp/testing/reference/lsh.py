@@ -3,13 +3,14 @@ IX-B, eq 96-103, in ``autograd.numpy``: the reference of ``tests/test_sec9_refor
 
 Eq 100 read directly: for each query the set P_i is built position by position (hash by loops,
 the sorted order by Python's ``sorted`` on (bucket, position) pairs, the chunk windows of eq 99,
-the union over rounds of eq 98), then one textbook softmax over P_i; no per-round attention, no
+the union over rounds of eq 98), then one textbook softmax over P_i (exponents relative to the largest score); no per-round attention, no
 log-sum-exp merging, no duplicate counts.
 """
 from __future__ import annotations
 
 import autograd.numpy as anp
 import numpy as np
+from autograd.tracer import getval
 
 
 def lsh_buckets(x, rotation):
@@ -70,7 +71,28 @@ def eq100_lsh_attention(q, v, sets):
         if not members:                       # every key padding: the output is zero
             rows.append(0.0 * v[i])
             continue
-        weights = [anp.exp(anp.sum(q[i] * keys[j]) / anp.sqrt(d)) for j in members]
+        scores = [anp.sum(q[i] * keys[j]) / anp.sqrt(d) for j in members]
+        weights = _relative_exps(scores)
+        rows.append(sum(w * v[j] for w, j in zip(weights, members)) / sum(weights))
+    return anp.stack(rows)
+
+
+def _relative_exps(scores, top=None):
+    """exp(s - top) of each score, ``top`` (default: the largest score) a constant: the
+    normalised weights are unchanged, and scores of 1e4 do not overflow."""
+    top = max(getval(score) for score in scores) if top is None else top
+    return [anp.exp(score - top) for score in scores]
+
+
+def eq97_masked_attention(q, k, v, allowed):
+    """o_i = sum_j exp(q_i . k_j / sqrt(d) - m(j, P_i) - z(i, P_i)) v_j (eq 97) for one head,
+    m = infinity outside P_i: the sum runs over the allowed keys only (``allowed`` (n, n) bool,
+    each row with a key), the pairs outside P_i never enter it."""
+    d = q.shape[-1]
+    rows = []
+    for i in range(q.shape[0]):
+        members = [j for j in range(k.shape[0]) if allowed[i, j]]
+        weights = _relative_exps([anp.sum(q[i] * k[j]) / anp.sqrt(d) for j in members])
         rows.append(sum(w * v[j] for w, j in zip(weights, members)) / sum(weights))
     return anp.stack(rows)
 
@@ -93,13 +115,19 @@ def eq101_lsh_attention_by_rounds(q, v, rounds):
         drop_self = bool(union - {i})
         members = [sets[i] - {i} if drop_self else sets[i] for sets in rounds]
         partitions, outputs = [], []
+        scores = {j: anp.sum(q[i] * keys[j]) / anp.sqrt(d) for j in set().union(*members)}
+        top = max((getval(score) for score in scores.values()), default=0.0)
         for found in members:
             if not found:
                 continue
-            weights = [anp.exp(anp.sum(q[i] * keys[j]) / anp.sqrt(d))
-                       / sum(j in other for other in members) for j in sorted(found)]
-            partitions.append(sum(weights))
-            outputs.append(sum(w * v[j] for w, j in zip(weights, sorted(found))) / partitions[-1])
+            found = sorted(found)
+            counts = [sum(j in other for other in members) for j in found]
+            # Z_r relative to the union's largest score (one shift for every round, so that
+            # Z_r / sum_r Z_r is unchanged); the round's own average relative to its own
+            # largest, so that a round far below the others still has an output
+            partitions.append(sum(anp.exp(scores[j] - top) / n for j, n in zip(found, counts)))
+            weights = [w / n for w, n in zip(_relative_exps([scores[j] for j in found]), counts)]
+            outputs.append(sum(w * v[j] for w, j in zip(weights, found)) / sum(weights))
         if not outputs:
             rows.append(0.0 * v[i])
             continue
@@ -120,8 +148,9 @@ def eq103_round_output(q, v, rounds, r):
         if not found:
             rows.append(0.0 * v[i])
             continue
-        weights = [anp.exp(anp.sum(q[i] * keys[j]) / anp.sqrt(d))
-                   / sum(j in sets[i] for sets in rounds) for j in sorted(found)]
+        scores = [anp.sum(q[i] * keys[j]) / anp.sqrt(d) for j in sorted(found)]
+        weights = [w / sum(j in sets[i] for sets in rounds)
+                   for w, j in zip(_relative_exps(scores), sorted(found))]
         rows.append(sum(w * v[j] for w, j in zip(weights, sorted(found))) / sum(weights))
     return anp.stack(rows)
 
@@ -131,7 +160,7 @@ def eq102_combine_rounds(outputs, lses):
     ``outputs`` (rounds, n, d), ``lses`` (rounds, n)."""
     rows = []
     for i in range(outputs.shape[1]):
-        total = sum(anp.exp(lses[r, i]) for r in range(outputs.shape[0]))
-        rows.append(sum(anp.exp(lses[r, i]) / total * outputs[r, i]
-                        for r in range(outputs.shape[0])))
+        weights = _relative_exps([lses[r, i] for r in range(outputs.shape[0])])
+        total = sum(weights)
+        rows.append(sum(w / total * outputs[r, i] for r, w in enumerate(weights)))
     return anp.stack(rows)

@@ -66,13 +66,16 @@ def eq58_lq_matmul(a, a_basis, w, w_basis):
 
 def eq59_classification_loss(embedding, classifier, bias, batches):
     """L = sum_i CE(softmax(W_c(mean_t W_e[x_it])), y_i) (Shen et al. 2020, eq. 1; the survey's
-    eq 59) for a bag-of-embeddings classifier, example by example, the textbook softmax."""
+    eq 59) for a bag-of-embeddings classifier, example by example (the log-normaliser shifted by the largest score, so that logits
+    of +-1e4 stay finite)."""
     total = 0.0
     for ids, labels in batches:
         for row, label in zip(ids, labels):
             pooled = sum(embedding[token] for token in row) / len(row)
             scores = [anp.sum(classifier[c] * pooled) + bias[c] for c in range(len(bias))]
-            total = total - (scores[label] - anp.log(sum(anp.exp(s) for s in scores)))
+            top = max(getval(s) for s in scores)   # log sum exp s = top + log sum exp(s - top)
+            log_normaliser = top + anp.log(sum(anp.exp(s - top) for s in scores))
+            total = total - (scores[label] - log_normaliser)
     return total
 
 

@@ -9,6 +9,8 @@ stability), never a library softmax.
 from __future__ import annotations
 
 import autograd.numpy as anp
+import numpy as np
+from autograd.tracer import getval
 
 
 def _inner(u, v):
@@ -42,8 +44,13 @@ def eq84_dpr_nll(question_vectors, passage_vectors):
 
 
 def _log_of_sum_of_exps(terms):
-    top = anp.max(anp.stack(terms))
-    return top + anp.log(sum(anp.exp(t - top) for t in terms))
+    """log sum exp over ``terms``, shifted by the largest finite one; -inf (log 0) when every
+    term is -inf or there is none."""
+    finite = [t for t in terms if getval(t) > -anp.inf]
+    if not finite:
+        return -anp.inf
+    top = max(getval(t) for t in finite)
+    return top + anp.log(sum(anp.exp(t - top) for t in finite))
 
 
 def eq73_realm_marginal(doc_log_probs, answer_log_probs):
@@ -53,31 +60,41 @@ def eq73_realm_marginal(doc_log_probs, answer_log_probs):
                       for b in range(doc_log_probs.shape[0])])
 
 
-def eq81_rag_sequence(doc_log_probs, token_log_probs, target_mask):
-    """log sum_z p(z | x) prod_i p(y_i | x, z, y_<i): the product over the real positions as
-    a product of probabilities, then the sum over documents, per question."""
+def _real_positions(target_mask, batch, time):
+    """The target mask, every position real when it is None."""
+    return np.ones((batch, time), dtype=bool) if target_mask is None else target_mask
+
+
+def eq81_rag_sequence(doc_log_probs, token_log_probs, target_mask=None):
+    """log sum_z p(z | x) prod_i p(y_i | x, z, y_<i): the product over the real positions in
+    log space (a sum of logs, so that log-probabilities of -1e4 do not underflow), then the sum
+    over documents, per question."""
+    batch, k, time = token_log_probs.shape
+    real = _real_positions(target_mask, batch, time)
     out = []
-    for b in range(doc_log_probs.shape[0]):
-        total = 0.0
-        for z in range(doc_log_probs.shape[1]):
-            product = anp.exp(doc_log_probs[b, z])
-            for i in range(token_log_probs.shape[2]):
-                if target_mask[b, i]:
-                    product = product * anp.exp(token_log_probs[b, z, i])
-            total = total + product
-        out.append(anp.log(total))
+    for b in range(batch):
+        per_document = []
+        for z in range(k):
+            log_product = doc_log_probs[b, z]
+            for i in range(time):
+                if real[b, i]:
+                    log_product = log_product + token_log_probs[b, z, i]
+            per_document.append(log_product)
+        out.append(_log_of_sum_of_exps(per_document))
     return anp.stack(out)
 
 
-def eq82_rag_token(doc_log_probs, token_log_probs, target_mask):
+def eq82_rag_token(doc_log_probs, token_log_probs, target_mask=None):
     """log prod_i sum_z p(z | x) p(y_i | x, z, y_<i) over the real positions, per question."""
+    batch, k, time = token_log_probs.shape
+    real = _real_positions(target_mask, batch, time)
     out = []
-    for b in range(doc_log_probs.shape[0]):
+    for b in range(batch):
         total = 0.0
-        for i in range(token_log_probs.shape[2]):
-            if target_mask[b, i]:
-                total = total + anp.log(sum(anp.exp(doc_log_probs[b, z] + token_log_probs[b, z, i])
-                                            for z in range(doc_log_probs.shape[1])))
+        for i in range(time):
+            if real[b, i]:
+                total = total + _log_of_sum_of_exps([doc_log_probs[b, z] + token_log_probs[b, z, i]
+                                                     for z in range(k)])
         out.append(total)
     return anp.stack(out)
 
@@ -167,8 +184,9 @@ def eq72_realm_retrieval(query_vectors, passage_vectors):
     out = []
     for x in query_vectors:
         f = [_inner(x, z) for z in passage_vectors]
-        out.append(anp.stack([anp.log(anp.exp(v - f[0]) / sum(anp.exp(w - f[0]) for w in f))
-                              for v in f]))
+        top = max(getval(v) for v in f)   # exp(f - top) <= 1: no overflow at scores of 1e4
+        normaliser = sum(anp.exp(w - top) for w in f)
+        out.append(anp.stack([(v - top) - anp.log(normaliser) for v in f]))
     return anp.stack(out)
 
 
@@ -188,7 +206,8 @@ def eq76_realm_mlm(logits, labels):
 
 def eq78_realm_span(reader_scores, span_mask, answer_mask):
     """log p(y | z, x): the log of the sum of exp(score) over the spans matching y, minus that
-    over every real span of z, one document at a time: (batch, k)."""
+    over every real span of z, one document at a time; -inf, independent of the scores, for a
+    document without the answer: (batch, k)."""
     rows = []
     for b in range(reader_scores.shape[0]):
         docs = []
@@ -196,7 +215,10 @@ def eq78_realm_span(reader_scores, span_mask, answer_mask):
             spans = range(reader_scores.shape[2])
             correct = [reader_scores[b, z, s] for s in spans if answer_mask[b, z, s]]
             every = [reader_scores[b, z, s] for s in spans if span_mask[b, z, s]]
-            docs.append(_log_of_sum_of_exps(correct) - _log_of_sum_of_exps(every))
+            if correct:
+                docs.append(_log_of_sum_of_exps(correct) - _log_of_sum_of_exps(every))
+            else:   # p(y | z, x) = 0 whatever the scores: log 0, a constant
+                docs.append(-anp.inf)
         rows.append(anp.stack(docs))
     return anp.stack(rows)
 

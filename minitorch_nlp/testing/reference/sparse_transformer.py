@@ -2,13 +2,15 @@
 eq 92-95, in ``autograd.numpy``: the references of ``tests/test_sec9_sparse_transformer.py``.
 
 Written from the paper's set definitions, one query at a time: each index set A_i is a Python
-set built by looping over j, and attention is the textbook softmax over the members of the set
+set built by looping over j, and attention is the textbook softmax over the members of the set (shifted by their largest
+score)
 (no grouping, no log-sum-exp merging, no padding), so it shares nothing with the library's
 grouped computation.
 """
 from __future__ import annotations
 
 import autograd.numpy as anp
+from autograd.tracer import getval
 
 
 def strided_sets(time, stride):
@@ -28,16 +30,23 @@ def fixed_sets(time, stride, summary):
 
 def eq92_attend(q, k, v, sets, key_mask_row=None):
     """attend(X, S)_i = sum_{j in S_i} exp(q_i . k_j / sqrt(d)) v_j / sum_{j in S_i}
-    exp(q_i . k_j / sqrt(d)) for one head, ``q``, ``k``, ``v`` (n, d); padded keys
-    (``key_mask_row`` False) leave the set. A query with an empty set outputs zeros."""
+    exp(q_i . k_j / sqrt(d)) for one head, ``q`` (n_q, d), ``k``, ``v`` (n, d): the queries are
+    the last n_q of the n positions (all of them, or the newest while decoding with a cache), so
+    query i sits at position n - n_q + i and attends S_{n - n_q + i}. Padded keys
+    (``key_mask_row`` False) leave the set; a query with an empty set outputs zeros. Each
+    exponent is taken relative to the set's largest score (the same ratios, no overflow)."""
     d = q.shape[-1]
+    offset = k.shape[0] - q.shape[0]
     rows = []
     for i in range(q.shape[0]):
-        members = [j for j in sorted(sets[i]) if key_mask_row is None or key_mask_row[j]]
+        members = [j for j in sorted(sets[offset + i])
+                   if key_mask_row is None or key_mask_row[j]]
         if not members:
             rows.append(0.0 * q[i])
             continue
-        weights = [anp.exp(anp.sum(q[i] * k[j]) / anp.sqrt(d)) for j in members]
+        scores = [anp.sum(q[i] * k[j]) / anp.sqrt(d) for j in members]
+        top = max(getval(score) for score in scores)
+        weights = [anp.exp(score - top) for score in scores]
         total = sum(weights)
         rows.append(sum(w * v[j] for w, j in zip(weights, members)) / total)
     return anp.stack(rows)
@@ -51,7 +60,7 @@ def eq93_alternating(q, k, v, factors, block, key_mask_row=None):
 
 def eq94_merged(q, k, v, factors, key_mask_row=None):
     """attend(X, union_m A^(m)) (eq 94)."""
-    union = [set().union(*(factor[i] for factor in factors)) for i in range(q.shape[0])]
+    union = [set().union(*(factor[i] for factor in factors)) for i in range(k.shape[0])]
     return eq92_attend(q, k, v, union, key_mask_row)
 
 

@@ -58,11 +58,11 @@ def relative_attention(q, k, values, position_proj, u, v, memory_length, clamp_l
                                   clamp_len) / np.sqrt(q.shape[1])
     outputs = []
     for i in range(q.shape[0]):
-        visible = np.array([float(j <= memory_length + i) for j in range(k.shape[0])])
-        shift = max(scores[i][j] for j in range(k.shape[0]) if visible[j])
-        e = anp.exp(scores[i] - shift) * visible
-        weights = e / anp.sum(e)
-        outputs.append(sum(weights[j] * values[j] for j in range(k.shape[0])))
+        visible = range(memory_length + i + 1)          # keys up to the query's position
+        shift = max(getval(scores[i][j]) for j in visible)
+        e = [anp.exp(scores[i][j] - shift) for j in visible]
+        total = sum(e)
+        outputs.append(sum(e[j] / total * values[j] for j in visible))
     return anp.stack(outputs)
 
 
@@ -166,6 +166,12 @@ def _cluster_scores(h, p, c, clusters):
     return anp.stack(scores)
 
 
+def _log_sum_exp(scores):
+    """log sum_t exp(s_t), taken relative to the largest score (finite at scores of 1e4)."""
+    top = anp.max(getval(scores))
+    return top + anp.log(anp.sum(anp.exp(scores - top)))
+
+
 def adaptive_log_softmax(h, p, vocab_size, cutoffs):
     """log P(token | h) for every token (Grave et al.'s adaptive softmax): a head token's
     log-softmax in the head; a cluster-c token's is log P_head(cluster c) + its log-softmax in
@@ -173,11 +179,11 @@ def adaptive_log_softmax(h, p, vocab_size, cutoffs):
     ({cluster: (width, d_model)}), bias (div_val 1) or biases, cluster_weight, cluster_bias."""
     clusters = _clusters(vocab_size, cutoffs)
     head = _cluster_scores(h, p, 0, clusters)
-    head = head - anp.log(anp.sum(anp.exp(head)))
+    head = head - _log_sum_exp(head)
     out = [head[t] for t in range(clusters[0][1])]
     for c in range(1, len(clusters)):
         tail = _cluster_scores(h, p, c, clusters)
-        tail = tail - anp.log(anp.sum(anp.exp(tail)))
+        tail = tail - _log_sum_exp(tail)
         out += [head[clusters[0][1] + c - 1] + tail[t] for t in range(len(tail))]
     return anp.stack(out)
 
