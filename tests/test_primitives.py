@@ -430,7 +430,10 @@ def spelled_index(positions, spelling):
 def numpy_index(positions, spelling):
     """The same selection for the reference, every position list as an integer array."""
     index = spelled_index(positions, spelling)
-    convert = (lambda i: np.asarray(i) if isinstance(i, (tuple, list, mt.Tensor)) else i)
+
+    def convert(i):
+        return np.asarray(i) if isinstance(i, (tuple, list, mt.Tensor)) else i
+
     return tuple(convert(i) for i in index) if isinstance(index, tuple) else convert(index)
 
 

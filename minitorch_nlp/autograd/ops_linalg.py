@@ -181,7 +181,7 @@ class Einsum(Function):
             for c, n in zip(term, op.shape):
                 sizes[c] = max(n, sizes.get(c, 1))
         grads = []
-        for k, (term, op) in enumerate(zip(ctx.terms, operands)):
+        for k, (term, _op) in enumerate(zip(ctx.terms, operands)):
             if not ctx.needs_input_grad[k]:
                 grads.append(None)
                 continue

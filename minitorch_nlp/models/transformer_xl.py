@@ -295,8 +295,8 @@ class AdaptiveEmbedding(Module):
             widths = [d_embed] if d_embed != d_proj else []
         else:
             widths = _cluster_widths(d_embed, div_val, len(self.bounds))
-            self.embeddings = ModuleList([Embedding(r - l, w)
-                                          for (l, r), w in zip(self.bounds, widths)])
+            self.embeddings = ModuleList([Embedding(high - low, w)
+                                          for (low, high), w in zip(self.bounds, widths)])
         self.projections = ModuleList([Linear(w, d_proj, bias=False) for w in widths])
         for projection in self.projections:
             init.normal_(projection.weight, std=proj_init_std)
