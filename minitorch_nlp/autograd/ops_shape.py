@@ -19,7 +19,8 @@ def _xp(ctx):
 
 
 def normalize_axis(axis, ndim, op):
-    """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints, checked against ``ndim``."""
+    """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints, checked against
+    ``ndim``."""
     if axis is None:
         return tuple(range(ndim))
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
@@ -247,7 +248,8 @@ def _is_int_array(i):
 
 
 def _rows_index(index):
-    """The integer array if ``index`` selects whole rows by one integer array on axis 0, else None."""
+    """The integer array if ``index`` selects whole rows by one integer array on axis 0, else
+    None."""
     if _is_int_array(index):
         return index
     if isinstance(index, tuple) and index and _is_int_array(index[0]) and all(

@@ -11,10 +11,11 @@ config from our model), and an explicit key map, a list of ``Rule``s, one per Hu
          to_ours=transpose)                       # GPT-2's Conv1D stores (in, out)
 
 ``{i}`` runs over the layers our model has. A rule with ``{i}`` in ``ours`` only maps one
-HuggingFace tensor to that tensor of every layer (ALBERT's layers share their weights). A rule may map one HuggingFace tensor to several of
-ours (GPT-2's ``c_attn`` holds the query, key and value projections side by side). Conversion
-checks everything both ways, and a checkpoint that does not fit is a ``ValueError`` naming every
-key that is missing, unexpected or mis-shaped: nothing is skipped silently.
+HuggingFace tensor to that tensor of every layer (ALBERT's layers share their weights). A rule may
+map one HuggingFace tensor to several of ours (GPT-2's ``c_attn`` holds the query, key and value
+projections side by side). Conversion checks everything both ways, and a checkpoint that does not
+fit is a ``ValueError`` naming every key that is missing, unexpected or mis-shaped: nothing is
+skipped silently.
 
 The registrations live at the end of each model file (``models/gpt.py``, ``models/bert.py``,
 ``models/roberta.py``), next to the modules whose names they map.
