@@ -384,7 +384,8 @@ class MaxMin(Function):
     def forward(ctx, x, *, axes, keepdims, largest):
         ctx.input_shape, ctx.axes, ctx.keepdims = x.shape, axes, keepdims
         if x.size == 0:
-            raise ValueError(f"{'max' if largest else 'min'}: the tensor of shape {x.shape} is empty")
+            raise ValueError(f"{'max' if largest else 'min'}: the tensor of shape {x.shape} is "
+                             "empty")
         out = x.max(axis=axes, keepdims=True) if largest else x.min(axis=axes, keepdims=True)
         winners = x == out
         ctx.share = winners / winners.sum(axis=axes, keepdims=True)

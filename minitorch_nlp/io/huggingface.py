@@ -332,9 +332,9 @@ def save_pretrained(model, path):
     _load_registrations()
     matches = [a for a in _ARCHITECTURES.values() if type(model) is a.model_class]
     if not matches:
+        supported = sorted(a.model_class.__name__ for a in _ARCHITECTURES.values())
         raise ValueError(f"save_pretrained: {type(model).__name__} has no HuggingFace "
-                         f"architecture; supported: "
-                         f"{', '.join(sorted(a.model_class.__name__ for a in _ARCHITECTURES.values()))}")
+                         f"architecture; supported: {', '.join(supported)}")
     architecture = matches[0]
     config = {"architectures": [architecture.name], "model_type": architecture.model_type,
               **architecture.to_config(model)}

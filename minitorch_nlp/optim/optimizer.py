@@ -271,8 +271,10 @@ class Optimizer:
         """
         where = f"{type(self).__name__}.load_state_dict"
         if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
-            keys = sorted(state_dict) if isinstance(state_dict, Mapping) else type(state_dict).__name__
-            raise ValueError(f"{where}: expected a dict with 'state' and 'param_groups', got {keys}")
+            keys = (sorted(state_dict) if isinstance(state_dict, Mapping)
+                    else type(state_dict).__name__)
+            raise ValueError(f"{where}: expected a dict with 'state' and 'param_groups', got "
+                             f"{keys}")
         saved_groups = list(state_dict["param_groups"])
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(f"{where}: the state dict has {len(saved_groups)} parameter groups "
