@@ -44,7 +44,8 @@ SYSTEM_NOTES = {
     6: ["sec6_distillation", "sec6_pruning_quantisation"],
     7: ["sec7_retrieval"],
     8: ["sec8_char_transformer", "sec8_char_transformer_xl", "sec8_long_attention",
-        "sec8_longformer", "sec8_extended_transformer", "sec8_big_bird", "sec8_sparse_attention_kernels"],
+        "sec8_longformer", "sec8_extended_transformer", "sec8_big_bird",
+        "sec8_sparse_attention_kernels"],
     9: ["sec9_efficient_attention", "sec9_reformer", "sec9_albert", "sec9_electra"],
 }
 
@@ -76,7 +77,8 @@ EXAMPLES = {
 # The registry's section keys are the paper's headings as printed (capitals, a typo); the pages
 # show them as the paper means them.
 HEADINGS = {
-    "III. PRELIMANIERES TO MODERN NLP ARCHITECTURES": "III. Preliminaries to modern NLP architectures",
+    "III. PRELIMANIERES TO MODERN NLP ARCHITECTURES":
+        "III. Preliminaries to modern NLP architectures",
     "IV-A.2. Queries, Keys, and Values": "IV-A.2. Queries, keys, and values",
     "IV-B EMBEDDINGS FROM LANGUAGE MODELS: ELMo": "IV-B. Embeddings from language models: ELMo",
     "IV-B GENERATIVE PRE-TRAINING MODEL: GPT-I": "IV-B. Generative pre-training model: GPT-I",
@@ -93,7 +95,8 @@ HEADINGS = {
     "VI-B.3-A Analyzing Multi-Head Self-Attention: Specialized Heads Do the Heavy Lifting, Rest "
     "Can Be Pruned": "VI-B.3-A. Analyzing multi-head self-attention: specialized heads do the "
                      "heavy lifting, rest can be pruned",
-    "VI-B.3-B ARE 16 HEADS REALLY BETTER THAN ONE?": "VI-B.3-B. Are 16 heads really better than one?",
+    "VI-B.3-B ARE 16 HEADS REALLY BETTER THAN ONE?":
+        "VI-B.3-B. Are 16 heads really better than one?",
     "VI-C.1 LQ-NETS": "VI-C.1. LQ-Nets",
     "VI-C.2 QBERT": "VI-C.2. QBERT",
     "VI-C.3 Q8BERT": "VI-C.3. Q8BERT",

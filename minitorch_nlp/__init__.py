@@ -16,4 +16,5 @@ __version__ = "0.1.0"
 
 __all__ = list(_autograd_names) + ["available_backends", "backend", "get_backend",
                                    "from_pretrained", "load", "load_tokenizer",
-                                   "register_backend", "save", "save_pretrained", "set_backend", "set_num_threads"]
+                                   "register_backend", "save", "save_pretrained", "set_backend",
+                                   "set_num_threads"]

@@ -217,8 +217,8 @@ def normalize(x, p=2.0, axis=1, eps=1e-12, dim=None):
 
 @cookbook.equation(35)
 def softmax(x, axis=-1, dim=None):
-    """exp(x) / sum(exp(x)) along ``axis`` (the survey's eq 35); stable for any finite logits (the row maximum is
-    subtracted first) and 0 on a row that is all ``-inf``."""
+    """exp(x) / sum(exp(x)) along ``axis`` (the survey's eq 35); stable for any finite logits (the
+    row maximum is subtracted first) and 0 on a row that is all ``-inf``."""
     return _tensor(x).softmax(axis=_pick_axis(axis, dim))
 
 

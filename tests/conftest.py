@@ -55,7 +55,8 @@ def _gpu_missing_reason():
 def pytest_configure(config):
     for number in cookbook.EQUATIONS:
         config.addinivalue_line(
-            "markers", f"eq{number}: checks equation {number} of the paper (added for eq({number}))")
+            "markers",
+            f"eq{number}: checks equation {number} of the paper (added for eq({number}))")
 
 
 def _add_plain_equation_markers(items):

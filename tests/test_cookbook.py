@@ -315,7 +315,8 @@ def test_find_tests_ids_run_as_they_are_and_pytest_m_eqN_selects_the_same_tests(
     case of the parametrized ``check`` test (not all 111), and every other eq(12) test."""
     ids = cookbook.find_tests(12)
     check_ids = [i for i in ids if i.startswith("tests/test_check.py::")]
-    assert check_ids == ["tests/test_check.py::test_the_librarys_implementation_passes_its_check[12]"]
+    assert check_ids == [
+        "tests/test_check.py::test_the_librarys_implementation_passes_its_check[12]"]
     files = sorted({node_id.split("::")[0] for node_id in ids})
     by_marker = _collected_ids("-m", "eq12", *files)
     by_id = _collected_ids(*ids)

@@ -50,7 +50,8 @@ def test_every_equation_with_code_has_its_entry_with_code_and_tests(pages):
 
 
 def test_the_equations_are_typeset_from_the_paper(pages):
-    assert "$$\ny^* = \\operatorname{argmax} P(y_t | y_1, y_2, y_3, \\dots, y_{t-1})\n$$" in pages[3]
+    assert ("$$\ny^* = \\operatorname{argmax} P(y_t | y_1, y_2, y_3, \\dots, y_{t-1})\n$$"
+            in pages[3])
     assert "#### Eq 12: scaled dot-product attention Z=W_SM V" in pages[4]
 
 

@@ -2,11 +2,11 @@
 
 Each case has a fast core that runs in every CI run, and a longer variant marked ``slow``:
 
-* concurrent writers: a folder held by another live process is refused (one line, exit 2,
-  naming the option and the holder) for ``train --out``, ``train --resume``, ``demo``,
-  ``compress``, ``index build`` and ``distill``; a holder killed with SIGKILL is taken over with a message;
-  (slow) two ``train`` processes started together on one ``--out``, and two ``--resume`` of
-  one run: one trains, the other is refused;
+* concurrent writers: a folder held by another live process is refused (one line, exit 2, naming the
+  option and the holder) for ``train --out``, ``train --resume``, ``demo``, ``compress``,
+  ``index build`` and ``distill``; a holder killed with SIGKILL is taken over with a message; (slow)
+  two ``train`` processes started together on one ``--out``, and two ``--resume`` of one run: one
+  trains, the other is refused;
 * ``kill -9`` during a save: the checkpoint is always the previous one or the new one, whole,
   and the dead writer's temporary file is removed by the next save; (slow) a training run
   killed at several moments resumes to the end;

@@ -28,11 +28,13 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels", "next_sente
 ARCHITECTURES = {
     "DistilBertModel": "distilbert", "DistilBertForMaskedLM": "distilbert",
     "DistilBertForSequenceClassification": "distilbert",
-    "DistilBertForTokenClassification": "distilbert", "DistilBertForQuestionAnswering": "distilbert",
+    "DistilBertForTokenClassification": "distilbert",
+    "DistilBertForQuestionAnswering": "distilbert",
     "MobileBertModel": "mobilebert", "MobileBertForMaskedLM": "mobilebert",
     "MobileBertForPreTraining": "mobilebert", "MobileBertForSequenceClassification": "mobilebert",
     # HuggingFace's configuration switches (make_mobilebert_fixtures.VARIANTS)
-    "MobileBertModel-layer_norm": "mobilebert", "MobileBertModel-bottleneck_attention": "mobilebert",
+    "MobileBertModel-layer_norm": "mobilebert",
+    "MobileBertModel-bottleneck_attention": "mobilebert",
     "MobileBertModel-no_bottleneck": "mobilebert", "MobileBertModel-ib_bert": "mobilebert",
 }
 FIELDS = {

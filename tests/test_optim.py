@@ -372,7 +372,8 @@ def test_load_state_dict_mismatches_are_named():
         return opt
 
     sd = trained([(2,), (3,)]).state_dict()
-    with pytest.raises(ValueError, match="state dict has 1 parameter groups but the optimizer has 2"):
+    with pytest.raises(ValueError,
+                       match="state dict has 1 parameter groups but the optimizer has 2"):
         trained([(2,), (3,)], groups=2).load_state_dict(sd)
     with pytest.raises(ValueError, match="group 0 has 2 parameters in the state dict but 3"):
         trained([(2,), (3,), (4,)]).load_state_dict(sd)
@@ -462,7 +463,8 @@ def test_cosine_warmup_decay_formula(case):
         expected = base * step / warmup
     else:
         progress = min(step, total) - warmup
-        expected = base * (ratio + (1 - ratio) * math.cos(math.pi / 2 * progress / (total - warmup)) ** 2)
+        expected = base * (ratio + (1 - ratio)
+                           * math.cos(math.pi / 2 * progress / (total - warmup)) ** 2)
     assert optim.cosine_warmup_decay_lr(step, base, warmup, total, ratio) == pytest.approx(
         expected, rel=1e-12, abs=1e-15)
 

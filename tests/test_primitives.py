@@ -1,9 +1,9 @@
 """Every primitive of the engine against its NumPy expression, differentiated by HIPS autograd.
 
 One table, ``CASES``, lists each operation as (name, engine call, reference in
-``minitorch_nlp/testing/reference/primitives.py``, input strategy). The input strategy draws float64 arrays (in the
-operation's safe domain, sometimes as non-contiguous views) and the static arguments, which are
-passed to both sides as keywords. Three properties are checked for every row:
+``minitorch_nlp/testing/reference/primitives.py``, input strategy). The input strategy draws float64
+arrays (in the operation's safe domain, sometimes as non-contiguous views) and the static arguments,
+which are passed to both sides as keywords. Three properties are checked for every row:
 
 * forward: the engine's output equals the reference's (bit for bit for pure data movement);
 * first order: ``backward`` with a random cotangent u equals ``autograd.make_vjp`` of the
@@ -430,7 +430,10 @@ def spelled_index(positions, spelling):
 def numpy_index(positions, spelling):
     """The same selection for the reference, every position list as an integer array."""
     index = spelled_index(positions, spelling)
-    convert = (lambda i: np.asarray(i) if isinstance(i, (tuple, list, mt.Tensor)) else i)
+
+    def convert(i):
+        return np.asarray(i) if isinstance(i, (tuple, list, mt.Tensor)) else i
+
     return tuple(convert(i) for i in index) if isinstance(index, tuple) else convert(index)
 
 

@@ -2,9 +2,9 @@
 heads, attention cores, head masks, layers assembled from parts, shared layers, and stacks that
 return every hidden state and attention map.
 
-The mask/bias paths are checked against ``minitorch_nlp/testing/reference/transformer.py`` (one head and one query
-at a time, masks as 0/1 factors, the bias added score by score), values and float64 gradients of
-q, k, v *and the bias* from HIPS autograd.
+The mask/bias paths are checked against ``minitorch_nlp/testing/reference/transformer.py`` (one head
+and one query at a time, masks as 0/1 factors, the bias added score by score), values and float64
+gradients of q, k, v *and the bias* from HIPS autograd.
 """
 from __future__ import annotations
 

@@ -36,7 +36,8 @@ from ..autograd import Tensor, concatenate, stack
 from ..autograd.ops_fused import FusedFunction
 from ..backends.numpy_backend import pair_rows
 
-__all__ = ["GroupedAttention", "grouped_attention", "merge_attentions", "self_attention_inputs", "ungroup"]
+__all__ = ["GroupedAttention", "grouped_attention", "merge_attentions", "self_attention_inputs",
+           "ungroup"]
 
 
 def self_attention_inputs(q, k, v, key_mask, op):

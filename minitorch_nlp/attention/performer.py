@@ -75,9 +75,9 @@ class PerformerAttention(FullAttention):
     ``redraw_interval`` calls (None: never); ``redraw_features()`` draws new ones now, from
     ``generator``. Inside an ``nn.ReversibleStack`` the stack advances that schedule once per
     forward, before its blocks run (``advance_schedule``), so that the recomputation in backward
-    uses the features the forward pass used and the gradients stay exact. A general ``mask`` or ``bias`` needs the n x n scores the method avoids, and
-    is an error; ``need_weights`` returns the estimated (q_time, k_time) weights (n x n, for
-    inspection).
+    uses the features the forward pass used and the gradients stay exact. A general ``mask`` or
+    ``bias`` needs the n x n scores the method avoids, and is an error; ``need_weights`` returns the
+    estimated (q_time, k_time) weights (n x n, for inspection).
     """
 
     def __init__(self, head_dim, num_features=None, *, orthogonal=True, redraw_interval=None,

@@ -1,4 +1,5 @@
-"""The autograd engine: ``Tensor``, ``Function``, graph traversal, grad mode, creation and random."""
+"""The autograd engine: ``Tensor``, ``Function``, graph traversal, grad mode, creation and
+random."""
 import numpy as _np
 
 from . import dtypes

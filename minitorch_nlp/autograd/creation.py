@@ -42,7 +42,8 @@ def _make(array_fn, shape, dtype, requires_grad, backend, default=None):
 
 
 def zeros(*shape, dtype=None, requires_grad=False, backend=None):
-    return _make(lambda xp, s, d: xp.zeros(s, dtype=d), _shape(shape), dtype, requires_grad, backend)
+    return _make(lambda xp, s, d: xp.zeros(s, dtype=d), _shape(shape), dtype, requires_grad,
+                 backend)
 
 
 def ones(*shape, dtype=None, requires_grad=False, backend=None):
@@ -194,14 +195,16 @@ def split(x, split_size_or_sections, axis=0):
     n = x.shape[axis]
     if isinstance(split_size_or_sections, int):
         if split_size_or_sections <= 0:
-            raise ValueError(f"split: the piece size must be positive, got {split_size_or_sections}")
+            raise ValueError("split: the piece size must be positive, got "
+                             f"{split_size_or_sections}")
         sizes = [split_size_or_sections] * (n // split_size_or_sections)
         if n % split_size_or_sections:
             sizes.append(n % split_size_or_sections)
     else:
         sizes = list(split_size_or_sections)
         if sum(sizes) != n:
-            raise ValueError(f"split: sizes {sizes} add up to {sum(sizes)}, but axis {axis} has {n}")
+            raise ValueError(f"split: sizes {sizes} add up to {sum(sizes)}, but axis {axis} has "
+                             f"{n}")
     if any(isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0
            for size in sizes):
         raise ValueError(f"split: piece sizes must be ints >= 0, got {sizes}")

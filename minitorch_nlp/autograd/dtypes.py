@@ -22,7 +22,8 @@ def get_default_dtype() -> np.dtype:
 
 
 def set_default_dtype(dtype) -> None:
-    """The dtype of floating tensors made from Python numbers and of ``rand``/``randn``/``zeros``."""
+    """The dtype of floating tensors made from Python numbers and of
+    ``rand``/``randn``/``zeros``."""
     global _default_float
     dtype = np.dtype(dtype)
     if dtype not in (float32, float64):
@@ -31,7 +32,8 @@ def set_default_dtype(dtype) -> None:
 
 
 def resolve(dtype):
-    """Turn a user's dtype (None, a dtype, a type, or a name such as "float32") into a NumPy dtype."""
+    """Turn a user's dtype (None, a dtype, a type, or a name such as "float32") into a NumPy
+    dtype."""
     if dtype is None:
         return None
     try:

@@ -169,7 +169,8 @@ class Context:
 
     @property
     def output(self):
-        """The output tensor, connected to this node (so that ``create_graph`` can differentiate it)."""
+        """The output tensor, connected to this node (so that ``create_graph`` can differentiate
+        it)."""
         self._check_not_released()
         box, version = self._output_version
         if box[0] != version:

@@ -175,7 +175,8 @@ class LayerNorm(FusedFunction):
 
 
 class Gelu(FusedFunction):
-    """GELU (Hendrycks & Gimpel, 2016): x Phi(x), exactly with erf or with the tanh approximation."""
+    """GELU (Hendrycks & Gimpel, 2016): x Phi(x), exactly with erf or with the tanh
+    approximation."""
 
     @staticmethod
     def forward(ctx, x, *, approximate):

@@ -9,7 +9,8 @@ from .function import Function, memory_order
 
 def _check_matmul(a_shape, b_shape):
     if len(a_shape) == 0 or len(b_shape) == 0:
-        raise ValueError(f"matmul: {a_shape} @ {b_shape}: both operands need at least one dimension")
+        raise ValueError(f"matmul: {a_shape} @ {b_shape}: both operands need at least one "
+                         "dimension")
     inner_a = a_shape[-1]
     inner_b = b_shape[-2] if len(b_shape) > 1 else b_shape[0]
     if inner_a != inner_b:
@@ -181,7 +182,7 @@ class Einsum(Function):
             for c, n in zip(term, op.shape):
                 sizes[c] = max(n, sizes.get(c, 1))
         grads = []
-        for k, (term, op) in enumerate(zip(ctx.terms, operands)):
+        for k, (term, _op) in enumerate(zip(ctx.terms, operands)):
             if not ctx.needs_input_grad[k]:
                 grads.append(None)
                 continue

@@ -19,7 +19,8 @@ def _xp(ctx):
 
 
 def normalize_axis(axis, ndim, op):
-    """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints, checked against ``ndim``."""
+    """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints, checked against
+    ``ndim``."""
     if axis is None:
         return tuple(range(ndim))
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
@@ -247,7 +248,8 @@ def _is_int_array(i):
 
 
 def _rows_index(index):
-    """The integer array if ``index`` selects whole rows by one integer array on axis 0, else None."""
+    """The integer array if ``index`` selects whole rows by one integer array on axis 0, else
+    None."""
     if _is_int_array(index):
         return index
     if isinstance(index, tuple) and index and _is_int_array(index[0]) and all(
@@ -382,7 +384,8 @@ class MaxMin(Function):
     def forward(ctx, x, *, axes, keepdims, largest):
         ctx.input_shape, ctx.axes, ctx.keepdims = x.shape, axes, keepdims
         if x.size == 0:
-            raise ValueError(f"{'max' if largest else 'min'}: the tensor of shape {x.shape} is empty")
+            raise ValueError(f"{'max' if largest else 'min'}: the tensor of shape {x.shape} is "
+                             "empty")
         out = x.max(axis=axes, keepdims=True) if largest else x.min(axis=axes, keepdims=True)
         winners = x == out
         ctx.share = winners / winners.sum(axis=axes, keepdims=True)

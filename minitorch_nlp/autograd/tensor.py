@@ -208,7 +208,8 @@ class Tensor:
 
     def item(self):
         if self.size != 1:
-            raise ValueError(f"item: only a tensor with one element has an item; shape is {self.shape}")
+            raise ValueError("item: only a tensor with one element has an item; shape is "
+                             f"{self.shape}")
         return self.numpy().reshape(()).item()
 
     def tolist(self):
@@ -252,7 +253,8 @@ class Tensor:
         """``to("numba")`` moves to another backend; ``to(float64)`` changes the dtype."""
         from ..backends import Backend, available_backends
 
-        if isinstance(target, Backend) or (isinstance(target, str) and target in available_backends()):
+        if isinstance(target, Backend) or (isinstance(target, str)
+                                           and target in available_backends()):
             target = _backend_of(target)
             return self if target is self._backend else _ToBackend.apply(self, target=target)
         return self.astype(target)
@@ -1088,7 +1090,8 @@ def _index_data(index, owner):
                 raise TypeError(f"indexing: the index lives on {i._backend.name}, the tensor on "
                                 f"{owner._backend.name}")
             if i.dtype.kind not in "iub":
-                raise IndexError(f"indexing: an index tensor must be integer or bool, got {i.dtype}")
+                raise IndexError("indexing: an index tensor must be integer or bool, got "
+                                 f"{i.dtype}")
             return i.data
         if isinstance(i, (list, tuple)):
             array = xp.asarray([convert(j) for j in i])

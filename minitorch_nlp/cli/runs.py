@@ -33,8 +33,8 @@ def _add_demo_command(commands) -> None:
         description="The main job: a GPT-2-style character model (4 layers, d 128, context 128) "
         "trained on the Python standard library's docstrings (no download), with a progress bar, "
         "validation loss, a loss-curve PNG, a checkpoint and generated samples, all in --out "
-        "(a folder that holds a run is replaced only with --overwrite). Under 6 minutes on 2 CPU cores. Ctrl-C saves the run; "
-        "`minitorch-nlp train --resume DIR` continues it.",
+        "(a folder that holds a run is replaced only with --overwrite). Under 6 minutes on 2 CPU "
+        "cores. Ctrl-C saves the run; `minitorch-nlp train --resume DIR` continues it.",
     )
     demo.add_argument("--steps", type=int,
                       help=f"training steps ({training.TrainConfig.steps}; --smoke: 20)")

@@ -133,8 +133,9 @@ def layer_eigenvalues(model, batches, iterations=50, tol=1e-4, seed=0,
     if not batches:
         raise ValueError("layer_eigenvalues: batches is empty; give at least one batch")
     layers = pruning.transformer_stack(model).layers
-    return np.array([[top_eigenvalue(lambda: loss_fn(model, [batch]), list(layer.parameters()),
-                                     iterations, tol, seed)[0] for batch in batches]
+    return np.array([[top_eigenvalue(lambda batch=batch: loss_fn(model, [batch]),
+                                     list(layer.parameters()), iterations, tol, seed)[0]
+                      for batch in batches]
                      for layer in layers])
 
 

@@ -164,11 +164,12 @@ class MobileBertTransferLoss:
         parts = {}
         if "feature_map" in self.objectives:
             parts["feature_map_loss"] = sum(feature_map_transfer_loss(
-                teacher.hidden_states[l], student.hidden_states[l], mask=mask) for l in layers)
+                teacher.hidden_states[layer], student.hidden_states[layer], mask=mask)
+                for layer in layers)
         if "attention" in self.objectives:
             parts["attention_loss"] = sum(attention_transfer_loss(
-                teacher.attentions[l - 1], student.attentions[l - 1], mask=mask)
-                for l in layers)
+                teacher.attentions[layer - 1], student.attentions[layer - 1], mask=mask)
+                for layer in layers)
         if "pretraining" in self.objectives:
             labels = np.asarray(batch["labels"])
             masked = labels != -100

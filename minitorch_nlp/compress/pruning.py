@@ -94,6 +94,13 @@ def _head_masks(attentions, masks):
             handle.remove()
 
 
+def _output_recorder(outputs, i):
+    """A forward hook that keeps the first output of the module it is on in ``outputs[i]``."""
+    def hook(module, args, output):
+        outputs[i] = output[0]
+    return hook
+
+
 def _like_parameters(values, attention, requires_grad=False):
     weight = attention.q_proj.weight
     return tensor(values, dtype=weight.dtype, backend=weight.backend,
@@ -147,13 +154,8 @@ def head_importance_from_outputs(model, batches, loss_fn, head_mask=None):
     count = 0
     for batch in batches:
         outputs = [None] * len(attentions)
-
-        def capture(i):
-            def hook(module, args, output):
-                outputs[i] = output[0]
-            return hook
-
-        handles = [a.core.register_forward_hook(capture(i)) for i, a in enumerate(attentions)]
+        handles = [a.core.register_forward_hook(_output_recorder(outputs, i))
+                   for i, a in enumerate(attentions)]
         try:
             with _head_masks(attentions, [_like_parameters(row, a)
                                           for row, a in zip(rows, attentions)]):

@@ -126,8 +126,9 @@ class Communicator(abc.ABC):
                              f"{self.size}")
         return self._broadcast(self._array(array, "broadcast").copy(), root)
 
-    def barrier(self):
-        """Wait until every rank has reached this call."""
+    def barrier(self):  # noqa: B027 (a deliberate default: a single process never waits)
+        """Wait until every rank has reached this call. A no-op by default: with one process
+        every rank has already reached it; communicators over several processes override it."""
 
     @abc.abstractmethod
     def split(self, color, key=None):

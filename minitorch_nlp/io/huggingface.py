@@ -11,10 +11,11 @@ config from our model), and an explicit key map, a list of ``Rule``s, one per Hu
          to_ours=transpose)                       # GPT-2's Conv1D stores (in, out)
 
 ``{i}`` runs over the layers our model has. A rule with ``{i}`` in ``ours`` only maps one
-HuggingFace tensor to that tensor of every layer (ALBERT's layers share their weights). A rule may map one HuggingFace tensor to several of
-ours (GPT-2's ``c_attn`` holds the query, key and value projections side by side). Conversion
-checks everything both ways, and a checkpoint that does not fit is a ``ValueError`` naming every
-key that is missing, unexpected or mis-shaped: nothing is skipped silently.
+HuggingFace tensor to that tensor of every layer (ALBERT's layers share their weights). A rule may
+map one HuggingFace tensor to several of ours (GPT-2's ``c_attn`` holds the query, key and value
+projections side by side). Conversion checks everything both ways, and a checkpoint that does not
+fit is a ``ValueError`` naming every key that is missing, unexpected or mis-shaped: nothing is
+skipped silently.
 
 The registrations live at the end of each model file (``models/gpt.py``, ``models/bert.py``,
 ``models/roberta.py``), next to the modules whose names they map.
@@ -331,9 +332,9 @@ def save_pretrained(model, path):
     _load_registrations()
     matches = [a for a in _ARCHITECTURES.values() if type(model) is a.model_class]
     if not matches:
+        supported = sorted(a.model_class.__name__ for a in _ARCHITECTURES.values())
         raise ValueError(f"save_pretrained: {type(model).__name__} has no HuggingFace "
-                         f"architecture; supported: "
-                         f"{', '.join(sorted(a.model_class.__name__ for a in _ARCHITECTURES.values()))}")
+                         f"architecture; supported: {', '.join(supported)}")
     architecture = matches[0]
     config = {"architectures": [architecture.name], "model_type": architecture.model_type,
               **architecture.to_config(model)}

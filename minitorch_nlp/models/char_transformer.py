@@ -59,8 +59,8 @@ def intermediate_layer_weights(num_layers, progress, intermediate_stop=0.5):
     _check_fraction(progress, "progress", "intermediate_layer_weights")
     _check_fraction(intermediate_stop, "intermediate_stop", "intermediate_layer_weights",
                     low_open=True)
-    return [1.0 if l == num_layers or progress < l / num_layers * intermediate_stop else 0.0
-            for l in range(1, num_layers + 1)]
+    return [1.0 if layer == num_layers or progress < layer / num_layers * intermediate_stop
+            else 0.0 for layer in range(1, num_layers + 1)]
 
 
 @cookbook.equation(85)

@@ -86,7 +86,8 @@ class ElectraForMaskedLM(BertForMaskedLM):
 def discriminator_loss(logits, replaced, attention_mask=None):
     r"""The replaced-token-detection loss (eq 108), averaged over the real tokens::
 
-        L_Disc = sum_t -1(x^corr_t = x_t) log D(x^corr, t) - 1(x^corr_t != x_t) log(1 - D(x^corr, t))
+        L_Disc = sum_t -1(x^corr_t = x_t) log D(x^corr, t)
+                       - 1(x^corr_t != x_t) log(1 - D(x^corr, t))
 
     where D(x^corr, t) is the probability that token t is original. ``logits`` (batch, time)
     score "replaced" (HuggingFace's convention: D = sigmoid(-logit)); ``replaced`` (batch, time)

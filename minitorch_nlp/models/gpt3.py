@@ -172,10 +172,10 @@ def evaluate_in_context(model, tokenizer, task, shots, *, method="likelihood", n
     demonstrations each (0: zero-shot, 1: one-shot, K: few-shot), drawn at random from the other
     examples (GPT-3 draws them from the training set; a query is never its own demonstration).
 
-    ``method="likelihood"``: the correct completion and ``num_candidates - 1`` completions of
-    other examples are ranked by ``score_completions``; right when the correct one scores
-    strictly highest. ``"greedy"``: the model writes its completion token by token (argmax) until a new
-    line; right when it equals the answer exactly."""
+    ``method="likelihood"``: the correct completion and ``num_candidates - 1`` completions of other
+    examples are ranked by ``score_completions``; right when the correct one scores strictly
+    highest. ``"greedy"``: the model writes its completion token by token (argmax) until a new line;
+    right when it equals the answer exactly."""
     where = "evaluate_in_context"
     shots = checks.int_at_least(shots, 0, "shots", where)
     num_queries = checks.positive_int(num_queries, "num_queries", where)

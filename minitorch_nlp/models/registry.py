@@ -44,8 +44,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["CAUSAL_LM", "CAUSAL_LM_WITH_MEMORY", "MASKED_LM", "ModelFamily", "Objective", "families", "family",
-           "family_for_architecture", "import_model_modules", "register_family"]
+__all__ = ["CAUSAL_LM", "CAUSAL_LM_WITH_MEMORY", "MASKED_LM", "ModelFamily", "Objective",
+           "families", "family", "family_for_architecture", "import_model_modules",
+           "register_family"]
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,8 @@ class _Decoder(Module):
         return state
 
     def step(self, tokens, state):
-        """One target position: ``tokens`` (batch,) ids -> ``(logits (batch, V), weights, state)``."""
+        """One target position: ``tokens`` (batch,) ids ->
+        ``(logits (batch, V), weights, state)``."""
         logits, weights, state = self(np.asarray(tokens).reshape(-1, 1), state)
         return logits[:, 0], None if weights is None else weights[:, 0], state
 

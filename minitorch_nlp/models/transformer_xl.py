@@ -295,8 +295,8 @@ class AdaptiveEmbedding(Module):
             widths = [d_embed] if d_embed != d_proj else []
         else:
             widths = _cluster_widths(d_embed, div_val, len(self.bounds))
-            self.embeddings = ModuleList([Embedding(r - l, w)
-                                          for (l, r), w in zip(self.bounds, widths)])
+            self.embeddings = ModuleList([Embedding(high - low, w)
+                                          for (low, high), w in zip(self.bounds, widths)])
         self.projections = ModuleList([Linear(w, d_proj, bias=False) for w in widths])
         for projection in self.projections:
             init.normal_(projection.weight, std=proj_init_std)
@@ -335,11 +335,11 @@ class AdaptiveLogSoftmax(Module):
     this is log softmax(h W^T + b).
 
     Owns the biases (one per cluster), the head's cluster vectors and biases, and the projections
-    d_proj -> width of the clusters whose ``tie_projs`` entry is False (weight (width, d_proj));
-    the others use the embedding's projection. ``forward(hidden, embedding)`` returns log-probabilities
+    d_proj -> width of the clusters whose ``tie_projs`` entry is False (weight (width, d_proj)); the
+    others use the embedding's projection. ``forward(hidden, embedding)`` returns log-probabilities
     over the whole vocabulary (..., vocab_size); ``target_log_probs(hidden, embedding, targets)``
-    only those of the targets, computing each tail cluster at the positions whose target lies in
-    it (the adaptive softmax's saving: the rare clusters are scored for few positions)."""
+    only those of the targets, computing each tail cluster at the positions whose target lies in it
+    (the adaptive softmax's saving: the rare clusters are scored for few positions)."""
 
     def __init__(self, vocab_size: int, d_embed: int, d_proj: int, cutoffs=(), div_val: int = 1,
                  tie_projs=None, proj_init_std: float = 0.01) -> None:

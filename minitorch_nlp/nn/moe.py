@@ -95,8 +95,8 @@ def load_balancing_loss(gates, first_choice):
     xp = gates.backend.xp
     first_choice = xp.asarray(first_choice)
     fraction = (first_choice[:, None] == xp.arange(num_experts)[None, :]).mean(axis=0)
-    return (gates.mean(axis=0) * tensor(fraction.astype(gates.dtype), backend=gates.backend)).sum() \
-        * num_experts
+    return ((gates.mean(axis=0) * tensor(fraction.astype(gates.dtype), backend=gates.backend)).sum()
+            * num_experts)
 
 
 def _check_routing(logits, k, capacity, draws):

@@ -135,8 +135,8 @@ class _CellBase(Module):
     def _check(self, x, states):
         name = type(self).__name__
         if x.ndim != 2 or x.shape[1] != self.input_size:
-            raise ValueError(f"{name}: input must have shape (batch, input_size={self.input_size}), "
-                             f"got {x.shape}")
+            raise ValueError(f"{name}: input must have shape "
+                             f"(batch, input_size={self.input_size}), got {x.shape}")
         for h in states:
             if h is not None and h.shape != (x.shape[0], self.hidden_size):
                 raise ValueError(f"{name}: the state must have shape (batch, hidden_size) = "

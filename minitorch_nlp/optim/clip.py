@@ -1,4 +1,5 @@
-"""Gradient clipping, in place: by global norm (``clip_grad_norm_``) and by value (``clip_grad_value_``)."""
+"""Gradient clipping, in place: by global norm (``clip_grad_norm_``) and by value
+(``clip_grad_value_``)."""
 from __future__ import annotations
 
 import math

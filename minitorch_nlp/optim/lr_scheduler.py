@@ -221,7 +221,8 @@ class ConstantLR(LRScheduler):
 
 
 class _WarmupDecayLR(LRScheduler):
-    """Shared by the warmup-then-decay schedules: ``_schedule`` scales each group's ``initial_lr``."""
+    """Shared by the warmup-then-decay schedules: ``_schedule`` scales each group's
+    ``initial_lr``."""
 
     _hyper_parameters = ("warmup_steps", "total_steps", "min_lr_ratio")
     _schedule = None
@@ -239,13 +240,15 @@ class _WarmupDecayLR(LRScheduler):
 
 
 class LinearWarmupDecayLR(_WarmupDecayLR):
-    """Linear warmup then linear decay of each group's ``initial_lr``; see ``linear_warmup_decay_lr``."""
+    """Linear warmup then linear decay of each group's ``initial_lr``; see
+    ``linear_warmup_decay_lr``."""
 
     _schedule = staticmethod(linear_warmup_decay_lr)
 
 
 class CosineWarmupDecayLR(_WarmupDecayLR):
-    """Linear warmup then cosine decay of each group's ``initial_lr``; see ``cosine_warmup_decay_lr``."""
+    """Linear warmup then cosine decay of each group's ``initial_lr``; see
+    ``cosine_warmup_decay_lr``."""
 
     _schedule = staticmethod(cosine_warmup_decay_lr)
 

@@ -1,4 +1,5 @@
-"""The ``Optimizer`` base class: parameter groups, per-parameter state, and exact ``state_dict`` round trips.
+"""The ``Optimizer`` base class: parameter groups, per-parameter state, and exact ``state_dict``
+round trips.
 
 An optimizer holds ``param_groups``, a list of dicts, one per group, each with a ``"params"`` list
 and that group's hyper-parameters (``lr``, ``weight_decay`` ...), exactly as in PyTorch::
@@ -189,7 +190,8 @@ class Optimizer:
                     param.grad._bump_version()
 
     def step(self, closure=None):
-        """Update every parameter that has a gradient; parameters whose ``grad`` is None are skipped.
+        """Update every parameter that has a gradient; parameters whose ``grad`` is None are
+        skipped.
 
         ``closure``, if given, re-evaluates the model and returns the loss (it runs with
         gradient recording enabled); its result is returned.
@@ -237,7 +239,8 @@ class Optimizer:
 
     # ---- state dicts -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """A snapshot ``{"state": {index: {...}}, "param_groups": [{..., "params": [index, ...]}]}``.
+        """A snapshot
+        ``{"state": {index: {...}}, "param_groups": [{..., "params": [index, ...]}]}``.
 
         Parameters are numbered 0, 1, 2 ... in the order the groups list them (PyTorch's format);
         state arrays are copied (a later ``step`` does not change the snapshot) and stay arrays of
@@ -268,8 +271,10 @@ class Optimizer:
         """
         where = f"{type(self).__name__}.load_state_dict"
         if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
-            keys = sorted(state_dict) if isinstance(state_dict, Mapping) else type(state_dict).__name__
-            raise ValueError(f"{where}: expected a dict with 'state' and 'param_groups', got {keys}")
+            keys = (sorted(state_dict) if isinstance(state_dict, Mapping)
+                    else type(state_dict).__name__)
+            raise ValueError(f"{where}: expected a dict with 'state' and 'param_groups', got "
+                             f"{keys}")
         saved_groups = list(state_dict["param_groups"])
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(f"{where}: the state dict has {len(saved_groups)} parameter groups "

@@ -8,11 +8,12 @@ A passage p scores for a query q as
                  idf(t) * tf(t, p) (k1 + 1) / (tf(t, p) + k1 (1 - b + b |p| / avgdl)),
     idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
 
-(the idf of Lucene's variant, never negative; N passages, df(t) of them hold t, |p| words in
-p, avgdl the mean length). Lucene and ``bm25s`` leave out the constant factor (k1 + 1), which
-changes no ranking; ``tests/test_sec7_index.py`` checks the scores against ``bm25s``. The index is inverted lists in NumPy: one array of passage ids and
-one of precomputed term weights per word, so a query costs the length of its words' lists.
-A word repeated in the query counts once per occurrence, as in the sum above.
+(the idf of Lucene's variant, never negative; N passages, df(t) of them hold t, |p| words in p,
+avgdl the mean length). Lucene and ``bm25s`` leave out the constant factor (k1 + 1), which changes
+no ranking; ``tests/test_sec7_index.py`` checks the scores against ``bm25s``. The index is inverted
+lists in NumPy: one array of passage ids and one of precomputed term weights per word, so a query
+costs the length of its words' lists. A word repeated in the query counts once per occurrence, as in
+the sum above.
 """
 from __future__ import annotations
 

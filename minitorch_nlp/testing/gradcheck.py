@@ -123,7 +123,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):
     numerical = _numerical(fn, args, positions, eps)
     worst = None
     failures = total = 0
-    for k, out in enumerate(outs):
+    for k, _out in enumerate(outs):
         for i, p in enumerate(positions):
             a, n = analytical[k][i], numerical[k][i]
             excess = np.abs(a - n) / (atol + rtol * np.abs(n))

@@ -188,10 +188,11 @@ class CharsMap:
         return True
 
     def longest_prefix(self, data: bytes, start: int):
-        found = None
-        for found in self.prefixes(data, start):
-            pass
-        return found
+        """The longest key (the last of ``prefixes``, which come shortest first), or None."""
+        longest = None
+        for key in self.prefixes(data, start):
+            longest = key
+        return longest
 
     def first_prefix(self, data: bytes, start: int):
         """The shortest key (HuggingFace's ``Precompiled`` takes it), or None."""

@@ -541,7 +541,7 @@ def _prune(words, scores, lattice, size):
                 frequency[piece] += count
     total = sum(frequency.values())
     keep, losses = [], []
-    for piece, score in scores.items():
+    for piece, _score in scores.items():
         if len(piece) == 1:
             keep.append(piece)  # a character has no other cut
             continue

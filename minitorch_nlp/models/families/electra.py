@@ -21,8 +21,9 @@ ELECTRA_IGNORE = (r"(electra\.)?embeddings\.(position_ids|token_type_ids)",
 
 def electra_rules(hf_prefix, prefix):
     """The key map of ``ElectraModel`` under HuggingFace's ``hf_prefix`` and our ``prefix``."""
-    projection = [Rule(f"{hf_prefix}embeddings_project.{kind}", f"{prefix}embeddings.project.{kind}",
-                       optional=True) for kind in ("weight", "bias")]
+    projection = [Rule(f"{hf_prefix}embeddings_project.{kind}",
+                       f"{prefix}embeddings.project.{kind}", optional=True)
+                  for kind in ("weight", "bias")]
     return (embedding_rules(hf_prefix, prefix) + projection
             + encoder_layer_rules(hf_prefix, prefix))
 

@@ -46,7 +46,8 @@ def _layer_rules():
 # matrices applied as h @ P: our Linear stores P^T. The softmax's tied weights and projections,
 # and the sinusoid's frequencies, are not ours to load.
 ADAPTIVE_RULES = (
-    Rule("transformer.word_emb.emb_layers.{i}.weight", "transformer.word_emb.embeddings.{i}.weight"),
+    Rule("transformer.word_emb.emb_layers.{i}.weight",
+         "transformer.word_emb.embeddings.{i}.weight"),
     Rule("transformer.word_emb.emb_projs.{i}", "transformer.word_emb.projections.{i}.weight"),
     Rule("crit.out_projs.{i}", "crit.projections.{i}.weight", to_ours=transpose),
     Rule("crit.out_layers.{i}.bias", "crit.biases.{i}.bias"),
