@@ -56,6 +56,7 @@ def assert_all_close(got, want):
         np.testing.assert_allclose(g, w, **TOL)
 
 
+@pytest.mark.slow
 @pytest.mark.eq(11, 12)
 @pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=25)
@@ -131,6 +132,7 @@ def test_a_bias_of_another_dtype_takes_the_composite(monkeypatch):
     assert seen == [] and out.dtype == mt.float64
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_relative_attention_and_t5_position_bias_run_the_fused_kernel(backend, monkeypatch):
     """Transformer-XL's positional terms and T5's bucketed position bias are score biases: the

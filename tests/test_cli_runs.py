@@ -283,6 +283,7 @@ def test_generate_writes_past_the_context_and_never_prints_special_tokens(tmp_pa
 
 
 # ---- the model registry --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_every_family_builds_trains_and_answers_generate(tmp_path, text_file, capsys):
     for name, family in registry.families().items():
         assert cli.main(["train", name, "--text", str(text_file), *TINY, "--steps", "2",

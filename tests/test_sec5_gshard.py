@@ -149,6 +149,7 @@ def test_aux_loss_gradient_pushes_the_gates_towards_balance():
     assert (grad[:, 0] > 0).all() and (grad[:, 1] < 0).all()   # descent lowers the busy expert
 
 
+@pytest.mark.slow
 @pytest.mark.eq(32)
 def test_second_expert_is_used_with_probability_twice_its_normalised_gate():
     g1, g2 = 0.6, 0.25                            # normalised second gate 0.25 / 0.85

@@ -142,6 +142,7 @@ def _mpirun(ranks, *argv):
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.mpi
 def test_a_run_saved_by_four_ranks_resumes_on_two_and_equals_one_process(
         tmp_path, one_process_run):
@@ -159,6 +160,7 @@ def test_a_run_saved_by_four_ranks_resumes_on_two_and_equals_one_process(
     assert (out / "samples.txt").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.mpi
 def test_a_run_with_experts_resumed_on_two_ranks_splits_them_and_equals_one_process(
         tmp_path, capsys):

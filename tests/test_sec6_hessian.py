@@ -119,6 +119,7 @@ def test_hutchinson_trace_is_within_four_standard_deviations():
     assert abs(estimate - np.trace(hessian)) < 4 * np.sqrt(variance / samples)
 
 
+@pytest.mark.slow
 def test_each_bert_layer_gets_a_sensitivity_and_the_sensitive_layers_more_bits():
     mt.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(

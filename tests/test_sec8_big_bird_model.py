@@ -39,6 +39,7 @@ TOL = dict(rtol=1e-7, atol=1e-9)
 
 
 # ---- the attention core against a reference with explicit key lists -----------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("training", [False, True])
 @given(data=st.data())
 def test_the_core_matches_the_reference_with_repeated_blocks(training, data):

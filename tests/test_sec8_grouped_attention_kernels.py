@@ -109,6 +109,7 @@ def _library(backend_name, problem, cotangents):
     return out.numpy(), lse.numpy(), [g.numpy() for g in grads]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend_name", ["numpy", "numba"])
 @given(problem=grouped_problems(), seed=st.integers(0, 99))
 def test_grouped_attention_matches_reference(backend_name, problem, seed):
@@ -133,6 +134,7 @@ def test_grouped_attention_matches_reference(backend_name, problem, seed):
 
 @given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]),
        parallel=st.booleans(), seed=st.integers(0, 99))
+@pytest.mark.slow
 def test_numba_kernels_match_the_numpy_backend(data, dtype, parallel, seed):
     problem = data.draw(grouped_problems(dtype))
     arrays = [problem[name] for name in ("q", "k", "v", "query_index", "key_index", "allowed",

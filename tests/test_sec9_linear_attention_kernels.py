@@ -53,6 +53,7 @@ def _values_and_grads(backend_name, arrays, cotangent, chunk, fn=None):
     return [out.numpy()] + [g.numpy() for g in grads]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend_name", ["numpy", "numba"])
 @given(arrays=features_and_values(), chunk=st.integers(1, 5), seed=st.integers(0, 99))
 def test_causal_linear_attention_matches_reference(backend_name, arrays, chunk, seed):

@@ -327,6 +327,7 @@ def inverse_in_the_wrong_order(y1, y2, W_F, W_G):
     (104, streams_as_the_survey_crosses_them),
     (105, inverse_in_the_wrong_order),
 ])
+@pytest.mark.slow
 def test_the_specs_refuse_wrong_candidates(number, candidate):
     """The spec's given rotations decide the buckets: ignoring the chunks or hashing with other
     rotations is caught, and so are the survey's crossed streams and an inverse in the wrong

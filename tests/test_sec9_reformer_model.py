@@ -50,6 +50,7 @@ def _compare_with_reference(core_output, reference, tensors, arrays, real, seed)
 
 
 # ---- the attention cores against their references ------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.eq(96)
 @pytest.mark.eq(98)
 @pytest.mark.eq(99)
@@ -344,6 +345,7 @@ class TestReformerChecks(ModelChecks):
                "cached_decoding": "no key/value cache to switch on or off"})
 
 
+@pytest.mark.slow
 def test_train_reformer_resumes_and_generates(tmp_path, capsys):
     check_train_resume_generate("reformer", tmp_path, capsys,
                                 "reformer.encoder.blocks.0.f.sublayer.q_proj.weight")
