@@ -68,8 +68,8 @@ class LSHAttention(FullAttention):
     ``bias`` is an error (it would need the n x n scores).
     """
 
-    def __init__(self, num_buckets, chunk_length, num_rounds=1, *, seed=None, generator=None,
-                 dropout=0.0):
+    def __init__(self, num_buckets: int, chunk_length: int, num_rounds: int = 1, *,
+                 seed: int | None = None, generator=None, dropout: float = 0.0) -> None:
         super().__init__(dropout)
         name = "LSHAttention"
         self.num_buckets = checks.positive_int(num_buckets, "num_buckets", name)
@@ -80,7 +80,7 @@ class LSHAttention(FullAttention):
         self.num_rounds = checks.positive_int(num_rounds, "num_rounds", name)
         self.seed, self.generator = seed, generator
 
-    def rotations(self, head_dim):
+    def rotations(self, head_dim: int) -> np.ndarray:
         """(rounds, head_dim, num_buckets / 2) random rotations; round r's are the same for any
         ``num_rounds`` >= r + 1 given the same ``seed``."""
         rng = np.random.default_rng(self.seed) if self.seed is not None else mt_random.rng(
@@ -117,7 +117,9 @@ class LSHAttention(FullAttention):
         sorted_place = xp.argsort(order, axis=-1, kind="stable")
         return order, sorted_place // self.chunk_length
 
-    def pairs(self, q, causal=False, rotations=None, key_mask=None):
+    def pairs(self, q: Tensor | np.ndarray, causal: bool = False,
+              rotations: np.ndarray | None = None, key_mask: np.ndarray | None = None
+              ) -> np.ndarray:
         """The attended pairs P_i as a bool (batch, heads, time, time) array (n x n: for
         pictures and tests), the union over rounds (eq 98) of same bucket within a chunk and the
         previous one (eq 99), causal if asked, real keys only (``key_mask`` (batch, time)), and
@@ -131,8 +133,10 @@ class LSHAttention(FullAttention):
             chunk[..., None, :] >= chunk[..., :, None] - 1)
         return restrict_pairs((same & near).any(axis=2), causal, key_mask)
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         name = "LSHAttention"
         if mask is not None or bias is not None:
             raise ValueError(f"{name}: a general mask or score bias needs the n x n scores that "
