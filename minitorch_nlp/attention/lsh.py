@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import checks, cookbook
-from ..autograd import Tensor
+from ..autograd import Generator, Tensor
 from ..autograd import random as mt_random
 from ..nn.transformer import FullAttention
 from .grouped import grouped_attention, merge_attentions, self_attention_inputs, ungroup
@@ -69,7 +69,8 @@ class LSHAttention(FullAttention):
     """
 
     def __init__(self, num_buckets: int, chunk_length: int, num_rounds: int = 1, *,
-                 seed: int | None = None, generator=None, dropout: float = 0.0) -> None:
+                 seed: int | None = None, generator: Generator | None = None,
+                 dropout: float = 0.0) -> None:
         super().__init__(dropout)
         name = "LSHAttention"
         self.num_buckets = checks.positive_int(num_buckets, "num_buckets", name)

@@ -24,7 +24,7 @@ from collections import namedtuple
 import numpy as np
 
 from .. import checks, cookbook
-from ..autograd import dtypes
+from ..autograd import Generator, dtypes
 from ..autograd import random as mt_random
 
 __all__ = ["PermutationMasks", "block_sparse_layout", "block_sparse_mask", "bucket_mask",
@@ -196,7 +196,7 @@ def global_mask(time: int, global_positions: np.ndarray, window: int = 0,
 
 def block_sparse_mask(time: int, block: int, *, num_window_blocks: int = 3,
                       global_blocks: tuple[int, ...] = (0,), num_random_blocks: int = 0,
-                      generator=None) -> np.ndarray:
+                      generator: Generator | None = None) -> np.ndarray:
     """BigBird's block-sparse attention (Zaheer et al., 2020, section 2 and appendix D): the
     sequence is cut into blocks of ``block`` positions and attention is decided per block pair.
 
@@ -227,7 +227,7 @@ def block_sparse_mask(time: int, block: int, *, num_window_blocks: int = 3,
 
 def block_sparse_layout(blocks: int, *, num_window_blocks: int = 3,
                         global_blocks: tuple[int, ...] = (0,), num_random_blocks: int = 0,
-                        generator=None, builder: str = "block_sparse_layout"
+                        generator: Generator | None = None, builder: str = "block_sparse_layout"
                         ) -> tuple[np.ndarray, np.ndarray]:
     """BigBird's pattern over blocks (see ``block_sparse_mask``): a (blocks, blocks) bool array,
     True where query block I attends key block J, and the (blocks,) bool array of global

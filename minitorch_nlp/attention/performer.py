@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from .. import checks
-from ..autograd import Tensor, tensor
+from ..autograd import Generator, Tensor, tensor
 from ..autograd import random as mt_random
 from ..nn.reversible import schedules_frozen
 from ..nn.transformer import FullAttention
@@ -36,7 +36,7 @@ __all__ = ["PerformerAttention", "gaussian_features", "positive_random_features"
 
 
 def gaussian_features(num_features: int, dim: int, *, orthogonal: bool = True,
-                      generator=None) -> np.ndarray:
+                      generator: Generator | None = None) -> np.ndarray:
     """m x d random features whose rows are N(0, I_d): independent (``orthogonal=False``) or
     orthogonal within blocks of d rows, with chi-distributed lengths (Choromanski et al., 2021,
     section 2.4)."""
@@ -84,7 +84,7 @@ class PerformerAttention(FullAttention):
 
     def __init__(self, head_dim: int, num_features: int | None = None, *,
                  orthogonal: bool = True, redraw_interval: int | None = None, chunk: int = 64,
-                 generator=None, dropout: float = 0.0) -> None:
+                 generator: Generator | None = None, dropout: float = 0.0) -> None:
         super().__init__(dropout)
         name = "PerformerAttention"
         self.head_dim = checks.positive_int(head_dim, "head_dim", name)

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from .. import functional as F
-from ..autograd import Tensor, empty
+from ..autograd import Generator, Tensor, empty
 from . import init
 from .module import Module
 from .parameter import Parameter
@@ -113,7 +113,7 @@ class Embedding(Module):
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 dtype=None, generator=None) -> None:
+                 dtype=None, generator: Generator | None = None) -> None:
         super().__init__()
         self.num_embeddings = _positive_int(num_embeddings, "num_embeddings", "Embedding")
         self.embedding_dim = _positive_int(embedding_dim, "embedding_dim", "Embedding")
@@ -137,7 +137,7 @@ class Embedding(Module):
         layer.weight.requires_grad = not freeze
         return layer
 
-    def reset_parameters(self, generator=None) -> None:
+    def reset_parameters(self, generator: Generator | None = None) -> None:
         init.normal_(self.weight, generator=generator)
         if self.padding_idx is not None:
             self.weight.data[self.padding_idx] = 0
@@ -190,7 +190,7 @@ class LayerNorm(Module):
 class Dropout(Module):
     """Inverted dropout with probability ``p`` while training; the identity in ``eval()`` mode."""
 
-    def __init__(self, p: float = 0.5, generator=None) -> None:
+    def __init__(self, p: float = 0.5, generator: Generator | None = None) -> None:
         super().__init__()
         F._check_probability(p, "Dropout")
         self.p = p

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import Tensor, concatenate, empty, stack, where, zeros
+from ..autograd import Generator, Tensor, concatenate, empty, stack, where, zeros
 from . import init
 from .module import Module
 from .parameter import Parameter
@@ -117,7 +117,7 @@ class _CellBase(Module):
     mode = None
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype=None,
-                 generator=None) -> None:
+                 generator: Generator | None = None) -> None:
         super().__init__()
         name = type(self).__name__
         self.input_size = checks.positive_int(input_size, "input_size", name)
@@ -133,7 +133,7 @@ class _CellBase(Module):
             self.register_parameter("bias_hh", None)
         self.reset_parameters(generator)
 
-    def reset_parameters(self, generator=None) -> None:
+    def reset_parameters(self, generator: Generator | None = None) -> None:
         _uniform_init(self, self.hidden_size, generator)
 
     def _check(self, x, states):
@@ -166,7 +166,8 @@ class RNNCell(_CellBase):
     when omitted); returns h'. ``nonlinearity="relu"`` swaps tanh for ReLU."""
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 nonlinearity: str = "tanh", dtype=None, generator=None) -> None:
+                 nonlinearity: str = "tanh", dtype=None,
+                 generator: Generator | None = None) -> None:
         self.mode = _elman_mode(nonlinearity, "RNNCell")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias, dtype, generator)
@@ -195,7 +196,7 @@ class GRUCell(_CellBase):
     ``reset_after=False`` gives Cho et al.'s original candidate state (same weights)."""
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 reset_after: bool = True, dtype=None, generator=None) -> None:
+                 reset_after: bool = True, dtype=None, generator: Generator | None = None) -> None:
         self.mode = "GRU" if reset_after else "GRU_CHO"
         self.reset_after = reset_after
         super().__init__(input_size, hidden_size, bias, dtype, generator)
@@ -214,7 +215,7 @@ class _RNNBase(Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 dtype=None, generator=None) -> None:
+                 dtype=None, generator: Generator | None = None) -> None:
         super().__init__()
         name = type(self).__name__
         self.input_size = checks.positive_int(input_size, "input_size", name)
@@ -242,7 +243,7 @@ class _RNNBase(Module):
     def _suffixes(self):
         return ("", "_reverse") if self.bidirectional else ("",)
 
-    def reset_parameters(self, generator=None) -> None:
+    def reset_parameters(self, generator: Generator | None = None) -> None:
         _uniform_init(self, self.hidden_size, generator)
 
     def _weights(self, layer, direction):
@@ -377,7 +378,7 @@ class RNN(_RNNBase):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
                  nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
                  dropout: float = 0.0, bidirectional: bool = False, dtype=None,
-                 generator=None) -> None:
+                 generator: Generator | None = None) -> None:
         self.mode = _elman_mode(nonlinearity, "RNN")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
@@ -397,7 +398,7 @@ class GRU(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 reset_after: bool = True, dtype=None, generator=None) -> None:
+                 reset_after: bool = True, dtype=None, generator: Generator | None = None) -> None:
         self.mode = "GRU" if reset_after else "GRU_CHO"
         self.reset_after = reset_after
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,

@@ -40,7 +40,7 @@ import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import Tensor, concatenate, empty, get_default_dtype, tensor
+from ..autograd import Generator, Tensor, concatenate, empty, get_default_dtype, tensor
 from . import init
 from .containers import ModuleList
 from .layers import Dropout, LayerNorm, Linear
@@ -192,7 +192,7 @@ class MultiHeadAttention(Module):
         self.core = FullAttention(dropout) if core is None else core
         self.reset_parameters()
 
-    def reset_parameters(self, generator=None) -> None:
+    def reset_parameters(self, generator: Generator | None = None) -> None:
         """Glorot-uniform projections and zero biases, as PyTorch's ``nn.MultiheadAttention``."""
         for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             init.xavier_uniform_(proj.weight, generator=generator)
