@@ -103,7 +103,8 @@ class BlockSparseAttention(FullAttention):
         q, k, v, key_mask = self_attention_inputs(q, k, v, key_mask, "BlockSparseAttention")
         return self.sparse(q, k, v, counts, is_global, causal, key_mask), None
 
-    def sparse(self, q, k, v, counts, is_global, causal, key_mask):
+    def sparse(self, q: Tensor, k: Tensor, v: Tensor, counts: np.ndarray, is_global: np.ndarray,
+               causal: bool, key_mask) -> Tensor:
         """Non-global query blocks against their rows' key blocks (per head when ``counts``
         differ by head), global ones against all. With ``causal``, key blocks after a query
         block, which none of its queries may see, are left out of its group (and a global

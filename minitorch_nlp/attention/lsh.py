@@ -157,7 +157,8 @@ class LSHAttention(FullAttention):
                                    need_weights=True)
         return self.combine_rounds(self.rounds(q, v, rotations, causal, key_mask)), None
 
-    def rounds(self, q, v, rotations, causal, key_mask):
+    def rounds(self, q: Tensor, v: Tensor, rotations, causal: bool,
+               key_mask) -> list[tuple[Tensor, Tensor]]:
         """[(o^(r), z(i, P_i^(r))) for every round r] (eq 103) of self-attention over ``q``,
         ``v`` (batch, heads, time, d), the sequence a multiple of ``chunk_length``: hash with
         ``rotations``, sort, chunk and attend each round; ``forward`` combines them. The hashing,
@@ -170,7 +171,8 @@ class LSHAttention(FullAttention):
                 for r in range(self.num_rounds)]
 
     @cookbook.equation(103)
-    def attend_round(self, q, keys, v, r, buckets, order, chunk, causal, key_mask):
+    def attend_round(self, q: Tensor, keys: Tensor, v: Tensor, r: int, buckets, order, chunk,
+                     causal: bool, key_mask) -> tuple[Tensor, Tensor]:
         """o_i^(r) and z(i, P_i^(r)) of round ``r`` (eq 103), position by position: each chunk's
         queries against the keys of the chunk and the previous one, same bucket only, pairs
         found in N_ij rounds lowered by log N_ij (eq 101)."""
@@ -195,7 +197,7 @@ class LSHAttention(FullAttention):
         return ungroup(out, queries, time), ungroup(lse[..., None], queries, time)[..., 0]
 
     @cookbook.equation(100, 101, 102)
-    def combine_rounds(self, rounds):
+    def combine_rounds(self, rounds: list[tuple[Tensor, Tensor]]) -> Tensor:
         """o_i = sum_r exp(z(i, P_i^(r)) - z(i, P_i)) o_i^(r) (eq 100-102)."""
         return merge_attentions(rounds)[0]
 

@@ -35,6 +35,7 @@ memory once and reuses it. ``TransformerStack.new_cache()`` makes the empty cach
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -405,7 +406,7 @@ class TransformerLayer(Module):
     ``causal=True`` makes the self-attention masked by default (decoder layers, GPT blocks).
     """
 
-    def __init__(self, self_attn: Module, feed_forward: Module, norm, *,
+    def __init__(self, self_attn: Module, feed_forward: Module, norm: Callable[[], Module], *,
                  cross_attn: Module | None = None, dropout: float = 0.0, norm_first: bool = False,
                  causal: bool = False) -> None:
         super().__init__()
