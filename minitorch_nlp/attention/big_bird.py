@@ -41,8 +41,10 @@ class BlockSparseAttention(FullAttention):
     pattern as an n x n mask (for pictures and tests); so does a key/value cache.
     """
 
-    def __init__(self, block, num_window_blocks=3, global_blocks=(0,), num_random_blocks=0, *,
-                 seed=None, generator=None, dropout=0.0):
+    def __init__(self, block: int, num_window_blocks: int = 3,
+                 global_blocks: tuple[int, ...] = (0,), num_random_blocks: int = 0, *,
+                 seed: int | None = None, generator: Generator | None = None,
+                 dropout: float = 0.0) -> None:
         super().__init__(dropout)
         name = "BlockSparseAttention"
         self.block = checks.positive_int(block, "block", name)
@@ -56,7 +58,7 @@ class BlockSparseAttention(FullAttention):
                                                      name)
         self.seed, self.generator = seed, generator
 
-    def layout(self, time):
+    def layout(self, time: int) -> tuple[np.ndarray, np.ndarray]:
         """The (blocks, blocks) pattern and the global blocks for a sequence of ``time``."""
         name = "BlockSparseAttention"
         if time % self.block:
@@ -72,7 +74,7 @@ class BlockSparseAttention(FullAttention):
     # the sparse path drops attention weights (HuggingFace's block-sparse attention does not)
     drops_sparse_weights = True
 
-    def block_counts(self, time, heads):
+    def block_counts(self, time: int, heads: int) -> tuple[np.ndarray, np.ndarray]:
         """How many times each query block attends each key block, a (1 or ``heads``, blocks,
         blocks) int array (0: not at all), and the (blocks,) bool array of global blocks. Here
         ``layout(time)`` as 0 and 1, alike for every head; a subclass whose heads draw their own
@@ -81,8 +83,10 @@ class BlockSparseAttention(FullAttention):
         layout, is_global = self.layout(time)
         return layout[None].astype(np.int64), is_global
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         counts, is_global = self.block_counts(k.shape[2], q.shape[1])
         if mask is not None or bias is not None or need_weights or q.shape[2] != k.shape[2]:
             counts = counts.repeat(self.block, axis=1).repeat(self.block, axis=2)[:, -q.shape[2]:]
@@ -99,7 +103,8 @@ class BlockSparseAttention(FullAttention):
         q, k, v, key_mask = self_attention_inputs(q, k, v, key_mask, "BlockSparseAttention")
         return self.sparse(q, k, v, counts, is_global, causal, key_mask), None
 
-    def sparse(self, q, k, v, counts, is_global, causal, key_mask):
+    def sparse(self, q: Tensor, k: Tensor, v: Tensor, counts: np.ndarray, is_global: np.ndarray,
+               causal: bool, key_mask) -> Tensor:
         """Non-global query blocks against their rows' key blocks (per head when ``counts``
         differ by head), global ones against all. With ``causal``, key blocks after a query
         block, which none of its queries may see, are left out of its group (and a global
@@ -165,12 +170,13 @@ def _key_block_lists(counts):
 # ---- BigBird as the released code and HuggingFace compute it -------------------------------------
 # HuggingFace's BigBirdModel pads to a block multiple and uses the sparse pattern only above
 # (5 + 2 r) blocks: 2 global, 3 in the window, r random and r more as a buffer.
-def sparse_threshold(block, num_random_blocks):
+def sparse_threshold(block: int, num_random_blocks: int) -> int:
     """The longest sequence BigBird attends in full: (5 + 2 r) blocks; longer ones are sparse."""
     return (5 + 2 * num_random_blocks) * block
 
 
-def random_block_plan(time, block, num_random_blocks, heads, seed, *, max_positions):
+def random_block_plan(time: int, block: int, num_random_blocks: int, heads: int, seed: int, *,
+                      max_positions: int) -> np.ndarray:
     """The random key blocks of every non-global query block of each head, (heads, blocks - 2,
     r) ints, drawn as BigBird's released code and HuggingFace draw them in training:
     ``numpy.random.RandomState(seed)`` (HuggingFace seeds numpy with the layer's index before
@@ -281,14 +287,15 @@ class BigBirdBlockSparseAttention(BlockSparseAttention):
 
     drops_sparse_weights = False
 
-    def __init__(self, block, num_random_blocks=3, *, seed, max_positions, dropout=0.0):
+    def __init__(self, block: int, num_random_blocks: int = 3, *, seed: int,
+                 max_positions: int, dropout: float = 0.0) -> None:
         super().__init__(block, 3, (0, -1), 0, dropout=dropout)
         name = "BigBirdBlockSparseAttention"
         self.random_blocks = checks.int_at_least(num_random_blocks, 0, "num_random_blocks", name)
         self.seed = int(seed)
         self.max_positions = checks.positive_int(max_positions, "max_positions", name)
 
-    def block_counts(self, time, heads):
+    def block_counts(self, time: int, heads: int) -> tuple[np.ndarray, np.ndarray]:
         """The window and the global blocks, plus each head's random blocks (block 0 r times in
         evaluation)."""
         counts, is_global = super().block_counts(time, heads)
@@ -303,8 +310,10 @@ class BigBirdBlockSparseAttention(BlockSparseAttention):
         np.add.at(counts, (head, row + 1, plan), 1)
         return counts, is_global
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         time = k.shape[2]
         if time <= sparse_threshold(self.block, self.random_blocks) or q.shape[2] != time:
             return FullAttention.forward(self, q, k, v, mask=mask, bias=bias, causal=causal,

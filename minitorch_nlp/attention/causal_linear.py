@@ -11,7 +11,7 @@ operations.
 from __future__ import annotations
 
 from .. import checks
-from ..autograd import concatenate, zeros
+from ..autograd import Tensor, concatenate, zeros
 from ..autograd.ops_fused import FusedFunction
 
 __all__ = ["CausalLinearAttention", "causal_linear_attention"]
@@ -53,7 +53,8 @@ class CausalLinearAttention(FusedFunction):
         return concatenate(outputs, axis=2)
 
 
-def causal_linear_attention(q_features, k_features, v, chunk=64):
+def causal_linear_attention(q_features: Tensor, k_features: Tensor, v: Tensor,
+                            chunk: int = 64) -> Tensor:
     """out_i = phi(q_i) S_i / (phi(q_i) . z_i) from features (batch, heads, time, m) of the
     queries and keys and values (batch, heads, time, d_v); ``chunk`` is the block length of the
     NumPy backend and of the composite (the result does not depend on it)."""

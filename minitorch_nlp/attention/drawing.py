@@ -7,8 +7,13 @@ test opens no window and leaves no figure behind.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = ["draw_mask", "draw_masks"]
 
@@ -50,8 +55,8 @@ def _legend_handles(allowed, blocked):
             Patch(facecolor=BLOCKED_COLOUR, edgecolor="#999999", label=f"blocked{blocked}")]
 
 
-def draw_mask(mask, ax=None, title=None, query_labels=None, key_labels=None, path=None, *,
-              legend=True):
+def draw_mask(mask: np.ndarray, ax: Axes | None = None, title: str | None = None,
+              query_labels=None, key_labels=None, path=None, *, legend: bool = True) -> Axes:
     """Draw ``mask`` (True = the query of that row may attend the key of that column) on ``ax``
     (a new figure when None) and, with ``path``, save the figure there as a PNG.
 
@@ -100,7 +105,7 @@ def draw_mask(mask, ax=None, title=None, query_labels=None, key_labels=None, pat
     return ax
 
 
-def draw_masks(masks, path=None, columns=3):
+def draw_masks(masks: dict[str, np.ndarray], path=None, columns: int = 3) -> Figure:
     """Draw each mask of the dict ``masks`` (title -> mask) in a grid of ``columns`` panels, each
     titled with the share of query-key pairs it allows, under one legend, and, with ``path``,
     save it as a PNG. Returns the figure."""

@@ -58,8 +58,9 @@ class ETCAttention(MultiHeadAttention):
     long outputs, (batch, n_g, d_model) and (batch, n_l, d_model).
     """
 
-    def __init__(self, d_model, num_heads, local_radius, max_distance=None, bias=True,
-                 dropout=0.0):
+    def __init__(self, d_model: int, num_heads: int, local_radius: int,
+                 max_distance: int | None = None, bias: bool = True,
+                 dropout: float = 0.0) -> None:
         super().__init__(d_model, num_heads, bias, dropout)
         name = "ETCAttention"
         self.local_radius = checks.positive_int(local_radius, "local_radius", name)
@@ -71,7 +72,8 @@ class ETCAttention(MultiHeadAttention):
                                                           self.head_dim),
                                                     std=0.02))
 
-    def labels(self, queries, keys, segments, n_global):
+    def labels(self, queries: np.ndarray, keys: np.ndarray, segments: np.ndarray,
+               n_global: int) -> np.ndarray:
         """The relative position label of every (query, key) pair of the joint sequence [global
         tokens; long tokens]: ``queries`` (1, 1, groups, q) and ``keys`` (1, 1, groups, k) are
         joint positions, ``segments`` (batch, n_l) the mapping. Returns (batch | 1, 1, groups,
@@ -88,7 +90,10 @@ class ETCAttention(MultiHeadAttention):
         mapped = np.where(own, self.own_label, self.other_label)[:, None]
         return np.where(mixed, mapped, distance)
 
-    def forward(self, global_x, long_x, *, segment_ids=None, global_mask=None, long_mask=None):
+    def forward(self, global_x: Tensor, long_x: Tensor, *,
+                segment_ids: Tensor | np.ndarray | None = None,
+                global_mask: Tensor | np.ndarray | None = None,
+                long_mask: Tensor | np.ndarray | None = None) -> tuple[Tensor, Tensor]:
         name = "ETCAttention"
         checks.features(global_x, self.d_model, "global_x", name)
         checks.features(long_x, self.d_model, "long_x", name)
@@ -134,7 +139,8 @@ class ETCAttention(MultiHeadAttention):
         return out[:, :n_global], out[:, n_global:]
 
     @staticmethod
-    def segments(segment_ids, batch, n_global, n_long):
+    def segments(segment_ids: Tensor | np.ndarray | None, batch: int, n_global: int,
+                 n_long: int) -> np.ndarray:
         """The global-local mapping as (batch, n_l) ints in [-1, n_g) (all -1 when None)."""
         if segment_ids is None:
             return np.full((batch, n_long), -1, dtype=np.int64)
@@ -148,7 +154,8 @@ class ETCAttention(MultiHeadAttention):
         return segments
 
     @staticmethod
-    def key_mask(global_mask, long_mask, batch, n_global, n_long):
+    def key_mask(global_mask: Tensor | np.ndarray | None, long_mask: Tensor | np.ndarray | None,
+                 batch: int, n_global: int, n_long: int) -> np.ndarray | None:
         """The two padding masks as one (batch, n_g + n_l) key mask of the joint sequence, or
         None when every token is real."""
         masks = []

@@ -29,6 +29,8 @@ derivatives.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .. import functional as F
@@ -36,11 +38,15 @@ from ..autograd import Tensor, concatenate, stack
 from ..autograd.ops_fused import FusedFunction
 from ..backends.numpy_backend import pair_rows
 
+if TYPE_CHECKING:
+    from ..nn.module import Module
+
 __all__ = ["GroupedAttention", "grouped_attention", "merge_attentions", "self_attention_inputs",
            "ungroup"]
 
 
-def self_attention_inputs(q, k, v, key_mask, op):
+def self_attention_inputs(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | np.ndarray | None,
+                          op: str):
     """q, k, v and ``key_mask`` checked as ``F.scaled_dot_product_attention`` checks them (errors
     name ``op``), k/v heads shared among q's, and q and k of the same length (a sparse pattern is
     defined over one sequence). The key mask comes back as a backend bool array or None."""
@@ -114,8 +120,10 @@ def _group_indices(query_index, key_index, q, k):
                  for index in indices)
 
 
-def grouped_attention(q, k, v, query_index, key_index, allowed, *, scale, key_mask=None,
-                      bias=None, dropout=None):
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, query_index: np.ndarray,
+                      key_index: np.ndarray, allowed: np.ndarray, *, scale: float,
+                      key_mask=None, bias: Tensor | np.ndarray | None = None,
+                      dropout: Module | None = None) -> tuple[Tensor, Tensor]:
     """Softmax attention of each group of queries over its group of keys.
 
     ``q``, ``k``, ``v`` are (batch, heads, time, d) tensors; ``query_index`` (b|1, h|1, groups,
@@ -174,7 +182,7 @@ def _grouped_composite(q, k, v, query_index, key_index, allowed, *, scale, key_m
     return probs @ vg, lse.masked_fill(~seen, -np.inf)
 
 
-def merge_attentions(parts):
+def merge_attentions(parts: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
     """One attention over the union of disjoint key sets from its parts ``[(out, lse), ...]``:
     out = sum_r exp(lse_r - lse) out_r with lse = log sum_r exp(lse_r). A query no part lets see
     a key keeps output zero and lse -inf. One part is the whole attention already."""
@@ -190,7 +198,8 @@ def merge_attentions(parts):
     return out, total.masked_fill(~seen, -np.inf)
 
 
-def ungroup(out, query_index, time, valid=None):
+def ungroup(out: Tensor, query_index: np.ndarray, time: int,
+            valid: np.ndarray | None = None) -> Tensor:
     """Grouped outputs (batch, heads, groups, queries, d) back to (batch, heads, time, d): every
     position of ``range(time)`` must sit in exactly one query slot whose ``valid`` entry (a bool
     array broadcastable to ``query_index``'s group axes; all slots when None) is True. Invalid

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import checks, cookbook
-from ..autograd import empty
+from ..autograd import Tensor, empty
 from ..nn import init
 from ..nn.parameter import Parameter
 from ..nn.transformer import FullAttention
@@ -27,7 +29,7 @@ __all__ = ["LinformerAttention", "SHARING", "linformer_cores"]
 SHARING = ("none", "headwise", "key_value", "layerwise")
 
 
-def linformer_projection(seq_len, rank, heads=None):
+def linformer_projection(seq_len: int, rank: int, heads: int | None = None) -> Parameter:
     """A (heads, rank, seq_len) or (rank, seq_len) projection drawn N(0, 1/rank), the
     Johnson-Lindenstrauss scaling of Wang et al. (2020, theorem 1)."""
     shape = (rank, seq_len) if heads is None else (heads, rank, seq_len)
@@ -48,8 +50,9 @@ class LinformerAttention(FullAttention):
     weights over the projected keys.
     """
 
-    def __init__(self, seq_len, rank, *, sharing="headwise", num_heads=None, projection=None,
-                 dropout=0.0):
+    def __init__(self, seq_len: int, rank: int, *, sharing: str = "headwise",
+                 num_heads: int | None = None, projection: Parameter | None = None,
+                 dropout: float = 0.0) -> None:
         super().__init__(dropout)
         name = "LinformerAttention"
         self.seq_len = checks.positive_int(seq_len, "seq_len", name)
@@ -74,12 +77,14 @@ class LinformerAttention(FullAttention):
             if sharing == "headwise":
                 self.F = linformer_projection(seq_len, rank)
 
-    def projections(self):
+    def projections(self) -> tuple[Parameter, Parameter]:
         """(E, F): F is E itself under key-value and layerwise sharing."""
         return self.E, (self.F if self.sharing in ("none", "headwise") else self.E)
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         name = "LinformerAttention"
         if causal:
             raise ValueError(f"{name}: the projection along the sequence mixes every position, "
@@ -107,8 +112,9 @@ class LinformerAttention(FullAttention):
         return f"seq_len={self.seq_len}, rank={self.rank}, sharing={self.sharing!r}"
 
 
-def linformer_cores(num_layers, seq_len, rank, *, sharing="headwise", num_heads=None,
-                    dropout=0.0):
+def linformer_cores(num_layers: int, seq_len: int, rank: int, *, sharing: str = "headwise",
+                    num_heads: int | None = None,
+                    dropout: float = 0.0) -> list[LinformerAttention]:
     """One ``LinformerAttention`` per layer; with ``sharing="layerwise"`` all of them hold the
     same (rank, seq_len) projection, so the stack has one projection matrix in all (the paper's
     level (iii))."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import checks, cookbook
-from ..autograd import Tensor
+from ..autograd import Generator, Tensor
 from ..autograd import random as mt_random
 from ..nn.transformer import FullAttention
 from .grouped import grouped_attention, merge_attentions, self_attention_inputs, ungroup
@@ -68,8 +68,9 @@ class LSHAttention(FullAttention):
     ``bias`` is an error (it would need the n x n scores).
     """
 
-    def __init__(self, num_buckets, chunk_length, num_rounds=1, *, seed=None, generator=None,
-                 dropout=0.0):
+    def __init__(self, num_buckets: int, chunk_length: int, num_rounds: int = 1, *,
+                 seed: int | None = None, generator: Generator | None = None,
+                 dropout: float = 0.0) -> None:
         super().__init__(dropout)
         name = "LSHAttention"
         self.num_buckets = checks.positive_int(num_buckets, "num_buckets", name)
@@ -80,7 +81,7 @@ class LSHAttention(FullAttention):
         self.num_rounds = checks.positive_int(num_rounds, "num_rounds", name)
         self.seed, self.generator = seed, generator
 
-    def rotations(self, head_dim):
+    def rotations(self, head_dim: int) -> np.ndarray:
         """(rounds, head_dim, num_buckets / 2) random rotations; round r's are the same for any
         ``num_rounds`` >= r + 1 given the same ``seed``."""
         rng = np.random.default_rng(self.seed) if self.seed is not None else mt_random.rng(
@@ -117,7 +118,9 @@ class LSHAttention(FullAttention):
         sorted_place = xp.argsort(order, axis=-1, kind="stable")
         return order, sorted_place // self.chunk_length
 
-    def pairs(self, q, causal=False, rotations=None, key_mask=None):
+    def pairs(self, q: Tensor | np.ndarray, causal: bool = False,
+              rotations: np.ndarray | None = None, key_mask: np.ndarray | None = None
+              ) -> np.ndarray:
         """The attended pairs P_i as a bool (batch, heads, time, time) array (n x n: for
         pictures and tests), the union over rounds (eq 98) of same bucket within a chunk and the
         previous one (eq 99), causal if asked, real keys only (``key_mask`` (batch, time)), and
@@ -131,8 +134,10 @@ class LSHAttention(FullAttention):
             chunk[..., None, :] >= chunk[..., :, None] - 1)
         return restrict_pairs((same & near).any(axis=2), causal, key_mask)
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         name = "LSHAttention"
         if mask is not None or bias is not None:
             raise ValueError(f"{name}: a general mask or score bias needs the n x n scores that "
@@ -152,7 +157,8 @@ class LSHAttention(FullAttention):
                                    need_weights=True)
         return self.combine_rounds(self.rounds(q, v, rotations, causal, key_mask)), None
 
-    def rounds(self, q, v, rotations, causal, key_mask):
+    def rounds(self, q: Tensor, v: Tensor, rotations, causal: bool,
+               key_mask) -> list[tuple[Tensor, Tensor]]:
         """[(o^(r), z(i, P_i^(r))) for every round r] (eq 103) of self-attention over ``q``,
         ``v`` (batch, heads, time, d), the sequence a multiple of ``chunk_length``: hash with
         ``rotations``, sort, chunk and attend each round; ``forward`` combines them. The hashing,
@@ -165,7 +171,8 @@ class LSHAttention(FullAttention):
                 for r in range(self.num_rounds)]
 
     @cookbook.equation(103)
-    def attend_round(self, q, keys, v, r, buckets, order, chunk, causal, key_mask):
+    def attend_round(self, q: Tensor, keys: Tensor, v: Tensor, r: int, buckets, order, chunk,
+                     causal: bool, key_mask) -> tuple[Tensor, Tensor]:
         """o_i^(r) and z(i, P_i^(r)) of round ``r`` (eq 103), position by position: each chunk's
         queries against the keys of the chunk and the previous one, same bucket only, pairs
         found in N_ij rounds lowered by log N_ij (eq 101)."""
@@ -190,7 +197,7 @@ class LSHAttention(FullAttention):
         return ungroup(out, queries, time), ungroup(lse[..., None], queries, time)[..., 0]
 
     @cookbook.equation(100, 101, 102)
-    def combine_rounds(self, rounds):
+    def combine_rounds(self, rounds: list[tuple[Tensor, Tensor]]) -> Tensor:
         """o_i = sum_r exp(z(i, P_i^(r)) - z(i, P_i)) o_i^(r) (eq 100-102)."""
         return merge_attentions(rounds)[0]
 

@@ -24,7 +24,7 @@ from collections import namedtuple
 import numpy as np
 
 from .. import checks, cookbook
-from ..autograd import dtypes
+from ..autograd import Generator, dtypes
 from ..autograd import random as mt_random
 
 __all__ = ["PermutationMasks", "block_sparse_layout", "block_sparse_mask", "bucket_mask",
@@ -68,7 +68,7 @@ def _positions(time):
 
 
 # ---- the builders ------------------------------------------------------------------------------
-def causal_mask(q_time, k_time=None):
+def causal_mask(q_time: int, k_time: int | None = None) -> np.ndarray:
     """Autoregressive (decoder) masking, Vaswani et al. (2017), section 3.2.3: a position never
     sees the future.
 
@@ -84,7 +84,7 @@ def causal_mask(q_time, k_time=None):
     return _offsets(q_time, k_time) <= 0
 
 
-def padding_mask(lengths, time=None):
+def padding_mask(lengths: np.ndarray, time: int | None = None) -> np.ndarray:
     """Padding: a key that is padding is never attended (Vaswani et al., 2017; BERT's
     ``attention_mask``).
 
@@ -110,7 +110,7 @@ def padding_mask(lengths, time=None):
     return (np.arange(time)[None, :] < array[:, None])[:, None, None, :]
 
 
-def prefix_lm_mask(prefix_lengths, time):
+def prefix_lm_mask(prefix_lengths: int | np.ndarray, time: int) -> np.ndarray:
     """Prefix language model (UniLM, Dong et al., 2019, "seq2seq" mask; T5, Raffel et al., 2020,
     figure 3): the prefix is read bidirectionally, the rest is generated left to right.
 
@@ -127,7 +127,7 @@ def prefix_lm_mask(prefix_lengths, time):
     return allowed if prefix.ndim == 0 else allowed[:, None]
 
 
-def permutation_mask(order):
+def permutation_mask(order: np.ndarray) -> PermutationMasks:
     """XLNet's permutation language model (Yang et al., 2019, section 2.3; the survey's eq 27):
     tokens are predicted in a factorisation order z, a permutation of the positions, and each
     position attends only the positions that come before it in z.
@@ -158,7 +158,8 @@ def permutation_mask(order):
     return PermutationMasks(content, query)
 
 
-def sliding_window_mask(time, window, dilation=1, causal=False):
+def sliding_window_mask(time: int, window: int, dilation: int = 1,
+                        causal: bool = False) -> np.ndarray:
     """Sliding-window (local) attention, Longformer (Beltagy et al., 2020, section 3.1), with
     the dilated variant: query i sees keys i + o * dilation for -window <= o <= window (o <= 0
     when ``causal``), the pattern of ``F.banded_attention``.
@@ -175,7 +176,8 @@ def sliding_window_mask(time, window, dilation=1, causal=False):
     return allowed & (offset <= 0) if causal else allowed
 
 
-def global_mask(time, global_positions, window=0, dilation=1):
+def global_mask(time: int, global_positions: np.ndarray, window: int = 0,
+                dilation: int = 1) -> np.ndarray:
     """Longformer's global attention (Beltagy et al., 2020, section 3.1; ETC's global-local
     attention, Ainslie et al., 2020): a few chosen positions (a [CLS] token, the question) attend
     every position and are attended by every position; the others attend a sliding window.
@@ -192,8 +194,9 @@ def global_mask(time, global_positions, window=0, dilation=1):
     return local | is_global[:, None] | is_global[None, :]
 
 
-def block_sparse_mask(time, block, *, num_window_blocks=3, global_blocks=(0,),
-                      num_random_blocks=0, generator=None):
+def block_sparse_mask(time: int, block: int, *, num_window_blocks: int = 3,
+                      global_blocks: tuple[int, ...] = (0,), num_random_blocks: int = 0,
+                      generator: Generator | None = None) -> np.ndarray:
     """BigBird's block-sparse attention (Zaheer et al., 2020, section 2 and appendix D): the
     sequence is cut into blocks of ``block`` positions and attention is decided per block pair.
 
@@ -222,8 +225,10 @@ def block_sparse_mask(time, block, *, num_window_blocks=3, global_blocks=(0,),
     return layout.repeat(block, axis=0).repeat(block, axis=1)
 
 
-def block_sparse_layout(blocks, *, num_window_blocks=3, global_blocks=(0,), num_random_blocks=0,
-                        generator=None, builder="block_sparse_layout"):
+def block_sparse_layout(blocks: int, *, num_window_blocks: int = 3,
+                        global_blocks: tuple[int, ...] = (0,), num_random_blocks: int = 0,
+                        generator: Generator | None = None, builder: str = "block_sparse_layout"
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """BigBird's pattern over blocks (see ``block_sparse_mask``): a (blocks, blocks) bool array,
     True where query block I attends key block J, and the (blocks,) bool array of global
     blocks."""
@@ -254,7 +259,7 @@ def _factorized(local, other, factorized):
     return np.stack([local, other]) if factorized else local | other
 
 
-def strided_mask(time, stride, *, factorized=False):
+def strided_mask(time: int, stride: int, *, factorized: bool = False) -> np.ndarray:
     """Strided attention of the Sparse Transformer (Child et al., 2019, section 4.2; the
     survey's section IX-A), causal. Head 1 attends the previous ``stride`` positions, head 2
     every ``stride``-th position before:
@@ -272,7 +277,7 @@ def strided_mask(time, stride, *, factorized=False):
     return _factorized(causal & (behind <= stride), causal & (behind % stride == 0), factorized)
 
 
-def fixed_mask(time, stride, c, *, factorized=False):
+def fixed_mask(time: int, stride: int, c: int, *, factorized: bool = False) -> np.ndarray:
     """Fixed attention of the Sparse Transformer (Child et al., 2019, section 4.2), causal: the
     sequence is cut into blocks of ``stride``; head 1 attends its own block, head 2 the last
     ``c`` positions of every block (the "summary" cells that carry information forward):
@@ -295,7 +300,7 @@ def fixed_mask(time, stride, c, *, factorized=False):
 
 
 @cookbook.equation(98)
-def bucket_mask(buckets, *, causal=False):
+def bucket_mask(buckets: np.ndarray, *, causal: bool = False) -> np.ndarray:
     """Reformer's LSH attention sets (Kitaev et al., 2020, section 3; the survey's eq 96-98):
     a query attends only the keys hashed into its bucket, over one or several hashing rounds.
 
@@ -325,7 +330,7 @@ def _bool_array(op, value, which):
     return array
 
 
-def combine(*masks):
+def combine(*masks: np.ndarray) -> np.ndarray:
     """The positions every mask allows: their logical and, broadcast (e.g. a ``(time, time)``
     causal mask with a ``(batch, 1, 1, time)`` padding mask gives ``(batch, 1, time, time)``)."""
     if not masks:
@@ -340,7 +345,7 @@ def combine(*masks):
 
 
 @cookbook.equation(97)
-def to_bias(mask, dtype="float32"):
+def to_bias(mask: np.ndarray, dtype="float32") -> np.ndarray:
     """The mask as an additive score bias: 0 where allowed, -inf where blocked, so that
     softmax(scores + bias) gives blocked keys no weight. The bias is -m(j, P_i) of the
     Reformer's eq 97 (m = infinity for j outside P_i, 0 inside)."""

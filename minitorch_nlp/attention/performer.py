@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from .. import checks
-from ..autograd import tensor
+from ..autograd import Generator, Tensor, tensor
 from ..autograd import random as mt_random
 from ..nn.reversible import schedules_frozen
 from ..nn.transformer import FullAttention
@@ -35,7 +35,8 @@ from .grouped import self_attention_inputs
 __all__ = ["PerformerAttention", "gaussian_features", "positive_random_features"]
 
 
-def gaussian_features(num_features, dim, *, orthogonal=True, generator=None):
+def gaussian_features(num_features: int, dim: int, *, orthogonal: bool = True,
+                      generator: Generator | None = None) -> np.ndarray:
     """m x d random features whose rows are N(0, I_d): independent (``orthogonal=False``) or
     orthogonal within blocks of d rows, with chi-distributed lengths (Choromanski et al., 2021,
     section 2.4)."""
@@ -51,7 +52,8 @@ def gaussian_features(num_features, dim, *, orthogonal=True, generator=None):
     return np.concatenate(blocks)[:num_features] * lengths[:, None]
 
 
-def positive_random_features(x, features, stabiliser=None):
+def positive_random_features(x: Tensor, features: Tensor,
+                             stabiliser: str | None = None) -> Tensor:
     """phi(x) = exp(W x - |x|^2 / 2 - c) / sqrt(m) for rows x (..., d) and ``features`` W (m, d):
     phi(x) . phi(y) estimates exp(x . y) (times exp(-c_x - c_y)). ``stabiliser`` is the constant
     c subtracted in the exponent ("query": each row's largest W x; "key": the largest over all
@@ -76,12 +78,13 @@ class PerformerAttention(FullAttention):
     ``generator``. Inside an ``nn.ReversibleStack`` the stack advances that schedule once per
     forward, before its blocks run (``advance_schedule``), so that the recomputation in backward
     uses the features the forward pass used and the gradients stay exact. A general ``mask`` or
-    ``bias`` needs the n x n scores the method avoids, and is an error; ``need_weights`` returns the
-    estimated (q_time, k_time) weights (n x n, for inspection).
+    ``bias`` needs the n x n scores the method avoids, and is an error; ``need_weights`` returns
+    the estimated (q_time, k_time) weights (n x n, for inspection).
     """
 
-    def __init__(self, head_dim, num_features=None, *, orthogonal=True, redraw_interval=None,
-                 chunk=64, generator=None, dropout=0.0):
+    def __init__(self, head_dim: int, num_features: int | None = None, *,
+                 orthogonal: bool = True, redraw_interval: int | None = None, chunk: int = 64,
+                 generator: Generator | None = None, dropout: float = 0.0) -> None:
         super().__init__(dropout)
         name = "PerformerAttention"
         self.head_dim = checks.positive_int(head_dim, "head_dim", name)
@@ -97,13 +100,13 @@ class PerformerAttention(FullAttention):
         self.register_buffer("features", tensor(np.zeros((self.num_features, head_dim))))
         self.redraw_features()
 
-    def redraw_features(self):
+    def redraw_features(self) -> None:
         """Draw a new set of random features."""
         drawn = gaussian_features(self.num_features, self.head_dim, orthogonal=self.orthogonal,
                                   generator=self.generator)
         self.features = tensor(drawn, dtype=self.features.dtype, backend=self.features.backend)
 
-    def advance_schedule(self):
+    def advance_schedule(self) -> None:
         """Count one training call, redrawing the features every ``redraw_interval``-th (after
         the first). ``forward`` calls it, except inside a ``nn.ReversibleStack``, which calls it
         once before its blocks so that the recomputation in backward sees the same features."""
@@ -112,8 +115,10 @@ class PerformerAttention(FullAttention):
                 self.redraw_features()
             self.calls += 1
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         name = "PerformerAttention"
         if mask is not None or bias is not None:
             raise ValueError(f"{name}: a general mask or score bias needs the n x n scores that "
@@ -142,7 +147,8 @@ class PerformerAttention(FullAttention):
         denominator = q_features @ k_features.sum(axis=2)[..., None]   # phi(Q) (phi(K)^T 1)
         return numerator / denominator, None
 
-    def causal_linear_attention(self, q_features, k_features, v):
+    def causal_linear_attention(self, q_features: Tensor, k_features: Tensor,
+                                v: Tensor) -> Tensor:
         """out_i = phi(q_i) S_i / phi(q_i) z_i with the prefix sums S_i, z_i (one fused
         operation, ``attention.causal_linear``)."""
         return causal_linear_attention(q_features, k_features, v, self.chunk)

@@ -96,7 +96,8 @@ class SparseTransformerAttention(FullAttention):
     takes the full core with the pattern as an n x n mask.
     """
 
-    def __init__(self, stride, pattern="strided", *, summary=1, combine="merged", dropout=0.0):
+    def __init__(self, stride: int, pattern: str = "strided", *, summary: int = 1,
+                 combine: str | int = "merged", dropout: float = 0.0) -> None:
         super().__init__(dropout)
         name = "SparseTransformerAttention"
         self.stride = checks.positive_int(stride, "stride", name)
@@ -110,7 +111,7 @@ class SparseTransformerAttention(FullAttention):
             raise ValueError(f"{name}: combine must be one of {COMBINATIONS}, got {combine!r}")
         self.pattern, self.combine = pattern, combine
 
-    def pattern_mask(self, time, heads=1):
+    def pattern_mask(self, time: int, heads: int = 1) -> np.ndarray:
         """The index sets as a bool mask: (time, time), or (heads, time, time) when
         ``combine="heads"`` (head h gets A^(h mod 2 + 1))."""
         if self.pattern == "strided":
@@ -123,8 +124,10 @@ class SparseTransformerAttention(FullAttention):
             return factors[np.arange(heads) % 2]
         return factors[self.combine - 1]
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         name = "SparseTransformerAttention"
         if not causal:
             raise ValueError(f"{name}: the strided and fixed patterns are causal (Child et al., "
@@ -143,7 +146,8 @@ class SparseTransformerAttention(FullAttention):
                                    key_mask=key_mask, need_weights=need_weights)
         return self.sparse(q, k, v, key_mask), None
 
-    def sparse(self, q, k, v, key_mask):
+    def sparse(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | np.ndarray | None
+               ) -> Tensor:
         """The grouped computation of ``forward`` (self-attention, no extra mask)."""
         q, k, v, key_mask = self_attention_inputs(q, k, v, key_mask, "SparseTransformerAttention")
         time = q.shape[2]
@@ -174,14 +178,16 @@ class SparseTransformerAttention(FullAttention):
         return grouped_attention(q, k, v, _groups(queries), _groups(keys), allowed, scale=scale,
                                  key_mask=key_mask, dropout=self.dropout), queries
 
-    def attend_factor(self, q, k, v, factor, blocks, key_mask, scale):
+    def attend_factor(self, q: Tensor, k: Tensor, v: Tensor, factor: int, blocks: int, key_mask,
+                      scale: float) -> Tensor:
         """attend(X, A^(factor)) (one term of eq 93)."""
         (out, _), queries = self._attend(q, k, v, self._factor_groups(factor, blocks), key_mask,
                                          scale)
         return ungroup(out, _groups(queries), q.shape[2])
 
     @cookbook.equation(94)
-    def attend_merged(self, q, k, v, blocks, key_mask, scale):
+    def attend_merged(self, q: Tensor, k: Tensor, v: Tensor, blocks: int, key_mask,
+                      scale: float) -> Tensor:
         """attend(X, A^(1) u A^(2)) (eq 94): A^(1) and A^(2) \\ A^(1) attended apart, their
         outputs weighted by their log-sum-exps."""
         (local, local_lse), queries = self._attend(q, k, v, self._factor_groups(1, blocks),
@@ -197,7 +203,8 @@ class SparseTransformerAttention(FullAttention):
         return merge_attentions([(local, local_lse), (far, far_lse)])[0]
 
     @cookbook.equation(95)
-    def attend_per_head(self, q, k, v, blocks, key_mask, scale):
+    def attend_per_head(self, q: Tensor, k: Tensor, v: Tensor, blocks: int, key_mask,
+                        scale: float) -> Tensor:
         """attend(X, A^(h mod 2 + 1)) for head h, the heads concatenated (eq 95)."""
         heads = q.shape[1]
         even = self.attend_factor(q[:, 0::2], k[:, 0::2], v[:, 0::2], 1, blocks, key_mask, scale)
@@ -211,7 +218,9 @@ class SparseTransformerAttention(FullAttention):
 
 
 @cookbook.equation(93)
-def alternating_sparse_cores(num_layers, stride, pattern="strided", *, summary=1, dropout=0.0):
+def alternating_sparse_cores(num_layers: int, stride: int, pattern: str = "strided", *,
+                             summary: int = 1,
+                             dropout: float = 0.0) -> list[SparseTransformerAttention]:
     """One core per residual block r = 0, 1, ..., attending A^(r mod 2 + 1) (the survey's eq 93,
     Child et al.'s interleaved factorised attention): pass them to the layers in order."""
     checks.positive_int(num_layers, "num_layers", "alternating_sparse_cores")

@@ -3,7 +3,7 @@ kept in a list or a dict so that their parameters are registered)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from .module import Module
 
@@ -54,16 +54,16 @@ class _Numbered(Module):
             del modules[_position(index, len(modules), type(self).__name__)]
         self._renumber(modules)
 
-    def append(self, module):
+    def append(self, module: Module | None) -> _Numbered:
         self.add_module(str(len(self)), module)
         return self
 
-    def extend(self, modules):
+    def extend(self, modules: Iterable[Module | None]) -> _Numbered:
         for module in modules:
             self.append(module)
         return self
 
-    def insert(self, index, module):
+    def insert(self, index: int, module: Module | None) -> None:
         modules = list(self._modules.values())
         modules.insert(index, module)
         self._renumber(modules)
@@ -77,7 +77,7 @@ class Sequential(_Numbered):
     same modules (shared, not copied).
     """
 
-    def __init__(self, *modules):
+    def __init__(self, *modules: Module | Mapping[str, Module]) -> None:
         super().__init__()
         if len(modules) == 1 and isinstance(modules[0], (OrderedDict, dict)):
             for name, module in modules[0].items():
@@ -102,7 +102,7 @@ class ModuleList(_Numbered):
     them). Supports indexing, slicing, ``len``, iteration, ``append``, ``extend``, ``insert`` and
     ``del``."""
 
-    def __init__(self, modules=None):
+    def __init__(self, modules: Iterable[Module | None] | None = None) -> None:
         super().__init__()
         if modules is not None:
             self.extend(modules)
@@ -118,7 +118,8 @@ class ModuleList(_Numbered):
 class ModuleDict(Module):
     """A dict of modules (insertion-ordered) whose parameters belong to the owner."""
 
-    def __init__(self, modules=None):
+    def __init__(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]] | None = None
+                 ) -> None:
         super().__init__()
         if modules is not None:
             self.update(modules)
@@ -153,16 +154,16 @@ class ModuleDict(Module):
     def items(self):
         return self._modules.items()
 
-    def pop(self, key):
+    def pop(self, key: str) -> Module:
         module = self[key]
         del self[key]
         return module
 
-    def clear(self):
+    def clear(self) -> None:
         for key in list(self._modules):
             delattr(self, key)
 
-    def update(self, modules):
+    def update(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]]) -> None:
         items = modules.items() if isinstance(modules, Mapping) else modules
         for key, module in items:
             self[key] = module

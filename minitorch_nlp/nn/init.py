@@ -11,10 +11,14 @@ Fans follow PyTorch's layout: a weight of shape ``(out_features, in_features, *k
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..autograd.random import rng
+
+if TYPE_CHECKING:
+    from ..autograd import Generator, Tensor
 
 __all__ = [
     "calculate_gain", "constant_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
@@ -38,32 +42,34 @@ def _check_spread(value, name, op):
         raise ValueError(f"{op}: {name} must be >= 0, got {value}")
 
 
-def uniform_(tensor, a=0.0, b=1.0, generator=None):
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0,
+             generator: Generator | None = None) -> Tensor:
     """Fill with U(a, b)."""
     if not a <= b:
         raise ValueError(f"uniform_: need a <= b, got a={a}, b={b}")
     return _fill(tensor, rng(generator).uniform(a, b, tensor.shape))
 
 
-def normal_(tensor, mean=0.0, std=1.0, generator=None):
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0,
+            generator: Generator | None = None) -> Tensor:
     """Fill with N(mean, std^2)."""
     _check_spread(std, "std", "normal_")
     return _fill(tensor, rng(generator).normal(mean, std, tensor.shape))
 
 
-def constant_(tensor, val):
+def constant_(tensor: Tensor, val: float) -> Tensor:
     return _fill(tensor, val)
 
 
-def zeros_(tensor):
+def zeros_(tensor: Tensor) -> Tensor:
     return _fill(tensor, 0)
 
 
-def ones_(tensor):
+def ones_(tensor: Tensor) -> Tensor:
     return _fill(tensor, 1)
 
 
-def calculate_gain(nonlinearity, param=None):
+def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
     """The factor that keeps activations' variance steady through ``nonlinearity``: 1 for linear
     maps and sigmoid, 5/3 for tanh, sqrt(2) for ReLU, sqrt(2 / (1 + slope^2)) for leaky ReLU
     (``param`` is the negative slope, 0.01 by default), 3/4 for SELU."""
@@ -100,20 +106,23 @@ def _fan(tensor, mode):
     return fan_in if mode == "fan_in" else fan_out
 
 
-def xavier_uniform_(tensor, gain=1.0, generator=None):
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0,
+                    generator: Generator | None = None) -> Tensor:
     """U(-a, a) with a = gain sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010)."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(tensor, -bound, bound, generator=generator)
 
 
-def xavier_normal_(tensor, gain=1.0, generator=None):
+def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
     """N(0, std^2) with std = gain sqrt(2 / (fan_in + fan_out)) (Glorot & Bengio, 2010)."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator=generator)
 
 
-def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
+def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
+                     nonlinearity: str = "leaky_relu",
+                     generator: Generator | None = None) -> Tensor:
     """U(-bound, bound) with bound = gain sqrt(3 / fan) (He et al., 2015); ``a`` is the negative
     slope of the leaky ReLU. ``nn.Linear`` uses ``a = sqrt(5)``, PyTorch's default, which gives
     bound = 1 / sqrt(fan_in)."""
@@ -122,14 +131,16 @@ def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", ge
     return uniform_(tensor, -bound, bound, generator=generator)
 
 
-def kaiming_normal_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
+def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
+                    nonlinearity: str = "leaky_relu", generator: Generator | None = None) -> Tensor:
     """N(0, std^2) with std = gain / sqrt(fan) (He et al., 2015)."""
     fan = _fan(tensor, mode)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan) if fan else 0.0
     return normal_(tensor, 0.0, std, generator=generator)
 
 
-def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0,
+                  b: float = 2.0, generator: Generator | None = None) -> Tensor:
     """N(mean, std^2) conditioned on [a, b] (absolute bounds, as in PyTorch), drawn exactly by
     inverting the normal CDF: u ~ U(Phi(alpha), Phi(beta)), x = mean + std Phi^-1(u) with alpha,
     beta the bounds in standard units. Intervals in the upper tail are mirrored into the lower

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import functional as F
-from ..autograd import Tensor, empty
+from ..autograd import Generator, Tensor, empty
 from . import init
 from .module import Module
 from .parameter import Parameter
@@ -110,8 +112,8 @@ class Embedding(Module):
     to zeros for the whole of training. Ids outside [0, num_embeddings) raise ``ValueError``.
     """
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, dtype=None,
-                 generator=None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 dtype=None, generator: Generator | None = None) -> None:
         super().__init__()
         self.num_embeddings = _positive_int(num_embeddings, "num_embeddings", "Embedding")
         self.embedding_dim = _positive_int(embedding_dim, "embedding_dim", "Embedding")
@@ -122,7 +124,8 @@ class Embedding(Module):
         self.reset_parameters(generator)
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None):
+    def from_pretrained(cls, embeddings: Tensor | np.ndarray, freeze: bool = True,
+                        padding_idx: int | None = None) -> Embedding:
         """An ``Embedding`` holding (a copy of) ``embeddings`` (a 2-D Tensor or array); frozen
         unless ``freeze=False``."""
         data = embeddings if isinstance(embeddings, Tensor) else Tensor(embeddings)
@@ -134,13 +137,13 @@ class Embedding(Module):
         layer.weight.requires_grad = not freeze
         return layer
 
-    def reset_parameters(self, generator=None):
+    def reset_parameters(self, generator: Generator | None = None) -> None:
         init.normal_(self.weight, generator=generator)
         if self.padding_idx is not None:
             self.weight.data[self.padding_idx] = 0
             self.weight._bump_version()
 
-    def forward(self, ids):
+    def forward(self, ids: Tensor | np.ndarray) -> Tensor:
         return F.embedding(ids, self.weight, self.padding_idx)
 
     def extra_repr(self):
@@ -152,7 +155,8 @@ class LayerNorm(Module):
     """Layer normalisation over the trailing ``normalized_shape`` axes (Ba et al., 2016), with a
     learned gain (ones) and bias (zeros) when ``elementwise_affine``."""
 
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None):
+    def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True, dtype=None) -> None:
         super().__init__()
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else \
             tuple(normalized_shape)
@@ -173,7 +177,7 @@ class LayerNorm(Module):
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         if self.weight is not None:
             x = _in_dtype_of(x, self.weight)
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -186,13 +190,13 @@ class LayerNorm(Module):
 class Dropout(Module):
     """Inverted dropout with probability ``p`` while training; the identity in ``eval()`` mode."""
 
-    def __init__(self, p=0.5, generator=None):
+    def __init__(self, p: float = 0.5, generator: Generator | None = None) -> None:
         super().__init__()
         F._check_probability(p, "Dropout")
         self.p = p
         self.generator = generator
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.p, self.training, self.generator)
 
     def extra_repr(self):
@@ -202,23 +206,23 @@ class Dropout(Module):
 class Identity(Module):
     """Returns its input (a placeholder where a layer is optional)."""
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return x
 
 
 class ReLU(Module):
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.relu(x)
 
 
 class GELU(Module):
-    def __init__(self, approximate="none"):
+    def __init__(self, approximate: str = "none") -> None:
         super().__init__()
         if approximate not in ("none", "tanh"):
             raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.gelu(x, self.approximate)
 
     def extra_repr(self):
@@ -226,21 +230,21 @@ class GELU(Module):
 
 
 class Tanh(Module):
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.tanh(x)
 
 
 class Sigmoid(Module):
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.sigmoid(x)
 
 
 class Softmax(Module):
-    def __init__(self, axis=-1, dim=None):
+    def __init__(self, axis: int = -1, dim: int | None = None) -> None:
         super().__init__()
         self.axis = dim if dim is not None else axis
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.softmax(x, self.axis)
 
     def extra_repr(self):

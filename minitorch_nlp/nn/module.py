@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import namedtuple
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class Module:
     _forward_pre_hooks = ()
     _forward_hooks = ()
 
-    def __init__(self):
+    def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_buffers", {})
         object.__setattr__(self, "_non_persistent_buffers", set())
@@ -72,7 +72,8 @@ class Module:
         return self.forward(*args, **kwargs)
 
     # ---- forward hooks ---------------------------------------------------------------------
-    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+    def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> _HookHandle:
         """Call ``hook(module, args)`` before every ``forward``; ``args`` is the tuple of
         positional arguments. A hook that returns something other than None replaces them (a
         tuple, or a single value that becomes a 1-tuple).
@@ -84,7 +85,8 @@ class Module:
         return self._add_forward_hook("register_forward_pre_hook", "_forward_pre_hooks", hook,
                                       prepend, with_kwargs)
 
-    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False):
+    def register_forward_hook(self, hook: Callable, *, prepend: bool = False,
+                              with_kwargs: bool = False) -> _HookHandle:
         """Call ``hook(module, args, output)`` after every ``forward``; a hook that returns
         something other than None replaces the output (later hooks and the caller see the
         replacement).
@@ -198,7 +200,7 @@ class Module:
             self._forget(name)
         object.__delattr__(self, name)
 
-    def register_parameter(self, name, param):
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
         """Register ``param`` (a Parameter, or None for an absent optional one) as ``name``."""
         self._check_name(name, "parameter", self.__dict__.get("_parameters", ()))
         if param is not None and not isinstance(param, Parameter):
@@ -211,7 +213,7 @@ class Module:
         else:
             setattr(self, name, param)
 
-    def register_buffer(self, name, tensor, persistent=True):
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
         """Register ``tensor`` (or None) as a buffer: state that moves with the module but is not
         trained; ``persistent=False`` keeps it out of the ``state_dict``."""
         self._check_name(name, "buffer", self.__dict__.get("_buffers", ()))
@@ -227,7 +229,7 @@ class Module:
             self._non_persistent_buffers.add(name)
         object.__setattr__(self, name, tensor)
 
-    def add_module(self, name, module):
+    def add_module(self, name: str, module: Module | None) -> None:
         """Register ``module`` (or None) as the sub-module ``name``."""
         self._check_name(name, "module", self.__dict__.get("_modules", ()))
         if module is not None and not isinstance(module, Module):
@@ -239,7 +241,7 @@ class Module:
 
     register_module = add_module
 
-    def get_submodule(self, target):
+    def get_submodule(self, target: str) -> Module:
         """The sub-module at dotted path ``target`` ("" is this module)."""
         module = self
         walked = []
@@ -254,7 +256,8 @@ class Module:
         return module
 
     # ---- traversal ---------------------------------------------------------------------------
-    def named_modules(self, prefix="", remove_duplicate=True):
+    def named_modules(self, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
         """(dotted name, module) for this module and every sub-module, parents first; a module
         reached twice is given once unless ``remove_duplicate=False``."""
         seen = set()
@@ -271,11 +274,11 @@ class Module:
 
         return walk(self, prefix)
 
-    def modules(self):
+    def modules(self) -> Iterator[Module]:
         for _, module in self.named_modules():
             yield module
 
-    def named_children(self):
+    def named_children(self) -> Iterator[tuple[str, Module]]:
         """(name, module) for the direct sub-modules, each once."""
         seen = set()
         for name, module in self._modules.items():
@@ -283,7 +286,7 @@ class Module:
                 seen.add(id(module))
                 yield name, module
 
-    def children(self):
+    def children(self) -> Iterator[Module]:
         for _, module in self.named_children():
             yield module
 
@@ -301,20 +304,22 @@ class Module:
                     seen.add(id(value))
                 yield (f"{module_name}.{name}" if module_name else name), value
 
-    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
         """(dotted name, parameter) in registration order, parents first; a parameter shared
         between modules (tied weights) is given once, under the first name that reaches it."""
         return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
-    def parameters(self, recurse=True):
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
         for _, param in self.named_parameters(recurse=recurse):
             yield param
 
-    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
         """(dotted name, buffer), persistent or not, like ``named_parameters``."""
         return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
-    def buffers(self, recurse=True):
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
         for _, buffer in self.named_buffers(recurse=recurse):
             yield buffer
 
@@ -327,7 +332,7 @@ class Module:
                 yield t
 
     # ---- modes -------------------------------------------------------------------------------
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> Module:
         """Set training mode (``True``) or evaluation mode (``False``) on this module and every
         sub-module; layers such as ``Dropout`` read ``self.training``. Returns self."""
         if not isinstance(mode, bool):
@@ -336,12 +341,12 @@ class Module:
             object.__setattr__(module, "training", mode)
         return self
 
-    def eval(self):
+    def eval(self) -> Module:
         """``train(False)``."""
         return self.train(False)
 
     @contextlib.contextmanager
-    def inference(self):
+    def inference(self) -> Iterator[Module]:
         """``with model.inference():`` evaluation mode and no graph (generating, decoding,
         evaluating), then the mode the model was in is put back."""
         was_training = self.training
@@ -352,13 +357,13 @@ class Module:
         finally:
             self.train(was_training)
 
-    def requires_grad_(self, requires_grad=True):
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
         """Freeze (``False``) or unfreeze every parameter. Returns self."""
         for param in self.parameters():
             param.requires_grad_(requires_grad)
         return self
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's ``.grad`` (or, with ``set_to_none=False``, fill it with zeros)."""
         for param in self.parameters():
             if param.grad is None:
@@ -372,7 +377,7 @@ class Module:
                 param.grad = Tensor._wrap(param.backend.xp.zeros_like(param.grad.data),
                                           param.backend)
 
-    def apply(self, fn):
+    def apply(self, fn: Callable[[Module], object]) -> Module:
         """Call ``fn(module)`` on every sub-module, children before parents (e.g. a custom
         initialisation), then on this module. Returns self."""
         for child in self.children():
@@ -380,7 +385,7 @@ class Module:
         fn(self)
         return self
 
-    def to(self, target):
+    def to(self, target) -> Module:
         """Move every parameter and buffer in place to another backend (``to("numba")``), or
         cast the floating ones to another float dtype (``to(mt.float64)``). Gradients follow.
         Returns self; the parameter objects stay the same, so an optimizer built on them still
@@ -418,12 +423,12 @@ class Module:
                         t.grad = Tensor._wrap(*grad)
         return self
 
-    def num_parameters(self, trainable_only=False):
+    def num_parameters(self, trainable_only: bool = False) -> int:
         """How many numbers the parameters hold (shared parameters counted once)."""
         return sum(p.size for p in self.parameters() if p.requires_grad or not trainable_only)
 
     # ---- state dicts ---------------------------------------------------------------------------
-    def state_dict(self, prefix="", keep_vars=False):
+    def state_dict(self, prefix: str = "", keep_vars: bool = False) -> dict[str, Tensor]:
         """Dotted name -> tensor for every parameter and persistent buffer, in registration order.
 
         As in PyTorch, a tensor shared between modules appears under every name that reaches it.
@@ -441,7 +446,8 @@ class Module:
                     state[base + name] = buffer if keep_vars else buffer.detach()
         return state
 
-    def load_state_dict(self, state_dict, strict=True):
+    def load_state_dict(self, state_dict: Mapping[str, Tensor | np.ndarray],
+                        strict: bool = True) -> IncompatibleKeys:
         """Copy the values of ``state_dict`` (name -> Tensor or NumPy array) into this module's
         parameters and persistent buffers, in place (cast to each one's dtype).
 
@@ -480,7 +486,7 @@ class Module:
         return IncompatibleKeys(missing, unexpected)
 
     # ---- printing ------------------------------------------------------------------------------
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The arguments shown inside ``Name(...)``; layers override it."""
         return ""
 
@@ -494,7 +500,7 @@ class Module:
 
 
 @contextlib.contextmanager
-def replaced_tensors(module, tensors):
+def replaced_tensors(module: Module, tensors: Mapping[str, Tensor]) -> Iterator[Module]:
     """Within the ``with`` block, ``module`` computes with ``tensors`` (dotted name -> Tensor,
     names as ``named_parameters`` / ``named_buffers`` give them) in place of those parameters
     and buffers, so gradients flow to the given tensors; afterwards the module is exactly as it
@@ -524,7 +530,8 @@ def replaced_tensors(module, tensors):
             object.__setattr__(owner, leaf, original)
 
 
-def functional_call(module, tensors, args=(), kwargs=None):
+def functional_call(module: Module, tensors: Mapping[str, Tensor], args=(),
+                    kwargs: dict | None = None):
     """``module(*args, **kwargs)`` computed with ``tensors`` in place of some of its parameters
     and buffers (see :func:`replaced_tensors`; ``args`` may be a single Tensor or a tuple).
 

@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import Tensor, concatenate, einsum, empty, tensor, zeros
+from ..autograd import Generator, Tensor, concatenate, einsum, empty, tensor, zeros
 from ..autograd.random import rng
 from . import init
 from .layers import Linear
@@ -61,7 +62,8 @@ __all__ = ["Experts", "MixtureOfExperts", "Routing", "aux_losses", "expert_capac
 SECOND_EXPERT_POLICIES = ("random", "all")
 
 
-def expert_capacity(tokens, num_experts, k=2, capacity_factor=1.0):
+def expert_capacity(tokens: int, num_experts: int, k: int = 2,
+                    capacity_factor: float = 1.0) -> int:
     """Tokens one expert may take from a group of ``tokens``: ceil(capacity_factor * k * S / E)
     (GShard's 2S/E for k = 2 and factor 1; Switch's factor * S / E for k = 1)."""
     tokens = checks.positive_int(tokens, "tokens", "expert_capacity")
@@ -86,7 +88,7 @@ class Routing:
     tokens_per_expert: np.ndarray
 
 
-def load_balancing_loss(gates, first_choice):
+def load_balancing_loss(gates: Tensor, first_choice: np.ndarray) -> Tensor:
     """GShard's auxiliary loss l_aux = E sum_e (c_e / S) m_e (Algorithm 1; Switch's
     N sum_i f_i P_i): ``gates`` (S, E) the softmax probabilities (a Tensor), ``first_choice`` (S,)
     each token's top expert. c_e / S is a fraction of tokens, not differentiable; the gradient
@@ -95,8 +97,8 @@ def load_balancing_loss(gates, first_choice):
     xp = gates.backend.xp
     first_choice = xp.asarray(first_choice)
     fraction = (first_choice[:, None] == xp.arange(num_experts)[None, :]).mean(axis=0)
-    return ((gates.mean(axis=0) * tensor(fraction.astype(gates.dtype), backend=gates.backend)).sum()
-            * num_experts)
+    fraction = tensor(fraction.astype(gates.dtype), backend=gates.backend)
+    return (gates.mean(axis=0) * fraction).sum() * num_experts
 
 
 def _check_routing(logits, k, capacity, draws):
@@ -133,7 +135,8 @@ def _placement(xp, expert, slot, kept, num_experts, capacity, dtype):
     return (by_expert[:, :, None] & by_slot[:, None, :]).astype(dtype)
 
 
-def route(logits, *, k=2, capacity, draws=None):
+def route(logits: Tensor, *, k: int = 2, capacity: int,
+          draws: np.ndarray | None = None) -> Routing:
     """GShard's top-2 gating (``k=2``) or Switch's top-1 gating (``k=1``) of one group of tokens
     with ``capacity`` slots per expert (see the module docstring). ``logits`` (S, E) are
     x_s W_g; ``draws`` (S,) the uniform numbers of random routing, None to use every second
@@ -226,7 +229,8 @@ def mixture_of_experts(x, wi, wo, *, combine, dispatch=None):
     return dispatch_and_combine(x, combine, dispatch, lambda inputs: expert_ffn(inputs, wi, wo))
 
 
-def dispatch_and_combine(x, combine, dispatch, run_experts):
+def dispatch_and_combine(x: Tensor, combine: Tensor, dispatch,
+                         run_experts: Callable[[Tensor], Tensor]) -> Tensor:
     """GShard's einsums around the experts: tokens ``x`` (S, d_model) gathered into the
     experts' buffers by ``dispatch`` (S, E, C), ``run_experts`` (E, C, d_model) -> (E, C,
     d_model) applied, and the outputs mixed back with ``combine`` (S, E, C)."""
@@ -245,7 +249,8 @@ class Experts(Module):
     (E, C, d_model). Initialised as ``Linear``: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
     """
 
-    def __init__(self, num_experts, d_model, d_ff, generator=None):
+    def __init__(self, num_experts: int, d_model: int, d_ff: int,
+                 generator: Generator | None = None) -> None:
         super().__init__()
         where = "Experts"
         self.num_experts = checks.positive_int(num_experts, "num_experts", where)
@@ -255,12 +260,12 @@ class Experts(Module):
         self.wo = Parameter(empty(num_experts, d_ff, d_model))
         self.reset_parameters(generator)
 
-    def reset_parameters(self, generator=None):
+    def reset_parameters(self, generator: Generator | None = None) -> None:
         for weight, fan_in in ((self.wi, self.d_model), (self.wo, self.d_ff)):
             init.uniform_(weight, -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in),
                           generator=generator)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return expert_ffn(x, self.wi, self.wo)
 
     def extra_repr(self):
@@ -288,8 +293,9 @@ class MixtureOfExperts(Module):
     ``k=1`` is Switch Transformer.
     """
 
-    def __init__(self, d_model, d_ff, num_experts, *, k=2, capacity_factor=1.0,
-                 second_expert="random", group_size=None, generator=None):
+    def __init__(self, d_model: int, d_ff: int, num_experts: int, *, k: int = 2,
+                 capacity_factor: float = 1.0, second_expert: str = "random",
+                 group_size: int | str | None = None, generator: Generator | None = None) -> None:
         super().__init__()
         where = "MixtureOfExperts"
         self.d_model = checks.positive_int(d_model, "d_model", where)
@@ -311,7 +317,7 @@ class MixtureOfExperts(Module):
         self.aux_loss = None
         self.routing = None
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         checks.features(x, self.d_model, "x", "MixtureOfExperts")
         tokens = x.reshape(-1, self.d_model)                                    # (S, M)
         count = tokens.shape[0]
@@ -332,7 +338,7 @@ class MixtureOfExperts(Module):
         self.aux_loss, self.routing = routing.aux_loss, routing
         return y.reshape(x.shape)
 
-    def run_experts(self, expert_inputs):
+    def run_experts(self, expert_inputs: Tensor) -> Tensor:
         """FFN_e of every expert's buffer (E, C, d_model) (eq 33); an expert-parallel layer
         overrides this to send the buffers to the ranks that hold the experts."""
         return self.experts(expert_inputs)
@@ -368,7 +374,8 @@ def _one_routing(groups):
                    sum(routing.tokens_per_expert for routing in groups))
 
 
-def mixture_every_other_layer(layers, num_experts, **options):
+def mixture_every_other_layer(layers: Iterable[Module], num_experts: int,
+                              **options) -> list[MixtureOfExperts]:
     """GShard's Transformer (section 2.1): the feed-forward network of every other layer (1, 3,
     5 ...) of ``layers`` (``TransformerLayer``s, e.g. ``model.transformer.blocks.layers``)
     replaced, in place, by a ``MixtureOfExperts`` of ``num_experts`` experts as wide as it;
@@ -387,7 +394,7 @@ def mixture_every_other_layer(layers, num_experts, **options):
     return replaced
 
 
-def aux_losses(model):
+def aux_losses(model: Module) -> Tensor:
     """The sum of the load-balancing losses of every ``MixtureOfExperts`` in ``model`` from its
     last forward (a scalar Tensor), to add to the training loss with a small weight."""
     losses = [m.aux_loss for m in model.modules() if isinstance(m, MixtureOfExperts)]

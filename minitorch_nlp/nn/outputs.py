@@ -16,7 +16,7 @@ class ModelOutput(dict):
     in that order, as HuggingFace's ``return_dict=False`` does.
     """
 
-    def __init__(self, **fields):
+    def __init__(self, **fields) -> None:
         super().__init__((name, value) for name, value in fields.items() if value is not None)
         self._fields = tuple(fields)
 
@@ -29,7 +29,7 @@ class ModelOutput(dict):
             raise AttributeError(f"{type(self).__name__} has no field {name!r}; it has "
                                  f"{sorted(self)}") from None
 
-    def to_tuple(self):
+    def to_tuple(self) -> tuple:
         return tuple(self.values())
 
     def __repr__(self):

@@ -16,7 +16,7 @@ class Parameter(Tensor):
     ``state_dict`` and moved by ``Module.to``, but never given a gradient.
     """
 
-    def __init__(self, data, requires_grad=True):
+    def __init__(self, data: Tensor | np.ndarray, requires_grad: bool = True) -> None:
         if isinstance(data, Tensor):
             super().__init__(data.detach(), dtype=data.dtype, backend=data.backend)
             self._version = data._version  # same memory, same in-place version counter

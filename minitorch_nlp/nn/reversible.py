@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -45,7 +46,7 @@ __all__ = ["AxialPositionEmbedding", "ChunkedFeedForward", "ReversibleBlock", "R
 _frozen = [False]
 
 
-def schedules_frozen():
+def schedules_frozen() -> bool:
     """True while a ``ReversibleStack`` runs its blocks forward or recomputes them in backward:
     a module with ``advance_schedule()`` must not advance it then (the stack already has)."""
     return _frozen[0]
@@ -66,18 +67,18 @@ class ReversibleBlock(Module):
     feed-forward network after a LayerNorm). ``forward(x1, x2, **kwargs)`` passes ``kwargs``
     (``key_mask``, ``causal`` ...) to ``f``."""
 
-    def __init__(self, f, g):
+    def __init__(self, f: Module, g: Module) -> None:
         super().__init__()
         self.f, self.g = f, g
 
     @cookbook.equation(104)
-    def forward(self, x1, x2, **kwargs):
+    def forward(self, x1: Tensor, x2: Tensor, **kwargs) -> tuple[Tensor, Tensor]:
         """(Y1, Y2) = (X1 + F(X2), X2 + G(Y1)) (eq 104)."""
         y1 = x1 + self.f(x2, **kwargs)
         return y1, x2 + self.g(y1)
 
     @cookbook.equation(105)
-    def inverse(self, y1, y2, **kwargs):
+    def inverse(self, y1: Tensor, y2: Tensor, **kwargs) -> tuple[Tensor, Tensor]:
         """(X1, X2) = (Y1 - F(X2), Y2 - G(Y1)) with X2 computed first (eq 105)."""
         x2 = y2 - self.g(y1)
         return y1 - self.f(x2, **kwargs), x2
@@ -165,12 +166,12 @@ class ReversibleStack(Module):
     it a seed instead). ``recompute=False`` records the graph as usual (for comparison).
     Gradients through the stack are first order only."""
 
-    def __init__(self, blocks, recompute=True):
+    def __init__(self, blocks: Iterable[ReversibleBlock], recompute: bool = True) -> None:
         super().__init__()
         self.blocks = ModuleList(blocks)
         self.recompute = bool(recompute)
 
-    def forward(self, x1, x2, **kwargs):
+    def forward(self, x1: Tensor, x2: Tensor, **kwargs) -> tuple[Tensor, Tensor]:
         if x1.shape != x2.shape:
             raise ValueError(f"ReversibleStack: the two streams must have the same shape, got "
                              f"{x1.shape} and {x2.shape}")
@@ -192,12 +193,12 @@ class ChunkedFeedForward(Module):
     (the Reformer's chunked feed-forward, section 5): the same output, while the (chunk, d_ff)
     hidden activations are the largest thing alive instead of (time, d_ff)."""
 
-    def __init__(self, feed_forward, chunk_size):
+    def __init__(self, feed_forward: Module, chunk_size: int) -> None:
         super().__init__()
         self.feed_forward = feed_forward
         self.chunk_size = checks.positive_int(chunk_size, "chunk_size", "ChunkedFeedForward")
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         time = x.shape[1]
         if time <= self.chunk_size:
             return self.feed_forward(x)
@@ -221,7 +222,7 @@ class AxialPositionEmbedding(_PositionTable):
     works (HuggingFace's Reformer asks for exactly n1 * n2 in training).
     """
 
-    def __init__(self, shape, dims, std=0.02):
+    def __init__(self, shape: tuple[int, int], dims: tuple[int, int], std: float = 0.02) -> None:
         name = "AxialPositionEmbedding"
         shape, dims = tuple(shape), tuple(dims)
         if len(shape) != 2 or len(dims) != 2:
@@ -235,7 +236,7 @@ class AxialPositionEmbedding(_PositionTable):
         self.columns = Parameter(init.normal_(empty(n2, d2), std=std))
 
     @property
-    def table(self):
+    def table(self) -> Tensor:
         """The (n1 * n2, d1 + d2) table: row p is [rows[p // n2]; columns[p % n2]]."""
         positions = np.arange(self.max_len)
         return concatenate([self.rows[positions // self.shape[1]],

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import Tensor, concatenate, empty, stack, where, zeros
+from ..autograd import Generator, Tensor, concatenate, empty, stack, where, zeros
 from . import init
 from .module import Module
 from .parameter import Parameter
@@ -30,7 +30,8 @@ __all__ = ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell", "gru_step", "
 
 
 # ---- one time step, shared by the cells and the layers ------------------------------------------
-def rnn_step(x_proj, h, weight_hh, bias_hh, nonlinearity="tanh"):
+def rnn_step(x_proj: Tensor, h: Tensor, weight_hh: Tensor, bias_hh: Tensor | None,
+             nonlinearity: str = "tanh") -> Tensor:
     """Elman's recurrence: h' = sigma(W_ih x + b_ih + W_hh h + b_hh), ``x_proj = W_ih x + b_ih``.
 
     With sigma = tanh this is the survey's eq 3, H_{t+1} = sigma(U X_{t+1} + W H_t + b)."""
@@ -38,7 +39,8 @@ def rnn_step(x_proj, h, weight_hh, bias_hh, nonlinearity="tanh"):
     return pre.tanh() if nonlinearity == "tanh" else pre.relu()
 
 
-def lstm_step(x_proj, state, weight_hh, bias_hh):
+def lstm_step(x_proj: Tensor, state: tuple[Tensor, Tensor], weight_hh: Tensor,
+              bias_hh: Tensor | None) -> tuple[Tensor, Tensor]:
     """Long short-term memory (Hochreiter & Schmidhuber, 1997) with the forget gate of Gers et
     al. (2000), without peepholes, as PyTorch computes it::
 
@@ -56,7 +58,8 @@ def lstm_step(x_proj, state, weight_hh, bias_hh):
     return o.sigmoid() * c.tanh(), c
 
 
-def gru_step(x_proj, h, weight_hh, bias_hh, reset_after=True):
+def gru_step(x_proj: Tensor, h: Tensor, weight_hh: Tensor, bias_hh: Tensor | None,
+             reset_after: bool = True) -> Tensor:
     """Gated recurrent unit (Cho et al., 2014, eq 5-8)::
 
         r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)      reset gate
@@ -113,7 +116,8 @@ class _CellBase(Module):
 
     mode = None
 
-    def __init__(self, input_size, hidden_size, bias=True, dtype=None, generator=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype=None,
+                 generator: Generator | None = None) -> None:
         super().__init__()
         name = type(self).__name__
         self.input_size = checks.positive_int(input_size, "input_size", name)
@@ -129,14 +133,14 @@ class _CellBase(Module):
             self.register_parameter("bias_hh", None)
         self.reset_parameters(generator)
 
-    def reset_parameters(self, generator=None):
+    def reset_parameters(self, generator: Generator | None = None) -> None:
         _uniform_init(self, self.hidden_size, generator)
 
     def _check(self, x, states):
         name = type(self).__name__
         if x.ndim != 2 or x.shape[1] != self.input_size:
-            raise ValueError(f"{name}: input must have shape "
-                             f"(batch, input_size={self.input_size}), got {x.shape}")
+            raise ValueError(f"{name}: input must have shape (batch, "
+                             f"input_size={self.input_size}), got {x.shape}")
         for h in states:
             if h is not None and h.shape != (x.shape[0], self.hidden_size):
                 raise ValueError(f"{name}: the state must have shape (batch, hidden_size) = "
@@ -161,13 +165,14 @@ class RNNCell(_CellBase):
     ``forward(x, h=None)``: ``x`` ``(batch, input_size)``, ``h`` ``(batch, hidden_size)`` (zeros
     when omitted); returns h'. ``nonlinearity="relu"`` swaps tanh for ReLU."""
 
-    def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh", dtype=None,
-                 generator=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 nonlinearity: str = "tanh", dtype=None,
+                 generator: Generator | None = None) -> None:
         self.mode = _elman_mode(nonlinearity, "RNNCell")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias, dtype, generator)
 
-    def forward(self, x, h=None):
+    def forward(self, x: Tensor, h: Tensor | None = None) -> Tensor:
         self._check(x, [h])
         return self._step(x, self._zeros(x) if h is None else h)
 
@@ -178,7 +183,8 @@ class LSTMCell(_CellBase):
 
     mode = "LSTM"
 
-    def forward(self, x, state=None):
+    def forward(self, x: Tensor,
+                state: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         if state is None:
             state = (self._zeros(x), self._zeros(x))
         self._check(x, state)
@@ -189,13 +195,13 @@ class GRUCell(_CellBase):
     """One GRU step (gates r, z, n; see :func:`gru_step`). ``forward(x, h=None)`` returns h'.
     ``reset_after=False`` gives Cho et al.'s original candidate state (same weights)."""
 
-    def __init__(self, input_size, hidden_size, bias=True, reset_after=True, dtype=None,
-                 generator=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 reset_after: bool = True, dtype=None, generator: Generator | None = None) -> None:
         self.mode = "GRU" if reset_after else "GRU_CHO"
         self.reset_after = reset_after
         super().__init__(input_size, hidden_size, bias, dtype, generator)
 
-    def forward(self, x, h=None):
+    def forward(self, x: Tensor, h: Tensor | None = None) -> Tensor:
         self._check(x, [h])
         return self._step(x, self._zeros(x) if h is None else h)
 
@@ -207,8 +213,9 @@ class _RNNBase(Module):
 
     mode = None
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, dtype=None, generator=None):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 dtype=None, generator: Generator | None = None) -> None:
         super().__init__()
         name = type(self).__name__
         self.input_size = checks.positive_int(input_size, "input_size", name)
@@ -236,7 +243,7 @@ class _RNNBase(Module):
     def _suffixes(self):
         return ("", "_reverse") if self.bidirectional else ("",)
 
-    def reset_parameters(self, generator=None):
+    def reset_parameters(self, generator: Generator | None = None) -> None:
         _uniform_init(self, self.hidden_size, generator)
 
     def _weights(self, layer, direction):
@@ -291,7 +298,9 @@ class _RNNBase(Module):
         return states if self.mode == "LSTM" else [h for (h,) in states]
 
     # ---- the computation -------------------------------------------------------------------------
-    def forward(self, x, h0=None, lengths=None):
+    def forward(self, x: Tensor, h0: Tensor | tuple[Tensor, Tensor] | None = None,
+                lengths: Tensor | np.ndarray | None = None
+                ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
         """``x``: ``(batch, time, input_size)`` when ``batch_first``, else ``(time, batch,
         input_size)``; ``h0``: ``(num_layers * num_directions, batch, hidden_size)`` (LSTM: a pair
         ``(h0, c0)``), zeros when omitted; ``lengths``: ``(batch,)`` ints <= time, or None for
@@ -366,9 +375,10 @@ class RNN(_RNNBase):
     survey's eq 3 (and eq 5 for a decoder). ``nonlinearity="relu"`` swaps tanh for ReLU. See
     ``_RNNBase.forward`` for shapes."""
 
-    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, dtype=None,
-                 generator=None):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
+                 dropout: float = 0.0, bidirectional: bool = False, dtype=None,
+                 generator: Generator | None = None) -> None:
         self.mode = _elman_mode(nonlinearity, "RNN")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
@@ -386,8 +396,9 @@ class GRU(_RNNBase):
     """GRU layers (see :func:`gru_step`); ``forward(x, h0=None, lengths=None)`` returns
     ``(output, h_n)``. ``reset_after=False`` gives Cho et al.'s original candidate state."""
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, reset_after=True, dtype=None, generator=None):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 reset_after: bool = True, dtype=None, generator: Generator | None = None) -> None:
         self.mode = "GRU" if reset_after else "GRU_CHO"
         self.reset_after = reset_after
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,

@@ -35,12 +35,13 @@ memory once and reuses it. ``TransformerStack.new_cache()`` makes the empty cach
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
 from .. import checks, cookbook
 from .. import functional as F
-from ..autograd import Tensor, concatenate, empty, get_default_dtype, tensor
+from ..autograd import Generator, Tensor, concatenate, empty, get_default_dtype, tensor
 from . import init
 from .containers import ModuleList
 from .layers import Dropout, LayerNorm, Linear
@@ -81,13 +82,15 @@ class FullAttention(Module):
     the weights (batch, heads, q_time, k_time) when ``need_weights`` and None otherwise.
     """
 
-    def __init__(self, dropout=0.0, scale=None):
+    def __init__(self, dropout: float = 0.0, scale: float | None = None) -> None:
         super().__init__()
         self.dropout = Dropout(dropout)
         self.scale = scale
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         dropout_p = self.dropout.p if self.training else 0.0
         if not need_weights:
             return F.scaled_dot_product_attention(q, k, v, mask=mask, bias=bias, causal=causal,
@@ -106,12 +109,12 @@ class SlidingWindowAttention(FullAttention):
     kernel, whose memory grows as time * (2 window + 1); anything else takes the full core with
     the band as a mask. With window >= time it equals full attention."""
 
-    def __init__(self, window, dilation=1, dropout=0.0):
+    def __init__(self, window: int, dilation: int = 1, dropout: float = 0.0) -> None:
         super().__init__(dropout)
         self.window = checks.positive_int(window, "window", "SlidingWindowAttention")
         self.dilation = checks.positive_int(dilation, "dilation", "SlidingWindowAttention")
 
-    def band(self, q, k, causal):
+    def band(self, q: Tensor, k: Tensor, causal: bool):
         """The band as a bool (q_time, k_time) mask, queries aligned with the last keys."""
         xp = q.backend.xp
         q_time, k_time = q.shape[2], k.shape[2]
@@ -119,8 +122,10 @@ class SlidingWindowAttention(FullAttention):
         query_position = xp.arange(q_time)[:, None] + (k_time - q_time)
         return ((xp.arange(k_time)[None, :] - query_position)[..., None] == offsets).any(-1)
 
-    def forward(self, q, k, v, *, mask=None, bias=None, causal=False, key_mask=None,
-                need_weights=False):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | np.ndarray | None = None,
+                bias: Tensor | None = None, causal: bool = False,
+                key_mask: Tensor | np.ndarray | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         banded_kernel = (mask is None and bias is None and not need_weights
                          and q.shape[2] == k.shape[2]
                          and (not self.training or self.dropout.p == 0))
@@ -161,8 +166,9 @@ class MultiHeadAttention(Module):
     masks and the cache.
     """
 
-    def __init__(self, d_model, num_heads, bias=True, dropout=0.0, *, core=None, head_dim=None,
-                 num_kv_heads=None):
+    def __init__(self, d_model: int, num_heads: int, bias: bool = True, dropout: float = 0.0, *,
+                 core: Module | None = None, head_dim: int | None = None,
+                 num_kv_heads: int | None = None) -> None:
         super().__init__()
         name = "MultiHeadAttention"
         checks.positive_int(d_model, "d_model", name)
@@ -187,14 +193,14 @@ class MultiHeadAttention(Module):
         self.core = FullAttention(dropout) if core is None else core
         self.reset_parameters()
 
-    def reset_parameters(self, generator=None):
+    def reset_parameters(self, generator: Generator | None = None) -> None:
         """Glorot-uniform projections and zero biases, as PyTorch's ``nn.MultiheadAttention``."""
         for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             init.xavier_uniform_(proj.weight, generator=generator)
             if proj.bias is not None:
                 init.zeros_(proj.bias)
 
-    def split_heads(self, x, heads=None):
+    def split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
         """(batch, time, heads * d_k) -> (batch, heads, time, d_k); ``heads`` defaults to
         ``num_heads``."""
         batch, time, _ = x.shape
@@ -203,15 +209,19 @@ class MultiHeadAttention(Module):
             return x.reshape(batch, heads, 1, self.head_dim)
         return x.reshape(batch, time, heads, self.head_dim).permute(0, 2, 1, 3)
 
-    def merge_heads(self, x):
+    def merge_heads(self, x: Tensor) -> Tensor:
         """(batch, heads, time, d_k) -> (batch, time, heads * d_k): Concat(head_1, ..., head_h)."""
         batch, heads, time, head_dim = x.shape
         if time == 1:
             return x.reshape(batch, 1, heads * head_dim)
         return x.permute(0, 2, 1, 3).reshape(batch, time, heads * head_dim)
 
-    def forward(self, query, key=None, value=None, *, key_mask=None, causal=False, cache=None,
-                mask=None, bias=None, head_mask=None, need_weights=False, **core_kwargs):
+    def forward(self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
+                key_mask: Tensor | np.ndarray | None = None, causal: bool = False,
+                cache: dict | None = None,
+                mask: Tensor | np.ndarray | None = None, bias: Tensor | None = None,
+                head_mask: Tensor | np.ndarray | None = None, need_weights: bool = False,
+                **core_kwargs) -> Tensor | tuple[Tensor, Tensor | None]:
         """Attend from ``query`` (batch, query_time, d_model) to ``key``/``value`` (batch,
         key_time, d_model); self-attention when ``key`` is None.
 
@@ -239,7 +249,8 @@ class MultiHeadAttention(Module):
         out = self.out_proj(self.merge_heads(z))
         return (out, weights) if need_weights else out
 
-    def project(self, query, key, value, cache):
+    def project(self, query: Tensor, key: Tensor | None, value: Tensor | None,
+                cache: dict | None) -> tuple[Tensor, Tensor, Tensor]:
         """Q W^Q, K W^K, V W^V split into heads, through the cache (see ``forward``)."""
         name = "MultiHeadAttention"
         self_attention = key is None
@@ -266,7 +277,8 @@ class MultiHeadAttention(Module):
             cache["k"], cache["v"] = k, v
         return q, k, v
 
-    def mask_heads(self, z, weights, head_mask):
+    def mask_heads(self, z: Tensor, weights: Tensor | None, head_mask: Tensor | np.ndarray
+                   ) -> tuple[Tensor, Tensor | None]:
         """Each head's output (and weights) times its entry of ``head_mask``."""
         factors = head_mask if isinstance(head_mask, Tensor) else tensor(
             np.asarray(head_mask), dtype=z.dtype, backend=z.backend.name)
@@ -285,12 +297,13 @@ class MultiHeadAttention(Module):
 class _PositionTable(Module):
     """Adds one row of a (max_len, d_model) table to each position of its input."""
 
-    def __init__(self, max_len, d_model):
+    def __init__(self, max_len: int, d_model: int) -> None:
         super().__init__()
         self.max_len = checks.positive_int(max_len, "max_len", type(self).__name__)
         self.d_model = checks.positive_int(d_model, "d_model", type(self).__name__)
 
-    def forward(self, x, start=0, position_ids=None):
+    def forward(self, x: Tensor, start: int = 0,
+                position_ids: Tensor | np.ndarray | None = None) -> Tensor:
         """``x`` (batch, time, d_model) plus the rows for positions ``start .. start + time - 1``
         (``start`` > 0 when decoding with a cache), or for ``position_ids`` (batch, time) ints
         when given."""
@@ -326,7 +339,7 @@ class SinusoidalPositionalEncoding(_PositionTable):
     is a linear function of PE(pos). Kept as a non-persistent buffer: nothing to learn or save.
     """
 
-    def __init__(self, d_model, max_len=1024):
+    def __init__(self, d_model: int, max_len: int = 1024) -> None:
         super().__init__(max_len, d_model)
         position = np.arange(max_len, dtype=np.float64)[:, None]
         frequency = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)
@@ -340,7 +353,7 @@ class LearnedPositionalEmbedding(_PositionTable):
     """A trained table of position vectors, one per position (GPT's W_p, eq 20; BERT), N(0, 0.02^2)
     at first as in GPT and BERT."""
 
-    def __init__(self, max_len, d_model, std=0.02):
+    def __init__(self, max_len: int, d_model: int, std: float = 0.02) -> None:
         super().__init__(max_len, d_model)
         self.table = Parameter(init.normal_(empty(max_len, d_model), std=std))
 
@@ -355,14 +368,15 @@ class FeedForward(Module):
     activations.
     """
 
-    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu"):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0,
+                 activation: str = "relu") -> None:
         super().__init__()
         self.activation = _check_activation(activation, "FeedForward")
         self.linear1 = Linear(d_model, d_ff)
         self.linear2 = Linear(d_ff, d_model)
         self.dropout = Dropout(dropout)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         if self.activation == "relu":
             hidden = F.relu(self.linear1(x))
         else:
@@ -392,8 +406,9 @@ class TransformerLayer(Module):
     ``causal=True`` makes the self-attention masked by default (decoder layers, GPT blocks).
     """
 
-    def __init__(self, self_attn, feed_forward, norm, *, cross_attn=None, dropout=0.0,
-                 norm_first=False, causal=False):
+    def __init__(self, self_attn: Module, feed_forward: Module, norm: Callable[[], Module], *,
+                 cross_attn: Module | None = None, dropout: float = 0.0, norm_first: bool = False,
+                 causal: bool = False) -> None:
         super().__init__()
         self.norm_first, self.causal = bool(norm_first), bool(causal)
         self.self_attn = self_attn
@@ -404,8 +419,11 @@ class TransformerLayer(Module):
         self.norm3 = norm() if cross_attn is not None else None
         self.dropout = Dropout(dropout)
 
-    def forward(self, x, memory=None, *, key_mask=None, causal=None, memory_key_mask=None,
-                cache=None, attentions=None, **attention_kwargs):
+    def forward(self, x: Tensor, memory: Tensor | None = None, *,
+                key_mask: Tensor | np.ndarray | None = None,
+                causal: bool | None = None, memory_key_mask: Tensor | np.ndarray | None = None,
+                cache: dict | None = None, attentions: dict | None = None,
+                **attention_kwargs) -> Tensor:
         """``x`` (batch, time, d_model) -> same shape. ``memory`` (batch, src_time, d_model) is
         what ``cross_attn`` reads, with ``memory_key_mask``. ``key_mask``, ``causal`` (default:
         the layer's) and ``attention_kwargs`` (``mask``, ``bias``, ``head_mask`` ...) go to the
@@ -424,7 +442,8 @@ class TransformerLayer(Module):
     def feed_forward_norm(self):
         return self.norm2 if self.cross_attn is None else self.norm3
 
-    def residual(self, x, norm, sublayer, attentions=None, name=None, **kwargs):
+    def residual(self, x: Tensor, norm: Module, sublayer: Module, attentions: dict | None = None,
+                 name: str | None = None, **kwargs) -> Tensor:
         """One sub-layer in its residual connection, pre- or post-LN; an attention sub-layer
         records its weights in ``attentions[name]`` when ``attentions`` is a dict."""
         h = norm(x) if self.norm_first else x
@@ -456,9 +475,9 @@ def _classic_parts(d_model, num_heads, d_ff, dropout, activation, layer_norm_eps
 class TransformerEncoderLayer(TransformerLayer):
     """Self-attention then the feed-forward network (Vaswani et al., 2017, section 3.1)."""
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0,
-                 activation_dropout=None):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
+                 activation: str = "relu", norm_first: bool = False, layer_norm_eps: float = 1e-5,
+                 attention_dropout: float = 0.0, activation_dropout: float | None = None) -> None:
         attention, feed_forward, norm = _classic_parts(
             d_model, num_heads, d_ff, dropout, activation, layer_norm_eps, attention_dropout,
             activation_dropout, type(self).__name__)
@@ -469,9 +488,9 @@ class DecoderOnlyLayer(TransformerLayer):
     """A GPT block: masked (causal) self-attention then the feed-forward network, no
     cross-attention (Radford et al., 2018; Liu et al., 2018's decoder-only Transformer)."""
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0,
-                 activation_dropout=None):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
+                 activation: str = "relu", norm_first: bool = False, layer_norm_eps: float = 1e-5,
+                 attention_dropout: float = 0.0, activation_dropout: float | None = None) -> None:
         attention, feed_forward, norm = _classic_parts(
             d_model, num_heads, d_ff, dropout, activation, layer_norm_eps, attention_dropout,
             activation_dropout, type(self).__name__)
@@ -483,9 +502,9 @@ class TransformerDecoderLayer(TransformerLayer):
     """Masked (causal) self-attention, attention over the encoder's output ("encoder-decoder
     attention"), then the feed-forward network (Vaswani et al., 2017, section 3.1)."""
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, layer_norm_eps=1e-5, attention_dropout=0.0,
-                 activation_dropout=None):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
+                 activation: str = "relu", norm_first: bool = False, layer_norm_eps: float = 1e-5,
+                 attention_dropout: float = 0.0, activation_dropout: float | None = None) -> None:
         attention, feed_forward, norm = _classic_parts(
             d_model, num_heads, d_ff, dropout, activation, layer_norm_eps, attention_dropout,
             activation_dropout, type(self).__name__)
@@ -505,23 +524,24 @@ class TransformerStack(Module):
 
     skip_layer = None
 
-    def __init__(self, layers, norm=None):
+    def __init__(self, layers: list[Module], norm: Module | None = None) -> None:
         super().__init__()
         self.layers = ModuleList(layers)
         self.norm = norm
 
-    def new_cache(self):
+    def new_cache(self) -> list[dict]:
         """Empty key/value caches, one ``{"self": {}, "cross": {}}`` per layer."""
         return [{"self": {}, "cross": {}} for _ in self.layers]
 
     @staticmethod
-    def cache_length(cache):
+    def cache_length(cache: list[dict]) -> int:
         """How many positions ``cache`` holds (0 when empty): the next step's position."""
         keys = cache[0]["self"].get("k")
         return 0 if keys is None else keys.shape[2]
 
-    def forward(self, x, memory=None, *, cache=None, head_mask=None, output_hidden_states=False,
-                output_attentions=False, **layer_kwargs):
+    def forward(self, x: Tensor, memory: Tensor | None = None, *, cache: list[dict] | None = None,
+                head_mask: Tensor | np.ndarray | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False, **layer_kwargs) -> ModelOutput:
         """``x`` (batch, time, d_model) through every layer; ``memory``, ``cache`` (from
         ``new_cache``) and ``layer_kwargs`` (``key_mask``, ``causal``, ``memory_key_mask``,
         ``mask``, ``bias`` ...) go to each layer. ``head_mask`` (layers, heads) gives each
@@ -571,9 +591,10 @@ class _ClassicStack(TransformerStack):
 
     layer_class = None
 
-    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, activation="relu",
-                 norm_first=False, final_norm=None, layer_norm_eps=1e-5, attention_dropout=0.0,
-                 activation_dropout=None):
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
+                 dropout: float = 0.1, activation: str = "relu", norm_first: bool = False,
+                 final_norm: bool | None = None, layer_norm_eps: float = 1e-5,
+                 attention_dropout: float = 0.0, activation_dropout: float | None = None) -> None:
         checks.positive_int(num_layers, "num_layers", type(self).__name__)
         layers = [self.layer_class(d_model, num_heads, d_ff, dropout=dropout,
                                    activation=activation, norm_first=norm_first,
