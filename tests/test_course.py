@@ -24,9 +24,10 @@ CONTEXT = """\
     return (weights.unsqueeze(-1) * memory).sum(axis=1)
 """
 ALIGNMENT_WITH_SOFTMAX = """\
-    if mask is not None:
-        scores = mt.where(mt.tensor(mask), scores, -1e30)
-    return F.softmax(scores, axis=-1)
+    if mask is None:
+        return F.softmax(scores, axis=-1)
+    real = mt.tensor(mask)
+    return F.softmax(mt.where(real, scores, -1e30), axis=-1) * real   # no real token: zeros
 """
 
 
@@ -217,8 +218,11 @@ def test_softmax_through_the_tensor_method_is_the_librarys_softmax(tmp_path):
         "called: write it yourself")
     new_workspace(tmp_path / "hand", equations="35")
     implement(tmp_path / "hand" / "sec6.py", "softmax",
-              "    e = (x - x.max(axis=-1, keepdims=True).detach()).exp()\n"
-              "    return e / e.sum(axis=-1, keepdims=True)\n")
+              "    top = x.max(axis=axis, keepdims=True).detach()\n"
+              "    e = (x - mt.where(top == -math.inf, 0.0, top)).exp()   # all -inf: zeros\n"
+              "    total = e.sum(axis=axis, keepdims=True)\n"
+              "    return e / mt.where(total == 0, 1.0, total)\n",
+              "import math\n")
     assert grade(tmp_path / "hand", max_examples=5)[0].status == "done"
 
 
