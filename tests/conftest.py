@@ -108,3 +108,12 @@ def run_example(tmp_path):
         return done
 
     return run
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    """``tests.cli_checks.TEXT`` in a file (a module may define its own ``text_file``)."""
+    from tests.cli_checks import TEXT
+    path = tmp_path / "text.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path

@@ -22,26 +22,7 @@ from minitorch_nlp.cli import entry as cli_entry
 from minitorch_nlp.cli.common import UsageError
 from minitorch_nlp.io.huggingface import supported_architectures
 from minitorch_nlp.models import registry
-
-TEXT = ("the quick brown fox jumps over the lazy dog. " * 40
-        + "a stitch in time saves nine. " * 40)
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
-        "--batch-size", "4", "--eval-every", "3", "--backend", "numpy", "--no-progress"]
-
-
-@pytest.fixture
-def text_file(tmp_path):
-    path = tmp_path / "text.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return path
-
-
-def fails(capsys, argv, status=2):
-    """The one error line of ``argv``, after checking its exit status and that it is one line."""
-    assert cli.main([str(a) for a in argv]) == status
-    err = capsys.readouterr().err
-    assert err.startswith("minitorch-nlp: error: ") and err.count("\n") == 1, err
-    return err
+from tests.cli_checks import TEXT, TINY, fails
 
 
 def train(tmp_path, text_file, *extra, out="run"):

@@ -18,6 +18,7 @@ from minitorch_nlp import cli, training
 from minitorch_nlp import distributed as D
 from minitorch_nlp.distributed import communicator
 from tests.distributed_checks import mpirun
+from tests.cli_checks import fails
 
 TEXT = "abcdefghijklmno " * 4 + "".join(
     np.random.default_rng(0).choice(list("abcdefghijklmno "), 4000))     # 16 characters
@@ -36,13 +37,6 @@ def text_file(tmp_path):
 class _TwoRanks(D.SingleProcess):
     """Says it has two ranks: enough for the checks made before any collective."""
     size = 2
-
-
-def fails(capsys, argv, status=2):
-    assert cli.main([str(a) for a in argv]) == status
-    err = capsys.readouterr().err
-    assert err.startswith("minitorch-nlp: error: ") and err.count("\n") == 1, err
-    return err
 
 
 @pytest.mark.parametrize("ranks, options, message", [

@@ -15,6 +15,7 @@ from minitorch_nlp.compress.distillation_run import DistillationRun, student_con
 from minitorch_nlp.models.bert import BertForMaskedLM
 from minitorch_nlp.models.distilbert import DistilBertForMaskedLM
 from minitorch_nlp.models.mobilebert import MobileBertForMaskedLM
+from tests.cli_checks import fails
 
 pytestmark = pytest.mark.sec6
 
@@ -50,15 +51,6 @@ def distill(teachers, out, student, *extra):
     return cli.main(["distill", "--teacher", str(teachers["teacher"]), "--student", student,
                      "--out", str(out), "--steps", "4", "--eval-every", "2", "--no-progress",
                      *map(str, extra)])
-
-
-def fails(capsys, argv, status=2):
-    """The one error line of ``argv``, after checking its exit status and that it is one line."""
-    capsys.readouterr()
-    assert cli.main([str(a) for a in argv]) == status
-    err = capsys.readouterr().err
-    assert err.startswith("minitorch-nlp: error: ") and err.count("\n") == 1, err
-    return err
 
 
 def flat(state, prefix=""):
