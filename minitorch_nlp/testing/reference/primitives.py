@@ -572,7 +572,7 @@ def unfold(x, axis, size, step):
 def pad_mode(x, pad_width, mode):
     """Replicate / reflect / circular padding built from slices and concatenation."""
     for axis, (before, after) in enumerate(pad_width):
-        def take(start, stop, step=1):
+        def take(start, stop, step=1, x=x, axis=axis):
             return x[(slice(None),) * axis + (slice(start, stop, step),)]
         n = x.shape[axis]
         if mode == "replicate":

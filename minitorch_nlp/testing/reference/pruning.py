@@ -98,7 +98,7 @@ def eq54_head_importance(batches, params, num_heads, head_mask):
     HIPS autograd, averaged over ``batches`` of (x, target)."""
     total = np.zeros(num_heads)
     for x, target in batches:
-        grad = autograd.grad(lambda xi: _squared_error(
+        grad = autograd.grad(lambda xi, x=x, target=target: _squared_error(
             eq53_masked_multi_head_attention(x, xi * head_mask, params, num_heads), target))
         total = total + np.abs(grad(np.ones(num_heads)))
     return total / len(batches)
@@ -129,7 +129,7 @@ def eq55_head_importance_from_outputs(batches, params, num_heads, head_mask):
     for x, target in batches:
         outputs = _head_outputs(x, params, num_heads)
 
-        def loss(heads):
+        def loss(heads, target=target):
             mixed = params["out_b"] + sum(
                 head_mask[h] * anp.einsum("bnk,dk->bnd", heads[h],
                                           params["out_w"][:, h * d_k:(h + 1) * d_k])

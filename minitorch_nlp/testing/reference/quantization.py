@@ -37,7 +37,7 @@ def eq56_quantize_to_levels(x, levels):
     at least x. Returns (values, level indices)."""
     q = [float(level) for level in levels]
     thresholds = [(low + high) / 2 for low, high in zip(q, q[1:])] + [np.inf]
-    index = np.array([next(l for l, t in enumerate(thresholds) if value <= t)
+    index = np.array([next(level for level, t in enumerate(thresholds) if value <= t)
                       for value in np.ravel(x)], dtype=np.int64).reshape(np.shape(x))
     return np.array(q)[index], index
 
