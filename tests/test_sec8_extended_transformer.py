@@ -3,11 +3,11 @@ the four pieces g2g, g2l, l2g, l2l (l2l within a radius), relative position labe
 global-local mapping.
 
 ``ETCAttention`` (grouped pieces merged by log-sum-exp) against the dense-with-mask reference of
-``minitorch_nlp/testing/reference/extended_transformer.py`` (float64 values and gradients of both inputs, every
-projection and the relative vectors); then the properties: a radius covering the long input with
-zero relative vectors is full attention over the joint sequence, a long token ignores long tokens
-beyond its radius while every global token sees them, the labels follow their definition, the
-memory stays far below the joint sequence squared; learning; the errors.
+``minitorch_nlp/testing/reference/extended_transformer.py`` (float64 values and gradients of both
+inputs, every projection and the relative vectors); then the properties: a radius covering the long
+input with zero relative vectors is full attention over the joint sequence, a long token ignores
+long tokens beyond its radius while every global token sees them, the labels follow their
+definition, the memory stays far below the joint sequence squared; learning; the errors.
 """
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ def eq53_masked_multi_head_attention(x, xi, params, num_heads):
     (Michel et al. eq. 1-2 with the head masks xi_h of their section 2.2), self-attention,
     sequence by sequence and head by head.
 
-    ``x`` (B, n, d); ``xi`` (heads,), or (B, heads): each sequence its own masks; ``params`` holds ``q_w, q_b, k_w, k_b, v_w, v_b, out_w,
-    out_b`` in ``Linear``'s layout; head h owns rows h d_k .. (h+1) d_k of W^Q, W^K, W^V and the
-    same columns of W^O."""
+    ``x`` (B, n, d); ``xi`` (heads,), or (B, heads): each sequence its own masks; ``params`` holds
+    ``q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b`` in ``Linear``'s layout; head h owns rows h d_k ..
+    (h+1) d_k of W^Q, W^K, W^V and the same columns of W^O."""
     d_k = x.shape[-1] // num_heads
     outputs = []
     for b in range(x.shape[0]):
