@@ -30,6 +30,9 @@ from hypothesis import HealthCheck, settings
 import minitorch_nlp as mt
 from minitorch_nlp import cookbook
 
+# The section VII fixtures (``kb``, ``tokenizer``) for every test module that takes them.
+pytest_plugins = ["tests.retrieval_checks"]
+
 settings.register_profile("ci", derandomize=True, max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow], print_blob=True)
 settings.register_profile("dev", max_examples=50, deadline=None,

@@ -2,10 +2,10 @@
 (eq 1-10), and the recurrent layers underneath.
 
 Forward values and gradients (float64) against the autograd.numpy references in
-``minitorch_nlp/testing/reference/seq2seq.py``; then what holds by construction: a bidirectional layer with
-lengths gives each sequence what it gets alone, padding changes nothing, PyTorch's weights give
-PyTorch's numbers, beam 1 equals greedy, a wide beam is the exhaustive argmax and beats greedy
-where greedy is short-sighted. Every encoder-decoder also runs the shared checks of
+``minitorch_nlp/testing/reference/seq2seq.py``; then what holds by construction: a bidirectional
+layer with lengths gives each sequence what it gets alone, padding changes nothing, PyTorch's
+weights give PyTorch's numbers, beam 1 equals greedy, a wide beam is the exhaustive argmax and beats
+greedy where greedy is short-sighted. Every encoder-decoder also runs the shared checks of
 ``tests/model_checks.py``: the decoder is causal, source padding changes nothing, teacher forcing
 equals step-by-step decoding, round trips, dtypes, backends, dropout, and it learns.
 """

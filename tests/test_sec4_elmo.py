@@ -1,6 +1,7 @@
 """ELMo (Peters et al., 2018; the survey's section IV-B, eq 13-17): the biLM's two language models,
 its layer representations and the task's scalar mix, against the reference maths in
-``minitorch_nlp/testing/reference/elmo.py``; causality, padding and freezing properties; and a biLM that learns."""
+``minitorch_nlp/testing/reference/elmo.py``; causality, padding and freezing properties; and a biLM
+that learns."""
 import autograd
 import autograd.numpy as anp
 import numpy as np

@@ -3,9 +3,9 @@
 Forward values and float64 gradients of the input embedding (eq 20), the block stack (eq 19),
 the tied output distribution (eq 21), the LM objective (eq 18) and the fine-tuning objectives
 with the paper's input transformations (eq 22-24) against the autograd.numpy references in
-``minitorch_nlp/testing/reference/gpt.py``; then tied weights, the initialisation, the errors, and that the
-fine-tuning models learn. Causality, padding, the key/value cache, round trips and learning the
-language model are the shared checks of ``tests/model_checks.py``.
+``minitorch_nlp/testing/reference/gpt.py``; then tied weights, the initialisation, the errors, and
+that the fine-tuning models learn. Causality, padding, the key/value cache, round trips and learning
+the language model are the shared checks of ``tests/model_checks.py``.
 """
 from __future__ import annotations
 

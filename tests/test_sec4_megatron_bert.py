@@ -60,7 +60,8 @@ def test_megatron_is_bert_re_ordered():
                           if not k.startswith("encoder.norm.")}, strict=False)
     ids = np.random.default_rng(0).integers(1, 23, (2, 6))
     out = megatron.eval()(ids, output_hidden_states=True)
-    assert not np.allclose(out.last_hidden_state.numpy(), bert.eval()(ids).last_hidden_state.numpy())
+    assert not np.allclose(out.last_hidden_state.numpy(),
+                           bert.eval()(ids).last_hidden_state.numpy())
     x = out.hidden_states[0]
     layer = megatron.encoder.layers[0]
     attended = x + layer.self_attn(layer.norm1(x))

@@ -4,9 +4,10 @@ Forward values and gradients of the attention weights (eq 11), scaled dot-produc
 attention (eq 12) and whole encoder / decoder layers against the autograd.numpy references in
 ``minitorch_nlp/testing/reference/transformer.py`` (float64); then what holds by
 construction: causal attention ignores the future, an encoder without positions is
-permutation-equivariant, a fully padded row gives no NaN, beam 1 equals greedy. Both layer layouts of the model also run the shared checks of
-``tests/model_checks.py``: the decoder is causal, padding changes nothing, cached decoding equals
-uncached, round trips, dtypes, backends, dropout, and it learns to reverse sequences.
+permutation-equivariant, a fully padded row gives no NaN, beam 1 equals greedy. Both layer layouts
+of the model also run the shared checks of ``tests/model_checks.py``: the decoder is causal, padding
+changes nothing, cached decoding equals uncached, round trips, dtypes, backends, dropout, and it
+learns to reverse sequences.
 """
 from __future__ import annotations
 
@@ -388,9 +389,9 @@ SOURCE = np.array([[3, 4, 5, 6, PAD]])       # padding in the source too
 
 def transformer_spec(norm_first):
     """The encoder-decoder under the shared checks. ``forward`` reads ``ids`` as the source and,
-    from <bos> on, as the (padded) target, so that padding both sides is checked; ``causal``
-    varies the target under a fixed (padded) source; the reverse-a-sequence task is learnt 20-fold in
-    150 steps and greedy decoding then gives the targets back."""
+    from <bos> on, as the (padded) target, so that padding both sides is checked; ``causal`` varies
+    the target under a fixed (padded) source; the reverse-a-sequence task is learnt 20-fold in 150
+    steps and greedy decoding then gives the targets back."""
 
     def build(dropout=0.0):
         return Transformer(VOCAB, d_model=32, num_heads=4, num_encoder_layers=2,

@@ -1,9 +1,9 @@
 """Section V-A: GPT-2 (Radford et al., 2019): GPT-1's model with pre-LN blocks, a final
 LayerNorm and residual projections initialised with std 0.02 / sqrt(2 n_layer).
 
-The language model against the autograd.numpy reference (``minitorch_nlp/testing/reference/gpt.py``, eq 18-21
-with ``pre_ln``), the initialisation, the cache, the config's HuggingFace round trip; causality,
-padding, cached = uncached, round trips and learning are the shared checks of
+The language model against the autograd.numpy reference (``minitorch_nlp/testing/reference/gpt.py``,
+eq 18-21 with ``pre_ln``), the initialisation, the cache, the config's HuggingFace round trip;
+causality, padding, cached = uncached, round trips and learning are the shared checks of
 ``tests/model_checks.py``. Generation is tested in ``test_generation.py``.
 """
 from __future__ import annotations

@@ -36,7 +36,7 @@ TEXT = st.text(alphabet=st.sampled_from(list("abcdefghijklmnopqrstuvwxyz ETAI.,(
                                              "ＡｚＺ０９ﬁﬂ①\u0301éßж日😀")), max_size=30)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ours(name):
     return UnigramTokenizer.from_sentencepiece(FIXTURES / f"{name}.model")
 

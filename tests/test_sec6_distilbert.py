@@ -2,7 +2,8 @@
 layers, initialised from every other teacher layer, trained with the triple loss. The shared
 model checks (``tests/model_checks.py``), the initialisation from a teacher (exactly the
 teacher's layers 0, 2, 4 ...; with every layer kept, exactly the teacher's outputs), learning a
-tiny batch by distillation, the errors. Equality with HuggingFace: ``test_hf_distillation_students.py``."""
+tiny batch by distillation, the errors. Equality with HuggingFace:
+``test_hf_distillation_students.py``."""
 from __future__ import annotations
 
 import numpy as np

@@ -196,7 +196,7 @@ def test_the_distiller_refuses_different_vocabularies_and_one_model_twice():
         Distiller(teacher, teacher, TripleLoss())
 
 
-# ---- the defaults are the documented ones (the specs pass every argument) -------------------------
+# ---- the defaults are the documented ones (the specs pass every argument) ------------------------
 def _logits(shape, seed):
     return mt.tensor(np.random.default_rng(seed).normal(0.0, 2.0, shape), dtype=mt.float64)
 

@@ -33,9 +33,9 @@ def reference_interval_quantiser(x, levels):
     thresholds = [-np.inf] + [(a + b) / 2 for a, b in zip(levels[:-1], levels[1:])] + [np.inf]
     out = np.empty(len(x))
     for n, value in enumerate(x):
-        for l in range(len(levels)):
-            if thresholds[l] < value <= thresholds[l + 1]:
-                out[n] = levels[l]
+        for level in range(len(levels)):
+            if thresholds[level] < value <= thresholds[level + 1]:
+                out[n] = levels[level]
     return out
 
 

@@ -16,7 +16,6 @@ from minitorch_nlp.retrieval.golden import (QueryGenerator, extend_context, gold
                                             oracle_query, query_span_log_likelihood)
 from minitorch_nlp.testing import EquationMismatch, check_equation
 from tests.model_checks import overfit
-from tests.retrieval_checks import kb  # noqa: F401
 
 pytestmark = pytest.mark.sec7
 

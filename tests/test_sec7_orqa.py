@@ -14,7 +14,7 @@ from minitorch_nlp.retrieval import (ORQA, DenseIndex, SpanReader, SpanScorer,
                                      answer_derivation_log_likelihood, inverse_cloze_task,
                                      retrieval_scores, split_sentences)
 from tests.model_checks import overfit
-from tests.retrieval_checks import kb, make_retriever, reader_config, tokenizer  # noqa: F401
+from tests.retrieval_checks import make_retriever, reader_config
 
 pytestmark = pytest.mark.sec7
 

@@ -16,7 +16,7 @@ from minitorch_nlp.retrieval import (REALM, DenseIndex, IndexRefresher,
                                      masked_lm_log_likelihood, salient_span_masking,
                                      salient_spans, span_answer_log_probs)
 from tests.model_checks import overfit
-from tests.retrieval_checks import kb, make_retriever, reader_config, tokenizer  # noqa: F401
+from tests.retrieval_checks import make_retriever, reader_config
 
 pytestmark = pytest.mark.sec7
 

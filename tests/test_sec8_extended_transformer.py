@@ -3,11 +3,11 @@ the four pieces g2g, g2l, l2g, l2l (l2l within a radius), relative position labe
 global-local mapping.
 
 ``ETCAttention`` (grouped pieces merged by log-sum-exp) against the dense-with-mask reference of
-``minitorch_nlp/testing/reference/extended_transformer.py`` (float64 values and gradients of both inputs, every
-projection and the relative vectors); then the properties: a radius covering the long input with
-zero relative vectors is full attention over the joint sequence, a long token ignores long tokens
-beyond its radius while every global token sees them, the labels follow their definition, the
-memory stays far below the joint sequence squared; learning; the errors.
+``minitorch_nlp/testing/reference/extended_transformer.py`` (float64 values and gradients of both
+inputs, every projection and the relative vectors); then the properties: a radius covering the long
+input with zero relative vectors is full attention over the joint sequence, a long token ignores
+long tokens beyond its radius while every global token sees them, the labels follow their
+definition, the memory stays far below the joint sequence squared; learning; the errors.
 """
 from __future__ import annotations
 
@@ -193,20 +193,20 @@ def test_bad_configuration_is_refused(kwargs, message):
 
 def test_bad_calls_are_refused():
     layer = ETCAttention(8, 2, 2)
-    g, l = mt.randn(2, 3, 8), mt.randn(2, 10, 8)
+    global_x, long_x = mt.randn(2, 3, 8), mt.randn(2, 10, 8)
     with pytest.raises(ValueError, match=r"long_x must be a Tensor of shape \(batch, time, "
                                          r"d_model=8\), got \(2, 10, 4\)"):
-        layer(g, mt.randn(2, 10, 4))
+        layer(global_x, mt.randn(2, 10, 4))
     with pytest.raises(ValueError, match="global_x has batch 2, long_x 1"):
-        layer(g, mt.randn(1, 10, 8))
+        layer(global_x, mt.randn(1, 10, 8))
     with pytest.raises(ValueError, match="at least one global and one long token, got n_g=0"):
-        layer(mt.randn(2, 0, 8), l)
+        layer(mt.randn(2, 0, 8), long_x)
     with pytest.raises(ValueError, match="segment_ids holds 3; each long token names its global "
                                          r"token in \[0, n_g=3\)"):
-        layer(g, l, segment_ids=np.full((2, 10), 3))
+        layer(global_x, long_x, segment_ids=np.full((2, 10), 3))
     with pytest.raises(ValueError, match=r"segment_ids must be integer ids of shape \(2, 10\)"):
-        layer(g, l, segment_ids=np.zeros((2, 9), dtype=int))
+        layer(global_x, long_x, segment_ids=np.zeros((2, 9), dtype=int))
     with pytest.raises(ValueError, match=r"long_mask of shape \(2, 9\) must be \(batch, n_l\)"):
-        layer(g, l, long_mask=np.ones((2, 9), dtype=bool))
+        layer(global_x, long_x, long_mask=np.ones((2, 9), dtype=bool))
     with pytest.raises(ValueError, match=r"global_mask of shape \(3,\) must be \(batch, n_g\)"):
-        layer(g, l, global_mask=np.ones(3, dtype=bool))
+        layer(global_x, long_x, global_mask=np.ones(3, dtype=bool))

@@ -1,7 +1,7 @@
-"""ETC as a model (``models/extended_transformer.py``): the encoder whose layers attend with ``ETCAttention``,
-its masked-LM head, the global input made of fixed blocks, the shared model checks, and
-``minitorch-nlp train etc`` with exact resume. (The attention itself, against a dense reference
-with the pattern as a mask, is tested in ``test_sec8_extended_transformer.py``.)
+"""ETC as a model (``models/extended_transformer.py``): the encoder whose layers attend with
+``ETCAttention``, its masked-LM head, the global input made of fixed blocks, the shared model
+checks, and ``minitorch-nlp train etc`` with exact resume. (The attention itself, against a dense
+reference with the pattern as a mask, is tested in ``test_sec8_extended_transformer.py``.)
 """
 from __future__ import annotations
 

@@ -258,7 +258,8 @@ def test_bad_indices_are_refused_with_the_shapes():
 def test_one_key_group_is_shared_by_every_query_group():
     rng = np.random.default_rng(1)
     problem = dict(q=rng.standard_normal((1, 2, 6, 3)), k=rng.standard_normal((1, 2, 6, 3)),
-                   v=rng.standard_normal((1, 2, 6, 3)), query_index=np.arange(6).reshape(1, 1, 3, 2),
+                   v=rng.standard_normal((1, 2, 6, 3)),
+                   query_index=np.arange(6).reshape(1, 1, 3, 2),
                    key_index=np.array([[[[0, 2, 5]]]]), allowed=np.ones((1, 1, 1, 1, 1), bool),
                    key_mask=None, bias=None, scale=0.7)
     cotangents = (rng.standard_normal((1, 2, 3, 2, 3)), rng.standard_normal((1, 2, 3, 2)))

@@ -371,7 +371,8 @@ def test_a_checkpoint_that_does_not_fit_names_the_key(tmp_path):
     state = safetensors_numpy.load_file(str(directory / "model.safetensors"))
     del state["transformer.layers.1.dec_attn.r_r_bias"]
     safetensors_numpy.save_file(state, str(directory / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"missing keys: transformer\.layers\.1\.dec_attn\.r_r_bias"):
+    with pytest.raises(ValueError,
+                       match=r"missing keys: transformer\.layers\.1\.dec_attn\.r_r_bias"):
         mt.from_pretrained(directory)
 
 

@@ -295,7 +295,7 @@ def test_a_reversible_lsh_decoder_learns_a_tiny_batch():
     assert losses[-1] < losses[0] / 2
 
 
-# ---- the check specs (eq 96-105) reject wrong candidates -------------------------------------------
+# ---- the check specs (eq 96-105) reject wrong candidates -----------------------------------------
 def lsh_attention_without_chunks(q, v, *, rotations, chunk_length, causal, key_mask):
     return specs[100].library_function()(q, v, rotations=rotations, chunk_length=q.shape[2],
                                          causal=causal, key_mask=key_mask)

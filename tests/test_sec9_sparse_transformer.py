@@ -125,7 +125,7 @@ def test_eq95_head_outputs_concatenate_through_the_output_projection():
     np.testing.assert_allclose(out[0], expected + attention.out_proj.bias.numpy(), **TOL)
 
 
-# ---- the check specs (eq 92-95) reject wrong candidates ---------------------------------------------
+# ---- the check specs (eq 92-95) reject wrong candidates ------------------------------------------
 def attend_the_first_factor_only(q, k, v, *, pattern, stride, summary, key_mask):
     return SparseTransformerAttention(stride, pattern, summary=summary, combine=1)(
         q, k, v, causal=True, key_mask=key_mask)[0]

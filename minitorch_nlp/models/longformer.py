@@ -41,8 +41,9 @@ class LongformerModel(RobertaModel):
     ``LongformerSelfAttention`` (window ``attention_window[i] / 2`` on each side in layer i).
     ``forward`` is ``BertModel.forward`` plus ``global_attention_mask`` (batch, time), keyword
     only (HuggingFace also takes it as the third positional argument): 1 / True on tokens with
-    global attention ([CLS] for classification, the question for QA), 0 / False elsewhere. ``output_attentions`` gives each layer's (batch, heads, time, time) weights,
-    built densely (HuggingFace returns the window's band and the global columns instead)."""
+    global attention ([CLS] for classification, the question for QA), 0 / False elsewhere.
+    ``output_attentions`` gives each layer's (batch, heads, time, time) weights, built densely
+    (HuggingFace returns the window's band and the global columns instead)."""
 
     config_class = LongformerConfig
 

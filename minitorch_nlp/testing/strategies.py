@@ -39,7 +39,7 @@ MAX_SIDE = 4
 MAX_DIMS = 3
 
 
-# ---- shapes ----------------------------------------------------------------------------------------
+# ---- shapes --------------------------------------------------------------------------------------
 def shapes(min_dims=0, max_dims=MAX_DIMS, min_side=1, max_side=MAX_SIDE):
     """Small shapes, including 0-d ``()`` (when ``min_dims == 0``) and length-1 axes."""
     return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side,
@@ -80,7 +80,7 @@ def axis(ndim):
     return st.integers(-ndim, ndim - 1)
 
 
-# ---- arrays ----------------------------------------------------------------------------------------
+# ---- arrays --------------------------------------------------------------------------------------
 TINY = 1e-8
 
 
@@ -137,7 +137,7 @@ def distinct_arrays(draw, shape=None, spacing=0.1, offset=0.0):
     return np.asarray((ks + 0.5) * spacing + offset)
 
 
-# ---- layouts ---------------------------------------------------------------------------------------
+# ---- layouts -------------------------------------------------------------------------------------
 LAYOUTS = ("transposed", "strided", "sliced", "reversed")
 
 
@@ -184,7 +184,7 @@ def transposed_views(shape=None, low=-3.0, high=3.0):
         lambda s: arrays(s[::-1], low, high).map(lambda a: a.T))
 
 
-# ---- indices and masks -----------------------------------------------------------------------------
+# ---- indices and masks ---------------------------------------------------------------------------
 def index_arrays(size, shape=None, allow_negative=True, max_len=6):
     """Integer index arrays valid for an axis of ``size`` (values repeat; negatives count from the
     end when ``allow_negative``). ``shape`` defaults to a 1-D length 1..max_len."""

@@ -23,7 +23,7 @@ def _loss_cases(draw):
     intermediate_stop = draw(st.sampled_from([0.5, 0.25, 1.0]))
     progress = draw(st.one_of(
         st.sampled_from([0.0, 0.1, 0.2, 0.3, 0.45, 0.5, 0.9, 1.0]),
-        st.integers(1, layers).map(lambda l: intermediate_stop * l / layers)))
+        st.integers(1, layers).map(lambda layer: intermediate_stop * layer / layers)))
     logits = draw(S.scaled_arrays((layers, targets, batch, time, vocab)))
     return {"logits": logits + draw(S.score_offsets()),
             "labels": np.where(ignored, -100, labels),

@@ -3,10 +3,11 @@ section VIII-A, eq 85, in ``autograd.numpy``: the references of
 ``tests/test_sec8_char_transformer.py`` and of eq 85's ``check`` spec.
 
 Written from the paper, one sequence and one position at a time: the probabilities are
-exponentials over their sum (their logs taken relative to the largest score), eq 85's product is a sum of logs over the
-positions, the schedule of the intermediate layers is the paper's sentence ("the l-th
-intermediate layer stops contributing any loss after finishing l/2n of the training") with the
-fraction 1/2 as a parameter, and the extra targets' losses are halved (their weight a parameter).
+exponentials over their sum (their logs taken relative to the largest score), eq 85's product is a
+sum of logs over the positions, the schedule of the intermediate layers is the paper's sentence
+("the l-th intermediate layer stops contributing any loss after finishing l/2n of the training")
+with the fraction 1/2 as a parameter, and the extra targets' losses are halved (their weight a
+parameter).
 """
 from __future__ import annotations
 

@@ -3,8 +3,8 @@ IX-B, eq 96-103, in ``autograd.numpy``: the reference of ``tests/test_sec9_refor
 
 Eq 100 read directly: for each query the set P_i is built position by position (hash by loops,
 the sorted order by Python's ``sorted`` on (bucket, position) pairs, the chunk windows of eq 99,
-the union over rounds of eq 98), then one textbook softmax over P_i (exponents relative to the largest score); no per-round attention, no
-log-sum-exp merging, no duplicate counts.
+the union over rounds of eq 98), then one textbook softmax over P_i (exponents relative to the
+largest score); no per-round attention, no log-sum-exp merging, no duplicate counts.
 """
 from __future__ import annotations
 

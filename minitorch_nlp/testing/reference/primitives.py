@@ -17,7 +17,7 @@ from autograd.scipy.special import erf as _erf
 from autograd.tracer import getval
 
 
-# ---- arithmetic ------------------------------------------------------------------------------------
+# ---- arithmetic ----------------------------------------------------------------------------------
 def add(a, b):
     return a + b
 
@@ -57,7 +57,7 @@ def matmul(a, b):
     return anp.matmul(a, b)
 
 
-# ---- elementwise -----------------------------------------------------------------------------------
+# ---- elementwise ---------------------------------------------------------------------------------
 def neg(x):
     return -x
 
@@ -137,7 +137,7 @@ def masked_fill(x, mask, value):
     return anp.where(mask, value, x)
 
 
-# ---- reductions ------------------------------------------------------------------------------------
+# ---- reductions ----------------------------------------------------------------------------------
 def _axes(axis, ndim):
     if axis is None:
         return tuple(range(ndim))
@@ -220,7 +220,7 @@ def layer_norm(x, weight, bias, eps=1e-5):
     return (x - mu) / anp.sqrt(sigma2 + eps) * weight + bias
 
 
-# ---- shape -----------------------------------------------------------------------------------------
+# ---- shape ---------------------------------------------------------------------------------------
 def reshape(x, shape):
     return anp.reshape(x, shape)
 
@@ -309,7 +309,7 @@ def triu(x, k=0):
     return x * _triangle_mask(x.shape, k, upper=True)
 
 
-# ---- indexing --------------------------------------------------------------------------------------
+# ---- indexing ------------------------------------------------------------------------------------
 def getitem(x, index):
     return x[index]
 
@@ -327,7 +327,8 @@ def take_along_axis(x, index, axis):
 
 
 def scatter_add(x, src, index, axis):
-    """``out = x``, then ``out[..., index[..., i, ...], ...] += src[..., i, ...]`` as one-hot sums."""
+    """``out = x``, then ``out[..., index[..., i, ...], ...] += src[..., i, ...]`` as one-hot
+    sums."""
     srcm = anp.moveaxis(src, axis, -1)                      # (..., k)
     onehot = _one_hot(np.moveaxis(index, axis, -1), x.shape[axis])  # (..., k, n)
     added = anp.sum(srcm[..., :, None] * onehot, axis=-2)  # (..., n)
@@ -356,7 +357,7 @@ def topk(x, k, axis=-1, largest=True):
     return values[tuple(index)]
 
 
-# ---- einsum, written without einsum ----------------------------------------------------------------
+# ---- einsum, written without einsum --------------------------------------------------------------
 def einsum_matmul(a, b):        # "ij,jk->ik"
     return anp.dot(a, b)
 
@@ -572,7 +573,7 @@ def unfold(x, axis, size, step):
 def pad_mode(x, pad_width, mode):
     """Replicate / reflect / circular padding built from slices and concatenation."""
     for axis, (before, after) in enumerate(pad_width):
-        def take(start, stop, step=1):
+        def take(start, stop, step=1, x=x, axis=axis):
             return x[(slice(None),) * axis + (slice(start, stop, step),)]
         n = x.shape[axis]
         if mode == "replicate":

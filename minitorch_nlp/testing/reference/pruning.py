@@ -16,9 +16,9 @@ def eq53_masked_multi_head_attention(x, xi, params, num_heads):
     (Michel et al. eq. 1-2 with the head masks xi_h of their section 2.2), self-attention,
     sequence by sequence and head by head.
 
-    ``x`` (B, n, d); ``xi`` (heads,), or (B, heads): each sequence its own masks; ``params`` holds ``q_w, q_b, k_w, k_b, v_w, v_b, out_w,
-    out_b`` in ``Linear``'s layout; head h owns rows h d_k .. (h+1) d_k of W^Q, W^K, W^V and the
-    same columns of W^O."""
+    ``x`` (B, n, d); ``xi`` (heads,), or (B, heads): each sequence its own masks; ``params`` holds
+    ``q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b`` in ``Linear``'s layout; head h owns rows h d_k ..
+    (h+1) d_k of W^Q, W^K, W^V and the same columns of W^O."""
     d_k = x.shape[-1] // num_heads
     outputs = []
     for b in range(x.shape[0]):
@@ -98,7 +98,7 @@ def eq54_head_importance(batches, params, num_heads, head_mask):
     HIPS autograd, averaged over ``batches`` of (x, target)."""
     total = np.zeros(num_heads)
     for x, target in batches:
-        grad = autograd.grad(lambda xi: _squared_error(
+        grad = autograd.grad(lambda xi, x=x, target=target: _squared_error(
             eq53_masked_multi_head_attention(x, xi * head_mask, params, num_heads), target))
         total = total + np.abs(grad(np.ones(num_heads)))
     return total / len(batches)
@@ -129,7 +129,7 @@ def eq55_head_importance_from_outputs(batches, params, num_heads, head_mask):
     for x, target in batches:
         outputs = _head_outputs(x, params, num_heads)
 
-        def loss(heads):
+        def loss(heads, target=target):
             mixed = params["out_b"] + sum(
                 head_mask[h] * anp.einsum("bnk,dk->bnd", heads[h],
                                           params["out_w"][:, h * d_k:(h + 1) * d_k])

@@ -37,7 +37,7 @@ def eq56_quantize_to_levels(x, levels):
     at least x. Returns (values, level indices)."""
     q = [float(level) for level in levels]
     thresholds = [(low + high) / 2 for low, high in zip(q, q[1:])] + [np.inf]
-    index = np.array([next(l for l, t in enumerate(thresholds) if value <= t)
+    index = np.array([next(level for level, t in enumerate(thresholds) if value <= t)
                       for value in np.ravel(x)], dtype=np.int64).reshape(np.shape(x))
     return np.array(q)[index], index
 
@@ -66,8 +66,8 @@ def eq58_lq_matmul(a, a_basis, w, w_basis):
 
 def eq59_classification_loss(embedding, classifier, bias, batches):
     """L = sum_i CE(softmax(W_c(mean_t W_e[x_it])), y_i) (Shen et al. 2020, eq. 1; the survey's
-    eq 59) for a bag-of-embeddings classifier, example by example (the log-normaliser shifted by the largest score, so that logits
-    of +-1e4 stay finite)."""
+    eq 59) for a bag-of-embeddings classifier, example by example (the log-normaliser shifted by the
+    largest score, so that logits of +-1e4 stay finite)."""
     total = 0.0
     for ids, labels in batches:
         for row, label in zip(ids, labels):

@@ -92,7 +92,7 @@ def chunked_attention(q, k, v, key_lists, causal=False, key_mask_row=None, self_
             rows.append(0.0 * v[i])
             continue
 
-        def allowed(j):
+        def allowed(j, i=i):
             return (key_mask_row is None or key_mask_row[j]) and (not causal or j <= i)
         others = [any(allowed(j) and j != i for j in lists[i]) for lists in key_lists]
         partitions, outputs = [], []

@@ -114,14 +114,15 @@ def eq05_decoder_hidden_states(ys, E, h0, U_y, U_e, W, b):
 
 
 def eq06_output_distribution(hs, V, b):
-    """O_{t+1} = softmax(V' H'_{t+1} + b) (eq 6) for each state of ``hs`` (T, hidden): (T, vocab)."""
+    """O_{t+1} = softmax(V' H'_{t+1} + b) (eq 6) for each state of ``hs`` (T, hidden):
+    (T, vocab)."""
     return anp.stack([_softmax(anp.dot(V, h) + b) for h in hs])
 
 
 # ---- the cells of eq 3 ---------------------------------------------------------------------------
 def lstm_step(x, h, c, W_ih, W_hh, b_ih, b_hh):
-    """One LSTM step (Hochreiter & Schmidhuber, 1997; forget gate of Gers et al., 2000), one
-    vector, each gate with its own matrices (rows of the stacked weights in the order i, f, g, o)."""
+    """One LSTM step (Hochreiter & Schmidhuber, 1997; forget gate of Gers et al., 2000), one vector,
+    each gate with its own matrices (rows of the stacked weights in the order i, f, g, o)."""
     n = h.shape[0]
     W_xi, W_xf, W_xg, W_xo = (W_ih[k * n:(k + 1) * n] for k in range(4))
     W_hi, W_hf, W_hg, W_ho = (W_hh[k * n:(k + 1) * n] for k in range(4))

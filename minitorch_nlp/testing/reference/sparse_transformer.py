@@ -2,10 +2,9 @@
 eq 92-95, in ``autograd.numpy``: the references of ``tests/test_sec9_sparse_transformer.py``.
 
 Written from the paper's set definitions, one query at a time: each index set A_i is a Python
-set built by looping over j, and attention is the textbook softmax over the members of the set (shifted by their largest
-score)
-(no grouping, no log-sum-exp merging, no padding), so it shares nothing with the library's
-grouped computation.
+set built by looping over j, and attention is the textbook softmax over the members of the set
+(shifted by their largest score) (no grouping, no log-sum-exp merging, no padding), so it shares
+nothing with the library's grouped computation.
 """
 from __future__ import annotations
 
