@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from minitorch_nlp.backends import numpy_backend, threads
+from minitorch_nlp.backends import numpy_tuning, threads
 from minitorch_nlp.backends.numpy_backend import NumpyBackend
 from minitorch_nlp.testing import strategies as S
 from tests.backend_checks import assert_heads_merge_without_a_copy, heads_split_by_a_permute
@@ -84,7 +84,7 @@ def parts_in_threads(threads):
 def row_blocks_in_threads(block, threads):
     """The NumPy backend's row-block kernels with ``block`` elements per block, spread over
     ``threads`` Python threads whatever the size of the input."""
-    with mock.patch.object(numpy_backend, "_ELEMENTWISE_BLOCK", block), parts_in_threads(threads):
+    with mock.patch.object(numpy_tuning, "ELEMENTWISE_BLOCK", block), parts_in_threads(threads):
         yield
 
 
@@ -109,7 +109,7 @@ def test_gelus_in_row_blocks_shared_among_threads_give_the_calling_threads_value
                     NUMPY.bias_gelu_backward(x, per_row, g, approximate)]
         return out
 
-    with mock.patch.object(numpy_backend, "_ELEMENTWISE_BLOCK", 1 << 30):
+    with mock.patch.object(numpy_tuning, "ELEMENTWISE_BLOCK", 1 << 30):
         alone = results()
     with row_blocks_in_threads(block, threads):
         shared = results()
@@ -255,7 +255,7 @@ def counting_one_thread_sections(monkeypatch):
         entered.append(True)
         yield
 
-    monkeypatch.setattr(numpy_backend, "one_blas_thread", recording)
+    monkeypatch.setattr(numpy_tuning, "one_blas_thread", recording)
     yield entered
 
 
