@@ -51,6 +51,7 @@ import numpy as np
 
 from . import numba_kernels as kernels
 from . import numba_linear_kernels as linear_kernels
+from . import numba_product_kernels as product_kernels
 from . import numba_sparse_kernels as sparse_kernels
 from .numpy_backend import (NumpyBackend, _as_last_axis_row, _rows_of, empty_heads_apart,
                             empty_in_layout_of, sum_to_shape)
@@ -84,6 +85,12 @@ _PARALLEL_WORK = 1 << 19
 # rather than the row kernels: measured at n = 16k, one thread, the row kernels win at 17 keys
 # (44 against 73 ms) and lose at 129 (237 against 160 ms) and at 513 (905 against 453 ms).
 _WIDE_BAND = 64
+# Products of at most this many rows by a weight held row-major run the few-row kernel
+# (``numba_product_kernels``): it took 0.2-0.5x of OpenBLAS's time at 4 and 8 rows, 0.8-1.2x at
+# 16 and 1.4-5.8x at 32 (one thread, float32, T5 and BART shapes). Below ``_FEW_ROWS_LEAST``
+# weight elements BLAS's call costs less than the kernel's dispatch.
+_FEW_ROWS = 8
+_FEW_ROWS_LEAST = 1 << 15
 _workspaces = threading.local()
 
 
@@ -166,11 +173,26 @@ class NumbaBackend(NumpyBackend):
 
     name = "numba"
     xp = np
+    # the few-row kernel reads a row-major (out, in) weight at memory speed, one row as fast as
+    # BLAS's one-row product reads the column-major layout (``numba_product_kernels``)
+    widening_weights_column_major = False
 
     @staticmethod
     def _task_threads(work, tasks):
         """As many threads for ``in_threads``'s tasks as Numba has (``threads.task_threads``)."""
         return task_threads(numba.get_num_threads(), work, tasks)
+
+    # ---- matrix products -----------------------------------------------------------------------
+    def matmul(self, a, b, out=None):
+        """``a @ b``; a few rows (at most ``_FEW_ROWS``) times a weight held row-major (``b``
+        column-major, the transpose of an ``(out, in)`` weight) run the few-row kernel, which
+        reads the weight once; everything else is the NumPy backend's."""
+        if out is None and _few_rows_apply(a, b):
+            rows = np.ascontiguousarray(a)
+            product = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+            _run(product_kernels.few_rows_product, b.size * a.shape[0], rows, b.T, product)
+            return product
+        return super().matmul(a, b, out=out)
 
     # ---- softmax family ---------------------------------------------------------------------
     @staticmethod
@@ -745,6 +767,14 @@ class NumbaBackend(NumpyBackend):
         _run(linear_kernels.causal_linear_attention_backward, 2 * q3.size * v3.shape[2], g3, q3,
              k3, v3, o3, _read_only(den), dqf, dkf, dv)
         return dqf.reshape(qf.shape), dkf.reshape(kf.shape), dv.reshape(v.shape)
+
+
+def _few_rows_apply(a, b):
+    """Whether ``a @ b`` is the few-row kernel's: (rows <= ``_FEW_ROWS``, K) @ (K, N) with ``b``
+    column-major, of at least ``_FEW_ROWS_LEAST`` elements, both float32 or both float64."""
+    return (a.ndim == 2 and b.ndim == 2 and 0 < a.shape[0] <= _FEW_ROWS
+            and b.size >= _FEW_ROWS_LEAST and b.flags.f_contiguous and not b.flags.c_contiguous
+            and _float_dtype(a, b) is not None)
 
 
 def _keys_in_use(key_mask):

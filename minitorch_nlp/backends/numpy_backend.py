@@ -117,6 +117,9 @@ class NumpyBackend:
 
     name = "numpy"
     xp = np
+    # ``nn.Linear`` stores a widening weight column-major on this backend: OpenBLAS's one-row
+    # product (a decoding step) reads it faster so (``nn.column_major_``)
+    widening_weights_column_major = True
 
     def __repr__(self):
         return f"<backend {self.name}>"

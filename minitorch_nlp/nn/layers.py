@@ -77,11 +77,14 @@ class Linear(Module):
 
     def choose_weight_layout_(self):
         """Store the weight column-major when the product widens (``out_features >=
-        in_features``, where decoding reads it faster so; see ``column_major_``), row-major
-        otherwise; in place, values unchanged. Returns the layer."""
+        in_features``, where decoding reads it faster so; see ``column_major_``) on a backend
+        that wants it so (``widening_weights_column_major``: the numba backend's few-row kernel
+        reads the row-major layout faster), row-major otherwise; in place, values unchanged.
+        Returns the layer."""
         out_features, in_features = self.weight.shape
-        xp = self.weight.backend.xp
-        if out_features >= in_features:
+        backend = self.weight.backend
+        xp = backend.xp
+        if out_features >= in_features and backend.widening_weights_column_major:
             column_major_(self.weight)
         elif not self.weight.data.flags.c_contiguous:
             self.weight.data = xp.ascontiguousarray(self.weight.data)
