@@ -481,7 +481,8 @@ class NumpyBackend:
 
         Computed block by block (``BandBlocks``): a block of consecutive queries and the keys its
         band can reach are one dense product through BLAS, the band and the key mask are -inf
-        scores, and the softmax is the backend's; the blocks go a cache-sized chunk at a time.
+        scores, and the softmax is the backend's; the blocks go a cache-sized chunk at a time,
+        the chunks shared among the threads (``_in_parts``).
         Memory grows as n * (block + band width), never n^2. Returns the output and the blocks'
         probabilities (the backward's state)."""
         blocks = BandBlocks(q.shape[2], window, dilation, causal)
@@ -490,13 +491,17 @@ class NumpyBackend:
         hidden, touched = blocks.hidden_keys(key_mask)
         probs = np.empty(queries.shape[:-1] + (blocks.width,), np.result_type(q, k))
         out = np.empty(queries.shape[:-1] + values.shape[-1:], np.result_type(probs, v))
-        for chunk in blocks.chunks(math.prod(queries.shape[:-3])):
-            scores = self.matmul(queries[..., chunk, :, :],
-                                 keys[..., chunk, :, :].swapaxes(-1, -2))
-            blocks.mask(scores, hidden, touched, chunk)
-            probs[..., chunk, :, :] = self.softmax(scores, -1)
-            self.matmul(probs[..., chunk, :, :], values[..., chunk, :, :],
-                        out=out[..., chunk, :, :])
+
+        def run(chunks):
+            for chunk in chunks:
+                scores = self.matmul(queries[..., chunk, :, :],
+                                     keys[..., chunk, :, :].swapaxes(-1, -2))
+                blocks.mask(scores, hidden, touched, chunk)
+                probs[..., chunk, :, :] = self.softmax(scores, -1)
+                self.matmul(probs[..., chunk, :, :], values[..., chunk, :, :],
+                            out=out[..., chunk, :, :])
+
+        self._in_parts(blocks.chunks(math.prod(queries.shape[:-3])), probs.size, run)
         return blocks.unfold_queries(out), probs
 
     def banded_attention_backward(self, grad, q, k, v, state, scale, window, dilation, causal,
@@ -507,17 +512,28 @@ class NumpyBackend:
         queries = blocks.queries(q)
         keys, values = blocks.key_windows(k), blocks.key_windows(v)
         dq = np.empty(grad.shape[:-1] + queries.shape[-1:], probs.dtype)
-        dk, dv = blocks.key_rows_like(probs, k.shape[-1]), blocks.key_rows_like(probs, v.shape[-1])
-        for chunk in blocks.chunks(math.prod(queries.shape[:-3])):
-            chunk_probs, chunk_grad = probs[..., chunk, :, :], grad[..., chunk, :, :]
-            dscores = self.softmax_backward(chunk_probs, self.matmul(
-                chunk_grad, values[..., chunk, :, :].swapaxes(-1, -2)), -1)
-            dscores *= scale
-            self.matmul(dscores, keys[..., chunk, :, :], out=dq[..., chunk, :, :])
-            blocks.add_key_windows(dk, self.matmul(dscores.swapaxes(-1, -2),
-                                                   queries[..., chunk, :, :]), chunk.start)
-            blocks.add_key_windows(dv, self.matmul(chunk_probs.swapaxes(-1, -2), chunk_grad),
-                                   chunk.start)
+
+        def run(chunks):
+            dk = blocks.key_rows_like(probs, k.shape[-1])
+            dv = blocks.key_rows_like(probs, v.shape[-1])
+            for chunk in chunks:
+                chunk_probs, chunk_grad = probs[..., chunk, :, :], grad[..., chunk, :, :]
+                dscores = self.softmax_backward(chunk_probs, self.matmul(
+                    chunk_grad, values[..., chunk, :, :].swapaxes(-1, -2)), -1)
+                dscores *= scale
+                self.matmul(dscores, keys[..., chunk, :, :], out=dq[..., chunk, :, :])
+                blocks.add_key_windows(dk, self.matmul(dscores.swapaxes(-1, -2),
+                                                       queries[..., chunk, :, :]), chunk.start)
+                blocks.add_key_windows(dv, self.matmul(chunk_probs.swapaxes(-1, -2), chunk_grad),
+                                       chunk.start)
+            return dk, dv
+
+        # each part adds into key gradients of its own (windows overlap), summed in part order
+        parts = self._in_parts(blocks.chunks(math.prod(queries.shape[:-3])), probs.size, run)
+        dk, dv = parts[0]
+        for part_dk, part_dv in parts[1:]:
+            dk += part_dk
+            dv += part_dv
         return blocks.unfold_queries(dq), blocks.unfold_keys(dk), blocks.unfold_keys(dv)
 
     # ---- low-precision matrix products ----------------------------------------------------------
