@@ -143,8 +143,9 @@ def _workspace(slot, shape, dtype):
 
 
 def _as_rows(x):
-    """``x`` as a C-contiguous (rows, last axis) array."""
-    return _rows_of(np.ascontiguousarray(x))
+    """``x`` as a C-contiguous (rows, last axis) array, read-only (``_read_only``): a kernel's
+    input."""
+    return _read_only(_rows_of(np.ascontiguousarray(x)))
 
 
 class _AttentionState(NamedTuple):
@@ -188,9 +189,9 @@ class NumbaBackend(NumpyBackend):
         column-major, the transpose of an ``(out, in)`` weight) run the few-row kernel, which
         reads the weight once; everything else is the NumPy backend's."""
         if out is None and _few_rows_apply(a, b):
-            rows = np.ascontiguousarray(a)
             product = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
-            _run(product_kernels.few_rows_product, b.size * a.shape[0], rows, b.T, product)
+            _run(product_kernels.few_rows_product, b.size * a.shape[0],
+                 _read_only(np.ascontiguousarray(a)), _read_only(b.T), product)
             return product
         return super().matmul(a, b, out=out)
 
@@ -248,7 +249,7 @@ class NumbaBackend(NumpyBackend):
         width = x.shape[-1]
         weight = np.ones(width, dtype) if weight is None else np.ascontiguousarray(weight)
         bias = np.zeros(width, dtype) if bias is None else np.ascontiguousarray(bias)
-        return dtype, weight, bias
+        return dtype, _read_only(weight), _read_only(bias)
 
     def layer_norm(self, x, weight, bias, eps):
         params = self._layer_norm_params(x, weight, bias)
@@ -265,28 +266,29 @@ class NumbaBackend(NumpyBackend):
         if not isinstance(state, _LayerNormState):  # the forward fell back to NumPy's
             return super().layer_norm_backward(grad, x, state, weight)
         dtype = x.dtype
-        w = np.ones(x.shape[-1], dtype) if weight is None else np.ascontiguousarray(weight)
+        w = _read_only(np.ones(x.shape[-1], dtype) if weight is None
+                       else np.ascontiguousarray(weight))
         g = _as_rows(grad.astype(dtype, copy=False))
         rows, cols = g.shape
         # four chunks of rows per thread on Numba's threads, one on the calling thread
         chunks = min(rows, 4 * numba.get_num_threads()) if _in_parallel(g.size) else 1
         dweight_parts, dbias_parts = np.empty((2, chunks, cols))
         dx = np.empty_like(g)
-        _run(kernels.layer_norm_backward_rows, g.size, g, _as_rows(x), state.mean, state.rstd, w,
+        _run(kernels.layer_norm_backward_rows, g.size, g, _as_rows(x), _read_only(state.mean),
+             _read_only(state.rstd), w,
              dx, dweight_parts, dbias_parts)
         dweight = None if weight is None else dweight_parts.sum(axis=0).astype(dtype)
         return dx.reshape(grad.shape), dweight, dbias_parts.sum(axis=0).astype(dtype)
 
     # ---- GELU ----------------------------------------------------------------------------------
     def _gelu(self, x, bias, grad, approximate):
-        flat = np.ascontiguousarray(x).reshape(-1)
+        flat = _read_only(np.ascontiguousarray(x).reshape(-1))
         out = np.empty_like(flat)
         if bias is None:
             bias = np.zeros(min(flat.size, _GELU_CHUNK), dtype=x.dtype)
-        else:
-            bias = np.ascontiguousarray(bias).reshape(-1)
+        bias = _read_only(np.ascontiguousarray(bias).reshape(-1))
         backward = grad is not None
-        grad = np.ascontiguousarray(grad).reshape(-1) if backward else flat
+        grad = _read_only(np.ascontiguousarray(grad).reshape(-1)) if backward else flat
         _run(kernels.gelu_rows, flat.size, flat, bias, grad, out, approximate == "tanh", backward,
              kernels.gelu_constants(x.dtype))
         return out.reshape(x.shape)
@@ -386,6 +388,7 @@ class NumbaBackend(NumpyBackend):
         loss = np.empty(rows, dtype=dtype)
         shift = np.empty(rows, dtype=dtype)
         log_total = np.empty(rows, dtype=dtype)
+        x, t = _read_only(x), _read_only(t)
         _run(kernels.cross_entropy_rows, x.size, x, t, dtype.type(1 - label_smoothing),
              dtype.type(label_smoothing), loss, shift, log_total)
         return loss, _CrossEntropyState(x, t, shift, log_total)
@@ -398,8 +401,8 @@ class NumbaBackend(NumpyBackend):
         dtype = x.dtype
         g = np.ascontiguousarray(np.broadcast_to(grad_rows, x.shape[:1]), dtype=dtype)
         out = np.empty_like(x)
-        _run(kernels.cross_entropy_backward_rows, x.size, x, state.target, state.shift,
-             state.log_total, g, dtype.type(1 - label_smoothing),
+        _run(kernels.cross_entropy_backward_rows, x.size, x, state.target, _read_only(state.shift),
+             _read_only(state.log_total), _read_only(g), dtype.type(1 - label_smoothing),
              dtype.type(label_smoothing / x.shape[1]), out)
         return out
 
@@ -811,9 +814,10 @@ def _add_rows_into(out, index, rows):
 
 
 def _read_only(array):
-    """A read-only view of ``array``. The sparse kernels take every input read-only, so that
-    each compiles once per dtype: a graph locks the arrays it saves, and Numba compiles
-    read-only and writable arrays apart."""
+    """A read-only view of ``array``. The kernels take every input read-only, so that each
+    compiles once per dtype: a graph locks the arrays it saves, and Numba compiles read-only
+    and writable arrays apart (the first ``demo --smoke`` compiled GELU three times, layer norm
+    and cross-entropy twice, for that difference alone)."""
     view = array.view()
     view.flags.writeable = False
     return view
