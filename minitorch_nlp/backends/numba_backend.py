@@ -32,12 +32,18 @@ several passes, each with its own temporary:
   chunk masks and pair counts of eq 97-101 pair by pair, with no (..., rounds) temporaries;
 * causal linear attention (the Performer's prefix sums, ``numba_linear_kernels.py``): running
   sums per (batch, head) pair, O(features x d_v) state instead of chunk products;
+* few-row products (``numba_product_kernels.py``): a decoding step's handful of rows times a
+  weight held row-major, each weight row read once, where OpenBLAS packs the whole weight on
+  every call; on this backend ``nn.Linear`` therefore keeps every weight row-major
+  (``widening_weights_column_major``), and products of more rows stay with BLAS;
 * ``np.add.at``-style scatter-add of embedding gradients, int8 and xnor-popcount matmuls;
 * the Adam / AdamW update (``optim.Adam``, ``optim.AdamW``) in one pass over each parameter.
 
 Inputs of another layout are made contiguous first; shapes, dtypes or axes a kernel does not cover
 (softmax over another axis, float16, integer inputs ...) fall back to the NumPy implementation, so
-every call is still answered. See ``numba_kernels`` for the threading layer and the compile cache.
+every call is still answered. Kernel inputs are passed read-only (``_read_only``), so that each
+kernel compiles once per dtype; kernels compile on first use, so a run compiles only what it
+calls. See ``numba_kernels`` for the threading layer and the compile cache.
 """
 from __future__ import annotations
 
