@@ -645,6 +645,71 @@ def test_banded_attention(inputs, window, dilation, parallel):
                     cond=max(1.0, scale))
 
 
+@contextlib.contextmanager
+def few_row_products_of_any_size(calls):
+    """The few-row kernel for weights of every size, each call recorded in ``calls``."""
+    kernel = numba_backend.product_kernels.few_rows_product
+
+    def recording(*args):
+        calls.append(args[3].shape)
+        return kernel(*args)
+
+    with mock.patch.object(numba_backend, "_FEW_ROWS_LEAST", 0), \
+            mock.patch.object(numba_backend.product_kernels, "few_rows_product", recording):
+        yield
+
+
+@given(st.data())
+def test_few_row_product_is_numpys_product(data):
+    """(rows <= _FEW_ROWS, K) @ a column-major (K, N), a transposed row-major weight, runs the
+    few-row kernel and gives NumPy's product; more rows, a row-major (K, N) or mixed dtypes are
+    NumPy's own product."""
+    dtype = data.draw(dtypes)
+    rows = data.draw(st.integers(1, numba_backend._FEW_ROWS + 2))
+    depth, n = data.draw(st.integers(1, 40)), data.draw(st.integers(1, 40))
+    a = data.draw(arrays((rows, depth), dtype))
+    weight = data.draw(S.arrays((n, depth), -3, 3, dtype=dtype))
+    b = weight.T if data.draw(st.booleans()) else np.ascontiguousarray(weight.T)
+    calls = []
+    with on_threads(data.draw(parallel)), few_row_products_of_any_size(calls):
+        got = NUMBA.matmul(a, b)
+    assert_same(got, np.matmul(a, b), cond=depth)
+    kernel_applies = (rows <= numba_backend._FEW_ROWS and b.flags.f_contiguous
+                      and not b.flags.c_contiguous)
+    assert calls == ([(rows, n)] if kernel_applies else [])
+
+
+def test_few_row_product_leaves_mixed_dtypes_and_stacks_to_numpy():
+    a32 = np.ones((2, 3), np.float32)
+    b64 = np.asfortranarray(np.ones((3, 4)))
+    calls = []
+    with few_row_products_of_any_size(calls):
+        assert NUMBA.matmul(a32, b64).dtype == np.float64
+        assert NUMBA.matmul(np.ones((2, 2, 3)), b64).shape == (2, 2, 4)
+        out = np.empty((2, 4))
+        assert NUMBA.matmul(np.ones((2, 3)), b64, out=out) is out
+    assert calls == []
+
+
+def test_linear_on_the_numba_backend_keeps_weights_row_major_and_decodes_with_the_kernel():
+    """The numba backend stores every ``nn.Linear`` weight row-major, so that a decoding step's
+    few rows take the few-row kernel; values match the NumPy backend's layer."""
+    with mt.backend("numpy"):
+        mt.manual_seed(0)
+        reference = nn.Linear(6, 9, dtype=mt.float64)
+    with mt.backend("numba"):
+        mt.manual_seed(0)
+        layer = nn.Linear(6, 9, dtype=mt.float64)
+    assert layer.weight.data.flags.c_contiguous and reference.weight.data.flags.f_contiguous
+    x = np.random.default_rng(1).standard_normal((3, 6))
+    calls = []
+    with few_row_products_of_any_size(calls):
+        got = layer(mt.tensor(x, backend="numba")).numpy()
+    assert calls == [(3, 9)]
+    np.testing.assert_allclose(got, reference(mt.tensor(x, backend="numpy")).numpy(),
+                               rtol=1e-12, atol=1e-12)
+
+
 @given(st.data())
 def test_matmul_int8(data):
     m, depth, n = (data.draw(st.integers(1, 9)) for _ in range(3))

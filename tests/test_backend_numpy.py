@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from minitorch_nlp.backends import numpy_backend, threads
+from minitorch_nlp.backends import numpy_tuning, threads
 from minitorch_nlp.backends.numpy_backend import NumpyBackend
 from minitorch_nlp.testing import strategies as S
 from tests.backend_checks import assert_heads_merge_without_a_copy, heads_split_by_a_permute
@@ -84,7 +84,7 @@ def parts_in_threads(threads):
 def row_blocks_in_threads(block, threads):
     """The NumPy backend's row-block kernels with ``block`` elements per block, spread over
     ``threads`` Python threads whatever the size of the input."""
-    with mock.patch.object(numpy_backend, "_ELEMENTWISE_BLOCK", block), parts_in_threads(threads):
+    with mock.patch.object(numpy_tuning, "ELEMENTWISE_BLOCK", block), parts_in_threads(threads):
         yield
 
 
@@ -109,7 +109,7 @@ def test_gelus_in_row_blocks_shared_among_threads_give_the_calling_threads_value
                     NUMPY.bias_gelu_backward(x, per_row, g, approximate)]
         return out
 
-    with mock.patch.object(numpy_backend, "_ELEMENTWISE_BLOCK", 1 << 30):
+    with mock.patch.object(numpy_tuning, "ELEMENTWISE_BLOCK", 1 << 30):
         alone = results()
     with row_blocks_in_threads(block, threads):
         shared = results()
@@ -255,7 +255,7 @@ def counting_one_thread_sections(monkeypatch):
         entered.append(True)
         yield
 
-    monkeypatch.setattr(numpy_backend, "one_blas_thread", recording)
+    monkeypatch.setattr(numpy_tuning, "one_blas_thread", recording)
     yield entered
 
 
@@ -368,3 +368,30 @@ def test_attention_shared_among_threads_by_batch_entries_gives_the_calling_threa
     else:
         assert shared[-1].shape == bias.shape
         np.testing.assert_allclose(shared[-1], alone[-1], rtol=1e-12, atol=1e-12)
+
+
+# ---- banded attention's chunks on threads ---------------------------------------------------------
+@given(n=st.integers(1, 90), window=st.integers(1, 20), dilation=st.integers(1, 3),
+       causal=st.booleans(), masked=st.booleans(), threads=st.integers(2, 3), seed=S.seeds())
+def test_banded_attention_chunks_shared_among_threads_give_the_calling_threads_values(
+        n, window, dilation, causal, masked, threads, seed):
+    """The blocked band's chunks (a few blocks each here) spread over Python threads: the
+    forward bit for bit what the calling thread gives alone; the backward the same up to the
+    order in which the parts' key and value gradients are added."""
+    rng = np.random.default_rng(seed)
+    q, k, v, grad = (rng.standard_normal((2, 2, n, 3)) for _ in range(4))
+    key_mask = rng.random((2, n)) > 0.3 if masked else None
+    arguments = (1 / math.sqrt(3), window, dilation, causal, key_mask)
+
+    def results():
+        out, probs = NUMPY.banded_attention(q, k, v, *arguments)
+        return (out, probs) + NUMPY.banded_attention_backward(grad, q, k, v, probs, *arguments)
+
+    with mock.patch.object(numpy_tuning, "GROUP_BLOCK", 1), parts_in_threads(1):
+        alone = results()
+    with mock.patch.object(numpy_tuning, "GROUP_BLOCK", 1), parts_in_threads(threads):
+        shared = results()
+    for got, want in zip(shared[:3], alone[:3]):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(shared[3:], alone[3:]):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

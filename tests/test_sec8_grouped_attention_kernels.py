@@ -26,7 +26,7 @@ import minitorch_nlp as mt
 from minitorch_nlp.attention import BlockSparseAttention, LSHAttention, SparseTransformerAttention
 from minitorch_nlp.attention.grouped import GroupedAttention, grouped_attention
 from minitorch_nlp.attention.lsh import SELF_PENALTY
-from minitorch_nlp.backends import get_backend, numpy_backend
+from minitorch_nlp.backends import get_backend, numpy_tuning
 from tests.test_backend_numba import on_threads
 
 pytestmark = [pytest.mark.sec8, pytest.mark.sec9,
@@ -273,11 +273,12 @@ def test_one_key_group_is_shared_by_every_query_group():
 @pytest.mark.parametrize("backend_name", ["numpy", "numba"])
 @given(problem=grouped_problems(), seed=st.integers(0, 99))
 def test_blocks_of_one_group_give_the_one_block_result(backend_name, problem, seed):
-    """The groups are taken in blocks (``_GROUP_BLOCK`` scores at a time): one (batch, head,
-    group) unit per block gives what one block of all of them gives, values and gradients."""
+    """The groups are taken in blocks (``numpy_tuning.GROUP_BLOCK`` scores at a time): one
+    (batch, head, group) unit per block gives what one block of all of them gives, values and
+    gradients."""
     cotangents = _cotangents(problem, seed)
     whole = _library(backend_name, problem, cotangents)
-    with mock.patch.object(numpy_backend, "_GROUP_BLOCK", 1):
+    with mock.patch.object(numpy_tuning, "GROUP_BLOCK", 1):
         blocks = _library(backend_name, problem, cotangents)
     for got, want in zip(blocks[:2] + tuple(blocks[2]), whole[:2] + tuple(whole[2])):
         np.testing.assert_allclose(got, want, **TOL64)
@@ -291,7 +292,7 @@ def test_blocks_in_threads_give_the_calling_threads_result(backend_name, problem
     for bit, the gradients equal to rounding."""
     cotangents = _cotangents(problem, seed)
     backend = get_backend(backend_name)
-    with mock.patch.object(numpy_backend, "_GROUP_BLOCK", 1):
+    with mock.patch.object(numpy_tuning, "GROUP_BLOCK", 1):
         alone = _library(backend_name, problem, cotangents)
         with mock.patch.object(type(backend), "_task_threads",
                                staticmethod(lambda work, tasks: min(threads, tasks))), \

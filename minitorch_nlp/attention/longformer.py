@@ -131,7 +131,7 @@ class LongformerSelfAttention(MultiHeadAttention):
         z = outs[0] if len(outs) == 1 else concatenate(outs, axis=1)[:, np.argsort(order)]
         if not is_global.any():
             return z
-        return self.with_global_rows(x, z, is_global, key_mask, scale, time)
+        return self.with_global_rows(x, z, is_global, key_mask, time)
 
     def local(self, q, k, v, dilation, is_global, causal, key_mask, scale):
         time = q.shape[2]
@@ -164,22 +164,21 @@ class LongformerSelfAttention(MultiHeadAttention):
             slots[b, :counts[b]] = np.flatnonzero(row)
         return slots[:, None, None, :], np.arange(width)[None, :] < counts[:, None]
 
-    def with_global_rows(self, x, z, is_global, key_mask, scale, time):
+    def with_global_rows(self, x, z, is_global, key_mask, time):
         """The global tokens' rows replaced by their attention over every token, computed with
-        the global projections."""
-        qg = self.split_heads(self.query_global(x))
-        kg, vg = self.split_heads(self.key_global(x)), self.split_heads(self.value_global(x))
+        the global projections. Only the global tokens' queries are projected (each sequence's
+        few rows gathered first, padded slots repeating position 0 and dropped after)."""
         slots, slot_valid = self._global_slots(is_global)
-        everyone = np.arange(time)[None, None, None]
-        rows, _ = grouped_attention(qg, kg, vg, slots, everyone,
-                                    np.ones((1, 1, 1, 1, time), dtype=bool), scale=scale,
-                                    key_mask=key_mask, dropout=self.core.dropout)
         batch = z.shape[0]
+        global_tokens = x[np.arange(batch)[:, None], slots[:, 0, 0]]
+        qg = self.split_heads(self.query_global(global_tokens))
+        kg, vg = self.split_heads(self.key_global(x)), self.split_heads(self.value_global(x))
+        rows, _ = self.core(qg, kg, vg, key_mask=key_mask)
         place = np.full((batch, time), -1)
         for b in range(batch):
             place[b, slots[b, 0, 0][slot_valid[b]]] = np.flatnonzero(slot_valid[b])
         index = np.where(place >= 0, time + place, np.arange(time))[:, None]
-        return _flat_rows(concatenate([z, rows[:, :, 0]], axis=2), index)
+        return _flat_rows(concatenate([z, rows], axis=2), index)
 
     def dense(self, x, q, k, v, is_global, causal, key_mask):
         """The same attention with (time, time) masks: window-or-global rows with Q, K, V and

@@ -306,7 +306,7 @@ class Attention(FusedFunction):
 class BandedAttention(FusedFunction):
     """Sliding-window self-attention: query i attends keys i + o * dilation for |o| <= window
     (o <= 0 when causal) — Longformer's local pattern (Beltagy et al., 2020). The backend keeps
-    only the band's scores, or blocks of them (``numpy_backend.BandBlocks``), so memory grows
+    only the band's scores, or blocks of them (``numpy_tuning.BandBlocks``), so memory grows
     linearly in n."""
 
     @staticmethod

@@ -79,7 +79,7 @@ class Linear(Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         ctx.save_inputs(0, 1)
-        out = x.reshape(-1, x.shape[-1]) @ weight.T
+        out = ctx.backend.matmul(x.reshape(-1, x.shape[-1]), weight.T)
         if bias is not None:
             out += bias
         return out.reshape(x.shape[:-1] + (weight.shape[0],))

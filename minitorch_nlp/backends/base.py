@@ -23,6 +23,9 @@ class Backend(Protocol):
 
     name: str
     xp: Any
+    # whether ``nn.Linear`` stores a widening weight column-major (the layout this backend's
+    # few-row products, decoding's, read fastest)
+    widening_weights_column_major: bool
 
     def asarray(self, obj: Any, dtype: Any = None) -> Any:
         """An array of this backend holding ``obj`` (no copy when it already is one)."""

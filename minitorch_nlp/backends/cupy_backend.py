@@ -54,6 +54,7 @@ class CupyBackend:
     """Arrays are ``cupy.ndarray``; kernels are numba.cuda kernels launched on them."""
 
     name = "cupy"
+    widening_weights_column_major = True  # as on the NumPy backend; cuBLAS reads either
 
     def __init__(self, modules=None):
         """``modules`` is (array module, module with ``erf``, kernels module), by default

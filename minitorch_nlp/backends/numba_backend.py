@@ -32,12 +32,18 @@ several passes, each with its own temporary:
   chunk masks and pair counts of eq 97-101 pair by pair, with no (..., rounds) temporaries;
 * causal linear attention (the Performer's prefix sums, ``numba_linear_kernels.py``): running
   sums per (batch, head) pair, O(features x d_v) state instead of chunk products;
+* few-row products (``numba_product_kernels.py``): a decoding step's handful of rows times a
+  weight held row-major, each weight row read once, where OpenBLAS packs the whole weight on
+  every call; on this backend ``nn.Linear`` therefore keeps every weight row-major
+  (``widening_weights_column_major``), and products of more rows stay with BLAS;
 * ``np.add.at``-style scatter-add of embedding gradients, int8 and xnor-popcount matmuls;
 * the Adam / AdamW update (``optim.Adam``, ``optim.AdamW``) in one pass over each parameter.
 
 Inputs of another layout are made contiguous first; shapes, dtypes or axes a kernel does not cover
 (softmax over another axis, float16, integer inputs ...) fall back to the NumPy implementation, so
-every call is still answered. See ``numba_kernels`` for the threading layer and the compile cache.
+every call is still answered. Kernel inputs are passed read-only (``_read_only``), so that each
+kernel compiles once per dtype; kernels compile on first use, so a run compiles only what it
+calls. See ``numba_kernels`` for the threading layer and the compile cache.
 """
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ import numpy as np
 
 from . import numba_kernels as kernels
 from . import numba_linear_kernels as linear_kernels
+from . import numba_product_kernels as product_kernels
 from . import numba_sparse_kernels as sparse_kernels
 from .numpy_backend import (NumpyBackend, _as_last_axis_row, _rows_of, empty_heads_apart,
                             empty_in_layout_of, sum_to_shape)
@@ -84,6 +91,12 @@ _PARALLEL_WORK = 1 << 19
 # rather than the row kernels: measured at n = 16k, one thread, the row kernels win at 17 keys
 # (44 against 73 ms) and lose at 129 (237 against 160 ms) and at 513 (905 against 453 ms).
 _WIDE_BAND = 64
+# Products of at most this many rows by a weight held row-major run the few-row kernel
+# (``numba_product_kernels``): it took 0.2-0.5x of OpenBLAS's time at 4 and 8 rows, 0.8-1.2x at
+# 16 and 1.4-5.8x at 32 (one thread, float32, T5 and BART shapes). Below ``_FEW_ROWS_LEAST``
+# weight elements BLAS's call costs less than the kernel's dispatch.
+_FEW_ROWS = 8
+_FEW_ROWS_LEAST = 1 << 15
 _workspaces = threading.local()
 
 
@@ -136,8 +149,9 @@ def _workspace(slot, shape, dtype):
 
 
 def _as_rows(x):
-    """``x`` as a C-contiguous (rows, last axis) array."""
-    return _rows_of(np.ascontiguousarray(x))
+    """``x`` as a C-contiguous (rows, last axis) array, read-only (``_read_only``): a kernel's
+    input."""
+    return _read_only(_rows_of(np.ascontiguousarray(x)))
 
 
 class _AttentionState(NamedTuple):
@@ -166,11 +180,26 @@ class NumbaBackend(NumpyBackend):
 
     name = "numba"
     xp = np
+    # the few-row kernel reads a row-major (out, in) weight at memory speed, one row as fast as
+    # BLAS's one-row product reads the column-major layout (``numba_product_kernels``)
+    widening_weights_column_major = False
 
     @staticmethod
     def _task_threads(work, tasks):
         """As many threads for ``in_threads``'s tasks as Numba has (``threads.task_threads``)."""
         return task_threads(numba.get_num_threads(), work, tasks)
+
+    # ---- matrix products -----------------------------------------------------------------------
+    def matmul(self, a, b, out=None):
+        """``a @ b``; a few rows (at most ``_FEW_ROWS``) times a weight held row-major (``b``
+        column-major, the transpose of an ``(out, in)`` weight) run the few-row kernel, which
+        reads the weight once; everything else is the NumPy backend's."""
+        if out is None and _few_rows_apply(a, b):
+            product = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+            _run(product_kernels.few_rows_product, b.size * a.shape[0],
+                 _read_only(np.ascontiguousarray(a)), _read_only(b.T), product)
+            return product
+        return super().matmul(a, b, out=out)
 
     # ---- softmax family ---------------------------------------------------------------------
     @staticmethod
@@ -226,7 +255,7 @@ class NumbaBackend(NumpyBackend):
         width = x.shape[-1]
         weight = np.ones(width, dtype) if weight is None else np.ascontiguousarray(weight)
         bias = np.zeros(width, dtype) if bias is None else np.ascontiguousarray(bias)
-        return dtype, weight, bias
+        return dtype, _read_only(weight), _read_only(bias)
 
     def layer_norm(self, x, weight, bias, eps):
         params = self._layer_norm_params(x, weight, bias)
@@ -243,28 +272,29 @@ class NumbaBackend(NumpyBackend):
         if not isinstance(state, _LayerNormState):  # the forward fell back to NumPy's
             return super().layer_norm_backward(grad, x, state, weight)
         dtype = x.dtype
-        w = np.ones(x.shape[-1], dtype) if weight is None else np.ascontiguousarray(weight)
+        w = _read_only(np.ones(x.shape[-1], dtype) if weight is None
+                       else np.ascontiguousarray(weight))
         g = _as_rows(grad.astype(dtype, copy=False))
         rows, cols = g.shape
         # four chunks of rows per thread on Numba's threads, one on the calling thread
         chunks = min(rows, 4 * numba.get_num_threads()) if _in_parallel(g.size) else 1
         dweight_parts, dbias_parts = np.empty((2, chunks, cols))
         dx = np.empty_like(g)
-        _run(kernels.layer_norm_backward_rows, g.size, g, _as_rows(x), state.mean, state.rstd, w,
+        _run(kernels.layer_norm_backward_rows, g.size, g, _as_rows(x), _read_only(state.mean),
+             _read_only(state.rstd), w,
              dx, dweight_parts, dbias_parts)
         dweight = None if weight is None else dweight_parts.sum(axis=0).astype(dtype)
         return dx.reshape(grad.shape), dweight, dbias_parts.sum(axis=0).astype(dtype)
 
     # ---- GELU ----------------------------------------------------------------------------------
     def _gelu(self, x, bias, grad, approximate):
-        flat = np.ascontiguousarray(x).reshape(-1)
+        flat = _read_only(np.ascontiguousarray(x).reshape(-1))
         out = np.empty_like(flat)
         if bias is None:
             bias = np.zeros(min(flat.size, _GELU_CHUNK), dtype=x.dtype)
-        else:
-            bias = np.ascontiguousarray(bias).reshape(-1)
+        bias = _read_only(np.ascontiguousarray(bias).reshape(-1))
         backward = grad is not None
-        grad = np.ascontiguousarray(grad).reshape(-1) if backward else flat
+        grad = _read_only(np.ascontiguousarray(grad).reshape(-1)) if backward else flat
         _run(kernels.gelu_rows, flat.size, flat, bias, grad, out, approximate == "tanh", backward,
              kernels.gelu_constants(x.dtype))
         return out.reshape(x.shape)
@@ -364,6 +394,7 @@ class NumbaBackend(NumpyBackend):
         loss = np.empty(rows, dtype=dtype)
         shift = np.empty(rows, dtype=dtype)
         log_total = np.empty(rows, dtype=dtype)
+        x, t = _read_only(x), _read_only(t)
         _run(kernels.cross_entropy_rows, x.size, x, t, dtype.type(1 - label_smoothing),
              dtype.type(label_smoothing), loss, shift, log_total)
         return loss, _CrossEntropyState(x, t, shift, log_total)
@@ -376,8 +407,8 @@ class NumbaBackend(NumpyBackend):
         dtype = x.dtype
         g = np.ascontiguousarray(np.broadcast_to(grad_rows, x.shape[:1]), dtype=dtype)
         out = np.empty_like(x)
-        _run(kernels.cross_entropy_backward_rows, x.size, x, state.target, state.shift,
-             state.log_total, g, dtype.type(1 - label_smoothing),
+        _run(kernels.cross_entropy_backward_rows, x.size, x, state.target, _read_only(state.shift),
+             _read_only(state.log_total), _read_only(g), dtype.type(1 - label_smoothing),
              dtype.type(label_smoothing / x.shape[1]), out)
         return out
 
@@ -747,6 +778,14 @@ class NumbaBackend(NumpyBackend):
         return dqf.reshape(qf.shape), dkf.reshape(kf.shape), dv.reshape(v.shape)
 
 
+def _few_rows_apply(a, b):
+    """Whether ``a @ b`` is the few-row kernel's: (rows <= ``_FEW_ROWS``, K) @ (K, N) with ``b``
+    column-major, of at least ``_FEW_ROWS_LEAST`` elements, both float32 or both float64."""
+    return (a.ndim == 2 and b.ndim == 2 and 0 < a.shape[0] <= _FEW_ROWS
+            and b.size >= _FEW_ROWS_LEAST and b.flags.f_contiguous and not b.flags.c_contiguous
+            and _float_dtype(a, b) is not None)
+
+
 def _keys_in_use(key_mask):
     """Per batch entry of a (batch, tk) key mask, one past its last unmasked key (1 when none is:
     a row with no allowed key is 0 whatever keys it sees)."""
@@ -781,9 +820,10 @@ def _add_rows_into(out, index, rows):
 
 
 def _read_only(array):
-    """A read-only view of ``array``. The sparse kernels take every input read-only, so that
-    each compiles once per dtype: a graph locks the arrays it saves, and Numba compiles
-    read-only and writable arrays apart."""
+    """A read-only view of ``array``. The kernels take every input read-only, so that each
+    compiles once per dtype: a graph locks the arrays it saves, and Numba compiles read-only
+    and writable arrays apart (the first ``demo --smoke`` compiled GELU three times, layer norm
+    and cross-entropy twice, for that difference alone)."""
     view = array.view()
     view.flags.writeable = False
     return view

@@ -1,7 +1,19 @@
 """The NumPy backend: the default, and the reference every other backend is tested against.
 
-Its kernels are written as plain vectorised NumPy, reusing buffers where that saves a pass over
-memory (a fresh multi-megabyte temporary costs page faults on every call).
+Read it to learn what each kernel computes: a kernel's maths is a few lines of vectorised NumPy
+in the order of the formula in its docstring (softmax: shift by the row maximum, exponentiate,
+divide by the sum; layer norm: centre, scale by 1 / sqrt(var + eps), apply the weight and bias).
+Where a kernel reuses a buffer (``out=``, ``+=``) it saves a pass over memory: a fresh
+multi-megabyte temporary costs page faults on every call.
+
+How the work is run fast lives apart, in ``numpy_tuning.py``: the threads that share a kernel's
+parts (``self._in_parts``, ``self._in_row_blocks``, ``self._in_batch_parts``: read ``run(part)``
+as "for each part"), the cache-sized blocks attention is computed in (``BandBlocks``,
+``group_blocks``), and the BLAS thread count of small products (``self.matmul``). None of it
+changes a value: a student can read each call of those helpers as one pass over the whole array.
+
+Import-time settings live in ``threads.py`` (OpenBLAS's spin time) and ``memory.py`` (malloc
+keeps freed memory for the next arrays).
 """
 from __future__ import annotations
 
@@ -10,27 +22,14 @@ import math
 
 import numpy as np
 
+from . import numpy_tuning as tuning
 from .erf import erf as _erf
-from .threads import blas_threads, in_threads, one_blas_thread, task_threads
+from .numpy_tuning import BandBlocks
+from .threads import blas_threads, task_threads
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _GELU_TANH_C = 0.044715
-# A stack of matrix products each with at most this many multiply-adds runs on one BLAS thread
-# (``threads.one_blas_thread``): at 4M a product takes ~0.1 ms on one core, less than a busy
-# machine makes a BLAS helper thread wait to be scheduled.
-_SMALL_PRODUCT = 1 << 22
-# Grouped attention takes its (batch, head, group) units in blocks of about this many scores
-# (1 MB in float32, an L2 cache): a block's gathered rows and scores stay in the cache between
-# its products and its softmax, and the gathered copies are never more than a block's.
-_GROUP_BLOCK = 1 << 18
-# The GELUs run over blocks of rows of about this many elements (``_in_row_blocks``), shared
-# among the threads. Each block costs every one of its dozen NumPy calls a few microseconds of
-# Python, which holds the GIL: bias + tanh-GELU on (2048, 512) float32, forward and backward, took
-# 1.44 and 2.51 ms as whole arrays on two threads, 2.21 and 3.48 ms in blocks of 2^14 elements,
-# 1.18 and 1.92 at 2^16 and 0.83 and 1.34 at 2^18 (1.33 and 2.15 on one thread, against 1.46 and
-# 2.74 whole).
-_ELEMENTWISE_BLOCK = 1 << 18
 
 
 def sum_to_shape(x, shape):
@@ -99,11 +98,9 @@ def empty_in_layout_of(x, dtype):
 
 
 def _sum_keepdims(x, axis):
-    """``x.sum(axis=axis, keepdims=True)``; over the last axis through einsum's loop, as NumPy's
-    reduction takes 3-4x as long on rows of 32 to 1024 elements, paying a fixed cost per row
-    ((16, 4, 128, 128) float32: 290 against 86 us)."""
+    """``x.sum(axis=axis, keepdims=True)`` (over the last axis by ``tuning.sum_last_axis``)."""
     if x.ndim and axis in (-1, x.ndim - 1):
-        return np.einsum("...i->...", x)[..., None]
+        return tuning.sum_last_axis(x)
     return x.sum(axis=axis, keepdims=True)
 
 
@@ -115,123 +112,14 @@ def _max_for_shift(x, axis):
     return m
 
 
-class BandBlocks:
-    """The geometry of banded attention computed in blocks of queries.
-
-    A dilated band is an ordinary band within each residue class of positions modulo the
-    dilation (query i sees i + o*dilation, a key of its own class), so the sequence is folded to
-    (..., dilation, n / dilation, d) and every class is a band of width ``window`` steps. Each
-    class is cut into blocks of ``block`` consecutive queries; the keys a block's band reaches,
-    ``window`` before its first query to ``window`` after its last (none after when causal), are
-    ``block + span`` consecutive rows, read as a strided view of the zero-padded keys (no copy).
-    A block's scores are then one (block, d) x (d, block + span) product; ``mask`` puts -inf
-    outside the band, on padding and on masked keys.
-
-    The block trades waste for product size: (block + span) / (span + 1) of the scores computed
-    are used, and products of at least 16-64 rows run near a dense GEMM's speed."""
-
-    def __init__(self, n, window, dilation, causal):
-        self.n, self.dilation = n, dilation
-        self.before, after = window, (0 if causal else window)
-        self.span = self.before + after
-        self.block = 64 if self.span >= 128 else 32 if self.span >= 16 else 16
-        self.steps = -(-n // dilation)                      # positions per residue class
-        self.count = -(-self.steps // self.block)           # blocks per residue class
-        self.width = self.block + self.span                 # keys per block
-        # the padded keys are long enough for every block's window and for the overlap-add
-        self.key_rows = (self.count + -(-self.span // self.block)) * self.block
-
-    def _fold(self, x, front, rows):
-        """(..., n, d) -> (..., dilation, rows, d): residue class c's positions c, c + dilation,
-        ... at rows ``front`` onwards, zeros elsewhere."""
-        out = np.zeros(x.shape[:-2] + (self.dilation, rows, x.shape[-1]), x.dtype)
-        by_step = out[..., front:front + self.steps, :].swapaxes(-2, -3)   # (..., steps, dil, d)
-        whole, rest = divmod(self.n, self.dilation)
-        by_step[..., :whole, :, :] = x[..., :whole * self.dilation, :].reshape(
-            x.shape[:-2] + (whole, self.dilation, x.shape[-1]))
-        if rest:
-            by_step[..., whole, :rest, :] = x[..., whole * self.dilation:, :]
-        return out
-
-    def _unfold(self, x, front):
-        """The inverse of ``_fold``: (..., dilation, rows, d) -> (..., n, d)."""
-        x = x[..., front:front + self.steps, :].swapaxes(-2, -3)
-        return x.reshape(x.shape[:-3] + (self.steps * self.dilation, x.shape[-1]))[..., :self.n, :]
-
-    def queries(self, x):
-        """(..., n, d) -> (..., dilation, blocks, block, d), a copy."""
-        folded = self._fold(x, 0, self.count * self.block)
-        return folded.reshape(folded.shape[:-2] + (self.count, self.block, x.shape[-1]))
-
-    def unfold_queries(self, x):
-        """(..., dilation, blocks, block, d) -> (..., n, d)."""
-        return self._unfold(x.reshape(x.shape[:-3] + (-1, x.shape[-1])), 0)
-
-    def _windows(self, padded):
-        """(..., rows, d) padded keys -> (..., blocks, width, d), block j's keys from row
-        j * block: a read-only strided view."""
-        strides = padded.strides
-        return np.lib.stride_tricks.as_strided(
-            padded, padded.shape[:-2] + (self.count, self.width, padded.shape[-1]),
-            strides[:-2] + (self.block * strides[-2],) + strides[-2:], writeable=False)
-
-    def key_windows(self, x):
-        """(..., n, d) keys or values -> (..., dilation, blocks, width, d)."""
-        return self._windows(self._fold(x, self.before, self.key_rows))
-
-    def key_rows_like(self, windows, width):
-        """Zeros (..., dilation, padded rows, ``width``) for ``add_key_windows`` to add into."""
-        return np.zeros(windows.shape[:-3] + (self.key_rows, width), windows.dtype)
-
-    def add_key_windows(self, rows, windows, first):
-        """The gradient of ``key_windows``, a chunk at a time: the windows (..., dilation,
-        blocks, width, d) of the blocks from ``first`` on added, in place, into ``rows`` (from
-        ``key_rows_like``) where they were read (windows overlap)."""
-        count, d = windows.shape[-3], windows.shape[-1]
-        for start in range(0, self.width, self.block):
-            part = windows[..., start:start + self.block, :]
-            top = first * self.block + start
-            target = rows[..., top:top + count * self.block, :]
-            target.reshape(target.shape[:-2] + (count, self.block, d))[
-                ..., :part.shape[-2], :] += part
-
-    def unfold_keys(self, rows):
-        """The padded key rows of ``key_rows_like`` -> (..., n, d)."""
-        return self._unfold(rows, self.before)
-
-    def chunks(self, leading):
-        """Slices of the blocks axis whose scores, with ``leading`` (batch * heads * dilation)
-        of them per block, fill about ``_GROUP_BLOCK`` elements: one chunk's scores and their
-        gradients are computed, used and dropped while they are in the cache, and no array of
-        the whole band's scores is made but the kept probabilities."""
-        step = max(1, _GROUP_BLOCK // (leading * self.block * self.width))
-        return [slice(j, min(self.count, j + step)) for j in range(0, self.count, step)]
-
-    def hidden_keys(self, key_mask):
-        """Where a block's scores are hidden by the band's padding or by ``key_mask`` (batch, n;
-        None: every key real): a bool view (batch|1, 1, dilation, blocks, 1, width), and the
-        blocks that have any (without a key mask only the blocks at the ends read padding)."""
-        real = (np.ones((1, self.n), dtype=bool) if key_mask is None
-                else np.asarray(key_mask, dtype=bool))
-        hidden = ~self._windows(self._fold(real[..., None], self.before, self.key_rows))[..., 0]
-        hidden = hidden[:, None, :, :, None, :]
-        return hidden, hidden.any(axis=(0, 1, 2, 4, 5))
-
-    def mask(self, scores, hidden, touched, chunk):
-        """-inf, in place, on the scores (batch, heads, dilation, blocks, block, width) of the
-        blocks ``chunk`` (a slice): on keys outside the band, and on the keys ``hidden_keys``
-        hides where its ``touched`` (blocks,) says a block has any."""
-        offset = (np.arange(self.width)[None, :] - self.before) - np.arange(self.block)[:, None]
-        np.copyto(scores, -np.inf, where=(offset < -self.before) | (offset > self.span - self.before))
-        if touched[chunk].any():
-            np.copyto(scores, -np.inf, where=hidden[..., chunk, :, :])
-
-
 class NumpyBackend:
     """Arrays are ``numpy.ndarray``; kernels are vectorised NumPy."""
 
     name = "numpy"
     xp = np
+    # ``nn.Linear`` stores a widening weight column-major on this backend: OpenBLAS's one-row
+    # product (a decoding step) reads it faster so (``nn.column_major_``)
+    widening_weights_column_major = True
 
     def __repr__(self):
         return f"<backend {self.name}>"
@@ -258,22 +146,9 @@ class NumpyBackend:
         return _erf(x)
 
     # ---- matrix products ----------------------------------------------------------------------
-    @staticmethod
-    def _stack_of_small_products(a, b):
-        """Whether ``a @ b`` is several products of at most ``_SMALL_PRODUCT`` multiply-adds."""
-        if a.ndim < 3 and b.ndim < 3:
-            return False
-        m = a.shape[-2] if a.ndim > 1 else 1
-        n = b.shape[-1] if b.ndim > 1 else 1
-        stack = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-        return stack > 1 and m * n * a.shape[-1] <= _SMALL_PRODUCT
-
     def matmul(self, a, b, out=None):
-        """``np.matmul(a, b, out=out)``; a stack of small products runs on one BLAS thread."""
-        if self._stack_of_small_products(a, b):
-            with one_blas_thread():
-                return np.matmul(a, b, out=out)
-        return np.matmul(a, b, out=out)
+        """``a @ b`` (``np.matmul``), on the BLAS threads that suit its size (``tuning.matmul``)."""
+        return tuning.matmul(a, b, out=out)
 
     # ---- softmax family (last-axis or any axis) -------------------------------------------
     def softmax(self, x, axis):
@@ -428,15 +303,12 @@ class NumpyBackend:
     def _in_row_blocks(self, fill, *arrays):
         """A new array shaped as the first of the same-shaped ``arrays`` (in its floating dtype),
         written block by block: ``fill(out, *blocks)`` with ``blocks`` the same consecutive rows
-        (last axis kept) of each array, about ``_ELEMENTWISE_BLOCK`` elements, and ``out`` those
-        rows of the result. The blocks are shared among the threads in consecutive parts
-        (``_in_parts``)."""
+        (last axis kept) of each array (``tuning.row_blocks``), and ``out`` those rows of the
+        result; the blocks shared among the threads (``_in_parts``)."""
         out = np.empty(arrays[0].shape, dtype=np.result_type(arrays[0], 1.0))
         flat = _rows_of(out)
         rows = [_rows_of(a) for a in arrays]
-        step = max(1, _ELEMENTWISE_BLOCK // max(1, flat.shape[1]))
-        blocks = [slice(start, start + step) for start in range(0, flat.shape[0], step)]
-        self._in_parts(blocks, out.size, lambda part: [
+        self._in_parts(tuning.row_blocks(*flat.shape), out.size, lambda part: [
             fill(flat[block], *(r[block] for r in rows)) for block in part])
         return out
 
@@ -609,7 +481,8 @@ class NumpyBackend:
 
         Computed block by block (``BandBlocks``): a block of consecutive queries and the keys its
         band can reach are one dense product through BLAS, the band and the key mask are -inf
-        scores, and the softmax is the backend's; the blocks go a cache-sized chunk at a time.
+        scores, and the softmax is the backend's; the blocks go a cache-sized chunk at a time,
+        the chunks shared among the threads (``_in_parts``).
         Memory grows as n * (block + band width), never n^2. Returns the output and the blocks'
         probabilities (the backward's state)."""
         blocks = BandBlocks(q.shape[2], window, dilation, causal)
@@ -618,13 +491,17 @@ class NumpyBackend:
         hidden, touched = blocks.hidden_keys(key_mask)
         probs = np.empty(queries.shape[:-1] + (blocks.width,), np.result_type(q, k))
         out = np.empty(queries.shape[:-1] + values.shape[-1:], np.result_type(probs, v))
-        for chunk in blocks.chunks(math.prod(queries.shape[:-3])):
-            scores = self.matmul(queries[..., chunk, :, :],
-                                 keys[..., chunk, :, :].swapaxes(-1, -2))
-            blocks.mask(scores, hidden, touched, chunk)
-            probs[..., chunk, :, :] = self.softmax(scores, -1)
-            self.matmul(probs[..., chunk, :, :], values[..., chunk, :, :],
-                        out=out[..., chunk, :, :])
+
+        def run(chunks):
+            for chunk in chunks:
+                scores = self.matmul(queries[..., chunk, :, :],
+                                     keys[..., chunk, :, :].swapaxes(-1, -2))
+                blocks.mask(scores, hidden, touched, chunk)
+                probs[..., chunk, :, :] = self.softmax(scores, -1)
+                self.matmul(probs[..., chunk, :, :], values[..., chunk, :, :],
+                            out=out[..., chunk, :, :])
+
+        self._in_parts(blocks.chunks(math.prod(queries.shape[:-3])), probs.size, run)
         return blocks.unfold_queries(out), probs
 
     def banded_attention_backward(self, grad, q, k, v, state, scale, window, dilation, causal,
@@ -635,17 +512,28 @@ class NumpyBackend:
         queries = blocks.queries(q)
         keys, values = blocks.key_windows(k), blocks.key_windows(v)
         dq = np.empty(grad.shape[:-1] + queries.shape[-1:], probs.dtype)
-        dk, dv = blocks.key_rows_like(probs, k.shape[-1]), blocks.key_rows_like(probs, v.shape[-1])
-        for chunk in blocks.chunks(math.prod(queries.shape[:-3])):
-            chunk_probs, chunk_grad = probs[..., chunk, :, :], grad[..., chunk, :, :]
-            dscores = self.softmax_backward(chunk_probs, self.matmul(
-                chunk_grad, values[..., chunk, :, :].swapaxes(-1, -2)), -1)
-            dscores *= scale
-            self.matmul(dscores, keys[..., chunk, :, :], out=dq[..., chunk, :, :])
-            blocks.add_key_windows(dk, self.matmul(dscores.swapaxes(-1, -2),
-                                                   queries[..., chunk, :, :]), chunk.start)
-            blocks.add_key_windows(dv, self.matmul(chunk_probs.swapaxes(-1, -2), chunk_grad),
-                                   chunk.start)
+
+        def run(chunks):
+            dk = blocks.key_rows_like(probs, k.shape[-1])
+            dv = blocks.key_rows_like(probs, v.shape[-1])
+            for chunk in chunks:
+                chunk_probs, chunk_grad = probs[..., chunk, :, :], grad[..., chunk, :, :]
+                dscores = self.softmax_backward(chunk_probs, self.matmul(
+                    chunk_grad, values[..., chunk, :, :].swapaxes(-1, -2)), -1)
+                dscores *= scale
+                self.matmul(dscores, keys[..., chunk, :, :], out=dq[..., chunk, :, :])
+                blocks.add_key_windows(dk, self.matmul(dscores.swapaxes(-1, -2),
+                                                       queries[..., chunk, :, :]), chunk.start)
+                blocks.add_key_windows(dv, self.matmul(chunk_probs.swapaxes(-1, -2), chunk_grad),
+                                       chunk.start)
+            return dk, dv
+
+        # each part adds into key gradients of its own (windows overlap), summed in part order
+        parts = self._in_parts(blocks.chunks(math.prod(queries.shape[:-3])), probs.size, run)
+        dk, dv = parts[0]
+        for part_dk, part_dv in parts[1:]:
+            dk += part_dk
+            dv += part_dv
         return blocks.unfold_queries(dq), blocks.unfold_keys(dk), blocks.unfold_keys(dv)
 
     # ---- low-precision matrix products ----------------------------------------------------------
@@ -671,7 +559,7 @@ class NumpyBackend:
         (B, H, G, Q, K)) and ``key_mask`` (B, T; None = all real) let them; ``bias`` (a constant
         broadcastable to the scores, or None) is added to the scaled scores.
 
-        The (batch, head, group) units are taken a block at a time (``_group_blocks``): their
+        The (batch, head, group) units are taken a block at a time (``tuning.group_blocks``): their
         query and key rows gathered into contiguous arrays, the scores of the block one batched
         product written into the kept probabilities, the masked softmax in place
         (``_grouped_softmax``), the output one more product. Returns (B, H, G, Q, d_v + 1): the
@@ -703,7 +591,7 @@ class NumpyBackend:
                 self._grouped_softmax(scores, u0, allowed, real, bias, out[u0:u1, :, -1])
                 self.matmul(scores, values.take(key_rows[u0:u1], axis=0), out=out[u0:u1, :, :-1])
 
-        self._in_parts(_group_blocks(probs.shape[0], per_query, per_key), probs.size, run)
+        self._in_parts(tuning.group_blocks(probs.shape[0], per_query, per_key), probs.size, run)
         return out.reshape(shape[:4] + (out.shape[-1],)), probs.reshape(shape)
 
     def grouped_attention_backward(self, grad, q, k, v, state, query_index, key_index, scale):
@@ -738,7 +626,7 @@ class NumpyBackend:
             return dq, dk, dv
 
         # each part adds into gradients of its own (blocks share key rows), summed in part order
-        parts = self._in_parts(_group_blocks(*probs.shape), probs.size, run)
+        parts = self._in_parts(tuning.group_blocks(*probs.shape), probs.size, run)
         dq, dk, dv = parts[0]
         for part in parts[1:]:
             for total, more in zip((dq, dk, dv), part):
@@ -746,22 +634,10 @@ class NumpyBackend:
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
     def _in_parts(self, blocks, work, run):
-        """``run(part)`` for consecutive parts of the list ``blocks``, one part per thread of
-        ``_task_threads`` (``threads.in_threads``: a stack of small products runs on one BLAS
-        thread, so the blocks' products use more cores only side by side); the results in part
-        order. With one thread, one part: ``[run(blocks)]``."""
+        """``run(part)`` for consecutive parts of ``blocks`` (``work`` elements in all), one part
+        per thread of ``_task_threads`` (``tuning.in_parts``); the results in part order."""
         threads = self._task_threads(work, len(blocks)) if len(blocks) > 1 else 1
-        if threads == 1:
-            return [run(blocks)]
-        size = -(-len(blocks) // threads)
-        parts = [blocks[i:i + size] for i in range(0, len(blocks), size)]
-        results = [None] * len(parts)
-
-        def task(i):
-            results[i] = run(parts[i])
-
-        in_threads([functools.partial(task, i) for i in range(len(parts))], len(parts))
-        return results
+        return tuning.in_parts(blocks, threads, run)
 
     @staticmethod
     def _task_threads(work, tasks):
@@ -915,13 +791,6 @@ class NumpyBackend:
             running += self.matmul(qc.swapaxes(-1, -2), ac)
             totals += (bc * qc).sum(axis=2, keepdims=True)
         return dqf, dkf, dv
-
-
-def _group_blocks(units, per_query, per_key):
-    """(first, end) of the blocks of units (groups of one (batch, head) pair) whose scores are
-    about ``_GROUP_BLOCK`` elements (at least one unit each)."""
-    step = max(1, _GROUP_BLOCK // (per_query * per_key))
-    return [(u, min(units, u + step)) for u in range(0, units, step)]
 
 
 def group_rows(batch, heads, time, index):

@@ -37,7 +37,9 @@ def column_major_(weight):
     product widens (out >= in): GPT-2's LM head 768 -> 50257 took 0.60x of the row-major time
     at one thread, 768 -> 3072 0.6x, 768 -> 768 0.8-0.9x; a narrowing product is slower
     (3072 -> 768 1.2x), so ``Linear`` stores its weight column-major only when
-    ``out_features >= in_features``. A model whose output layer is a tied embedding table (GPT's
+    ``out_features >= in_features``, and only on a backend whose
+    ``widening_weights_column_major`` asks for it (the numba backend's few-row kernel reads the
+    row-major layout at memory speed, so there every weight stays row-major). A model whose output layer is a tied embedding table (GPT's
     ``wte``) stores that table so, since the head reads the whole table at every step while a
     lookup reads one row per token. Training products stay plain GEMMs in either layout.
     Everything that writes parameters works in place (``data[...] = ``) or in the parameter's
@@ -79,11 +81,14 @@ class Linear(Module):
 
     def choose_weight_layout_(self):
         """Store the weight column-major when the product widens (``out_features >=
-        in_features``, where decoding reads it faster so; see ``column_major_``), row-major
-        otherwise; in place, values unchanged. Returns the layer."""
+        in_features``, where decoding reads it faster so; see ``column_major_``) on a backend
+        that wants it so (``widening_weights_column_major``: the numba backend's few-row kernel
+        reads the row-major layout faster), row-major otherwise; in place, values unchanged.
+        Returns the layer."""
         out_features, in_features = self.weight.shape
-        xp = self.weight.backend.xp
-        if out_features >= in_features:
+        backend = self.weight.backend
+        xp = backend.xp
+        if out_features >= in_features and backend.widening_weights_column_major:
             column_major_(self.weight)
         elif not self.weight.data.flags.c_contiguous:
             self.weight.data = xp.ascontiguousarray(self.weight.data)
