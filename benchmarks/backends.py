@@ -431,7 +431,8 @@ def print_band_table(what, names, rows, fmt, extra=None):
 def banded_runner(name, q, k, v, g, window, peers):
     arrays, needs = [q, k, v], [True, True, True]
     if name.endswith("banded"):
-        op = (lambda q, k, v: F.banded_attention(q, k, v, window=window))
+        def op(q, k, v, window=window):
+            return F.banded_attention(q, k, v, window=window)
         return mt_runner(name.split()[0], op, arrays, g, needs)
     if name.endswith("full"):
         return mt_runner(name.split()[0], F.scaled_dot_product_attention, arrays, g, needs)

@@ -134,7 +134,8 @@ def main():
         worker(args.steps)
         return
     if shutil.which("mpirun") is None:
-        sys.exit("benchmarks/distributed.py: needs mpirun: pip install 'minitorch_nlp[distributed]'")
+        sys.exit("benchmarks/distributed.py: needs mpirun: "
+                 "pip install 'minitorch_nlp[distributed]'")
     print(f"one process, whole batch {BATCH.shape}: "
           + ", ".join(f"{peer(args.steps, t):.0f} ms/step at {t} thread(s)" for t in (1, 2)))
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",

@@ -14,7 +14,8 @@ alike) and reported as medians, plus the median of the per-round ratios:
 Targets (issue "The engine"): MLP step within 1.2x PyTorch; per-op overhead within 3x PyTorch;
 both at least 2x faster than HIPS autograd. Measured here (1 thread, machine shared): MLP 0.98x
 PyTorch and 2.9x faster than HIPS autograd; recording 0.96x PyTorch and 2.3x faster than HIPS
-autograd; forward + backward of the op chain 1.03x PyTorch and 1.45x faster than HIPS autograd. PyTorch and autograd are optional: missing ones are
+autograd; forward + backward of the op chain 1.03x PyTorch and 1.45x faster than HIPS autograd.
+PyTorch and autograd are optional: missing ones are
 skipped (``pip install torch==2.13.0 autograd``).
 """
 from __future__ import annotations

@@ -8,7 +8,8 @@ Randomly initialised HuggingFace models of T5-small's shape (6 + 6 layers, d 512
 d_ff 2048, vocabulary 32128) and BART-base's (6 + 6 layers, d 768, 12 heads, d_ff 3072,
 vocabulary 50265), each saved with ``save_pretrained`` and loaded with our ``mt.from_pretrained``
 on the numba backend; a batch of ``--batch`` sources of ``--source`` tokens, greedy decoding of
-``--new-tokens`` tokens (no end token on either side: every row runs to the last token). The runners, in one process,
+``--new-tokens`` tokens (no end token on either side: every row runs to the last token). The
+runners, in one process,
 interleaved (each round runs each once, in a rotating order): ours with the key/value cache
 (``decoding.generate_seq2seq``: the self-attention keys and values cached, the cross-attention
 ones projected once), with ``--uncached`` ours without it (every step runs the whole prefix

@@ -1,6 +1,7 @@
 """Transformer-XL's two costs, at each thread count given, runners interleaved in one process:
 
-    python benchmarks/transformer_xl.py [--threads 1 2] [--backend numba] [--contexts 128 256 512 1024]
+    python benchmarks/transformer_xl.py [--threads 1 2] [--backend numba] \
+        [--contexts 128 256 512 1024]
                                         [--n 512] [--repeats 5] [--budget 20]
 
 * Evaluation with memory against sliding-window recomputation: a 2-layer, 64-wide character

@@ -39,7 +39,7 @@ def gpu_backend():
     return CupyBackend(modules=(numpy_as_cupy, NumpyBackend(), cuda_kernels))
 
 
-# ---- the kernels' own erf (their GELU's), against math.erf -----------------------------------------
+# ---- the kernels' own erf (their GELU's), against math.erf ---------------------------------------
 @cuda.jit
 def _erf_kernel(x, out):
     i = cuda.grid(1)

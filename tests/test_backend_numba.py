@@ -36,7 +36,8 @@ from minitorch_nlp import functional as F
 from minitorch_nlp import nn
 from minitorch_nlp.autograd.ops_fused import (Attention, BandedAttention, BiasGelu, CrossEntropy,
                                               Gelu, LayerNorm, LogSoftmax, Softmax)
-from minitorch_nlp.backends import erf as erf_coefficients, get_backend, numba_backend, numba_kernels
+from minitorch_nlp.backends import erf as erf_coefficients
+from minitorch_nlp.backends import get_backend, numba_backend, numba_kernels
 from minitorch_nlp.backends import threads as cpu_threads
 from minitorch_nlp.backends.threads import in_threads
 from minitorch_nlp.testing import strategies as S

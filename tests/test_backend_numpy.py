@@ -43,7 +43,7 @@ def tanh_gelu_textbook(x):
     return 0.5 * x * (1 + t), 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * K * (1 + 3 * C * x * x)
 
 
-# ---- tanh GELU ------------------------------------------------------------------------------------
+# ---- tanh GELU -----------------------------------------------------------------------------------
 def test_tanh_gelu_is_as_accurate_as_float32_allows():
     """On [-10, 10] in float32, values and derivatives against the exact ones (long double): no
     worse than twice the textbook tanh formula's worst absolute error, and within 2.5e-6."""
@@ -133,7 +133,7 @@ def test_tanh_gelu_of_large_inputs_is_exact_and_quiet():
         assert np.all(slope[~negative] == 1)
 
 
-# ---- one BLAS thread --------------------------------------------------------------------------------
+# ---- one BLAS thread -----------------------------------------------------------------------------
 def blas_thread_counts():
     return [get() for _, get in threads._blas_thread_controls()]
 
@@ -245,7 +245,7 @@ def test_importing_keeps_freed_memory_for_the_next_arrays_unless_the_user_chose(
     assert kept <= returned // 20
 
 
-# ---- matmul ---------------------------------------------------------------------------------------
+# ---- matmul --------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def counting_one_thread_sections(monkeypatch):
     entered = []
@@ -370,7 +370,7 @@ def test_attention_shared_among_threads_by_batch_entries_gives_the_calling_threa
         np.testing.assert_allclose(shared[-1], alone[-1], rtol=1e-12, atol=1e-12)
 
 
-# ---- banded attention's chunks on threads ---------------------------------------------------------
+# ---- banded attention's chunks on threads --------------------------------------------------------
 @given(n=st.integers(1, 90), window=st.integers(1, 20), dilation=st.integers(1, 3),
        causal=st.booleans(), masked=st.booleans(), threads=st.integers(2, 3), seed=S.seeds())
 def test_banded_attention_chunks_shared_among_threads_give_the_calling_threads_values(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from . import memory  # noqa: F401 - importing it keeps freed memory for the next arrays
 from .base import Backend

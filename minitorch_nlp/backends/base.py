@@ -1,11 +1,11 @@
 """The Backend protocol: an array namespace plus a table of fused kernels.
 
-Every ``Tensor`` holds one array of one backend. Autograd ``Function``s compute on raw arrays through
-``backend.xp`` (``numpy`` or ``cupy``); the few memory-bound operations that dominate a Transformer
-step (softmax, log-softmax / cross-entropy, layer norm, GELU, the embedding-gradient scatter-add) go
-through the kernel methods below (plus cross-entropy, attention and banded attention, and the
-int8 / binary products of the quantised models), so a backend only has to override those to
-become fast.
+Every ``Tensor`` holds one array of one backend. Autograd ``Function``s compute on raw arrays
+through ``backend.xp`` (``numpy`` or ``cupy``); the few memory-bound operations that dominate a
+Transformer step (softmax, log-softmax / cross-entropy, layer norm, GELU, the embedding-gradient
+scatter-add) go through the kernel methods below (plus cross-entropy, attention and banded
+attention, and the int8 / binary products of the quantised models), so a backend only has to
+override those to become fast.
 The NumPy backend implements every kernel and is the reference that the others are tested against.
 
 A kernel works on raw arrays of its own backend and never records a graph; the ``Function`` that

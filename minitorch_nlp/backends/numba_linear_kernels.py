@@ -3,7 +3,8 @@ calls them).
 
 With feature maps phi(q_i), phi(k_j) (m features) the causal output is
 
-    out_i = phi(q_i) S_i / (phi(q_i) . z_i),  S_i = sum_{j<=i} phi(k_j) v_j^T,  z_i = sum_{j<=i} phi(k_j)
+    out_i = phi(q_i) S_i / (phi(q_i) . z_i),
+    S_i = sum_{j<=i} phi(k_j) v_j^T,  z_i = sum_{j<=i} phi(k_j)
 
 The kernels keep S and z as running sums, one (batch, head) pair per thread, so the state is
 O(m d_v) per pair and nothing grows with n. The backward runs forward in time for the query

@@ -345,7 +345,8 @@ class NumpyBackend:
 
     # ---- scatter-add of rows (embedding / gather gradients) -----------------------------------
     def scatter_add_rows(self, index, src, num_rows):
-        """``out[index[k]] += src[k]`` for rows ``k``; duplicates add up (replaces ``np.add.at``)."""
+        """``out[index[k]] += src[k]`` for rows ``k``; duplicates add up (replaces
+        ``np.add.at``)."""
         flat = index.reshape(-1)
         rows = src.reshape(flat.size, math.prod(src.shape[index.ndim:]))
         out = np.zeros((num_rows, rows.shape[1]), dtype=src.dtype)
@@ -473,7 +474,8 @@ class NumpyBackend:
     # ---- banded (sliding-window, optionally dilated) self-attention ---------------------------
     @staticmethod
     def band_offsets(window, dilation, causal):
-        """Key offsets j - i that query i may use: multiples of ``dilation`` within ``window`` steps."""
+        """Key offsets j - i that query i may use: multiples of ``dilation`` within ``window``
+        steps."""
         return np.arange(-window, 1 if causal else window + 1) * dilation
 
     def banded_attention(self, q, k, v, scale, window, dilation, causal, key_mask):
@@ -542,7 +544,8 @@ class NumpyBackend:
         return np.matmul(a.astype(np.int32), b.astype(np.int32))
 
     def pack_signs(self, x):
-        """Bit-pack the signs of ``x`` (..., K) along the last axis: bit 1 for +1 (x >= 0), 0 for -1."""
+        """Bit-pack the signs of ``x`` (..., K) along the last axis: bit 1 for +1 (x >= 0),
+        bit 0 for -1."""
         return np.packbits(x >= 0, axis=-1)
 
     def binary_matmul(self, a_bits, b_bits, k):
@@ -753,7 +756,8 @@ class NumpyBackend:
             qc, kc, vc = qf[:, :, window], kf[:, :, window], v[:, :, window]
             local = xp.tril(self.matmul(qc, kc.swapaxes(-1, -2)))
             den[:, :, window] = local.sum(axis=-1, keepdims=True) + self.matmul(qc, normaliser)
-            out[:, :, window] = (self.matmul(local, vc) + self.matmul(qc, state)) / den[:, :, window]
+            out[:, :, window] = ((self.matmul(local, vc) + self.matmul(qc, state))
+                                 / den[:, :, window])
             state += self.matmul(kc.swapaxes(-1, -2), vc)
             normaliser += kc.sum(axis=2)[..., None]
         return out, (out, den)
@@ -761,8 +765,9 @@ class NumpyBackend:
     def causal_linear_attention_backward(self, grad, qf, kf, v, state, chunk):
         """dqf, dkf, dv of ``causal_linear_attention``. With a_i = g_i / den_i and
         b_i = -(g_i . out_i) / den_i, and M_ij = a_i . v_j + b_i for j <= i:
-        dqf_i = sum_{j<=i} M_ij kf_j, dkf_j = sum_{i>=j} M_ij qf_i, dv_j = sum_{i>=j} (qf_i . kf_j) a_i,
-        the earlier (later) chunks' share through running sums."""
+        dqf_i = sum_{j<=i} M_ij kf_j, dkf_j = sum_{i>=j} M_ij qf_i,
+        dv_j = sum_{i>=j} (qf_i . kf_j) a_i, the earlier (later) chunks' share through running
+        sums."""
         xp = self.xp
         out, den = state
         time, width = qf.shape[2], qf.shape[3]

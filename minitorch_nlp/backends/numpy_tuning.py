@@ -207,6 +207,7 @@ class BandBlocks:
         blocks ``chunk`` (a slice): on keys outside the band, and on the keys ``hidden_keys``
         hides where its ``touched`` (blocks,) says a block has any."""
         offset = (np.arange(self.width)[None, :] - self.before) - np.arange(self.block)[:, None]
-        np.copyto(scores, -np.inf, where=(offset < -self.before) | (offset > self.span - self.before))
+        outside = (offset < -self.before) | (offset > self.span - self.before)
+        np.copyto(scores, -np.inf, where=outside)
         if touched[chunk].any():
             np.copyto(scores, -np.inf, where=hidden[..., chunk, :, :])

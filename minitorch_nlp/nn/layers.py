@@ -39,9 +39,10 @@ def column_major_(weight):
     (3072 -> 768 1.2x), so ``Linear`` stores its weight column-major only when
     ``out_features >= in_features``, and only on a backend whose
     ``widening_weights_column_major`` asks for it (the numba backend's few-row kernel reads the
-    row-major layout at memory speed, so there every weight stays row-major). A model whose output layer is a tied embedding table (GPT's
-    ``wte``) stores that table so, since the head reads the whole table at every step while a
-    lookup reads one row per token. Training products stay plain GEMMs in either layout.
+    row-major layout at memory speed, so there every weight stays row-major). A model whose output
+    layer is a tied embedding table (GPT's ``wte``) stores that table so, since the head reads the
+    whole table at every step while a lookup reads one row per token. Training products stay plain
+    GEMMs in either layout.
     Everything that writes parameters works in place (``data[...] = ``) or in the parameter's
     layout: loading, optimizers (gradients and moments are made in the parameter's layout),
     clipping, quantisation. Code that gives a ``Linear`` a new weight (pruning's sliced layers,
