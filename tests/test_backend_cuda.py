@@ -10,8 +10,6 @@ with ``test_backend_cupy.py``, which runs them on a GPU); here ``gpu_backend`` i
 """
 from __future__ import annotations
 
-import os
-import types
 
 import numpy as np
 import pytest
@@ -19,24 +17,16 @@ from hypothesis import given
 from numba import cuda
 
 from minitorch_nlp.backends import cuda_kernels
-from minitorch_nlp.backends.cupy_backend import CupyBackend
-from minitorch_nlp.backends.numpy_backend import NumpyBackend
 from tests.backend_checks import *  # noqa: F401,F403 - the shared tests, collected here
 from tests.backend_checks import FEW, ERF_ULPS, erf_arguments, erf_grid, erf_ulp_errors
+from tests.kernel_checks import SIMULATOR, gpu_backend  # noqa: F401 - the fixture
 
-SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 pytestmark = [
     pytest.mark.cudasim,
     pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator: NUMBA_ENABLE_CUDASIM=1 "
                                              "set before Python starts"),
 ]
-
-
-@pytest.fixture(scope="module")
-def gpu_backend():
-    numpy_as_cupy = types.SimpleNamespace(**vars(np), asnumpy=np.asarray)  # cupy.asnumpy's role
-    return CupyBackend(modules=(numpy_as_cupy, NumpyBackend(), cuda_kernels))
 
 
 # ---- the kernels' own erf (their GELU's), against math.erf ---------------------------------------

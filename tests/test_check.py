@@ -27,6 +27,7 @@ from minitorch_nlp.testing.equation_specs.elmo import bilstm_states
 from minitorch_nlp.testing.equation_specs.retrieval import span_start_vectors
 from minitorch_nlp.testing import EquationMismatch, TaskNotDone, check_equation, specs
 from minitorch_nlp.testing.check import _gradient_hint, load_candidate
+from tests.cli_checks import console_script, run_printed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -439,24 +440,6 @@ def test_check_command_passes_the_library_and_fails_a_wrong_candidate(capsys):
     assert "on 5 examples (values, float64)" in capsys.readouterr().out
     assert cli.main(["check", "12"]) == 0
     assert "scaled_dot_product_attention(q, k, v" in capsys.readouterr().out
-
-
-def console_script(directory: Path) -> Path:
-    """A launcher like the ``minitorch-nlp`` console script that pip writes: run as a file, it
-    puts its own folder on ``sys.path``, not the working directory."""
-    launcher = directory / "bin" / "minitorch-nlp"
-    launcher.parent.mkdir(parents=True, exist_ok=True)
-    launcher.write_text("import sys\nfrom minitorch_nlp.cli import main\nsys.exit(main())\n")
-    return launcher
-
-
-def run_printed(command: str, cwd: Path, launcher: Path) -> subprocess.CompletedProcess:
-    """Run a ``minitorch-nlp ...`` command line as printed, from ``cwd``."""
-    words = command.split()
-    assert words[0] == "minitorch-nlp"
-    return subprocess.run([sys.executable, str(launcher), *words[1:]], cwd=cwd,
-                          capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
 MYPACKAGE = """\

@@ -16,7 +16,7 @@ from minitorch_nlp.testing.course import (SCHEMA, format_grades, grade, grades_j
                                           new_workspace, parse_equations, parse_sections)
 from minitorch_nlp.testing.syllabus import (BEGIN, END, TASKS, UNITS, syllabus_markdown,
                                             unit_of)
-from tests.test_check import console_script, run_printed
+from tests.cli_checks import console_script, run_printed
 
 ROOT = Path(__file__).resolve().parent.parent
 

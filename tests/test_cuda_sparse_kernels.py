@@ -23,7 +23,7 @@ from minitorch_nlp.attention import LSHAttention
 from minitorch_nlp.attention.lsh import SELF_PENALTY
 from minitorch_nlp.backends import cuda_linear_kernels, cuda_sparse_kernels
 from minitorch_nlp.backends.numpy_backend import NumpyBackend
-from tests.test_backend_cuda import SIMULATOR, gpu_backend  # noqa: F401 - the fixture
+from tests.kernel_checks import SIMULATOR, gpu_backend  # noqa: F401 - the fixture
 
 pytestmark = [
     pytest.mark.cudasim,

@@ -20,8 +20,8 @@ from minitorch_nlp import nn
 from minitorch_nlp.backends import numba_backend
 from minitorch_nlp.testing import strategies as S
 from tests.backend_checks import assert_heads_merge_without_a_copy, heads_split_by_a_permute
-from tests.test_backend_numba import (NUMBA, REF, assert_same, attention_inputs,
-                                      blocks_in_threads, on_threads, parallel)
+from tests.kernel_checks import (NUMBA, REF, assert_same, attention_inputs, blocks_in_threads,
+                                 on_threads, parallel)
 
 
 @given(attention_inputs(), st.sampled_from([1 << 20, 7, 3]), st.booleans(), st.booleans(),

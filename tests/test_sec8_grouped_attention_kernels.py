@@ -27,7 +27,7 @@ from minitorch_nlp.attention import BlockSparseAttention, LSHAttention, SparseTr
 from minitorch_nlp.attention.grouped import GroupedAttention, grouped_attention
 from minitorch_nlp.attention.lsh import SELF_PENALTY
 from minitorch_nlp.backends import get_backend, numpy_tuning
-from tests.test_backend_numba import on_threads
+from tests.kernel_checks import on_threads
 
 pytestmark = [pytest.mark.sec8, pytest.mark.sec9,
               pytest.mark.filterwarnings("ignore:Output seems independent of input")]

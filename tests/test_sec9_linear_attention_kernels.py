@@ -19,7 +19,7 @@ import minitorch_nlp as mt
 from minitorch_nlp.attention import PerformerAttention
 from minitorch_nlp.attention.causal_linear import CausalLinearAttention, causal_linear_attention
 from minitorch_nlp.backends import get_backend
-from tests.test_backend_numba import on_threads
+from tests.kernel_checks import on_threads
 
 pytestmark = pytest.mark.sec9
 
