@@ -55,11 +55,13 @@ def machine():
            f"Python {platform.python_version()}"
 
 
-def commit():
-    """The checkout's commit, with "+changes" when the examples or the package differ from it."""
+def commit(name):
+    """The checkout's commit, with "+changes" when ``examples/NAME.py`` or the package differ
+    from it."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                           text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "examples", "minitorch_nlp"],
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", f"examples/{name}.py",
+                            "minitorch_nlp"],
                            cwd=ROOT, capture_output=True, text=True).stdout.strip()
     return head + ("+changes" if dirty else "")
 
@@ -84,7 +86,7 @@ def run(name, results):
         chosen["options"].pop("out", None)
         record = dict(example=name,
                       command=f"python examples/{name}.py --out docs/results/{name}",
-                      commit=commit(),
+                      commit=commit(name),
                       date=datetime.datetime.now(datetime.timezone.utc).isoformat(
                           timespec="seconds"),
                       wall_time_s=round(wall, 1), machine=machine(), settings=chosen,

@@ -13,6 +13,7 @@ kernel's command line is ignored and that cell chooses them."""
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import sys
@@ -21,8 +22,8 @@ from pathlib import Path
 from .autograd.random import manual_seed
 from .backends import set_backend
 
-__all__ = ["arguments", "example_parser", "fit_classifier", "in_notebook", "progress", "start",
-           "write_metrics"]
+__all__ = ["arguments", "definitions", "example_parser", "fit_classifier", "in_notebook",
+           "progress", "start", "write_metrics"]
 
 
 def example_parser(name, description, *, steps=None, backend=True, text=None):
@@ -69,6 +70,27 @@ def progress(iterable=None, **options):
     else:
         from tqdm.std import tqdm
     return tqdm(iterable, **options)
+
+
+def definitions(path):
+    """The imports, functions, classes and UPPER_CASE constants of the example at ``path``, as a
+    namespace, without running the rest of its cells (its data, training and figures): for
+    reusing or testing a lesson's helpers."""
+    path = Path(path)
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+    def kept(node):
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        names = [n for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        return bool(names) and all(n.id.isupper() for n in names)
+
+    tree.body = [node for node in tree.body if kept(node)]
+    namespace = {"__name__": path.stem, "__file__": str(path)}
+    exec(compile(tree, str(path), "exec"), namespace)
+    return argparse.Namespace(**{k: v for k, v in namespace.items() if not k.startswith("__")})
 
 
 def start(args, settings=None):
