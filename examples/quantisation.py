@@ -13,8 +13,8 @@
 # *The NLP Cookbook*, section VI-C: LQ-Nets (Zhang et al., 2018; eq 56-58), Q-BERT (Shen et al.,
 # 2020; eq 59-60) and Q8BERT (Zafrir et al., 2019; eq 61), from `minitorch_nlp.compress`.
 #
-# A small BERT learns *is this sequence of letters sorted?*
-# (`minitorch_nlp.data.sorted_or_not_task`). Its Linear weights are then quantised to fewer and
+# A small BERT learns *is this sequence of letters sorted, or is one neighbouring pair
+# swapped?* Its Linear weights are then quantised to fewer and
 # fewer bits (one range per matrix, or one per group of output neurons), with Q-BERT's
 # Hessian-aware mixed precision, and with LQ-Nets' learned levels; last, Q8BERT fine-tunes it
 # with fake quantisation and runs it with true int8 weights and activations.
@@ -45,7 +45,6 @@ import numpy as np  # noqa: E402
 import minitorch_nlp as mt  # noqa: E402
 from minitorch_nlp import plots, scripting  # noqa: E402
 from minitorch_nlp.compress import hessian, lq_nets, quantization  # noqa: E402
-from minitorch_nlp.data import sorted_or_not_task  # noqa: E402
 from minitorch_nlp.models.bert import BertConfig, BertForSequenceClassification  # noqa: E402
 from minitorch_nlp.nn import Linear  # noqa: E402
 
@@ -73,12 +72,31 @@ plt = plots.pyplot()
 # %% [markdown]
 # ## The model and the task
 #
-# [CLS] followed by `length` letters, label 1 when they are in alphabetical order. A small BERT
-# learns it in float32; everything after quantises that one trained model.
+# [CLS] followed by `length` letters in alphabetical order (label 1) or the same with one
+# neighbouring pair swapped (label 0): a single inversion anywhere, so every pair of neighbours
+# has to be compared precisely, and rounding the weights shows. A small BERT learns it in
+# float32; everything after quantises that one trained model.
 
 # %%
-train_data, valid = (sorted_or_not_task(cfg[part], cfg["length"], ALPHABET, args.seed + i)
-                     for i, part in enumerate(("train", "valid")))
+def near_sorted_task(n, seed):
+    """(ids (n, 1 + length), labels (n,)): [CLS] (id 1), then letters as ids 2, 3, ...; label 0
+    rows have one ascending neighbouring pair swapped."""
+    rng = np.random.default_rng(seed)
+    letters = np.sort(rng.integers(0, len(ALPHABET), (n, cfg["length"])), axis=1)
+    flat = letters[:, 0] == letters[:, -1]                  # no ascent to swap: make one
+    letters[flat & (letters[:, 0] > 0), 0] -= 1
+    letters[flat & (letters[:, -1] == 0), -1] += 1
+    labels = rng.integers(0, 2, n)
+    for row in np.flatnonzero(labels == 0):
+        j = rng.choice(np.flatnonzero(np.diff(letters[row]) > 0))
+        letters[row, [j, j + 1]] = letters[row, [j + 1, j]]
+    return np.concatenate([np.ones((n, 1), dtype=np.int64), letters + 2], axis=1), labels
+
+
+train_data = near_sorted_task(cfg["train"], args.seed)
+valid = near_sorted_task(cfg["valid"], args.seed + 1)
+print("a sorted example:", "".join(ALPHABET[i - 2] for i in valid[0][valid[1] == 1][0][1:]),
+      "  an unsorted one:", "".join(ALPHABET[i - 2] for i in valid[0][valid[1] == 0][0][1:]))
 model = BertForSequenceClassification(BertConfig(
     vocab_size=len(ALPHABET) + 2, max_position_embeddings=cfg["length"] + 1,
     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **cfg["model"]))
