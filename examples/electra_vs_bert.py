@@ -62,8 +62,8 @@ from minitorch_nlp.models.electra import ElectraConfig, ElectraPretraining  # no
 
 SETTINGS = {
     "full": dict(max_chars=120_000, vocab_size=800, hidden=48, layers=2, heads=4, length=32,
-                 batch=16, bert_steps=600, lr=1e-3, checkpoints=4, task_train=512,
-                 task_test=256, finetune_steps=120, finetune_lr=1e-3),
+                 batch=16, bert_steps=1200, lr=1e-3, checkpoints=3, task_train=1024,
+                 task_test=512, finetune_steps=300, finetune_lr=1e-3),
     "smoke": dict(max_chars=15_000, vocab_size=200, hidden=16, layers=1, heads=2, length=16,
                   batch=8, bert_steps=6, lr=1e-3, checkpoints=2, task_train=32, task_test=32,
                   finetune_steps=4, finetune_lr=1e-3),
