@@ -241,7 +241,7 @@ for (name, points), color in zip(results.items(), ("tab:red", "tab:blue")):
     axis.plot([p["flops"] for p in points], [p["accuracy"] for p in points], "o-",
               color=color, label=name)
 axis.axhline(0.5, color="grey", linestyle=":", label="chance")
-axis.set(xlabel="pretraining FLOPs", ylabel="accuracy: as written or shuffled?",
+axis.set(xlabel="pretraining FLOPs", ylabel="accuracy: as written or shuffled?", ylim=(0.4, 1.0),
          title="same compute: BERT masked LM vs ELECTRA discriminator")
 axis.grid(alpha=0.3)
 axis.legend()
