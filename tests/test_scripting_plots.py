@@ -143,3 +143,13 @@ def test_log_log_panels_show_each_series_with_its_slope(tmp_path):
     plots.log_log_panels(results, [("cost", "cost"), ("flat", "flat")], xlabel="n",
                          title="growth", path=path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_definitions_give_an_examples_helpers_without_running_it(tmp_path):
+    script = tmp_path / "lesson.py"
+    script.write_text("SMOKE = False\nimport math\nLIMIT = 3\n"
+                      "def double(x):\n    return 2 * x\n"
+                      "raise SystemExit('the lesson itself ran')\n", encoding="utf-8")
+    lesson = scripting.definitions(script)
+    assert lesson.double(lesson.LIMIT) == 6 and lesson.math.pi > 3
+    assert lesson.SMOKE is False and not hasattr(lesson, "args")
