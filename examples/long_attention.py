@@ -27,7 +27,7 @@
 # weights, not from a mask builder), then trains a small model with each pattern on a
 # long-range task (retrieve a token planted at the start of the sequence) and reports the
 # accuracy against n. Last, it times forward + backward and traces the peak memory of each
-# core on the numba backend as n grows from 512 to 8k tokens, and fits the log-log slope
+# core on the numba backend as n grows from 256 to 4k tokens, and fits the log-log slope
 # (2 for full attention, 1.5 for sqrt(n) patterns, 1 for linear ones).
 #
 # ```
@@ -58,8 +58,8 @@ from minitorch_nlp import attention as A  # noqa: E402
 from minitorch_nlp import nn, optim, plots, scripting  # noqa: E402
 
 SETTINGS = {
-    "full": dict(picture_time=32, lengths=[512, 1024, 2048, 4096, 8192], head_dim=32,
-                 full_up_to=4096, task_lengths=[64, 128, 256], task_steps=300, task_layers=2),
+    "full": dict(picture_time=32, lengths=[256, 512, 1024, 2048, 4096], head_dim=32,
+                 full_up_to=2048, task_lengths=[32, 64, 128], task_steps=150, task_layers=2),
     "smoke": dict(picture_time=16, lengths=[128, 256, 512], head_dim=16, full_up_to=512,
                   task_lengths=[32, 64], task_steps=3, task_layers=1),
 }
@@ -266,8 +266,8 @@ seconds_task = time.perf_counter() - started
 # * Performer: `PerformerAttention`, 64 random features, causal.
 #
 # The slope of log(cost) against log(n) says how the cost grows: 2 is quadratic, 1 linear. Full
-# attention stops at `full_up_to` tokens (4k in the full run): at 8k one call would take 4x
-# its 4k time, the skip is printed. `benchmarks/long_attention.py` times the same kinds of core
+# attention stops at `full_up_to` tokens (2k in the full run): at 4k one call would take 4x
+# its 2k time, the skip is printed. `benchmarks/long_attention.py` times the same kinds of core
 # beside PyTorch's SDPA at 1 and 2 threads.
 
 # %%
