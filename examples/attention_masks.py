@@ -27,27 +27,36 @@
 # ```
 #
 # Outputs go to `--out` (default `runs/attention_masks`): the PNGs, `all_masks.png`, `cost.png`
-# and `metrics.json`.
+# and `metrics.json`. In a notebook each picture also shows below the cell that draws it.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import numpy as np
-from matplotlib.figure import Figure
+# %%
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
-import minitorch_nlp as mt
-from minitorch_nlp import attention as A
-from minitorch_nlp import plots, scripting
+import minitorch_nlp as mt  # noqa: E402
+from minitorch_nlp import attention as A  # noqa: E402
+from minitorch_nlp import plots, scripting  # noqa: E402
 
 SETTINGS = {
     "full": dict(time=16, long_time=32, block=4, cost_lengths=[64, 256, 1024, 2048]),
     "smoke": dict(time=8, long_time=16, block=2, cost_lengths=[16, 64]),
 }
+parser = scripting.example_parser("attention_masks", "Draw the attention mask of every pattern "
+                                  "in minitorch_nlp.attention", backend=False)
+args = scripting.arguments(parser, smoke=SMOKE)
+cfg, out = scripting.start(args, SETTINGS)
+rng = np.random.default_rng(args.seed)
+drawn = {}
 
 
-def parse_args(argv=None):
-    return scripting.example_parser("attention_masks", "Draw the attention mask of every pattern "
-                                    "in minitorch_nlp.attention", backend=False).parse_args(argv)
+def draw(name, title, mask, tokens=None):
+    """Draw ``mask`` (tokens label its rows and columns), save it as NAME.png and show it."""
+    plots.show(A.draw_mask(mask, title=title, query_labels=tokens, key_labels=tokens).figure,
+               out / f"{name}.png")
+    drawn[name] = (title, mask)
 
 
 # %% [markdown]
@@ -59,12 +68,10 @@ def parse_args(argv=None):
 # **allowed[i, j] = j <= i + (k_time - q_time)**.
 
 # %%
-# Each cell below gives (file name, title, mask, token labels or None) for its pictures.
-def causal_pictures(cfg, rng):
-    time = cfg["time"]
-    return [("causal", "causal: j <= i", A.causal_mask(time), None),
-            ("causal_with_cache", f"causal, 3 new queries after {time - 3} cached keys",
-             A.causal_mask(3, time), None)]
+time = cfg["time"]
+draw("causal", "causal: j <= i", A.causal_mask(time))
+draw("causal_with_cache", f"causal, 3 new queries after {time - 3} cached keys",
+     A.causal_mask(3, time))
 
 
 # %% [markdown]
@@ -75,12 +82,11 @@ def causal_pictures(cfg, rng):
 # (batch, 1, 1, k_time) and `combine` (a logical and, broadcast) joins it with the causal one.
 
 # %%
-def padding_pictures(cfg, rng):
-    words = ["the", "cat", "sat", "down"]
-    padded = words + ["<pad>"] * 2
-    padding = A.padding_mask([len(words), len(padded)], len(padded))
-    both = A.combine(A.causal_mask(len(padded)), padding)   # (batch, 1, time, time)
-    return [("padding_and_causal", "causal and padding (a padded sentence)", both[0, 0], padded)]
+words = ["the", "cat", "sat", "down"]
+padded = words + ["<pad>"] * 2
+padding = A.padding_mask([len(words), len(padded)], len(padded))
+both = A.combine(A.causal_mask(len(padded)), padding)   # (batch, 1, time, time)
+draw("padding_and_causal", "causal and padding (a padded sentence)", both[0, 0], padded)
 
 
 # %% [markdown]
@@ -92,11 +98,9 @@ def padding_pictures(cfg, rng):
 # full attention.
 
 # %%
-def prefix_lm_pictures(cfg, rng):
-    question, answer = ["Q:", "who", "sat", "?", "A:"], ["the", "cat", "sat"]
-    mask = A.prefix_lm_mask(len(question), len(question) + len(answer))
-    return [("prefix_lm", "prefix LM: bidirectional prefix, causal answer", mask,
-             question + answer)]
+question, answer = ["Q:", "who", "sat", "?", "A:"], ["the", "cat", "sat"]
+draw("prefix_lm", "prefix LM: bidirectional prefix, causal answer",
+     A.prefix_lm_mask(len(question), len(question) + len(answer)), question + answer)
 
 
 # %% [markdown]
@@ -111,14 +115,11 @@ def prefix_lm_pictures(cfg, rng):
 # "Francisco": log p(San | is a city) + log p(Francisco | San is a city), the survey's example.
 
 # %%
-def permutation_pictures(cfg, rng):
-    sentence, order = ["San", "Francisco", "is", "a", "city"], [2, 3, 4, 0, 1]
-    content, query = A.permutation_mask(order)
-    order_text = " → ".join(sentence[p] for p in order)
-    return [("permutation_content", f"XLNet content stream\norder {order_text}", content,
-             sentence),
-            ("permutation_query", "XLNet query stream (content minus the diagonal)", query,
-             sentence)]
+sentence, order = ["San", "Francisco", "is", "a", "city"], [2, 3, 4, 0, 1]
+content, query = A.permutation_mask(order)
+order_text = " → ".join(sentence[p] for p in order)
+draw("permutation_content", f"XLNet content stream\norder {order_text}", content, sentence)
+draw("permutation_query", "XLNet query stream (content minus the diagonal)", query, sentence)
 
 
 # %% [markdown]
@@ -132,13 +133,10 @@ def permutation_pictures(cfg, rng):
 # keeps such global tokens as a separate input).
 
 # %%
-def longformer_pictures(cfg, rng):
-    time = cfg["time"]
-    return [("sliding_window", "sliding window, w = 2", A.sliding_window_mask(time, 2), None),
-            ("dilated_window", "dilated sliding window, w = 2, d = 2",
-             A.sliding_window_mask(time, 2, dilation=2), None),
-            ("global", "Longformer: global [CLS] + window w = 1",
-             A.global_mask(time, [0], window=1), None)]
+draw("sliding_window", "sliding window, w = 2", A.sliding_window_mask(time, 2))
+draw("dilated_window", "dilated sliding window, w = 2, d = 2",
+     A.sliding_window_mask(time, 2, dilation=2))
+draw("global", "Longformer: global [CLS] + window w = 1", A.global_mask(time, [0], window=1))
 
 
 # %% [markdown]
@@ -151,11 +149,10 @@ def longformer_pictures(cfg, rng):
 # Turing-completeness results rest on.
 
 # %%
-def bigbird_pictures(cfg, rng):
-    block = cfg["block"]
-    mask = A.block_sparse_mask(cfg["long_time"], block, num_window_blocks=3, global_blocks=(0,),
-                               num_random_blocks=1, generator=mt.Generator(cfg["seed"]))
-    return [("bigbird", f"BigBird: blocks of {block}, window 3, global 1, random 1", mask, None)]
+block = cfg["block"]
+draw("bigbird", f"BigBird: blocks of {block}, window 3, global 1, random 1",
+     A.block_sparse_mask(cfg["long_time"], block, num_window_blocks=3, global_blocks=(0,),
+                         num_random_blocks=1, generator=mt.Generator(args.seed)))
 
 
 # %% [markdown]
@@ -170,16 +167,12 @@ def bigbird_pictures(cfg, rng):
 # mask, one pattern per head).
 
 # %%
-def sparse_transformer_pictures(cfg, rng):
-    time = cfg["time"]
-    stride = int(np.sqrt(time))
-    local_head, strided_head = A.strided_mask(time, stride, factorized=True)
-    return [("strided_head_1", f"strided, head 1: the previous l = {stride}", local_head, None),
-            ("strided_head_2", f"strided, head 2: every l = {stride}-th", strided_head, None),
-            ("strided", f"strided, merged heads (l = {stride})", A.strided_mask(time, stride),
-             None),
-            ("fixed", f"fixed, merged heads (l = {stride}, c = 1)", A.fixed_mask(time, stride, 1),
-             None)]
+stride = int(np.sqrt(time))
+local_head, strided_head = A.strided_mask(time, stride, factorized=True)
+draw("strided_head_1", f"strided, head 1: the previous l = {stride}", local_head)
+draw("strided_head_2", f"strided, head 2: every l = {stride}-th", strided_head)
+draw("strided", f"strided, merged heads (l = {stride})", A.strided_mask(time, stride))
+draw("fixed", f"fixed, merged heads (l = {stride}, c = 1)", A.fixed_mask(time, stride, 1))
 
 
 # %% [markdown]
@@ -192,18 +185,21 @@ def sparse_transformer_pictures(cfg, rng):
 # here are random points near three centres.
 
 # %%
-def reformer_pictures(cfg, rng):
-    time = cfg["time"]
-    centres = rng.standard_normal((3, 8))
-    vectors = centres[rng.integers(0, 3, time)] + 0.3 * rng.standard_normal((time, 8))
-    projected = vectors @ rng.standard_normal((8, 2))
-    buckets = np.argmax(np.concatenate([projected, -projected], axis=1), axis=1)
-    mask = A.bucket_mask(buckets[None], causal=True)[0, 0]
-    by_bucket = np.argsort(buckets, kind="stable")
-    return [("buckets", f"Reformer: same bucket, causal\nbuckets {buckets.tolist()}", mask,
-             None),
-            ("buckets_sorted", "the same, sorted by bucket (position:bucket)",
-             mask[np.ix_(by_bucket, by_bucket)], [f"{p}:{buckets[p]}" for p in by_bucket])]
+centres = rng.standard_normal((3, 8))
+vectors = centres[rng.integers(0, 3, time)] + 0.3 * rng.standard_normal((time, 8))
+projected = vectors @ rng.standard_normal((8, 2))
+buckets = np.argmax(np.concatenate([projected, -projected], axis=1), axis=1)
+mask = A.bucket_mask(buckets[None], causal=True)[0, 0]
+by_bucket = np.argsort(buckets, kind="stable")
+draw("buckets", f"Reformer: same bucket, causal\nbuckets {buckets.tolist()}", mask)
+draw("buckets_sorted", "the same, sorted by bucket (position:bucket)",
+     mask[np.ix_(by_bucket, by_bucket)], [f"{p}:{buckets[p]}" for p in by_bucket])
+
+# %% [markdown]
+# ## All of them side by side
+
+# %%
+plots.show(A.draw_masks(dict(drawn.values()), columns=4), out / "all_masks.png")
 
 
 # %% [markdown]
@@ -227,59 +223,31 @@ def cost_patterns(n, seed):
     }
 
 
-def plot_cost(cost, path):
-    figure = Figure(figsize=(6.5, 4.5), layout="constrained")
-    ax = figure.add_subplot()
-    for name, by_length in cost.items():
-        ax.plot(list(by_length), [v["pairs"] for v in by_length.values()], marker="o",
-                label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel("sequence length n")
-    ax.set_ylabel("query-key pairs computed")
-    ax.set_title("attention cost of each pattern")
-    ax.legend(fontsize="small")
-    plots.save(figure, path)
+cost = {}
+for n in cfg["cost_lengths"]:
+    for name, pattern in cost_patterns(n, args.seed).items():
+        cost.setdefault(name, {})[n] = {"pairs": int(pattern.sum()),
+                                        "max_keys_per_query": int(pattern.sum(axis=1).max())}
+print("pattern".ljust(24) + "".join(f"pairs at n={n}".rjust(18) for n in cfg["cost_lengths"]))
+for name, by_length in cost.items():
+    print(name.ljust(24) + "".join(f"{v['pairs']:>18,}" for v in by_length.values()))
 
+figure = Figure(figsize=(6.5, 4.5), layout="constrained")
+ax = figure.add_subplot()
+for name, by_length in cost.items():
+    ax.plot(list(by_length), [v["pairs"] for v in by_length.values()], marker="o", label=name)
+ax.set_xscale("log", base=2)
+ax.set_yscale("log", base=2)
+ax.set_xlabel("sequence length n")
+ax.set_ylabel("query-key pairs computed")
+ax.set_title("attention cost of each pattern")
+ax.legend(fontsize="small")
+plots.show(figure, out / "cost.png")
 
 # %%
-PICTURES = (causal_pictures, padding_pictures, prefix_lm_pictures, permutation_pictures,
-            longformer_pictures, bigbird_pictures, sparse_transformer_pictures, reformer_pictures)
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    cfg, out = scripting.start(args, SETTINGS)
-    cfg = {**cfg, "seed": args.seed}
-    rng = np.random.default_rng(args.seed)
-    drawn = {}
-    for pictures in PICTURES:
-        for name, title, mask, tokens in pictures(cfg, rng):
-            A.draw_mask(mask, title=title, query_labels=tokens, key_labels=tokens,
-                        path=out / f"{name}.png")
-            drawn[name] = (title, mask)
-    A.draw_masks(dict(drawn.values()), out / "all_masks.png", columns=4)
-
-    cost = {}
-    for n in cfg["cost_lengths"]:
-        for name, mask in cost_patterns(n, args.seed).items():
-            cost.setdefault(name, {})[n] = {"pairs": int(mask.sum()),
-                                            "max_keys_per_query": int(mask.sum(axis=1).max())}
-    print("pattern".ljust(24) + "".join(f"pairs at n={n}".rjust(18) for n in cfg["cost_lengths"]))
-    for name, by_length in cost.items():
-        print(name.ljust(24) + "".join(f"{v['pairs']:>18,}" for v in by_length.values()))
-    plot_cost(cost, out / "cost.png")
-
-    summary = {
-        "smoke": args.smoke, "seed": args.seed,
-        "pictures": sorted(f"{name}.png" for name in drawn) + ["all_masks.png", "cost.png"],
-        "allowed_fraction": {name: float(mask.mean()) for name, (_, mask) in drawn.items()},
-        "cost": {name: {str(n): v for n, v in by_length.items()} for name, by_length in cost.items()},
-    }
-    scripting.write_metrics(out, summary)
-    print(f"wrote {len(summary['pictures'])} pictures to {out}")
-    return summary
-
-
-if __name__ == "__main__":
-    main()
+scripting.write_metrics(out, {
+    "smoke": args.smoke, "seed": args.seed,
+    "pictures": sorted(f"{name}.png" for name in drawn) + ["all_masks.png", "cost.png"],
+    "allowed_fraction": {name: float(m.mean()) for name, (_, m) in drawn.items()},
+    "cost": {name: {str(n): v for n, v in by_length.items()} for name, by_length in cost.items()},
+})

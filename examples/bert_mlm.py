@@ -23,19 +23,21 @@
 # got from unlabelled text.
 #
 # ```
-# python examples/bert_mlm.py            # 2500 pretraining steps: about 4 minutes on 2 CPU cores
+# python examples/bert_mlm.py            # 2500 pretraining steps: minutes on 2 CPU cores
 # python examples/bert_mlm.py --smoke    # seconds: the pipeline end to end
 # ```
 #
 # Outputs go to `--out` (default `runs/bert_mlm`): `metrics.json`, `pretraining.png` (losses)
-# and `fine_tuning.png` (accuracy of pretrained vs from-scratch).
+# and `fine_tuning.png` (accuracy of pretrained vs from-scratch). In a notebook each figure also
+# shows below the cell that makes it.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import os
-import re
-import time
+# %%
+import os  # noqa: E402
+import re  # noqa: E402
+import time  # noqa: E402
 
 # One BLAS thread: the matrices here are small, and on a busy machine two BLAS threads per
 # process spin against each other and run many times slower than one. Set OPENBLAS_NUM_THREADS
@@ -44,7 +46,6 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
 from minitorch_nlp import optim, plots, scripting  # noqa: E402
@@ -62,15 +63,15 @@ SETTINGS = {
                   max_length=32, batch=8, steps=12, warmup=2, lr=1e-3, eval_every=6,
                   eval_pairs=16, task_lr=1e-3, task_epochs=2),
 }
-
-
-def parse_args(argv=None):
-    parser = scripting.example_parser(
-        "bert_mlm", "BERT: masked-LM + NSP pretraining on the built-in corpus, then "
-        "fine-tuning (IV-C)", steps="pretraining steps (2500; smoke: 12)",
-        text="a UTF-8 text file to use instead of the built-in corpus (paragraphs separated by "
-             "blank lines)")
-    return parser.parse_args(argv)
+parser = scripting.example_parser(
+    "bert_mlm", "BERT: masked-LM + NSP pretraining on the built-in corpus, then fine-tuning "
+    "(IV-C)", steps="pretraining steps (2500; smoke: 12)",
+    text="a UTF-8 text file to use instead of the built-in corpus (paragraphs separated by "
+         "blank lines)")
+args = scripting.arguments(parser, smoke=SMOKE)
+run_start = time.perf_counter()
+cfg, out = scripting.start(args, SETTINGS)
+steps = args.steps if args.steps is not None else cfg["steps"]
 
 
 # %% [markdown]
@@ -93,14 +94,15 @@ def documents_of(text):
     return [document for document in documents if document]
 
 
-def build_data(cfg, text, seed):
-    documents = documents_of(text)
-    order = np.random.default_rng(seed).permutation(len(documents))
-    held_out = max(2, len(documents) // 6)
-    train = [documents[i] for i in order[held_out:]]
-    test = [documents[i] for i in order[:held_out]]
-    tokenizer = WordPieceTokenizer.train((s for doc in train for s in doc), cfg["vocab_size"])
-    return train, test, tokenizer
+text = load_text(args.text) if args.text else stdlib_corpus(cfg["max_chars"])
+documents = documents_of(text)
+order = np.random.default_rng(args.seed).permutation(len(documents))
+held_out = max(2, len(documents) // 6)
+train_docs = [documents[i] for i in order[held_out:]]
+test_docs = [documents[i] for i in order[:held_out]]
+tokenizer = WordPieceTokenizer.train((s for doc in train_docs for s in doc), cfg["vocab_size"])
+print(f"{len(train_docs)} training documents, {len(test_docs)} held out; WordPiece vocabulary "
+      f"{len(tokenizer)}; a segment: {tokenizer.tokenize(train_docs[0][0])[:12]}")
 
 
 # %% [markdown]
@@ -112,6 +114,15 @@ def build_data(cfg, text, seed):
 # decoder tied to the word embeddings, AdamW (weight decay 0.01) with linear warm-up and decay.
 # One departure: no dropout. A model this small, trained for a few thousand steps, underfits
 # the corpus; dropout would only slow it down.
+
+# %%
+config = BertConfig(vocab_size=len(tokenizer), hidden_size=cfg["hidden"],
+                    num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
+                    intermediate_size=cfg["ffn"], max_position_embeddings=cfg["max_length"],
+                    pad_token_id=tokenizer.pad_token_id, num_labels=2,
+                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+model = BertForPreTraining(config)
+print(f"{model.num_parameters()} parameters")
 
 # %% [markdown]
 # ## Pretraining data: segment pairs, masked
@@ -148,31 +159,6 @@ def take(data, rows):
             for key, value in data.items()}
 
 
-def pretrain(model, cfg, steps, pairs, validation, collator, seed):
-    optimizer = optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
-    schedule = optim.LinearWarmupDecayLR(optimizer, cfg["warmup"], steps)
-    rng = np.random.default_rng(seed)
-    history = {"step": [], "loss": [], "val_step": [], "val_mlm": [], "val_nsp_accuracy": []}
-    bar = tqdm(range(1, steps + 1), desc="pretraining", unit="step")
-    for step in bar:
-        batch = collator(take(pairs, rng.integers(0, len(pairs["input_ids"]), cfg["batch"])))
-        loss = model(**batch).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        history["step"].append(step)
-        history["loss"].append(loss.item())
-        if step % cfg["eval_every"] == 0 or step == steps:
-            mlm, nsp = evaluate_pretraining(model, validation)
-            history["val_step"].append(step)
-            history["val_mlm"].append(mlm)
-            history["val_nsp_accuracy"].append(nsp)
-            bar.set_postfix(loss=f"{np.mean(history['loss'][-50:]):.3f}", val_mlm=f"{mlm:.3f}",
-                            val_nsp=f"{nsp:.2f}")
-    return history
-
-
 def unigram_loss(pairs, validation, vocab_size):
     """The validation MLM loss of a model that ignores the context and predicts every picked
     token with its frequency in the training pairs (add-one smoothed): the bar to beat."""
@@ -202,6 +188,64 @@ def evaluate_pretraining(model, validation, chunk=128):
     return float(nll / picked), correct / len(validation["input_ids"])
 
 
+pairs = encode_pairs(tokenizer, train_docs, cfg["max_length"], args.seed)
+collator = MaskedLMCollator.from_tokenizer(tokenizer, seed=args.seed)
+validation_pairs = encode_pairs(tokenizer, test_docs, cfg["max_length"], args.seed + 1)
+keep = np.arange(min(cfg["eval_pairs"], len(validation_pairs["input_ids"])))
+validation = MaskedLMCollator.from_tokenizer(tokenizer, seed=args.seed + 1)(
+    {key: value[keep] for key, value in validation_pairs.items()})
+print(f"{len(pairs['input_ids'])} training segment pairs")
+
+# %% [markdown]
+# ## Pretraining
+#
+# The validation masked-LM loss is compared with a model that ignores the context and guesses
+# each picked token by its frequency (the bar to beat); NSP against chance.
+
+# %%
+optimizer = optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
+schedule = optim.LinearWarmupDecayLR(optimizer, cfg["warmup"], steps)
+rng = np.random.default_rng(args.seed)
+history = {"step": [], "loss": [], "val_step": [], "val_mlm": [], "val_nsp_accuracy": []}
+began = time.perf_counter()
+bar = scripting.progress(range(1, steps + 1), desc="pretraining", unit="step")
+for step in bar:
+    batch = collator(take(pairs, rng.integers(0, len(pairs["input_ids"]), cfg["batch"])))
+    loss = model(**batch).loss
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    schedule.step()
+    history["step"].append(step)
+    history["loss"].append(loss.item())
+    if step % cfg["eval_every"] == 0 or step == steps:
+        mlm, nsp = evaluate_pretraining(model, validation)
+        history["val_step"].append(step)
+        history["val_mlm"].append(mlm)
+        history["val_nsp_accuracy"].append(nsp)
+        bar.set_postfix(loss=f"{np.mean(history['loss'][-50:]):.3f}", val_mlm=f"{mlm:.3f}",
+                        val_nsp=f"{nsp:.2f}")
+pretrain_seconds = time.perf_counter() - began
+unigram = unigram_loss(pairs, validation, len(tokenizer))
+print(f"pretrained {steps} steps in {pretrain_seconds:.0f} s: validation MLM loss "
+      f"{history['val_mlm'][-1]:.3f} (token frequencies alone: {unigram:.3f}), NSP "
+      f"accuracy {history['val_nsp_accuracy'][-1]:.2f}")
+
+figure, (left, right) = plots.pyplot().subplots(1, 2, figsize=(10, 4))
+plots.loss_curves(left, history["step"], {"training MLM + NSP": history["loss"]},
+                  validation=(history["val_step"], history["val_mlm"]),
+                  validation_label="validation MLM", title="pretraining loss")
+left.axhline(unigram, color="grey", linestyle=":", label="validation MLM, unigram guess")
+left.legend()
+right.plot(history["val_step"], history["val_nsp_accuracy"], "o-", color="tab:green",
+           label="validation NSP")
+right.axhline(0.5, color="grey", linestyle=":", label="chance")
+right.set(xlabel="step", ylabel="accuracy", ylim=(0.0, 1.0),
+          title="next sentence prediction (validation)")
+right.legend()
+plots.show(figure, out / "pretraining.png")
+
+
 # %% [markdown]
 # ## What the masked LM learned
 #
@@ -223,6 +267,12 @@ def fill_in(model, tokenizer, sentence, max_length, rng, count=2):
                tokenizer.convert_ids_to_tokens(np.argsort(-logits[p])[:3].tolist())
                for p in positions}
     return tokenizer.decode(masked[0], skip_special_tokens=False), guesses
+
+
+rng = np.random.default_rng(args.seed)
+examples = [fill_in(model, tokenizer, doc[0], cfg["max_length"], rng) for doc in test_docs[:4]]
+for masked, guesses in examples:
+    print(f"  {masked}\n    {guesses}")
 
 
 # %% [markdown]
@@ -254,11 +304,12 @@ def shuffle_task(tokenizer, documents, max_length, rng):
     return dict(batch, labels=labels)
 
 
-def fine_tune(model, cfg, train, test, seed, name):
+def fine_tune(model, train, test, seed, name):
     optimizer = optim.AdamW(model.parameters(), lr=cfg["task_lr"], weight_decay=0.01)
     rng = np.random.default_rng(seed)
     curve = [evaluate_task(model, test)]
-    for _ in tqdm(range(cfg["task_epochs"]), desc=f"fine-tuning ({name})", unit="epoch"):
+    for _ in scripting.progress(range(cfg["task_epochs"]), desc=f"fine-tuning ({name})",
+                                unit="epoch"):
         order = rng.permutation(len(train["labels"]))
         for start in range(0, len(order), 16):
             loss = model(**take(train, order[start:start + 16])).loss
@@ -277,109 +328,39 @@ def evaluate_task(model, test):
     return float((logits.argmax(-1) == test["labels"]).mean())
 
 
-# %% [markdown]
-# ## Pictures
+task = shuffle_task(tokenizer, test_docs, cfg["max_length"], np.random.default_rng(args.seed + 2))
+half = len(task["labels"]) // 2
+task_train = {key: value[:half] for key, value in task.items()}
+task_test = {key: value[half:] for key, value in task.items()}
+curves = {}
+for name in ("pretrained", "from scratch"):
+    mt.manual_seed(args.seed + 3)
+    classifier = BertForSequenceClassification(config)
+    if name == "pretrained":
+        classifier.bert.load_state_dict(model.bert.state_dict())
+    curves[name] = fine_tune(classifier, task_train, task_test, args.seed + 4, name)
+    print(f"{name}: held-out accuracy {curves[name][-1]:.3f}")
+
+figure, axis = plots.pyplot().subplots(figsize=(6, 4))
+for name, curve in curves.items():
+    axis.plot(range(len(curve)), curve, "o-", label=name)
+axis.axhline(0.5, color="grey", linestyle=":", label="chance")
+axis.set(xlabel="epoch", ylabel="held-out accuracy", ylim=(0.0, 1.0),
+         title="original or shuffled? (fine-tuning)")
+axis.legend()
+plots.show(figure, out / "fine_tuning.png")
 
 # %%
-def plot_pretraining(history, unigram, path):
-    figure, (left, right) = plots.pyplot().subplots(1, 2, figsize=(10, 4))
-    plots.loss_curves(left, history["step"], {"training MLM + NSP": history["loss"]},
-                      validation=(history["val_step"], history["val_mlm"]),
-                      validation_label="validation MLM", title="pretraining loss")
-    left.axhline(unigram, color="grey", linestyle=":", label="validation MLM, unigram guess")
-    left.legend()
-    right.plot(history["val_step"], history["val_nsp_accuracy"], "o-", color="tab:green",
-               label="validation NSP")
-    right.axhline(0.5, color="grey", linestyle=":", label="chance")
-    right.set(xlabel="step", ylabel="accuracy", ylim=(0.0, 1.0),
-              title="next sentence prediction (validation)")
-    right.legend()
-    plots.save(figure, path)
-
-
-def plot_fine_tuning(curves, path):
-    figure, axis = plots.pyplot().subplots(figsize=(6, 4))
-    for name, curve in curves.items():
-        axis.plot(range(len(curve)), curve, "o-", label=name)
-    axis.axhline(0.5, color="grey", linestyle=":", label="chance")
-    axis.set(xlabel="epoch", ylabel="held-out accuracy", ylim=(0.0, 1.0),
-             title="original or shuffled? (fine-tuning)")
-    axis.legend()
-    plots.save(figure, path)
-
-
-# %% [markdown]
-# ## Putting it together
-
-# %%
-def main(argv=None):
-    args = parse_args(argv)
-    run_start = time.perf_counter()
-    cfg, out = scripting.start(args, SETTINGS)
-    steps = args.steps if args.steps is not None else cfg["steps"]
-
-    text = load_text(args.text) if args.text else stdlib_corpus(cfg["max_chars"])
-    train_docs, test_docs, tokenizer = build_data(cfg, text, args.seed)
-    pairs = encode_pairs(tokenizer, train_docs, cfg["max_length"], args.seed)
-    collator = MaskedLMCollator.from_tokenizer(tokenizer, seed=args.seed)
-    validation_pairs = encode_pairs(tokenizer, test_docs, cfg["max_length"], args.seed + 1)
-    keep = np.arange(min(cfg["eval_pairs"], len(validation_pairs["input_ids"])))
-    validation = MaskedLMCollator.from_tokenizer(tokenizer, seed=args.seed + 1)(
-        {key: value[keep] for key, value in validation_pairs.items()})
-
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=cfg["hidden"],
-                        num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
-                        intermediate_size=cfg["ffn"], max_position_embeddings=cfg["max_length"],
-                        pad_token_id=tokenizer.pad_token_id, num_labels=2,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = BertForPreTraining(config)
-    print(f"{len(train_docs)} training documents, {len(pairs['input_ids'])} segment pairs, "
-          f"WordPiece vocabulary {len(tokenizer)}, {model.num_parameters()} parameters")
-
-    start = time.perf_counter()
-    history = pretrain(model, cfg, steps, pairs, validation, collator, args.seed)
-    pretrain_seconds = time.perf_counter() - start
-    unigram = unigram_loss(pairs, validation, len(tokenizer))
-    plot_pretraining(history, unigram, out / "pretraining.png")
-    print(f"pretrained {steps} steps in {pretrain_seconds:.0f} s: validation MLM loss "
-          f"{history['val_mlm'][-1]:.3f} (token frequencies alone: {unigram:.3f}), NSP "
-          f"accuracy {history['val_nsp_accuracy'][-1]:.2f}")
-
-    rng = np.random.default_rng(args.seed)
-    examples = [fill_in(model, tokenizer, doc[0], cfg["max_length"], rng) for doc in test_docs[:4]]
-    for masked, guesses in examples:
-        print(f"  {masked}\n    {guesses}")
-
-    task = shuffle_task(tokenizer, test_docs, cfg["max_length"],
-                        np.random.default_rng(args.seed + 2))
-    half = len(task["labels"]) // 2
-    task_train = {key: value[:half] for key, value in task.items()}
-    task_test = {key: value[half:] for key, value in task.items()}
-    curves = {}
-    for name in ("pretrained", "from scratch"):
-        mt.manual_seed(args.seed + 3)
-        classifier = BertForSequenceClassification(config)
-        if name == "pretrained":
-            classifier.bert.load_state_dict(model.bert.state_dict())
-        curves[name] = fine_tune(classifier, cfg, task_train, task_test, args.seed + 4, name)
-        print(f"{name}: held-out accuracy {curves[name][-1]:.3f}")
-    plot_fine_tuning(curves, out / "fine_tuning.png")
-
-    metrics = {
-        "smoke": args.smoke, "seed": args.seed, "backend": args.backend, "steps": steps,
-        "pretrain_seconds": pretrain_seconds, "parameters": model.num_parameters(),
-        "vocab_size": len(tokenizer), "training_pairs": int(len(pairs["input_ids"])),
-        "val_mlm_loss_unigram": unigram,
-        "final_val_mlm_loss": history["val_mlm"][-1],
-        "final_val_nsp_accuracy": history["val_nsp_accuracy"][-1],
-        "fine_tuning_accuracy": {name: curve[-1] for name, curve in curves.items()},
-        "fine_tuning_curves": curves, "history": history,
-        "fill_in": [{"masked": masked, "guesses": guesses} for masked, guesses in examples],
-        "task_examples": {"train": half, "test": len(task["labels"]) - half}, "config": cfg,
-        "total_seconds": time.perf_counter() - run_start,
-    }
-    return scripting.write_metrics(out, metrics)
-
-
-if __name__ == "__main__":
-    main()
+scripting.write_metrics(out, {
+    "smoke": args.smoke, "seed": args.seed, "backend": args.backend, "steps": steps,
+    "pretrain_seconds": pretrain_seconds, "parameters": model.num_parameters(),
+    "vocab_size": len(tokenizer), "training_pairs": int(len(pairs["input_ids"])),
+    "val_mlm_loss_unigram": unigram,
+    "final_val_mlm_loss": history["val_mlm"][-1],
+    "final_val_nsp_accuracy": history["val_nsp_accuracy"][-1],
+    "fine_tuning_accuracy": {name: curve[-1] for name, curve in curves.items()},
+    "fine_tuning_curves": curves, "history": history,
+    "fill_in": [{"masked": masked, "guesses": guesses} for masked, guesses in examples],
+    "task_examples": {"train": half, "test": len(task["labels"]) - half}, "config": cfg,
+    "total_seconds": time.perf_counter() - run_start,
+})

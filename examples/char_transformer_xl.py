@@ -39,30 +39,32 @@
 # reuses the memory.
 #
 # ```
-# python examples/char_transformer_xl.py            # a few minutes on a laptop CPU
+# python examples/char_transformer_xl.py            # the full run: minutes on 2 CPU cores
 # python examples/char_transformer_xl.py --smoke    # seconds
 # ```
 #
 # Outputs go to `--out` (default `runs/char_transformer_xl`): `metrics.json`, `loss.png`,
-# `bpc_by_context.png`, `eval_speed.png`.
+# `bpc_by_context.png`, `eval_speed.png`. In a notebook each figure also shows below the cell
+# that makes it.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import math
-import time
+# %%
+import math  # noqa: E402
+import time  # noqa: E402
 
-import numpy as np
-from tqdm.auto import tqdm
+import numpy as np  # noqa: E402
 
-import minitorch_nlp as mt
-from minitorch_nlp import functional as F
-from minitorch_nlp import optim, plots, scripting
-from minitorch_nlp.data import load_text
-from minitorch_nlp.data.tokenizers import CharTokenizer
-from minitorch_nlp.models.char_transformer import (CharTransformerConfig,
+import minitorch_nlp as mt  # noqa: E402
+from minitorch_nlp import functional as F  # noqa: E402
+from minitorch_nlp import optim, plots, scripting  # noqa: E402
+from minitorch_nlp.data import load_text  # noqa: E402
+from minitorch_nlp.data.tokenizers import CharTokenizer  # noqa: E402
+from minitorch_nlp.models.char_transformer import (CharTransformerConfig,  # noqa: E402
                                                    CharTransformerLMHeadModel)
-from minitorch_nlp.models.transformer_xl import TransfoXLConfig, TransfoXLLMHeadModel
+from minitorch_nlp.models.transformer_xl import (TransfoXLConfig,  # noqa: E402
+                                                 TransfoXLLMHeadModel)
 
 SETTINGS = {
     "full": dict(corpus_chars=200_000, batch=8, segment=32, mem_len=32, d_model=32, n_head=4,
@@ -73,14 +75,14 @@ SETTINGS = {
                   n_layer=2, lr=5e-3, steps=6, val_chars=600, eval_memories=(0, 8, 16),
                   vanilla_contexts=(4, 8), speed_contexts=(8, 16), speed_predictions=8),
 }
-
-
-def parse_args(argv=None):
-    parser = scripting.example_parser(
-        "char_transformer_xl", __doc__ or "Transformer-XL on the stdlib corpus",
-        steps="training steps (300; smoke: 6)",
-        text="a UTF-8 text file to use instead of the stdlib corpus")
-    return parser.parse_args(argv)
+parser = scripting.example_parser(
+    "char_transformer_xl", "Transformer-XL against the deep character Transformer (VIII-A, B)",
+    steps="training steps (300; smoke: 6)",
+    text="a UTF-8 text file to use instead of the stdlib corpus")
+args = scripting.arguments(parser, smoke=SMOKE)
+settings, out = scripting.start(args, SETTINGS)
+steps = args.steps or settings["steps"]
+plt = plots.pyplot()
 
 
 # %% [markdown]
@@ -97,6 +99,16 @@ def streams(ids, batch):
     return ids[:length * batch].reshape(batch, length)
 
 
+text = load_text(args.text)[:settings["corpus_chars"]]
+tokenizer = CharTokenizer.train(text)
+ids = np.asarray(tokenizer.encode(text, add_special_tokens=False), dtype=np.int64)
+split = len(ids) - settings["val_chars"]
+train_rows, val_rows = streams(ids[:split], settings["batch"]), streams(ids[split:], 2)
+d, segment = settings["d_model"], settings["segment"]
+print(f"{len(ids)} characters, {len(tokenizer)} symbols; {train_rows.shape[0]} training streams "
+      f"of {train_rows.shape[1]} characters, read {segment} at a time")
+
+
 def segment_loss(model, rows, start, length, mems):
     """Mean -log P of the characters after [start, start + length) of every row, and the new
     memories."""
@@ -105,11 +117,11 @@ def segment_loss(model, rows, start, length, mems):
     return F.nll_loss(out.logits, targets), out.mems
 
 
-def train_xl(model, rows, settings, steps):
+def train_xl(model, rows):
     optimizer = optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
     segment, mems, losses, start = settings["segment"], None, [], 0
     model.train()
-    for _ in tqdm(range(steps), desc="XL", leave=False):
+    for _ in scripting.progress(range(steps), desc="XL"):
         if start + segment + 1 > rows.shape[1]:
             start, mems = 0, None
         loss, mems = segment_loss(model, rows, start, segment, mems)
@@ -125,16 +137,17 @@ def train_xl(model, rows, settings, steps):
 # ## The vanilla model: random segments, auxiliary losses
 #
 # Each step draws `batch` segments of L + 1 characters at random places of the text (L
-# predictions each, as XL's steps; nothing passes from one step to the next), and the model is told how far training is, so
-# that the intermediate layers' losses stop on the paper's schedule (eq 85's conditionals at
-# every position, from every layer, for the next two characters).
+# predictions each, as XL's steps; nothing passes from one step to the next), and the model is
+# told how far training is, so that the intermediate layers' losses stop on the paper's
+# schedule (eq 85's conditionals at every position, from every layer, for the next two
+# characters).
 
 # %%
-def train_vanilla(model, ids, settings, steps, rng):
+def train_vanilla(model, ids, rng):
     optimizer = optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
     length, losses = settings["segment"] + 1, []
     model.train()
-    for step in tqdm(range(steps), desc="vanilla", leave=False):
+    for step in scripting.progress(range(steps), desc="vanilla"):
         starts = rng.integers(0, len(ids) - length, settings["batch"])
         segments = np.stack([ids[s:s + length] for s in starts])
         model.set_training_progress(step / steps)
@@ -144,6 +157,24 @@ def train_vanilla(model, ids, settings, steps, rng):
         optimizer.step()
         losses.append(out.loss.item())
     return losses
+
+
+mt.manual_seed(args.seed)
+xl = TransfoXLLMHeadModel(TransfoXLConfig(
+    vocab_size=len(tokenizer), cutoffs=[], d_model=d, d_embed=d, n_head=settings["n_head"],
+    d_head=d // settings["n_head"], d_inner=4 * d, div_val=1, n_layer=settings["n_layer"],
+    mem_len=settings["mem_len"], clamp_len=0, dropout=0.0))
+mt.manual_seed(args.seed)
+vanilla = CharTransformerLMHeadModel(CharTransformerConfig(
+    vocab_size=len(tokenizer), n_positions=segment + 1, n_embd=d, n_layer=settings["n_layer"],
+    n_head=settings["n_head"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+losses = {"XL": train_xl(xl, train_rows),
+          "vanilla + auxiliary losses": train_vanilla(vanilla, ids[:split],
+                                                      np.random.default_rng(args.seed))}
+fig, ax = plt.subplots(figsize=(6, 4))
+plots.loss_curves(ax, range(1, steps + 1), losses,
+                  title="training loss (the vanilla one sums its auxiliary losses)")
+plots.show(fig, out / "loss.png")
 
 
 # %% [markdown]
@@ -180,6 +211,26 @@ def bits_per_character(model, rows, segment, memory):
     return total / count / math.log(2)
 
 
+bpc_xl = {m: bits_per_character(xl, val_rows, segment, m) for m in settings["eval_memories"]}
+first = max(settings["vanilla_contexts"])
+bpc_vanilla = {c: vanilla_bits_per_character(vanilla, ids[split:], c, first)
+               for c in settings["vanilla_contexts"]}
+print("XL: bits per character by evaluation memory "
+      + ", ".join(f"M={m}: {b:.3f}" for m, b in bpc_xl.items()))
+print("vanilla + auxiliary losses: bits per character by context "
+      + ", ".join(f"C={c}: {b:.3f}" for c, b in bpc_vanilla.items()))
+fig, ax = plt.subplots(figsize=(6, 4))
+ax.plot([m + segment for m in bpc_xl], list(bpc_xl.values()), "o-",
+        label="XL (memory M + segment L)")
+ax.plot(list(bpc_vanilla), list(bpc_vanilla.values()), "s-",
+        label="vanilla + auxiliary losses (window C)")
+ax.set(xlabel="most characters of context a prediction sees", ylabel="bits per character",
+       title="held-out bits per character")
+ax.legend()
+ax.grid(alpha=0.3)
+plots.show(fig, out / "bpc_by_context.png")
+
+
 # %% [markdown]
 # ## Evaluation speed: memory against a sliding window
 #
@@ -205,83 +256,30 @@ def seconds_per_prediction(model, ids, context, predictions, segment):
 
 
 # %%
-def main(argv=None):
-    args = parse_args(argv)
-    settings, out = scripting.start(args, SETTINGS)
-    steps = args.steps or settings["steps"]
-    text = load_text(args.text)[:settings["corpus_chars"]]
-    tokenizer = CharTokenizer.train(text)
-    ids = np.asarray(tokenizer.encode(text, add_special_tokens=False), dtype=np.int64)
-    split = len(ids) - settings["val_chars"]
-    train_rows, val_rows = streams(ids[:split], settings["batch"]), streams(ids[split:], 2)
+speed = {}
+for context in settings["speed_contexts"]:
+    sliding, memory = seconds_per_prediction(xl, ids[split:], context,
+                                             settings["speed_predictions"], segment)
+    speed[context] = {"sliding_window_ms": 1e3 * sliding, "memory_ms": 1e3 * memory,
+                      "speed_up": sliding / memory}
+    print(f"context {context:4d}: sliding window {1e3 * sliding:7.2f} ms/char, memory "
+          f"{1e3 * memory:6.2f} ms/char, {sliding / memory:5.1f}x faster")
+fig, ax = plt.subplots(figsize=(6, 4))
+contexts = list(speed)
+ax.plot(contexts, [speed[c]["sliding_window_ms"] for c in contexts], "o-",
+        label="sliding window (recompute)")
+ax.plot(contexts, [speed[c]["memory_ms"] for c in contexts], "o-", label="XL memory")
+ax.set(xlabel="context C (characters)", ylabel="ms per predicted character",
+       title="evaluation speed", yscale="log")
+ax.legend()
+ax.grid(alpha=0.3)
+plots.show(fig, out / "eval_speed.png")
 
-    d, segment = settings["d_model"], settings["segment"]
-    mt.manual_seed(args.seed)
-    xl = TransfoXLLMHeadModel(TransfoXLConfig(
-        vocab_size=len(tokenizer), cutoffs=[], d_model=d, d_embed=d, n_head=settings["n_head"],
-        d_head=d // settings["n_head"], d_inner=4 * d, div_val=1, n_layer=settings["n_layer"],
-        mem_len=settings["mem_len"], clamp_len=0, dropout=0.0))
-    mt.manual_seed(args.seed)
-    vanilla = CharTransformerLMHeadModel(CharTransformerConfig(
-        vocab_size=len(tokenizer), n_positions=segment + 1, n_embd=d, n_layer=settings["n_layer"],
-        n_head=settings["n_head"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
-    losses = {"XL": train_xl(xl, train_rows, settings, steps),
-              "vanilla + auxiliary losses": train_vanilla(
-                  vanilla, ids[:split], settings, steps, np.random.default_rng(args.seed))}
-    bpc_xl = {m: bits_per_character(xl, val_rows, segment, m)
-              for m in settings["eval_memories"]}
-    first = max(settings["vanilla_contexts"])
-    bpc_vanilla = {c: vanilla_bits_per_character(vanilla, ids[split:], c, first)
-                   for c in settings["vanilla_contexts"]}
-    print("XL: bits per character by evaluation memory "
-          + ", ".join(f"M={m}: {b:.3f}" for m, b in bpc_xl.items()))
-    print("vanilla + auxiliary losses: bits per character by context "
-          + ", ".join(f"C={c}: {b:.3f}" for c, b in bpc_vanilla.items()))
-
-    speed = {}
-    for context in settings["speed_contexts"]:
-        sliding, memory = seconds_per_prediction(xl, ids[split:], context,
-                                                 settings["speed_predictions"],
-                                                 settings["segment"])
-        speed[context] = {"sliding_window_ms": 1e3 * sliding, "memory_ms": 1e3 * memory,
-                          "speed_up": sliding / memory}
-        print(f"context {context:4d}: sliding window {1e3 * sliding:7.2f} ms/char, memory "
-              f"{1e3 * memory:6.2f} ms/char, {sliding / memory:5.1f}x faster")
-
-    plt = plots.pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    plots.loss_curves(ax, range(1, steps + 1), losses,
-                      title="training loss (the vanilla one sums its auxiliary losses)")
-    plots.save(fig, out / "loss.png")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([m + segment for m in bpc_xl], list(bpc_xl.values()), "o-",
-            label="XL (memory M + segment L)")
-    ax.plot(list(bpc_vanilla), list(bpc_vanilla.values()), "s-",
-            label="vanilla + auxiliary losses (window C)")
-    ax.set(xlabel="most characters of context a prediction sees", ylabel="bits per character",
-           title="held-out bits per character")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    plots.save(fig, out / "bpc_by_context.png")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    contexts = list(speed)
-    ax.plot(contexts, [speed[c]["sliding_window_ms"] for c in contexts], "o-",
-            label="sliding window (recompute)")
-    ax.plot(contexts, [speed[c]["memory_ms"] for c in contexts], "o-", label="XL memory")
-    ax.set(xlabel="context C (characters)", ylabel="ms per predicted character",
-           title="evaluation speed", yscale="log")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    plots.save(fig, out / "eval_speed.png")
-    return scripting.write_metrics(out, {
-        "smoke": args.smoke, "seed": args.seed, "steps": steps, "config": settings,
-        "final_training_loss": {name: l[-1] for name, l in losses.items()},
-        "bits_per_character": {
-            "XL by evaluation memory": {str(m): b for m, b in bpc_xl.items()},
-            "vanilla + auxiliary losses by context": {str(c): b
-                                                      for c, b in bpc_vanilla.items()}},
-        "eval_speed": {str(c): v for c, v in speed.items()}})
-
-
-if __name__ == "__main__":
-    main()
+# %%
+scripting.write_metrics(out, {
+    "smoke": args.smoke, "seed": args.seed, "steps": steps, "config": settings,
+    "final_training_loss": {name: curve[-1] for name, curve in losses.items()},
+    "bits_per_character": {
+        "XL by evaluation memory": {str(m): b for m, b in bpc_xl.items()},
+        "vanilla + auxiliary losses by context": {str(c): b for c, b in bpc_vanilla.items()}},
+    "eval_speed": {str(c): v for c, v in speed.items()}})

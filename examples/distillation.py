@@ -28,18 +28,20 @@
 #   layer by layer (eq 46-47), then eq 39 on the predictions.
 #
 # ```
-# python examples/distillation.py            # about 3 minutes on 2 CPU cores
+# python examples/distillation.py            # the full run: minutes on 2 CPU cores
 # python examples/distillation.py --smoke    # seconds: the pipeline end to end
 # ```
 #
 # Outputs go to `--out` (default `runs/distillation`): `metrics.json` (the table below) and
-# `distillation.png` (each student's training loss).
+# `distillation.png` (each student's training loss), which a notebook also shows below the cell
+# that makes it.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import os
-import time
+# %%
+import os  # noqa: E402
+import time  # noqa: E402
 
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
@@ -67,13 +69,12 @@ SETTINGS = {
 }
 PAD, CLS = 0, 1
 ALPHABET = "abcdefghij"
-
-
-def parse_args(argv=None):
-    parser = scripting.example_parser(
-        "distillation", "Knowledge distillation of a BERT classifier into DistilBERT-, "
-        "TinyBERT- and MobileBERT-style students (VI-A)", backend=False)
-    return parser.parse_args(argv)
+parser = scripting.example_parser(
+    "distillation", "Knowledge distillation of a BERT classifier into DistilBERT-, TinyBERT- and "
+    "MobileBERT-style students (VI-A)", backend=False)
+args = scripting.arguments(parser, smoke=SMOKE)
+settings, out = scripting.start(args, SETTINGS)
+rng = np.random.default_rng(args.seed)
 
 
 # %% [markdown]
@@ -104,6 +105,10 @@ def batches(data, size, rng):
         chosen = rng.integers(0, len(ids), size)
         yield dict(input_ids=ids[chosen], attention_mask=ids[chosen] != PAD,
                    labels=labels[chosen])
+
+
+train, test = make_data(settings, args.seed)
+print(f"{len(train[0])} training and {len(test[0])} test sequences; {train[1].mean():.0%} sorted")
 
 
 # %% [markdown]
@@ -138,6 +143,14 @@ def accuracy(model, data):
     with model.inference():
         logits = model(ids, attention_mask=ids != PAD).logits.numpy()
     return float((logits.argmax(-1) == labels).mean())
+
+
+teacher = BertForSequenceClassification(BertConfig(**bert_config(
+    settings, settings["layers"], settings["hidden"], settings["heads"])))
+curves = {"teacher": fit(lambda batch: teacher(**batch).loss, teacher.parameters(), train,
+                         settings, settings["teacher_steps"], rng)}
+models = {"teacher": teacher}
+print(f"teacher: test accuracy {accuracy(teacher, test):.3f}")
 
 
 # %% [markdown]
@@ -186,6 +199,12 @@ def train_student(name, teacher, student, data, settings, rng):
             + distil(teacher, student, predictions_objective(), data, settings, steps // 2, rng))
 
 
+for name, student in make_students(teacher, settings).items():
+    curves[name] = train_student(name, teacher, student, train, settings, rng)
+    models[name] = student
+    print(f"{name}: test accuracy {accuracy(student, test):.3f}")
+
+
 # %% [markdown]
 # ## The table: size, speed, accuracy, each relative to the teacher
 #
@@ -206,47 +225,32 @@ def milliseconds_per_batch(model, data, settings):
     return 1000 * float(np.median(times[1:]))
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    settings, out = scripting.start(args, SETTINGS)
-    rng = np.random.default_rng(args.seed)
-    train, test = make_data(settings, args.seed)
+rows = {}
+for name, model in models.items():
+    rows[name] = dict(parameters=model.num_parameters(), accuracy=accuracy(model, test),
+                      ms_per_batch=milliseconds_per_batch(model, test, settings))
+base = rows["teacher"]
+for row in rows.values():
+    row.update(size=row["parameters"] / base["parameters"],
+               speed=base["ms_per_batch"] / row["ms_per_batch"],
+               relative_accuracy=row["accuracy"] / max(base["accuracy"], 1e-9))
+print(f"{'model':<24}{'parameters':>11}{'size':>7}{'ms/batch':>10}{'speedup':>9}"
+      f"{'accuracy':>10}{'of teacher':>12}")
+for name, row in rows.items():
+    print(f"{name:<24}{row['parameters']:>11}{row['size']:>7.0%}{row['ms_per_batch']:>10.2f}"
+          f"{row['speed']:>8.1f}x{row['accuracy']:>10.3f}{row['relative_accuracy']:>12.0%}")
 
-    teacher = BertForSequenceClassification(BertConfig(**bert_config(
-        settings, settings["layers"], settings["hidden"], settings["heads"])))
-    curves = {"teacher": fit(lambda batch: teacher(**batch).loss, teacher.parameters(), train,
-                             settings, settings["teacher_steps"], rng)}
-    models = {"teacher": teacher}
-    for name, student in make_students(teacher, settings).items():
-        curves[name] = train_student(name, teacher, student, train, settings, rng)
-        models[name] = student
+# %% [markdown]
+# ## The training losses
 
-    rows = {}
-    for name, model in models.items():
-        rows[name] = dict(parameters=model.num_parameters(), accuracy=accuracy(model, test),
-                          ms_per_batch=milliseconds_per_batch(model, test, settings))
-    base = rows["teacher"]
-    for row in rows.values():
-        row.update(size=row["parameters"] / base["parameters"],
-                   speed=base["ms_per_batch"] / row["ms_per_batch"],
-                   relative_accuracy=row["accuracy"] / max(base["accuracy"], 1e-9))
-    print(f"{'model':<24}{'parameters':>11}{'size':>7}{'ms/batch':>10}{'speedup':>9}"
-          f"{'accuracy':>10}{'of teacher':>12}")
-    for name, row in rows.items():
-        print(f"{name:<24}{row['parameters']:>11}{row['size']:>7.0%}{row['ms_per_batch']:>10.2f}"
-              f"{row['speed']:>8.1f}x{row['accuracy']:>10.3f}{row['relative_accuracy']:>12.0%}")
+# %%
+fig, ax = plots.pyplot().subplots(figsize=(7, 4))
+for name, curve in curves.items():
+    ax.plot(np.arange(1, len(curve) + 1), curve, label=name)
+ax.set(xlabel="step", ylabel="training loss", yscale="log",
+       title="teacher (cross-entropy) and students (their distillation losses)")
+ax.legend()
+plots.show(fig, out / "distillation.png")
 
-    plt = plots.pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, curve in curves.items():
-        ax.plot(np.arange(1, len(curve) + 1), curve, label=name)
-    ax.set(xlabel="step", ylabel="training loss", yscale="log",
-           title="teacher (cross-entropy) and students (their distillation losses)")
-    ax.legend()
-    plots.save(fig, out / "distillation.png")
-    return scripting.write_metrics(out, dict(smoke=args.smoke, settings=settings, table=rows,
-                                             curves=curves))
-
-
-if __name__ == "__main__":
-    main()
+# %%
+scripting.write_metrics(out, dict(smoke=args.smoke, settings=settings, table=rows, curves=curves))

@@ -24,21 +24,22 @@
 # itself has context too; the paper adds ELMo to such task models rather than replacing them.)
 #
 # ```
-# python examples/elmo.py             # full run, a few minutes on a laptop CPU
+# python examples/elmo.py             # the full run: minutes on 2 CPU cores
 # python examples/elmo.py --smoke     # seconds: the pipeline end to end on a sliver of text
 # ```
 #
-# Outputs go to `--out` (default `runs/elmo`): `metrics.json`, `loss.png`, `scalar_mix.png`.
+# Outputs go to `--out` (default `runs/elmo`): `metrics.json`, `loss.png`, `scalar_mix.png`. In
+# a notebook each figure also shows below the cell that makes it.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import re
-import time
-from collections import Counter
+# %%
+import re  # noqa: E402
+import time  # noqa: E402
+from collections import Counter  # noqa: E402
 
 import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
 from minitorch_nlp import functional as F  # noqa: E402
@@ -55,14 +56,15 @@ SETTINGS = {
                   filters=((1, 8), (2, 8), (3, 16)), min_count=2, lr=1e-2, steps=8, pairs=3,
                   labelled=200, max_test=200, task_steps=20),
 }
-
-
-def parse_args(argv=None):
-    parser = scripting.example_parser(
-        "elmo", __doc__ or "ELMo on the stdlib corpus",
-        steps="biLM pretraining steps (1000; smoke: 8)", backend=False,
-        text="a UTF-8 text file to use instead of the stdlib corpus")
-    return parser.parse_args(argv)
+parser = scripting.example_parser(
+    "elmo", "ELMo: a biLM's layers as features for pseudo-word disambiguation (IV-B)",
+    steps="biLM pretraining steps (1000; smoke: 8)", backend=False,
+    text="a UTF-8 text file to use instead of the stdlib corpus")
+args = scripting.arguments(parser, smoke=SMOKE)
+cfg, out = scripting.start(args, SETTINGS)
+steps = cfg["steps"] if args.steps is None else args.steps
+rng = np.random.default_rng(args.seed)
+started = time.perf_counter()
 
 
 # %% [markdown]
@@ -115,6 +117,21 @@ def merge_pairs(sentences, pairs):
     return merged, np.array(occurrences, dtype=np.int64).reshape(-1, 4)
 
 
+text = load_text(args.text)
+if cfg["corpus_chars"] is not None:
+    text = text[:cfg["corpus_chars"]]
+sentences = sentences_of(text, cfg["max_len"])
+train_part = [s for i, s in enumerate(sentences) if i % 10]
+test_part = [s for i, s in enumerate(sentences) if not i % 10]
+pairs = choose_pairs(train_part, cfg["pairs"])
+train_part, train_occ = merge_pairs(train_part, pairs)
+test_part, test_occ = merge_pairs(test_part, pairs)
+vocab = Vocab.build(train_part, min_count=cfg["min_count"])
+print(f"{len(sentences)} sentences, {sum(map(len, sentences))} tokens, vocabulary "
+      f"{len(vocab)}; pseudo-words: {', '.join('|'.join(p) for p in pairs)}")
+print("a merged sentence:", " ".join(train_part[int(train_occ[0, 0])]))
+
+
 # %% [markdown]
 # ## The biLM (eq 13-14)
 #
@@ -151,23 +168,7 @@ def length_batches(sentences, batch, rng):
             yield [sentences[i] for i in batches[b]]
 
 
-def pretrain(bilm, sentences, vocab, cfg, steps, rng):
-    optimizer = optim.AdamW(bilm.parameters(), lr=cfg["lr"], weight_decay=0.1)
-    batches = length_batches(sentences, cfg["batch"], rng)
-    losses = []
-    bar = tqdm(range(steps), desc="biLM pretraining", unit="step")
-    for _ in bar:
-        loss = bilm.loss(*batch_arrays(next(batches), vocab, cfg["max_chars"]))
-        optimizer.zero_grad()
-        loss.backward()
-        optim.clip_grad_norm_(bilm.parameters(), max_norm=5.0)
-        optimizer.step()
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
-    return losses
-
-
-def heldout_loss(bilm, sentences, vocab, cfg):
+def heldout_loss(bilm, sentences):
     """The biLM's mean cross-entropy (nats per prediction, both directions) on ``sentences``."""
     bilm.eval()
     total = count = 0.0
@@ -179,6 +180,24 @@ def heldout_loss(bilm, sentences, vocab, cfg):
             total += bilm.loss(chars, ids, lengths).item() * n
             count += n
     return total / count
+
+
+bilm = BiLM(BiLMConfig(vocab_size=len(vocab), dim=cfg["dim"], num_layers=cfg["num_layers"],
+                       filters=cfg["filters"]))
+optimizer = optim.AdamW(bilm.parameters(), lr=cfg["lr"], weight_decay=0.1)
+batches = length_batches(train_part, cfg["batch"], rng)
+pretrain_losses = []
+bar = scripting.progress(range(steps), desc="biLM pretraining", unit="step")
+for _ in bar:
+    loss = bilm.loss(*batch_arrays(next(batches), vocab, cfg["max_chars"]))
+    optimizer.zero_grad()
+    loss.backward()
+    optim.clip_grad_norm_(bilm.parameters(), max_norm=5.0)
+    optimizer.step()
+    pretrain_losses.append(loss.item())
+    bar.set_postfix(loss=f"{np.mean(pretrain_losses[-20:]):.3f}")
+heldout = heldout_loss(bilm, test_part[:500])
+print(f"biLM held-out cross-entropy {heldout:.3f} nats (perplexity {np.exp(heldout):.1f})")
 
 
 # %% [markdown]
@@ -203,7 +222,7 @@ def heldout_loss(bilm, sentences, vocab, cfg):
 # LSTM states live on different scales, and without it the largest layer drowns the others.
 
 # %%
-def layers_at(bilm, sentences, occurrences, vocab, cfg):
+def layers_at(sentences, occurrences):
     """The L + 1 layer representations (eq 15-16) of each occurrence: (L + 1, n, 2 * dim)."""
     bilm.eval()
     pieces = []
@@ -229,7 +248,7 @@ def fit_classifier(features_of, head_params, train, test, steps, desc):
     """Full-batch Adam on the 2-way cross-entropy; returns (losses, test accuracy)."""
     optimizer = optim.Adam(head_params, lr=1e-2)
     losses = []
-    for _ in tqdm(range(steps), desc=desc, unit="step"):
+    for _ in scripting.progress(range(steps), desc=desc, unit="step"):
         logits = pick_pair(features_of(train["x"]), train["pair"])
         loss = F.cross_entropy(logits, train["side"])
         optimizer.zero_grad()
@@ -266,108 +285,76 @@ class ELMoClassifier(nn.Module):
 
 
 # %% [markdown]
-# ## Run it
+# ## The task: which word did the pseudo-word replace?
+#
+# The labelled occurrences come from the training sentences, the scored ones from the held-out
+# sentences. Both classifiers see only the token's own vector: a plain embedding learned on the
+# task, or ELMo's mix of the frozen biLM's layers.
 
 # %%
-def main(argv=None):
-    args = parse_args(argv)
-    cfg, out = scripting.start(args, SETTINGS)
-    steps = cfg["steps"] if args.steps is None else args.steps
-    rng = np.random.default_rng(args.seed)
-    started = time.perf_counter()
+labelled = train_occ[rng.permutation(len(train_occ))[:cfg["labelled"]]]
+scored = test_occ[:cfg["max_test"]]
+task = {}
+for name, rows, part in (("train", labelled, train_part), ("test", scored, test_part)):
+    task[name] = {"pair": rows[:, 2], "side": rows[:, 3],
+                  "ids": np.array([vocab.encode([part[s][k]])[0] for s, k in rows[:, :2]]),
+                  "layers": layers_at(part, rows)}
+outputs = 2 * len(pairs)
 
-    text = load_text(args.text)
-    if cfg["corpus_chars"] is not None:
-        text = text[:cfg["corpus_chars"]]
-    sentences = sentences_of(text, cfg["max_len"])
-    train_part = [s for i, s in enumerate(sentences) if i % 10]
-    test_part = [s for i, s in enumerate(sentences) if not i % 10]
-    pairs = choose_pairs(train_part, cfg["pairs"])
-    train_part, train_occ = merge_pairs(train_part, pairs)
-    test_part, test_occ = merge_pairs(test_part, pairs)
-    vocab = Vocab.build(train_part, min_count=cfg["min_count"])
-    print(f"{len(sentences)} sentences, {sum(map(len, sentences))} tokens, vocabulary "
-          f"{len(vocab)}; pseudo-words: {', '.join('|'.join(p) for p in pairs)}")
+plain = PlainClassifier(len(vocab), 2 * cfg["dim"], outputs)
+plain_losses, plain_acc = fit_classifier(
+    plain, list(plain.parameters()), {**task["train"], "x": task["train"]["ids"]},
+    {**task["test"], "x": task["test"]["ids"]}, cfg["task_steps"], "plain embeddings")
 
-    # ---- pretrain the biLM (eq 13-14) ----
-    config = BiLMConfig(vocab_size=len(vocab), dim=cfg["dim"], num_layers=cfg["num_layers"],
-                        filters=cfg["filters"])
-    bilm = BiLM(config)
-    pretrain_losses = pretrain(bilm, train_part, vocab, cfg, steps, rng)
-    heldout = heldout_loss(bilm, test_part[:500], vocab, cfg)
-    print(f"biLM held-out cross-entropy {heldout:.3f} nats (perplexity {np.exp(heldout):.1f})")
+elmo = ELMo(bilm, layer_norm=True)
+classifier = ELMoClassifier(elmo, 2 * cfg["dim"], outputs)
+trainable = [p for p in classifier.parameters() if p.requires_grad]
+elmo_losses, elmo_acc = fit_classifier(
+    classifier, trainable, {**task["train"], "x": mt.tensor(task["train"]["layers"])},
+    {**task["test"], "x": mt.tensor(task["test"]["layers"])}, cfg["task_steps"], "ELMo features")
 
-    # ---- the task: which word did the pseudo-word replace? ----
-    labelled = train_occ[rng.permutation(len(train_occ))[:cfg["labelled"]]]
-    scored = test_occ[:cfg["max_test"]]
-    task = {}
-    for name, rows, part in (("train", labelled, train_part), ("test", scored, test_part)):
-        task[name] = {"pair": rows[:, 2], "side": rows[:, 3],
-                      "ids": np.array([vocab.encode([part[s][k]])[0] for s, k in rows[:, :2]]),
-                      "layers": layers_at(bilm, part, rows, vocab, cfg)}
-    outputs = 2 * len(pairs)
+majority = np.array([np.bincount(labelled[labelled[:, 2] == p, 3], minlength=2).argmax()
+                     for p in range(len(pairs))])
+majority_acc = float((majority[scored[:, 2]] == scored[:, 3]).mean())
+weights = elmo.mix.weights().numpy().tolist()
+gamma = float(elmo.mix.gamma.item())
+print(f"test accuracy on {len(scored)} held-out occurrences: plain embeddings "
+      f"{plain_acc:.3f}, ELMo {elmo_acc:.3f} (always the more frequent word: "
+      f"{majority_acc:.3f})")
+print("scalar mix s_j: " + ", ".join(f"layer {j} {w:.3f}" for j, w in enumerate(weights))
+      + f"; gamma {gamma:.3f}")
 
-    plain = PlainClassifier(len(vocab), 2 * cfg["dim"], outputs)
-    plain_losses, plain_acc = fit_classifier(
-        plain, list(plain.parameters()), {**task["train"], "x": task["train"]["ids"]},
-        {**task["test"], "x": task["test"]["ids"]}, cfg["task_steps"], "plain embeddings")
+# %% [markdown]
+# ## The pictures: the losses, then the learned scalar mix
 
-    elmo = ELMo(bilm, layer_norm=True)
-    classifier = ELMoClassifier(elmo, 2 * cfg["dim"], outputs)
-    trainable = [p for p in classifier.parameters() if p.requires_grad]
-    elmo_losses, elmo_acc = fit_classifier(
-        classifier, trainable,
-        {**task["train"], "x": mt.tensor(task["train"]["layers"])},
-        {**task["test"], "x": mt.tensor(task["test"]["layers"])}, cfg["task_steps"],
-        "ELMo features")
+# %%
+plt = plots.pyplot()
+figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+plots.loss_curves(left, range(1, len(pretrain_losses) + 1), {"per step": pretrain_losses},
+                  title="biLM pretraining (eq 13 + 14)")
+plots.loss_curves(right, range(1, len(plain_losses) + 1),
+                  {f"plain embeddings (test acc {plain_acc:.3f})": plain_losses,
+                   f"ELMo features (test acc {elmo_acc:.3f})": elmo_losses},
+                  title="pseudo-word disambiguation")
+plots.show(figure, out / "loss.png")
 
-    majority = np.array([np.bincount(labelled[labelled[:, 2] == p, 3], minlength=2).argmax()
-                         for p in range(len(pairs))])
-    majority_acc = float((majority[scored[:, 2]] == scored[:, 3]).mean())
-    weights = elmo.mix.weights().numpy().tolist()
-    gamma = float(elmo.mix.gamma.item())
-    seconds = time.perf_counter() - started
+figure, axis = plt.subplots(figsize=(5, 3.5))
+names = ["0: [x; x]"] + [f"{j}: biLSTM {j}" for j in range(1, len(weights))]
+axis.bar(names, weights, color="tab:green")
+axis.axhline(1 / len(weights), color="grey", linestyle="--", linewidth=1, label="even mix")
+axis.set(title=f"learned scalar mix (eq 17), gamma = {gamma:.2f}", ylabel="s_j = softmax(w)_j")
+axis.legend()
+plots.show(figure, out / "scalar_mix.png")
 
-    print(f"test accuracy on {len(scored)} held-out occurrences: plain embeddings "
-          f"{plain_acc:.3f}, ELMo {elmo_acc:.3f} (always the more frequent word: "
-          f"{majority_acc:.3f})")
-    print("scalar mix s_j: " + ", ".join(f"layer {j} {w:.3f}" for j, w in enumerate(weights))
-          + f"; gamma {gamma:.3f}")
-    print(f"{seconds:.1f} s; outputs in {out}")
-
-    # ---- pictures and metrics ----
-    plt = plots.pyplot()
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    plots.loss_curves(left, range(1, len(pretrain_losses) + 1), {"per step": pretrain_losses},
-                      title="biLM pretraining (eq 13 + 14)")
-    plots.loss_curves(right, range(1, len(plain_losses) + 1),
-                      {f"plain embeddings (test acc {plain_acc:.3f})": plain_losses,
-                       f"ELMo features (test acc {elmo_acc:.3f})": elmo_losses},
-                      title="pseudo-word disambiguation")
-    plots.save(figure, out / "loss.png")
-
-    figure, axis = plt.subplots(figsize=(5, 3.5))
-    names = ["0: [x; x]"] + [f"{j}: biLSTM {j}" for j in range(1, len(weights))]
-    axis.bar(names, weights, color="tab:green")
-    axis.axhline(1 / len(weights), color="grey", linestyle="--", linewidth=1, label="even mix")
-    axis.set(title=f"learned scalar mix (eq 17), gamma = {gamma:.2f}",
-             ylabel="s_j = softmax(w)_j")
-    axis.legend()
-    plots.save(figure, out / "scalar_mix.png")
-
-    metrics = {
-        "smoke": args.smoke, "seed": args.seed, "pretrain_steps": steps,
-        "pretrain_final_loss": float(np.mean(pretrain_losses[-20:])),
-        "heldout_loss": heldout, "heldout_perplexity": float(np.exp(heldout)),
-        "vocab_size": len(vocab), "pairs": ["|".join(p) for p in pairs],
-        "train_examples": len(labelled), "test_examples": len(scored),
-        "accuracy_plain_embeddings": plain_acc, "accuracy_elmo": elmo_acc,
-        "accuracy_majority_word": majority_acc,
-        "scalar_mix_weights": weights, "gamma": gamma, "seconds": seconds,
-        "config": {key: value for key, value in cfg.items()},
-    }
-    return scripting.write_metrics(out, metrics)
-
-
-if __name__ == "__main__":
-    main()
+# %%
+scripting.write_metrics(out, {
+    "smoke": args.smoke, "seed": args.seed, "pretrain_steps": steps,
+    "pretrain_final_loss": float(np.mean(pretrain_losses[-20:])),
+    "heldout_loss": heldout, "heldout_perplexity": float(np.exp(heldout)),
+    "vocab_size": len(vocab), "pairs": ["|".join(p) for p in pairs],
+    "train_examples": len(labelled), "test_examples": len(scored),
+    "accuracy_plain_embeddings": plain_acc, "accuracy_elmo": elmo_acc,
+    "accuracy_majority_word": majority_acc,
+    "scalar_mix_weights": weights, "gamma": gamma, "seconds": time.perf_counter() - started,
+    "config": {key: value for key, value in cfg.items()},
+})

@@ -31,24 +31,22 @@
 # ```
 #
 # Outputs go to `--out` (default `runs/gpt1_finetune`): `metrics.json`, `pretraining.png`
-# (the LM loss) and `finetuning.png` (task loss and held-out accuracy of the three runs).
+# (the LM loss) and `finetuning.png` (task loss and held-out accuracy of the three runs). In a
+# notebook each figure also shows below the cell that makes it.
 #
 # The model is the paper's, much smaller (3 layers, 64 wide, 4 heads, 64 positions, 0.16M
 # parameters), and trained without dropout: at this size it underfits the corpus, and dropout
-# (0.1 in the paper) only slowed pre-training down (1.99 against 1.59 nats per character after
-# 2000 steps). The classifier keeps the paper's dropout of 0.1 on h_l^m.
-#
-# One run of the full setting (seed 0, 5.5 minutes on a busy 2-core machine: pre-training to
-# 1.59 nats per character in 193 s) reached a held-out accuracy of 0.822 with the auxiliary
-# loss, 0.791 without it, and 0.678 without pre-training: one seed, so read the gap between the
-# first two as a tendency, as in the paper (whose ablation finds the auxiliary loss helps the
-# larger datasets), not as a measurement.
+# (0.1 in the paper) only slows pre-training down. The classifier keeps the paper's dropout of
+# 0.1 on h_l^m. The full run is one seed: read a gap between the first two runs as a tendency,
+# as in the paper (whose ablation finds the auxiliary loss helps the larger datasets), not as a
+# measurement.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import os
-import time
+# %%
+import os  # noqa: E402
+import time  # noqa: E402
 
 # One BLAS thread: the matrices here are small, and on a busy machine two BLAS threads per
 # process spin against each other and run many times slower than one. Set OPENBLAS_NUM_THREADS
@@ -57,7 +55,6 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
 from minitorch_nlp import optim, plots, scripting  # noqa: E402
@@ -78,15 +75,15 @@ SETTINGS = {
 }
 TASK_TOKENS = ("<s>", "<$>", "<e>")    # start, delimiter, extract (the delimiter is unused here)
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
-
-
-def parse_args(argv=None):
-    parser = scripting.example_parser(
-        "gpt1_finetune", "GPT-1 pre-training and fine-tuning with and without the auxiliary LM "
-        "loss (eq 18-24)", text="a text file to use instead of the built-in corpus")
-    parser.add_argument("--lm-coef", type=float, default=0.5,
-                        help="lambda of eq 24 in the auxiliary-loss runs (0.5, the paper's)")
-    return parser.parse_args(argv)
+parser = scripting.example_parser(
+    "gpt1_finetune", "GPT-1 pre-training and fine-tuning with and without the auxiliary LM loss "
+    "(eq 18-24)", text="a text file to use instead of the built-in corpus")
+parser.add_argument("--lm-coef", type=float, default=0.5,
+                    help="lambda of eq 24 in the auxiliary-loss runs (0.5, the paper's)")
+args = scripting.arguments(parser, smoke=SMOKE)
+run_start = time.perf_counter()
+cfg, out = scripting.start(args, SETTINGS)
+rng = np.random.default_rng(args.seed)
 
 
 # %% [markdown]
@@ -117,7 +114,7 @@ def corrupt(snippet, typos, tokenizer, rng):
     return tokenizer.encode("".join(chars))
 
 
-def make_task(ids, count, cfg, tokenizer, rng):
+def make_task(ids, count):
     """``count`` snippets, half genuine (label 1) and half corrupted (label 0)."""
     examples, labels = [], []
     for k in range(count):
@@ -127,6 +124,20 @@ def make_task(ids, count, cfg, tokenizer, rng):
         examples.append(snippet if genuine else corrupt(snippet, cfg["typos"], tokenizer, rng))
         labels.append(int(genuine))
     return examples, np.array(labels)
+
+
+text = load_text(args.text) if args.text else stdlib_corpus(cfg["corpus_chars"])
+tokenizer, pretrain_ids, held_out = build_data(text)
+half = len(held_out) // 2
+train = make_task(held_out[:half], cfg["train_examples"])
+test = make_task(held_out[half:], cfg["test_examples"])
+start, delimiter, extract = tokenizer.convert_tokens_to_ids(list(TASK_TOKENS))
+formatter = TaskFormatter("classification", start, delimiter, extract, pad=tokenizer.pad_token_id)
+print(f"{len(text)} characters, vocabulary {len(tokenizer)}; task: {len(train[1])} training and "
+      f"{len(test[1])} test snippets of {cfg['snippet']} characters, {cfg['typos']} letters "
+      "replaced in the corrupted ones")
+print(f"  genuine: {tokenizer.decode(train[0][0])!r}")
+print(f"  corrupted: {tokenizer.decode(train[0][1])!r}")
 
 
 # %% [markdown]
@@ -142,25 +153,42 @@ def make_task(ids, count, cfg, tokenizer, rng):
 # inside and returns the mean of $-\log P(u_i | \dots)$, i.e. $-L_1$ per character.
 
 # %%
-def pretrain(model, ids, cfg, rng):
-    optimizer = optim.AdamW(model.parameters(), lr=cfg["pretrain_lr"], weight_decay=0.01)
-    steps = cfg["pretrain_steps"]
-    schedule = optim.CosineWarmupDecayLR(optimizer, warmup_steps=max(1, steps // 20),
-                                         total_steps=steps)
-    width, losses = cfg["n_positions"], []
-    bar = tqdm(range(steps), desc="pre-training", unit="step")
-    for _ in bar:
-        starts = rng.integers(0, len(ids) - width, cfg["batch"])
-        batch = np.stack([ids[s:s + width] for s in starts])
-        loss = model(batch, labels=batch).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optim.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
-    return losses
+config = GPTConfig.gpt1(vocab_size=len(tokenizer), n_positions=cfg["n_positions"],
+                        n_embd=cfg["n_embd"], n_layer=cfg["n_layer"], n_head=cfg["n_head"],
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+lm = GPTLMHeadModel(config)
+scratch = GPTModel(config)                  # random weights, before pre-training
+scratch.load_state_dict(lm.transformer.state_dict())
+print(f"{lm.num_parameters()} parameters")
+
+optimizer = optim.AdamW(lm.parameters(), lr=cfg["pretrain_lr"], weight_decay=0.01)
+steps = cfg["pretrain_steps"]
+schedule = optim.CosineWarmupDecayLR(optimizer, warmup_steps=max(1, steps // 20),
+                                     total_steps=steps)
+width, pretrain_losses = cfg["n_positions"], []
+began = time.perf_counter()
+bar = scripting.progress(range(steps), desc="pre-training", unit="step")
+for _ in bar:
+    starts = rng.integers(0, len(pretrain_ids) - width, cfg["batch"])
+    batch = np.stack([pretrain_ids[s:s + width] for s in starts])
+    loss = lm(batch, labels=batch).loss
+    optimizer.zero_grad()
+    loss.backward()
+    optim.clip_grad_norm_(lm.parameters(), 1.0)
+    optimizer.step()
+    schedule.step()
+    pretrain_losses.append(loss.item())
+    bar.set_postfix(loss=f"{np.mean(pretrain_losses[-50:]):.3f}")
+pretrain_seconds = time.perf_counter() - began
+prompt = np.array([tokenizer.encode("Return the ")])
+sample = tokenizer.decode(lm.generate(prompt, min(40, cfg["n_positions"] - prompt.shape[1]))[0])
+print(f"pre-trained in {pretrain_seconds:.0f} s, final loss "
+      f"{np.mean(pretrain_losses[-50:]):.3f}; greedy sample: {sample!r}")
+
+figure, axis = plots.pyplot().subplots(figsize=(6, 3.5))
+plots.loss_curves(axis, range(1, len(pretrain_losses) + 1), {"training batch": pretrain_losses},
+                  title="GPT-1 pre-training", ylabel="-L_1 per character (nats)")
+plots.show(figure, out / "pretraining.png")
 
 
 # %% [markdown]
@@ -176,7 +204,7 @@ def pretrain(model, ids, cfg, rng):
 # of the task's inputs) and `loss` = task_loss + lm_coef * lm_loss ($-L_3$).
 
 # %%
-def accuracy(model, formatter, examples, labels):
+def accuracy(model, examples, labels):
     model.eval()
     with mt.no_grad():
         predictions = model(**formatter(examples)).logits.numpy().argmax(axis=-1)
@@ -184,7 +212,7 @@ def accuracy(model, formatter, examples, labels):
     return float((predictions == labels).mean())
 
 
-def finetune(transformer, lm_coef, train, test, formatter, cfg, seed, name):
+def finetune(transformer, lm_coef, seed, name):
     mt.manual_seed(seed)                       # the same W_y in every run
     model = GPTForFineTuning(transformer, "classification", num_labels=2, lm_coef=lm_coef)
     optimizer = optim.AdamW(model.parameters(), lr=cfg["finetune_lr"], weight_decay=0.01)
@@ -194,7 +222,7 @@ def finetune(transformer, lm_coef, train, test, formatter, cfg, seed, name):
     rng = np.random.default_rng(seed)          # the same batches in every run
     curve = {"step": [], "task_loss": [], "lm_loss": [], "test_accuracy": []}
     task_losses, lm_losses = [], []
-    for step in tqdm(range(1, steps + 1), desc=name, unit="step"):
+    for step in scripting.progress(range(1, steps + 1), desc=name, unit="step"):
         pick = rng.choice(len(train[0]), cfg["batch"], replace=False)
         out = model(**formatter([train[0][i] for i in pick]), labels=train[1][pick])
         optimizer.zero_grad()
@@ -208,7 +236,7 @@ def finetune(transformer, lm_coef, train, test, formatter, cfg, seed, name):
             curve["step"].append(step)
             curve["task_loss"].append(float(np.mean(task_losses[-cfg["eval_every"]:])))
             curve["lm_loss"].append(float(np.mean(lm_losses[-cfg["eval_every"]:])))
-            curve["test_accuracy"].append(accuracy(model, formatter, *test))
+            curve["test_accuracy"].append(accuracy(model, *test))
     return curve
 
 
@@ -218,91 +246,34 @@ def copy_of(transformer):
     return clone
 
 
-# %% [markdown]
-# ## Pictures
+runs = {f"pre-trained, L2 + {args.lm_coef:g} L1": (copy_of(lm.transformer), args.lm_coef),
+        "pre-trained, L2 only": (copy_of(lm.transformer), 0.0),
+        f"random init, L2 + {args.lm_coef:g} L1": (scratch, args.lm_coef)}
+curves = {name: finetune(transformer, coef, args.seed + 1, name)
+          for name, (transformer, coef) in runs.items()}
+for name, curve in curves.items():
+    print(f"{name:>28}: held-out accuracy {curve['test_accuracy'][-1]:.3f} "
+          f"(best {max(curve['test_accuracy']):.3f})")
+
+figure, (left, right) = plots.pyplot().subplots(1, 2, figsize=(11, 4))
+for name, curve in curves.items():
+    left.plot(curve["step"], curve["task_loss"], "o-", markersize=3, label=name)
+    right.plot(curve["step"], curve["test_accuracy"], "o-", markersize=3, label=name)
+left.set(xlabel="fine-tuning step", ylabel="-L_2 per example (training batches)",
+         title="task loss (eq 23)")
+right.set(xlabel="fine-tuning step", ylabel="held-out accuracy", ylim=(0.4, 1.01),
+          title="genuine vs corrupted snippets")
+right.axhline(0.5, color="grey", linewidth=0.8, linestyle=":", label="chance")
+left.legend()
+right.legend()
+plots.show(figure, out / "finetuning.png")
 
 # %%
-def plot_pretraining(losses, path):
-    figure, axis = plots.pyplot().subplots(figsize=(6, 3.5))
-    plots.loss_curves(axis, range(1, len(losses) + 1), {"training batch": losses},
-                      title="GPT-1 pre-training", ylabel="-L_1 per character (nats)")
-    plots.save(figure, path)
-
-
-def plot_finetuning(curves, path):
-    figure, (left, right) = plots.pyplot().subplots(1, 2, figsize=(11, 4))
-    for name, curve in curves.items():
-        left.plot(curve["step"], curve["task_loss"], "o-", markersize=3, label=name)
-        right.plot(curve["step"], curve["test_accuracy"], "o-", markersize=3, label=name)
-    left.set(xlabel="fine-tuning step", ylabel="-L_2 per example (training batches)",
-             title="task loss (eq 23)")
-    right.set(xlabel="fine-tuning step", ylabel="held-out accuracy", ylim=(0.4, 1.01),
-              title="genuine vs corrupted snippets")
-    right.axhline(0.5, color="grey", linewidth=0.8, linestyle=":", label="chance")
-    left.legend()
-    right.legend()
-    plots.save(figure, path)
-
-
-# %% [markdown]
-# ## Putting it together
-
-# %%
-def main(argv=None):
-    args = parse_args(argv)
-    run_start = time.perf_counter()
-    cfg, out = scripting.start(args, SETTINGS)
-    rng = np.random.default_rng(args.seed)
-
-    text = load_text(args.text) if args.text else stdlib_corpus(cfg["corpus_chars"])
-    tokenizer, pretrain_ids, held_out = build_data(text)
-    half = len(held_out) // 2
-    train = make_task(held_out[:half], cfg["train_examples"], cfg, tokenizer, rng)
-    test = make_task(held_out[half:], cfg["test_examples"], cfg, tokenizer, rng)
-    start, delimiter, extract = tokenizer.convert_tokens_to_ids(list(TASK_TOKENS))
-    formatter = TaskFormatter("classification", start, delimiter, extract,
-                              pad=tokenizer.pad_token_id)
-
-    config = GPTConfig.gpt1(vocab_size=len(tokenizer), n_positions=cfg["n_positions"],
-                            n_embd=cfg["n_embd"], n_layer=cfg["n_layer"], n_head=cfg["n_head"],
-                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    lm = GPTLMHeadModel(config)
-    print(f"{len(text)} characters, vocabulary {len(tokenizer)}, {lm.num_parameters()} "
-          f"parameters; task: {len(train[1])} training and {len(test[1])} test snippets of "
-          f"{cfg['snippet']} characters, {cfg['typos']} letters replaced in the corrupted ones")
-    example = train[0][1]
-    print(f"  corrupted: {tokenizer.decode(example)!r}")
-
-    scratch = copy_of(lm.transformer)           # random weights, before pre-training
-    start_time = time.perf_counter()
-    pretrain_losses = pretrain(lm, pretrain_ids, cfg, rng)
-    pretrain_seconds = time.perf_counter() - start_time
-    prompt = np.array([tokenizer.encode("Return the ")])
-    sample = tokenizer.decode(lm.generate(prompt, min(40, cfg["n_positions"] - prompt.shape[1]))[0])
-    print(f"pre-trained in {pretrain_seconds:.0f} s, final loss "
-          f"{np.mean(pretrain_losses[-50:]):.3f}; greedy sample: {sample!r}")
-
-    runs = {f"pre-trained, L2 + {args.lm_coef:g} L1": (copy_of(lm.transformer), args.lm_coef),
-            "pre-trained, L2 only": (copy_of(lm.transformer), 0.0),
-            f"random init, L2 + {args.lm_coef:g} L1": (scratch, args.lm_coef)}
-    curves = {name: finetune(transformer, coef, train, test, formatter, cfg, args.seed + 1, name)
-              for name, (transformer, coef) in runs.items()}
-    for name, curve in curves.items():
-        print(f"{name:>28}: held-out accuracy {curve['test_accuracy'][-1]:.3f} "
-              f"(best {max(curve['test_accuracy']):.3f})")
-
-    plot_pretraining(pretrain_losses, out / "pretraining.png")
-    plot_finetuning(curves, out / "finetuning.png")
-    metrics = {
-        "smoke": args.smoke, "seed": args.seed, "backend": args.backend, "config": cfg,
-        "parameters": lm.num_parameters(), "vocab_size": len(tokenizer),
-        "pretrain_seconds": pretrain_seconds,
-        "pretrain_final_loss": float(np.mean(pretrain_losses[-50:])), "sample": sample,
-        "final_accuracy": {name: curve["test_accuracy"][-1] for name, curve in curves.items()},
-        "curves": curves, "total_seconds": time.perf_counter() - run_start,
-    }
-    return scripting.write_metrics(out, metrics)
-
-
-if __name__ == "__main__":
-    main()
+scripting.write_metrics(out, {
+    "smoke": args.smoke, "seed": args.seed, "backend": args.backend, "config": cfg,
+    "parameters": lm.num_parameters(), "vocab_size": len(tokenizer),
+    "pretrain_seconds": pretrain_seconds,
+    "pretrain_final_loss": float(np.mean(pretrain_losses[-50:])), "sample": sample,
+    "final_accuracy": {name: curve["test_accuracy"][-1] for name, curve in curves.items()},
+    "curves": curves, "total_seconds": time.perf_counter() - run_start,
+})

@@ -35,21 +35,17 @@
 #
 # Outputs go to `--out` (default `runs/gpt2_generate`): the checkpoint in `model/`,
 # `metrics.json`, `samples.txt`, `loss.png` (when training) and `sampling.png` (how each rule
-# reshapes the next-token distribution).
-#
-# One full run (seed 0, a busy 2-core machine): 1500 steps of a 4-layer, 128-wide model (0.82M
-# parameters) in 460 s, to 1.51 nats per character; the samples already spell many words and
-# copy the docstrings' layout ("Return the name. If that path ..."); greedy decoding loops
-# ("the set of the set of the ..."), which is what sampling and the repetition penalty are for.
-# 100 new tokens took 0.24 s with the cache and 0.58 s without (2.4x); the gap grows with the
-# length: 400 tokens of the same model with 1024 positions, 1.05 s against 8.4 s (8x).
+# reshapes the next-token distribution). In a notebook each figure also shows below the cell that
+# makes it. Greedy decoding tends to loop ("the set of the set of the ..."), which is what sampling
+# and the repetition penalty are for; the cache's saving grows with the length generated.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import os
-import sys
-import time
+# %%
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 
 # One BLAS thread: the matrices here are small, and on a busy machine two BLAS threads per
 # process spin against each other and run many times slower than one. Set OPENBLAS_NUM_THREADS
@@ -67,21 +63,21 @@ from minitorch_nlp.models.gpt import GPT2LMHeadModel  # noqa: E402
 
 SETTINGS = {
     "full": dict(corpus_chars=None, n_embd=128, n_layer=4, n_head=4, n_positions=128,
-                 dropout=0.0, steps=1500, lr=2e-3, batch=16, new_tokens=100),
+                 dropout=0.0, steps=1000, lr=2e-3, batch=16, new_tokens=100),
     "smoke": dict(corpus_chars=20_000, n_embd=16, n_layer=1, n_head=2, n_positions=32,
                   dropout=0.0, steps=10, lr=2e-3, batch=8, new_tokens=12),
 }
-
-
-def parse_args(argv=None):
-    parser = scripting.example_parser(
-        "gpt2_generate", "GPT-2 generation from a HuggingFace-format checkpoint (section V-A)",
-        steps="training steps (1500; smoke: 10)",
-        text="a text file to train on instead of the built-in corpus")
-    parser.add_argument("--checkpoint", help="a HuggingFace GPT2LMHeadModel directory to load "
-                                             "instead of training one")
-    parser.add_argument("--prompt", default="Return the ", help="the text to continue")
-    return parser.parse_args(argv)
+parser = scripting.example_parser(
+    "gpt2_generate", "GPT-2 generation from a HuggingFace-format checkpoint (section V-A)",
+    steps="training steps (1000; smoke: 10)",
+    text="a text file to train on instead of the built-in corpus")
+parser.add_argument("--checkpoint", help="a HuggingFace GPT2LMHeadModel directory to load "
+                                         "instead of training one")
+parser.add_argument("--prompt", default="Return the ", help="the text to continue")
+args = scripting.arguments(parser, smoke=SMOKE)
+run_start = time.perf_counter()
+cfg, out = scripting.start(args, SETTINGS)
+metrics = {"smoke": args.smoke, "seed": args.seed, "backend": args.backend}
 
 
 # %% [markdown]
@@ -94,15 +90,32 @@ def parse_args(argv=None):
 # (eq 18).
 
 # %%
-def train(cfg, steps, text, seed):
-    config = training.TrainConfig(
+if args.checkpoint:
+    model, tokenizer = mt.from_pretrained(args.checkpoint), load_tokenizer(args.checkpoint)
+    if not isinstance(model, GPT2LMHeadModel):
+        sys.exit(f"{args.checkpoint} holds a {type(model).__name__}, not a GPT2LMHeadModel")
+else:
+    steps = args.steps if args.steps is not None else cfg["steps"]
+    text = load_text(args.text) if args.text else stdlib_corpus(cfg["corpus_chars"])
+    began = time.perf_counter()
+    run = training.LanguageModelRun(training.TrainConfig(
         max_chars=None, n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_embd=cfg["n_embd"],
         block_size=cfg["n_positions"], dropout=cfg["dropout"], batch_size=cfg["batch"],
         steps=steps, lr=cfg["lr"], warmup_steps=max(1, steps // 20), eval_every=steps,
-        eval_batches=2, seed=seed, backend=mt.get_backend().name)
-    run = training.LanguageModelRun(config, text=text)
+        eval_batches=2, seed=args.seed, backend=mt.get_backend().name), text=text)
     run.train()
-    return run.model, run.tokenizer, run.history["loss"]
+    model, tokenizer, losses = run.model, run.tokenizer, run.history["loss"]
+    metrics.update(steps=steps, train_seconds=time.perf_counter() - began,
+                   final_loss=float(np.mean(losses[-50:])))
+    print(f"trained {steps} steps in {metrics['train_seconds']:.0f} s, loss "
+          f"{metrics['final_loss']:.3f}")
+    figure, axis = plots.pyplot().subplots(figsize=(6, 3.5))
+    plots.loss_curves(axis, range(1, len(losses) + 1), {"training batch": losses},
+                      title="GPT-2 training", ylabel="cross-entropy per character (nats)")
+    plots.show(figure, out / "loss.png")
+model.eval()
+prompt_ids = np.array([tokenizer.encode(args.prompt)])
+new_tokens = min(cfg["new_tokens"], model.config.n_positions - prompt_ids.shape[1])
 
 
 # %% [markdown]
@@ -114,12 +127,14 @@ def train(cfg, steps, text, seed):
 # every tensor. `transformers.GPT2LMHeadModel.from_pretrained` reads the directory as it is.
 
 # %%
-def round_trip(model, tokenizer, directory, prompt_ids):
-    mt.save_pretrained(model, directory)
-    tokenizer.save(directory)
-    loaded = mt.from_pretrained(directory)
-    same = np.array_equal(loaded(prompt_ids).logits.numpy(), model(prompt_ids).logits.numpy())
-    return loaded, same
+mt.save_pretrained(model, out / "model")
+tokenizer.save(out / "model")
+loaded = mt.from_pretrained(out / "model")
+metrics["round_trip_identical"] = bool(np.array_equal(loaded(prompt_ids).logits.numpy(),
+                                                      model(prompt_ids).logits.numpy()))
+model = loaded
+print(f"save_pretrained -> from_pretrained: identical logits: "
+      f"{metrics['round_trip_identical']} ({model.num_parameters()} parameters)")
 
 
 # %% [markdown]
@@ -133,49 +148,47 @@ def round_trip(model, tokenizer, directory, prompt_ids):
 # for the prompt.
 
 # %%
-def plot_sampling(model, prompt_ids, tokenizer, path, shown=20):
-    with mt.no_grad():
-        logits = model(prompt_ids).logits.numpy()[:, -1]
-    rules = {"softmax(logits)": logits,
-             "temperature 0.7": decoding.apply_temperature(logits, 0.7),
-             "top-k, k = 5": decoding.top_k_filter(logits, 5),
-             "top-p, p = 0.8": decoding.top_p_filter(logits, 0.8)}
-    order = np.argsort(-logits[0])[:shown]
-    labels = [plots.visible(tokenizer.decode([int(i)])) for i in order]   # " " drawn as "␣"
-    figure, axes = plots.pyplot().subplots(1, len(rules), figsize=(4 * len(rules), 3.2),
-                                           sharey=True)
-    for axis, (title, values) in zip(axes, rules.items()):
-        probabilities = np.exp(values[0] - values[0].max())
-        probabilities /= probabilities.sum()
-        axis.bar(range(shown), probabilities[order], color="tab:blue")
-        axis.set_xticks(range(shown), labels, fontsize=8)
-        axis.set_title(title, fontsize=9)
-        axis.set_xlabel("next token (the likeliest first)", fontsize=8)
-    prompt = plots.visible(tokenizer.decode(prompt_ids[0]))
-    axes[0].set_ylabel(f"P(next token | {prompt})", fontsize=8)
-    plots.save(figure, path)
+with mt.no_grad():
+    logits = model(prompt_ids).logits.numpy()[:, -1]
+rules = {"softmax(logits)": logits,
+         "temperature 0.7": decoding.apply_temperature(logits, 0.7),
+         "top-k, k = 5": decoding.top_k_filter(logits, 5),
+         "top-p, p = 0.8": decoding.top_p_filter(logits, 0.8)}
+shown = 20
+order = np.argsort(-logits[0])[:shown]
+labels = [plots.visible(tokenizer.decode([int(i)])) for i in order]   # " " drawn as "␣"
+figure, axes = plots.pyplot().subplots(1, len(rules), figsize=(4 * len(rules), 3.2), sharey=True)
+for axis, (title, values) in zip(axes, rules.items()):
+    probabilities = np.exp(values[0] - values[0].max())
+    probabilities /= probabilities.sum()
+    axis.bar(range(shown), probabilities[order], color="tab:blue")
+    axis.set_xticks(range(shown), labels, fontsize=8)
+    axis.set_title(title, fontsize=9)
+    axis.set_xlabel("next token (the likeliest first)", fontsize=8)
+axes[0].set_ylabel(f"P(next token | {plots.visible(tokenizer.decode(prompt_ids[0]))})",
+                   fontsize=8)
+plots.show(figure, out / "sampling.png")
 
+# %% [markdown]
+# One continuation per decoding setting, each printed token by token as it is made.
 
-def generate_samples(model, tokenizer, prompt_ids, new_tokens, seed):
-    """One continuation per decoding setting, each streamed to the terminal as it is made."""
-    settings = {
-        "greedy": dict(),
-        "temperature 0.8": dict(do_sample=True, temperature=0.8),
-        "top-k 10": dict(do_sample=True, top_k=10),
-        "top-p 0.9": dict(do_sample=True, top_p=0.9),
-        "top-p 0.9, repetition penalty 1.3": dict(do_sample=True, top_p=0.9,
-                                                  repetition_penalty=1.3),
-    }
-    samples = {}
-    for name, options in settings.items():
-        print(f"--- {name}\n{tokenizer.decode(prompt_ids[0])}", end="", flush=True)
-        ids = model.generate(prompt_ids, new_tokens, generator=mt.Generator(seed),
-                             streamer=lambda new: print(tokenizer.decode([int(new[0])]), end="",
-                                                        flush=True),
-                             **options)
-        print()
-        samples[name] = tokenizer.decode(ids[0])
-    return samples
+# %%
+decoding_settings = {
+    "greedy": dict(),
+    "temperature 0.8": dict(do_sample=True, temperature=0.8),
+    "top-k 10": dict(do_sample=True, top_k=10),
+    "top-p 0.9": dict(do_sample=True, top_p=0.9),
+    "top-p 0.9, repetition penalty 1.3": dict(do_sample=True, top_p=0.9, repetition_penalty=1.3),
+}
+samples = {}
+for name, options in decoding_settings.items():
+    print(f"--- {name}\n{tokenizer.decode(prompt_ids[0])}", end="", flush=True)
+    ids = model.generate(prompt_ids, new_tokens, generator=mt.Generator(args.seed),
+                         streamer=lambda new: print(tokenizer.decode([int(new[0])]), end="",
+                                                    flush=True),
+                         **options)
+    print()
+    samples[name] = tokenizer.decode(ids[0])
 
 
 # %% [markdown]
@@ -186,70 +199,19 @@ def generate_samples(model, tokenizer, prompt_ids, new_tokens, seed):
 # and attends from it to the cached keys. Both give the same tokens.
 
 # %%
-def time_generation(model, prompt_ids, new_tokens):
-    seconds = {}
-    outputs = {}
-    for use_cache in (True, False):
-        start = time.perf_counter()
-        outputs[use_cache] = model.generate(prompt_ids, new_tokens, use_cache=use_cache)
-        seconds[use_cache] = time.perf_counter() - start
-    assert np.array_equal(outputs[True], outputs[False])
-    return {"cached_seconds": seconds[True], "uncached_seconds": seconds[False],
-            "speedup": seconds[False] / seconds[True], "new_tokens": new_tokens}
-
-
-def plot_loss(losses, path):
-    figure, axis = plots.pyplot().subplots(figsize=(6, 3.5))
-    plots.loss_curves(axis, range(1, len(losses) + 1), {"training batch": losses},
-                      title="GPT-2 training", ylabel="cross-entropy per character (nats)")
-    plots.save(figure, path)
-
-
-# %% [markdown]
-# ## Putting it together
+seconds, outputs = {}, {}
+for use_cache in (True, False):
+    began = time.perf_counter()
+    outputs[use_cache] = model.generate(prompt_ids, new_tokens, use_cache=use_cache)
+    seconds[use_cache] = time.perf_counter() - began
+assert np.array_equal(outputs[True], outputs[False]), "the cache changed the tokens"
+metrics["cache"] = {"cached_seconds": seconds[True], "uncached_seconds": seconds[False],
+                    "speedup": seconds[False] / seconds[True], "new_tokens": new_tokens}
+print(f"{new_tokens} tokens: {metrics['cache']['cached_seconds']:.3f} s with the cache, "
+      f"{metrics['cache']['uncached_seconds']:.3f} s without ({metrics['cache']['speedup']:.1f}x)")
 
 # %%
-def main(argv=None):
-    args = parse_args(argv)
-    run_start = time.perf_counter()
-    cfg, out = scripting.start(args, SETTINGS)
-    metrics = {"smoke": args.smoke, "seed": args.seed, "backend": args.backend}
-
-    if args.checkpoint:
-        model, tokenizer = mt.from_pretrained(args.checkpoint), load_tokenizer(args.checkpoint)
-        if not isinstance(model, GPT2LMHeadModel):
-            sys.exit(f"{args.checkpoint} holds a {type(model).__name__}, not a GPT2LMHeadModel")
-    else:
-        steps = args.steps if args.steps is not None else cfg["steps"]
-        text = load_text(args.text) if args.text else stdlib_corpus(cfg["corpus_chars"])
-        start = time.perf_counter()
-        model, tokenizer, losses = train(cfg, steps, text, args.seed)
-        metrics.update(steps=steps, train_seconds=time.perf_counter() - start,
-                       final_loss=float(np.mean(losses[-50:])))
-        plot_loss(losses, out / "loss.png")
-        print(f"trained {steps} steps in {metrics['train_seconds']:.0f} s, loss "
-              f"{metrics['final_loss']:.3f}")
-    model.eval()
-    prompt_ids = np.array([tokenizer.encode(args.prompt)])
-    new_tokens = min(cfg["new_tokens"], model.config.n_positions - prompt_ids.shape[1])
-
-    model, metrics["round_trip_identical"] = round_trip(model, tokenizer, out / "model",
-                                                        prompt_ids)
-    print(f"save_pretrained -> from_pretrained: identical logits: "
-          f"{metrics['round_trip_identical']} ({model.num_parameters()} parameters)")
-    plot_sampling(model, prompt_ids, tokenizer, out / "sampling.png")
-    samples = generate_samples(model, tokenizer, prompt_ids, new_tokens, args.seed)
-    metrics["cache"] = time_generation(model, prompt_ids, new_tokens)
-    print(f"{new_tokens} tokens: {metrics['cache']['cached_seconds']:.3f} s with the cache, "
-          f"{metrics['cache']['uncached_seconds']:.3f} s without "
-          f"({metrics['cache']['speedup']:.1f}x)")
-
-    (out / "samples.txt").write_text("".join(f"--- {name}\n{text}\n"
-                                             for name, text in samples.items()))
-    metrics.update(samples=samples, config=model.config.to_hf(),
-                   total_seconds=time.perf_counter() - run_start)
-    return scripting.write_metrics(out, metrics)
-
-
-if __name__ == "__main__":
-    main()
+(out / "samples.txt").write_text("".join(f"--- {name}\n{text}\n" for name, text in samples.items()))
+metrics.update(samples=samples, config=model.config.to_hf(),
+               total_seconds=time.perf_counter() - run_start)
+scripting.write_metrics(out, metrics)

@@ -27,46 +27,49 @@
 # weights, not from a mask builder), then trains a small model with each pattern on a
 # long-range task (retrieve a token planted at the start of the sequence) and reports the
 # accuracy against n. Last, it times forward + backward and traces the peak memory of each
-# core on the numba backend as n grows from 1k to 32k tokens, and fits the log-log slope
+# core on the numba backend as n grows from 256 to 4k tokens, and fits the log-log slope
 # (2 for full attention, 1.5 for sqrt(n) patterns, 1 for linear ones).
 #
 # ```
-# python examples/long_attention.py            # ~10 minutes on a quiet 2-core machine
+# python examples/long_attention.py            # the full run: minutes on 2 CPU cores
 # python examples/long_attention.py --smoke    # seconds
 # ```
 #
 # Outputs go to `--out` (default `runs/long_attention`): `attended.png`, `scaling.png`,
-# `long_range.png` and `metrics.json`.
+# `long_range.png` and `metrics.json`. In a notebook each figure also shows below the cell that
+# makes it.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import functools
-import gc
-import math
-import time
-import tracemalloc
+# %%
+import functools  # noqa: E402
+import gc  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
 
-import numpy as np
-from matplotlib.figure import Figure
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
-import minitorch_nlp as mt
-import minitorch_nlp.functional as F
-from minitorch_nlp import attention as A
-from minitorch_nlp import nn, optim, plots, scripting
+import minitorch_nlp as mt  # noqa: E402
+import minitorch_nlp.functional as F  # noqa: E402
+from minitorch_nlp import attention as A  # noqa: E402
+from minitorch_nlp import nn, optim, plots, scripting  # noqa: E402
 
 SETTINGS = {
-    "full": dict(picture_time=32, lengths=[1024, 2048, 4096, 8192, 16384, 32768], head_dim=32,
-                 full_up_to=16384, task_lengths=[128, 256, 512], task_steps=300, task_layers=2),
+    "full": dict(picture_time=32, lengths=[256, 512, 1024, 2048, 4096], head_dim=32,
+                 full_up_to=2048, task_lengths=[32, 64, 128], task_steps=150, task_layers=2),
     "smoke": dict(picture_time=16, lengths=[128, 256, 512], head_dim=16, full_up_to=512,
                   task_lengths=[32, 64], task_steps=3, task_layers=1),
 }
 
-
-def parse_args(argv=None):
-    return scripting.example_parser(
-        "long_attention", "Draw what each efficient attention core attends and measure its "
-        "time and memory against the sequence length", backend=False).parse_args(argv)
+parser = scripting.example_parser(
+    "long_attention", "Draw what each efficient attention core attends and measure its time and "
+    "memory against the sequence length", backend=False)
+args = scripting.arguments(parser, smoke=SMOKE)
+cfg, out = scripting.start(args, SETTINGS)
+started = time.perf_counter()
 
 
 # %% [markdown]
@@ -80,27 +83,25 @@ def parse_args(argv=None):
 # alone (eq 96-99).
 
 # %%
-def attended(cfg, seed):
-    n = cfg["picture_time"]
-    stride = int(math.sqrt(n))
-    rng = np.random.default_rng(seed)
-    q, k, v = (mt.tensor(a) for a in rng.standard_normal((3, 1, 2, n, 8)))
-    pictures = {}
-    for title, core in [
-            (f"strided, merged (l = {stride})", A.SparseTransformerAttention(stride)),
-            (f"fixed, merged (l = {stride}, c = 1)", A.SparseTransformerAttention(stride, "fixed")),
-            (f"strided, per head (l = {stride})",
-             A.SparseTransformerAttention(stride, combine="heads"))]:
-        _, weights = core(q, k, v, causal=True, need_weights=True)
-        heads = range(2) if core.combine == "heads" else range(1)
-        for h in heads:
-            name = title if core.combine != "heads" else f"{title}: head {h}"
-            pictures[name] = weights.numpy()[0, h] != 0
-    centres = rng.standard_normal((3, 8))
-    clustered = centres[rng.integers(0, 3, n)] + 0.3 * rng.standard_normal((n, 8))
-    lsh = A.LSHAttention(4, 4, num_rounds=2, seed=seed)
-    pictures["LSH: 4 buckets, chunks of 4, 2 rounds"] = lsh.pairs(clustered[None, None])[0, 0]
-    return pictures
+n = cfg["picture_time"]
+stride = int(math.sqrt(n))
+rng = np.random.default_rng(args.seed)
+q, k, v = (mt.tensor(a) for a in rng.standard_normal((3, 1, 2, n, 8)))
+pictures = {}
+for title, core in [
+        (f"strided, merged (l = {stride})", A.SparseTransformerAttention(stride)),
+        (f"fixed, merged (l = {stride}, c = 1)", A.SparseTransformerAttention(stride, "fixed")),
+        (f"strided, per head (l = {stride})",
+         A.SparseTransformerAttention(stride, combine="heads"))]:
+    _, weights = core(q, k, v, causal=True, need_weights=True)
+    for h in range(2) if core.combine == "heads" else range(1):
+        name = title if core.combine != "heads" else f"{title}: head {h}"
+        pictures[name] = weights.numpy()[0, h] != 0
+centres = rng.standard_normal((3, 8))
+clustered = centres[rng.integers(0, 3, n)] + 0.3 * rng.standard_normal((n, 8))
+lsh = A.LSHAttention(4, 4, num_rounds=2, seed=args.seed)
+pictures["LSH: 4 buckets, chunks of 4, 2 rounds"] = lsh.pairs(clustered[None, None])[0, 0]
+plots.show(A.draw_masks(pictures, columns=3), out / "attended.png")
 
 
 # %% [markdown]
@@ -208,40 +209,39 @@ def retrieval_accuracy(make_core, causal, n, steps, layers, seed, lr=1e-2, batch
             return float((model(ids).numpy().argmax(axis=-1) == values).mean())
 
 
-def long_range(cfg, seed):
-    accuracy = {}
-    for n in cfg["task_lengths"]:
-        for name, (make_core, causal) in task_patterns(n, 16, seed).items():
-            started = time.perf_counter()
-            accuracy.setdefault(name, {})[n] = retrieval_accuracy(
-                make_core, causal, n, cfg["task_steps"], cfg["task_layers"], seed)
-            print(f"  {name} at n = {n}: accuracy {accuracy[name][n]:.2f} "
-                  f"({time.perf_counter() - started:.0f} s)", flush=True)
-    return accuracy
+# %% [markdown]
+# Each pattern trains at each length; the table and the figure follow.
 
+# %%
+accuracy = {}
+for n in cfg["task_lengths"]:
+    for name, (make_core, causal) in task_patterns(n, 16, args.seed).items():
+        began = time.perf_counter()
+        accuracy.setdefault(name, {})[n] = retrieval_accuracy(
+            make_core, causal, n, cfg["task_steps"], cfg["task_layers"], args.seed)
+        print(f"  {name} at n = {n}: accuracy {accuracy[name][n]:.2f} "
+              f"({time.perf_counter() - began:.0f} s)", flush=True)
 
-def print_accuracy(accuracy, lengths):
-    width = max(len(name) for name in accuracy) + 2
-    print(f"\nretrieval accuracy on 512 fresh sequences (chance {1 / VALUES:.3f})")
-    print("pattern".ljust(width) + "".join(f"n={n}".rjust(8) for n in lengths))
-    for name, by_length in accuracy.items():
-        print(name.ljust(width) + "".join(f"{by_length[n]:>8.2f}" for n in lengths))
+width = max(len(name) for name in accuracy) + 2
+print(f"\nretrieval accuracy on 512 fresh sequences (chance {1 / VALUES:.3f})")
+print("pattern".ljust(width) + "".join(f"n={n}".rjust(8) for n in cfg["task_lengths"]))
+for name, by_length in accuracy.items():
+    print(name.ljust(width) + "".join(f"{by_length[n]:>8.2f}" for n in cfg["task_lengths"]))
 
-
-def plot_long_range(accuracy, path):
-    figure = Figure(figsize=(6.5, 4.2), layout="constrained")
-    ax = figure.subplots()
-    for name, by_length in accuracy.items():
-        lengths = sorted(by_length)
-        ax.plot(lengths, [by_length[n] for n in lengths], marker="o", label=name)
-    ax.axhline(1 / VALUES, color="grey", linestyle=":", label="chance")
-    ax.set_xscale("log", base=2)
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("sequence length n (the value is n - 1 positions back)")
-    ax.set_ylabel("accuracy")
-    ax.legend(fontsize="small")
-    figure.suptitle("retrieving a token planted at the start, trained with each pattern")
-    plots.save(figure, path)
+figure = Figure(figsize=(6.5, 4.2), layout="constrained")
+ax = figure.subplots()
+for name, by_length in accuracy.items():
+    lengths = sorted(by_length)
+    ax.plot(lengths, [by_length[n] for n in lengths], marker="o", label=name)
+ax.axhline(1 / VALUES, color="grey", linestyle=":", label="chance")
+ax.set_xscale("log", base=2)
+ax.set_ylim(0, 1.05)
+ax.set_xlabel("sequence length n (the value is n - 1 positions back)")
+ax.set_ylabel("accuracy")
+ax.legend(fontsize="small")
+figure.suptitle("retrieving a token planted at the start, trained with each pattern")
+plots.show(figure, out / "long_range.png")
+seconds_task = time.perf_counter() - started
 
 
 # %% [markdown]
@@ -266,8 +266,8 @@ def plot_long_range(accuracy, path):
 # * Performer: `PerformerAttention`, 64 random features, causal.
 #
 # The slope of log(cost) against log(n) says how the cost grows: 2 is quadratic, 1 linear. Full
-# attention stops at `full_up_to` tokens (16k in the full run): at 32k one call would take 4x
-# its 16k time, the skip is printed. `benchmarks/long_attention.py` times the same kinds of core
+# attention stops at `full_up_to` tokens (2k in the full run): at 4k one call would take 4x
+# its 2k time, the skip is printed. `benchmarks/long_attention.py` times the same kinds of core
 # beside PyTorch's SDPA at 1 and 2 threads.
 
 # %%
@@ -346,58 +346,42 @@ def scaling(cfg, seed):
     return results, skipped
 
 
-def print_scaling(results, lengths):
-    width = max(len(name) for name in results) + 2
-    for key, title, scale in (("seconds", "forward + backward, ms (numba backend)", 1e3),
-                              ("peak_mb", "peak NumPy memory, MB", 1.0)):
-        print(f"\n{title}; '-': skipped")
-        print("core".ljust(width) + "".join(f"n={n}".rjust(9) for n in lengths) + "    slope")
-        for name, by_length in results.items():
-            print(name.ljust(width) + "".join((f"{by_length[n][key] * scale:.1f}"
-                                               if n in by_length else "-").rjust(9)
-                                              for n in lengths)
-                  + f"{plots.log_log_slope(by_length, key):>9.2f}")
-
+# %% [markdown]
+# The table, then the log-log figure: a line's slope is the power of n its cost grows with.
 
 # %%
-def main(argv=None):
-    args = parse_args(argv)
-    cfg, out = scripting.start(args, SETTINGS)
-    started = time.perf_counter()
-    pictures = attended(cfg, args.seed)
-    A.draw_masks(pictures, out / "attended.png", columns=3)
-    accuracy = long_range(cfg, args.seed)
-    plot_long_range(accuracy, out / "long_range.png")
-    print_accuracy(accuracy, cfg["task_lengths"])
-    seconds_task = time.perf_counter() - started
-    results, skipped = scaling(cfg, args.seed)
-    plots.log_log_panels(results, [("seconds", "forward + backward (s)"),
-                                   ("peak_mb", "peak NumPy memory (MB)")],
-                         xlabel="sequence length n", path=out / "scaling.png",
-                         title="cost of one attention call against n (numba backend)")
-    slopes = {name: {"time": plots.log_log_slope(by_length, "seconds"),
-                     "memory": plots.log_log_slope(by_length, "peak_mb")}
-              for name, by_length in results.items()}
-    print_scaling(results, cfg["lengths"])
-    seconds_total = time.perf_counter() - started
-    print(f"\nwall time: {seconds_task:.0f} s for the pictures and the task, "
-          f"{seconds_total - seconds_task:.0f} s for the scaling, {seconds_total:.0f} s in all")
-    summary = {
-        "smoke": args.smoke, "seed": args.seed,
-        "pictures": ["attended.png", "scaling.png", "long_range.png"],
-        "long_range_accuracy": {name: {str(n): value for n, value in by_length.items()}
-                                for name, by_length in accuracy.items()},
-        "attended_fraction": {name: float(mask.mean()) for name, mask in pictures.items()},
-        "scaling": {name: {str(n): v for n, v in by_length.items()}
-                    for name, by_length in results.items()},
-        "slopes": slopes,
-        "skipped": [{"core": name, "n": n} for name, n in skipped],
-        "seconds": {"pictures_and_task": seconds_task, "scaling": seconds_total - seconds_task},
-    }
-    scripting.write_metrics(out, summary)
-    print(f"wrote attended.png, scaling.png, long_range.png and metrics.json to {out}")
-    return summary
+results, skipped = scaling(cfg, args.seed)
+width = max(len(name) for name in results) + 2
+for key, title, scale in (("seconds", "forward + backward, ms (numba backend)", 1e3),
+                          ("peak_mb", "peak NumPy memory, MB", 1.0)):
+    print(f"\n{title}; '-': skipped")
+    print("core".ljust(width) + "".join(f"n={n}".rjust(9) for n in cfg["lengths"]) + "    slope")
+    for name, by_length in results.items():
+        print(name.ljust(width) + "".join((f"{by_length[n][key] * scale:.1f}"
+                                           if n in by_length else "-").rjust(9)
+                                          for n in cfg["lengths"])
+              + f"{plots.log_log_slope(by_length, key):>9.2f}")
+plots.log_log_panels(results, [("seconds", "forward + backward (s)"),
+                               ("peak_mb", "peak NumPy memory (MB)")],
+                     xlabel="sequence length n", path=out / "scaling.png",
+                     title="cost of one attention call against n (numba backend)")
+slopes = {name: {"time": plots.log_log_slope(by_length, "seconds"),
+                 "memory": plots.log_log_slope(by_length, "peak_mb")}
+          for name, by_length in results.items()}
+seconds_total = time.perf_counter() - started
+print(f"\nwall time: {seconds_task:.0f} s for the pictures and the task, "
+      f"{seconds_total - seconds_task:.0f} s for the scaling, {seconds_total:.0f} s in all")
 
-
-if __name__ == "__main__":
-    main()
+# %%
+scripting.write_metrics(out, {
+    "smoke": args.smoke, "seed": args.seed,
+    "pictures": ["attended.png", "scaling.png", "long_range.png"],
+    "long_range_accuracy": {name: {str(n): value for n, value in by_length.items()}
+                            for name, by_length in accuracy.items()},
+    "attended_fraction": {name: float(mask.mean()) for name, mask in pictures.items()},
+    "scaling": {name: {str(n): v for n, v in by_length.items()}
+                for name, by_length in results.items()},
+    "slopes": slopes,
+    "skipped": [{"core": name, "n": n} for name, n in skipped],
+    "seconds": {"pictures_and_task": seconds_task, "scaling": seconds_total - seconds_task},
+})

@@ -37,30 +37,32 @@
 # python examples/reformer_memory.py --smoke    # seconds
 # ```
 #
-# Outputs go to `--out` (default `runs/reformer_memory`): `memory.png` and `metrics.json`.
+# Outputs go to `--out` (default `runs/reformer_memory`): `memory.png` and `metrics.json`. In a
+# notebook the figure also shows below the cell that makes it.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import gc
-import time
-import tracemalloc
+# %%
+import gc  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
 
-import numpy as np
-import minitorch_nlp as mt
-from minitorch_nlp import nn, plots, scripting
-from minitorch_nlp.attention import LSHAttention
+import numpy as np  # noqa: E402
+
+import minitorch_nlp as mt  # noqa: E402
+from minitorch_nlp import nn, plots, scripting  # noqa: E402
+from minitorch_nlp.attention import LSHAttention  # noqa: E402
 
 SETTINGS = {
     "full": dict(depths=[1, 2, 4, 8, 16], batch=2, time=512, d_model=64, heads=4, chunk=64),
     "smoke": dict(depths=[1, 2, 4, 8], batch=1, time=128, d_model=32, heads=2, chunk=32),
 }
-
-
-def parse_args(argv=None):
-    return scripting.example_parser(
-        "reformer_memory", "Peak memory of forward + backward against depth, reversible "
-        "Reformer blocks with and without recomputation", backend=False).parse_args(argv)
+parser = scripting.example_parser(
+    "reformer_memory", "Peak memory of forward + backward against depth, reversible Reformer "
+    "blocks with and without recomputation", backend=False)
+args = scripting.arguments(parser, smoke=SMOKE)
+cfg, out = scripting.start(args, SETTINGS)
 
 
 # %% [markdown]
@@ -73,7 +75,7 @@ def parse_args(argv=None):
 # where the whole network would hold (time, 4 d) at once.
 
 # %%
-def reformer_blocks(cfg, depth, seed):
+def reformer_blocks(depth, seed):
     d, chunk = cfg["d_model"], cfg["chunk"]
     buckets = max(2, 2 * (cfg["time"] // chunk // 2))
     return [nn.ReversibleBlock(
@@ -108,57 +110,43 @@ def peak_memory(stack, x):
 # both.
 
 # %%
-def measure(cfg, seed):
-    rng = np.random.default_rng(seed)
-    x = mt.tensor(rng.standard_normal((cfg["batch"], cfg["time"], cfg["d_model"]))
-                  .astype(np.float32), requires_grad=True)
-    results = {"reversible (recomputed)": {}, "ordinary (recorded)": {}}
-    for depth in cfg["depths"]:
-        mt.manual_seed(seed)
-        blocks = reformer_blocks(cfg, depth, seed)
-        for name, stack in (("reversible (recomputed)", nn.ReversibleStack(blocks)),
-                            ("ordinary (recorded)", nn.ReversibleStack(blocks, recompute=False))):
-            peak_memory(stack, x)                                   # warm up
-            megabytes, seconds = peak_memory(stack, x)
-            results[name][depth] = {"peak_mb": megabytes, "seconds": seconds}
-    return results
+rng = np.random.default_rng(args.seed)
+x = mt.tensor(rng.standard_normal((cfg["batch"], cfg["time"], cfg["d_model"]))
+              .astype(np.float32), requires_grad=True)
+results = {"reversible (recomputed)": {}, "ordinary (recorded)": {}}
+for depth in cfg["depths"]:
+    mt.manual_seed(args.seed)
+    blocks = reformer_blocks(depth, args.seed)
+    for name, stack in (("reversible (recomputed)", nn.ReversibleStack(blocks)),
+                        ("ordinary (recorded)", nn.ReversibleStack(blocks, recompute=False))):
+        peak_memory(stack, x)                                   # warm up
+        megabytes, seconds = peak_memory(stack, x)
+        results[name][depth] = {"peak_mb": megabytes, "seconds": seconds}
 
+slopes = {name: {"memory": plots.log_log_slope(by_depth, "peak_mb"),
+                 "time": plots.log_log_slope(by_depth, "seconds")}
+          for name, by_depth in results.items()}
+print("stack".ljust(26) + "".join(f"MB at {d}".rjust(11) for d in cfg["depths"])
+      + "  memory slope  time slope")
+for name, by_depth in results.items():
+    print(name.ljust(26) + "".join(f"{by_depth[d]['peak_mb']:>11.2f}" for d in cfg["depths"])
+          + f"{slopes[name]['memory']:>14.2f}{slopes[name]['time']:>12.2f}")
+plots.log_log_panels(results, [("peak_mb", "peak memory of forward + backward (MB)"),
+                               ("seconds", "forward + backward (s)")],
+                     xlabel="reversible blocks", path=out / "memory.png",
+                     title="Reformer blocks: recomputing from the outputs keeps memory "
+                           "nearly flat in depth")
 
 # %%
-def main(argv=None):
-    args = parse_args(argv)
-    cfg, out = scripting.start(args, SETTINGS)
-    results = measure(cfg, args.seed)
-    plots.log_log_panels(results, [("peak_mb", "peak memory of forward + backward (MB)"),
-                                   ("seconds", "forward + backward (s)")],
-                         xlabel="reversible blocks", path=out / "memory.png",
-                         title="Reformer blocks: recomputing from the outputs keeps memory "
-                               "nearly flat in depth")
-    slopes = {name: {"memory": plots.log_log_slope(by_depth, "peak_mb"),
-                     "time": plots.log_log_slope(by_depth, "seconds")}
-              for name, by_depth in results.items()}
-    print("stack".ljust(26) + "".join(f"MB at {d}".rjust(11) for d in cfg["depths"])
-          + "  memory slope  time slope")
-    for name, by_depth in results.items():
-        print(name.ljust(26) + "".join(f"{by_depth[d]['peak_mb']:>11.2f}" for d in cfg["depths"])
-              + f"{slopes[name]['memory']:>14.2f}{slopes[name]['time']:>12.2f}")
-    deepest, shallowest = max(cfg["depths"]), min(cfg["depths"])
-    summary = {
-        "smoke": args.smoke, "seed": args.seed, "pictures": ["memory.png"],
-        "settings": cfg,
-        "results": {name: {str(d): v for d, v in by_depth.items()}
-                    for name, by_depth in results.items()},
-        "growth": {name: by_depth[deepest]["peak_mb"] / by_depth[shallowest]["peak_mb"]
-                   for name, by_depth in results.items()},
-        "slopes": slopes,
-    }
-    scripting.write_metrics(out, summary)
-    print(f"memory grows {summary['growth']['reversible (recomputed)']:.2f}x with recomputation "
-          f"and {summary['growth']['ordinary (recorded)']:.2f}x recorded, from {shallowest} to "
-          f"{deepest} blocks")
-    print(f"wrote memory.png and metrics.json to {out}")
-    return summary
-
-
-if __name__ == "__main__":
-    main()
+deepest, shallowest = max(cfg["depths"]), min(cfg["depths"])
+summary = scripting.write_metrics(out, {
+    "smoke": args.smoke, "seed": args.seed, "pictures": ["memory.png"], "settings": cfg,
+    "results": {name: {str(d): v for d, v in by_depth.items()}
+                for name, by_depth in results.items()},
+    "growth": {name: by_depth[deepest]["peak_mb"] / by_depth[shallowest]["peak_mb"]
+               for name, by_depth in results.items()},
+    "slopes": slopes,
+})
+print(f"memory grows {summary['growth']['reversible (recomputed)']:.2f}x with recomputation "
+      f"and {summary['growth']['ordinary (recorded)']:.2f}x recorded, from {shallowest} to "
+      f"{deepest} blocks")

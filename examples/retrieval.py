@@ -39,26 +39,26 @@
 # answer from the passages DPR retrieves); we report exact match.
 #
 # ```
-# python examples/retrieval.py            # about 25 minutes on 2 busy CPU cores
+# python examples/retrieval.py            # the full run: about 25 minutes on 2 busy CPU cores
 # python examples/retrieval.py --smoke    # seconds: the pipeline end to end
 # ```
 #
-# Outputs go to `--out` (default `runs/retrieval`): `metrics.json` and `recall.png`.
+# Outputs go to `--out` (default `runs/retrieval`): `metrics.json` and `recall.png`, which a
+# notebook also shows below the cell that makes it.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import os
-import time
-import warnings
+# %%
+import os  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
 
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
 
-import minitorch_nlp as mt  # noqa: E402
 from minitorch_nlp import optim, plots, scripting  # noqa: E402
 from minitorch_nlp.data import knowledge_base  # noqa: E402
 from minitorch_nlp.data.tokenizers import WordPieceTokenizer  # noqa: E402
@@ -83,13 +83,11 @@ SETTINGS = {
                   golden_batch=8, ict_steps=4, ict_batch=8, orqa_steps=2, orqa_batch=4,
                   realm_steps=3, realm_batch=4, refresh_every=2, realm_qa_steps=2),
 }
-
-
-def parse_args(argv=None):
-    parser = scripting.example_parser(
-        "retrieval", "BM25, DPR, ORQA, REALM, RAG and GoldEn on the synthetic knowledge base "
-        "(VII)")
-    return parser.parse_args(argv)
+parser = scripting.example_parser(
+    "retrieval", "BM25, DPR, ORQA, REALM, RAG and GoldEn on the synthetic knowledge base (VII)")
+args = scripting.arguments(parser, smoke=SMOKE)
+run_start = time.perf_counter()
+cfg, out = scripting.start(args, SETTINGS)
 
 
 # %% [markdown]
@@ -109,7 +107,7 @@ def split_questions(questions, seed):
 def train_loop(name, steps, model, loss_fn, lr=3e-3):
     optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     losses = []
-    for step in tqdm(range(steps), desc=name):
+    for step in scripting.progress(range(steps), desc=name):
         loss = loss_fn(step)
         optimizer.zero_grad()
         loss.backward()
@@ -122,6 +120,20 @@ def recall_at(ranked, gold, ks):
     """The fraction of rows of ``ranked`` (questions, >= max k) that hold ``gold`` in the first
     k, for each k."""
     return {k: float(np.mean([g in row[:k] for row, g in zip(ranked, gold)])) for k in ks}
+
+
+kb = knowledge_base(cfg["people"], cfg["cities"], seed=args.seed)
+train, held_out = split_questions(kb.questions_with(1), args.seed)
+two_hop = kb.questions_with(2)
+two_hop_train, two_hop_held_out = split_questions(two_hop, args.seed + 2)
+tokenizer = WordPieceTokenizer.train(kb.texts + [q.text for q in kb.questions], cfg["vocab_size"])
+depth = len(kb.texts)
+ks = [k for k in cfg["ks"] if k <= depth] or [depth]
+bm25 = BM25().fit(kb.texts)
+print(f"{len(kb.texts)} passages; {len(train)} training, {len(held_out)} held-out and "
+      f"{len(two_hop)} two-hop questions")
+print(f"  {kb.texts[0]}\n  {held_out[0].text} -> {held_out[0].answer}\n  {two_hop[0].text} -> "
+      f"{two_hop[0].answer}")
 
 
 # %% [markdown]
@@ -153,6 +165,10 @@ def train_dpr(cfg, kb, train, tokenizer, bm25, seed):
                               [kb.texts[negatives[r]] for r in rows if negatives[r] >= 0])
 
     return retriever, train_loop("DPR", cfg["dpr_steps"], retriever, loss, cfg["dpr_lr"])
+
+
+retriever, dpr_losses = train_dpr(cfg, kb, train, tokenizer, bm25, args.seed)
+index = retriever.index_passages(kb.texts)
 
 
 # %% [markdown]
@@ -198,6 +214,10 @@ def train_orqa(cfg, kb, train, tokenizer, retriever, seed):
         return orqa.loss([train[r].text for r in rows], [train[r].answer for r in rows])
 
     return orqa, train_loop("ORQA", cfg["orqa_steps"], orqa, loss)
+
+
+ict_retriever, ict_losses = train_ict(cfg, kb, tokenizer, args.seed)
+ict_index = ict_retriever.index_passages(kb.texts)
 
 
 def reader_exact_match(model, questions):
@@ -262,6 +282,44 @@ def train_realm(cfg, kb, train, tokenizer, ict_retriever, seed):
     return realm, pretraining, fine_tuning, refresher.refreshes, len(skipped)
 
 
+realm, realm_losses, realm_qa_losses, refreshes, skipped = train_realm(
+    cfg, kb, train, tokenizer, ict_retriever, args.seed + 3)
+
+# %% [markdown]
+# ## Recall@k of the four retrievers
+#
+# On the held-out questions, and on the second passage of the two-hop questions.
+
+# %%
+dense = {"DPR": (retriever, index), "ORQA (ICT)": (ict_retriever, ict_index),
+         "REALM": (realm.retriever, realm.index)}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")   # k = the corpus's size is clamped, as documented
+    rankings = {
+        "BM25": lambda questions: bm25.search([q.text for q in questions], depth)[1],
+        **{name: lambda questions, pair=pair: pair[0].retrieve(
+            [q.text for q in questions], pair[1], depth)[1] for name, pair in dense.items()}}
+    recall, two_hop_recall, curves = {}, {}, {}
+    for name, rank in rankings.items():
+        ranked = rank(held_out)
+        gold = [q.passage_ids[0] for q in held_out]
+        recall[name] = recall_at(ranked, gold, ks)
+        curves[name] = recall_at(ranked, gold, range(1, min(depth, 20) + 1))
+        two_hop_recall[name] = recall_at(rank(two_hop), [q.passage_ids[1] for q in two_hop], ks)
+for name in rankings:
+    print(f"{name:10} held-out recall " + "  ".join(f"@{k} {v:.3f}"
+                                                  for k, v in recall[name].items())
+          + "  | two-hop, second passage " + "  ".join(
+              f"@{k} {v:.3f}" for k, v in two_hop_recall[name].items()))
+
+figure, axis = plots.pyplot().subplots(figsize=(6, 4))
+for name, curve in curves.items():
+    axis.plot(list(curve), list(curve.values()), marker="o", label=name)
+axis.set(xlabel="k", ylabel="recall@k", title="gold passage among the k best", ylim=(0, 1.02))
+axis.legend()
+plots.show(figure, out / "recall.png")
+
+
 # %% [markdown]
 # ## GoldEn: a query per hop (eq 62-63)
 #
@@ -297,6 +355,16 @@ def train_golden(cfg, kb, train, tokenizer, bm25, seed):
 
 def both_found(questions, ranked):
     return float(np.mean([set(q.passage_ids) <= set(row) for q, row in zip(questions, ranked)]))
+
+
+generator, golden_losses = train_golden(cfg, kb, two_hop_train, tokenizer, bm25, args.seed)
+golden_ids, _ = golden_retrieve([q.text for q in two_hop_held_out], generator, bm25, kb.texts)
+texts = [q.text for q in two_hop_held_out]
+both = {"GoldEn (2 hops)": both_found(two_hop_held_out, golden_ids),
+        "BM25 top 2": both_found(two_hop_held_out, bm25.search(texts, 2)[1]),
+        "DPR top 2": both_found(two_hop_held_out, retriever.retrieve(texts, index, 2)[1])}
+print("held-out two-hop questions, both gold passages found: "
+      + ", ".join(f"{k} {v:.3f}" for k, v in both.items()))
 
 
 # %% [markdown]
@@ -335,103 +403,34 @@ def exact_match(rag, questions, kind, method="thorough"):
 
 
 # %% [markdown]
-# ## Picture: recall@k
+# ## The readers: exact match of ORQA, REALM and RAG
 
 # %%
-def plot_recall(curves, path):
-    figure, axis = plots.pyplot().subplots(figsize=(6, 4))
-    for name, curve in curves.items():
-        axis.plot(list(curve), list(curve.values()), marker="o", label=name)
-    axis.set(xlabel="k", ylabel="recall@k", title="gold passage among the k best", ylim=(0, 1.02))
-    axis.legend()
-    plots.save(figure, path)
-
+orqa, orqa_losses = train_orqa(cfg, kb, train, tokenizer, ict_retriever, args.seed + 4)
+rag, rag_losses = train_rag(cfg, kb, train, tokenizer, retriever, args.seed + 1)
+exact = {split: {"ORQA": reader_exact_match(orqa, questions),
+                 "REALM": reader_exact_match(realm, questions),
+                 "RAG-Token": exact_match(rag, questions, "token"),
+                 "RAG-Sequence (thorough)": exact_match(rag, questions, "sequence"),
+                 "RAG-Sequence (fast)": exact_match(rag, questions, "sequence", "fast")}
+         for split, questions in (("train", train), ("held-out", held_out))}
+for split, scores in exact.items():
+    print(f"exact match ({split}): " + ", ".join(f"{k} {v:.3f}" for k, v in scores.items()))
 
 # %%
-def main(argv=None):
-    args = parse_args(argv)
-    run_start = time.perf_counter()
-    cfg, out = scripting.start(args, SETTINGS)
-    kb = knowledge_base(cfg["people"], cfg["cities"], seed=args.seed)
-    train, held_out = split_questions(kb.questions_with(1), args.seed)
-    two_hop = kb.questions_with(2)
-    two_hop_train, two_hop_held_out = split_questions(two_hop, args.seed + 2)
-    tokenizer = WordPieceTokenizer.train(kb.texts + [q.text for q in kb.questions],
-                                         cfg["vocab_size"])
-    depth = len(kb.texts)
-    ks = [k for k in cfg["ks"] if k <= depth] or [depth]
-    print(f"{len(kb.texts)} passages; {len(train)} training, {len(held_out)} held-out and "
-          f"{len(two_hop)} two-hop questions")
-
-    bm25 = BM25().fit(kb.texts)
-    retriever, dpr_losses = train_dpr(cfg, kb, train, tokenizer, bm25, args.seed)
-    index = retriever.index_passages(kb.texts)
-    ict_retriever, ict_losses = train_ict(cfg, kb, tokenizer, args.seed)
-    ict_index = ict_retriever.index_passages(kb.texts)
-    realm, realm_losses, realm_qa_losses, refreshes, skipped = train_realm(
-        cfg, kb, train, tokenizer, ict_retriever, args.seed + 3)
-    dense = {"DPR": (retriever, index), "ORQA (ICT)": (ict_retriever, ict_index),
-             "REALM": (realm.retriever, realm.index)}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # k = the corpus's size is clamped, as documented
-        rankings = {
-            "BM25": lambda questions: bm25.search([q.text for q in questions], depth)[1],
-            **{name: lambda questions, pair=pair: pair[0].retrieve(
-                [q.text for q in questions], pair[1], depth)[1] for name, pair in dense.items()}}
-        recall, two_hop_recall, curves = {}, {}, {}
-        for name, rank in rankings.items():
-            ranked = rank(held_out)
-            gold = [q.passage_ids[0] for q in held_out]
-            recall[name] = recall_at(ranked, gold, ks)
-            curves[name] = recall_at(ranked, gold, range(1, min(depth, 20) + 1))
-            two_hop_recall[name] = recall_at(rank(two_hop), [q.passage_ids[1] for q in two_hop],
-                                             ks)
-    for name in rankings:
-        print(f"{name:10} held-out recall " + "  ".join(f"@{k} {v:.3f}"
-                                                      for k, v in recall[name].items())
-              + "  | two-hop, second passage " + "  ".join(
-                  f"@{k} {v:.3f}" for k, v in two_hop_recall[name].items()))
-    plot_recall(curves, out / "recall.png")
-
-    generator, golden_losses = train_golden(cfg, kb, two_hop_train, tokenizer, bm25, args.seed)
-    golden_ids, _ = golden_retrieve([q.text for q in two_hop_held_out], generator, bm25,
-                                    kb.texts)
-    texts = [q.text for q in two_hop_held_out]
-    both = {"GoldEn (2 hops)": both_found(two_hop_held_out, golden_ids),
-            "BM25 top 2": both_found(two_hop_held_out, bm25.search(texts, 2)[1]),
-            "DPR top 2": both_found(two_hop_held_out, retriever.retrieve(texts, index, 2)[1])}
-    print("held-out two-hop questions, both gold passages found: "
-          + ", ".join(f"{k} {v:.3f}" for k, v in both.items()))
-
-    orqa, orqa_losses = train_orqa(cfg, kb, train, tokenizer, ict_retriever, args.seed + 4)
-    rag, rag_losses = train_rag(cfg, kb, train, tokenizer, retriever, args.seed + 1)
-    exact = {split: {"ORQA": reader_exact_match(orqa, questions),
-                     "REALM": reader_exact_match(realm, questions),
-                     "RAG-Token": exact_match(rag, questions, "token"),
-                     "RAG-Sequence (thorough)": exact_match(rag, questions, "sequence"),
-                     "RAG-Sequence (fast)": exact_match(rag, questions, "sequence", "fast")}
-             for split, questions in (("train", train), ("held-out", held_out))}
-    for split, scores in exact.items():
-        print(f"exact match ({split}): " + ", ".join(f"{k} {v:.3f}" for k, v in scores.items()))
-
-    metrics = {
-        "smoke": args.smoke, "seed": args.seed, "backend": args.backend, "config": cfg,
-        "passages": len(kb.texts), "questions": {"train": len(train), "held_out": len(held_out),
-                                                 "two_hop": len(two_hop)},
-        "recall_held_out": recall, "recall_two_hop_second_passage": two_hop_recall,
-        "recall_curves": curves, "exact_match": exact, "two_hop_both_found": both,
-        "golden_loss": {"first": golden_losses[0], "last": golden_losses[-1]},
-        "dpr_loss": {"first": dpr_losses[0], "last": dpr_losses[-1]},
-        "rag_loss": {"first": rag_losses[0], "last": rag_losses[-1]},
-        "ict_loss": {"first": ict_losses[0], "last": ict_losses[-1]},
-        "orqa_loss": {"first": orqa_losses[0], "last": orqa_losses[-1]},
-        "realm_mlm_loss": {"first": realm_losses[0], "last": realm_losses[-1]},
-        "realm_qa_loss": {"first": realm_qa_losses[0], "last": realm_qa_losses[-1]},
-        "realm_index_refreshes": refreshes, "realm_qa_batches_redrawn": skipped,
-        "total_seconds": time.perf_counter() - run_start,
-    }
-    return scripting.write_metrics(out, metrics)
-
-
-if __name__ == "__main__":
-    main()
+scripting.write_metrics(out, {
+    "smoke": args.smoke, "seed": args.seed, "backend": args.backend, "config": cfg,
+    "passages": len(kb.texts), "questions": {"train": len(train), "held_out": len(held_out),
+                                             "two_hop": len(two_hop)},
+    "recall_held_out": recall, "recall_two_hop_second_passage": two_hop_recall,
+    "recall_curves": curves, "exact_match": exact, "two_hop_both_found": both,
+    "golden_loss": {"first": golden_losses[0], "last": golden_losses[-1]},
+    "dpr_loss": {"first": dpr_losses[0], "last": dpr_losses[-1]},
+    "rag_loss": {"first": rag_losses[0], "last": rag_losses[-1]},
+    "ict_loss": {"first": ict_losses[0], "last": ict_losses[-1]},
+    "orqa_loss": {"first": orqa_losses[0], "last": orqa_losses[-1]},
+    "realm_mlm_loss": {"first": realm_losses[0], "last": realm_losses[-1]},
+    "realm_qa_loss": {"first": realm_qa_losses[0], "last": realm_qa_losses[-1]},
+    "realm_index_refreshes": refreshes, "realm_qa_batches_redrawn": skipped,
+    "total_seconds": time.perf_counter() - run_start,
+})

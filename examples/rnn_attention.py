@@ -39,41 +39,40 @@
 # back at the next step (input feeding); `--window D` switches to local-p attention.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import json
-import time
+# %%
+import json  # noqa: E402
+import time  # noqa: E402
 
-import numpy as np
-from tqdm import tqdm
+import numpy as np  # noqa: E402
 
-import minitorch_nlp as mt
-from minitorch_nlp import data, optim, plots, scripting
-from minitorch_nlp.models.seq2seq import BahdanauDecoder, LuongDecoder, RNNEncoder, Seq2Seq
+import minitorch_nlp as mt  # noqa: E402
+from minitorch_nlp import data, optim, plots, scripting  # noqa: E402
+from minitorch_nlp.models.seq2seq import (BahdanauDecoder, LuongDecoder,  # noqa: E402
+                                          RNNEncoder, Seq2Seq)
 
-
-def parse_args(argv=None):
-    parser = scripting.example_parser(
-        "rnn_attention",
-        "RNN encoder-decoders with Bahdanau and Luong attention on number translation",
-        steps="training steps per model (600; smoke: 40)", backend=False)
-    parser.add_argument("--src", default="digits", help="source language: digits, en, fr, de, es")
-    parser.add_argument("--tgt", default="en", help="target language: digits, en, fr, de, es")
-    parser.add_argument("--high", type=int, default=None, help="numbers 0 .. high-1 (10000)")
-    parser.add_argument("--batch-size", type=int, default=None, help="pairs per step (64)")
-    parser.add_argument("--hidden", type=int, default=None, help="RNN size (64)")
-    parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
-    parser.add_argument("--luong-score", default="general", choices=["dot", "general", "concat"])
-    parser.add_argument("--window", type=int, default=None,
-                        help="local-p attention with this half-width D (default: global)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size for the beam-search score")
-    args = parser.parse_args(argv)
-    defaults = dict(steps=40, high=300, batch_size=16, hidden=16, test_limit=60) if args.smoke \
-        else dict(steps=600, high=10_000, batch_size=64, hidden=64, test_limit=None)
-    for name, value in defaults.items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
-    return args
+parser = scripting.example_parser(
+    "rnn_attention",
+    "RNN encoder-decoders with Bahdanau and Luong attention on number translation",
+    steps="training steps per model (600; smoke: 40)", backend=False)
+parser.add_argument("--src", default="digits", help="source language: digits, en, fr, de, es")
+parser.add_argument("--tgt", default="en", help="target language: digits, en, fr, de, es")
+parser.add_argument("--high", type=int, default=None, help="numbers 0 .. high-1 (10000)")
+parser.add_argument("--batch-size", type=int, default=None, help="pairs per step (64)")
+parser.add_argument("--hidden", type=int, default=None, help="RNN size (64)")
+parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
+parser.add_argument("--luong-score", default="general", choices=["dot", "general", "concat"])
+parser.add_argument("--window", type=int, default=None,
+                    help="local-p attention with this half-width D (default: global)")
+parser.add_argument("--beam", type=int, default=4, help="beam size for the beam-search score")
+args = scripting.arguments(parser, smoke=SMOKE)
+SETTINGS = {"full": dict(steps=600, high=10_000, batch_size=64, hidden=64, test_limit=None),
+            "smoke": dict(steps=40, high=300, batch_size=16, hidden=16, test_limit=60)}
+for name, value in SETTINGS["smoke" if args.smoke else "full"].items():
+    if getattr(args, name, None) is None:     # an option given on the command line wins
+        setattr(args, name, value)
+_, out = scripting.start(args)
 
 
 # %% [markdown]
@@ -82,15 +81,16 @@ def parse_args(argv=None):
 # exact-match score measures generalisation to unseen numbers.
 
 # %%
-def make_data(args):
-    train_numbers, test_numbers = data.train_test_split_numbers(0, args.high, 0.1, seed=args.seed)
-    if args.test_limit:
-        test_numbers = test_numbers[:args.test_limit]
-    train_pairs = data.number_translation_pairs(train_numbers, args.src, args.tgt)
-    test_pairs = data.number_translation_pairs(test_numbers, args.src, args.tgt)
-    src_vocab = data.Vocab.build(source for source, _ in train_pairs)
-    tgt_vocab = data.Vocab.build(target for _, target in train_pairs)
-    return train_pairs, test_pairs, src_vocab, tgt_vocab
+train_numbers, test_numbers = data.train_test_split_numbers(0, args.high, 0.1, seed=args.seed)
+if args.test_limit:
+    test_numbers = test_numbers[:args.test_limit]
+train_pairs = data.number_translation_pairs(train_numbers, args.src, args.tgt)
+test_pairs = data.number_translation_pairs(test_numbers, args.src, args.tgt)
+src_vocab = data.Vocab.build(source for source, _ in train_pairs)
+tgt_vocab = data.Vocab.build(target for _, target in train_pairs)
+max_len = max(len(target) for _, target in train_pairs) + 2
+print(f"{len(train_pairs)} training pairs, {len(test_pairs)} held out; for example",
+      " ".join(train_pairs[0][0]), "->", " ".join(train_pairs[0][1]))
 
 
 def training_batches(pairs, src_vocab, tgt_vocab, batch_size, seed):
@@ -109,7 +109,7 @@ def training_batches(pairs, src_vocab, tgt_vocab, batch_size, seed):
 # then attends with its new state and feeds $\tilde h_t$ forward.
 
 # %%
-def build_model(kind, args, src_vocab, tgt_vocab):
+def build_model(kind):
     hidden, embed = args.hidden, max(8, args.hidden // 2)
     pad = tgt_vocab.pad_id
     if kind == "bahdanau":
@@ -132,11 +132,11 @@ def build_model(kind, args, src_vocab, tgt_vocab):
 # ## Training: maximise log P(y | x) (eq 2) with teacher forcing
 
 # %%
-def train(model, name, batches, args):
+def train(model, name, batches):
     optimizer = optim.Adam(model.parameters(), lr=args.lr)
     losses = []
     model.train()
-    progress = tqdm(range(args.steps), desc=f"train {name}", mininterval=1.0)
+    progress = scripting.progress(range(args.steps), desc=f"train {name}", mininterval=1.0)
     for _ in progress:
         batch = next(batches)
         loss = model.loss(batch.src, batch.tgt_in, batch.tgt_out, batch.src_lengths)
@@ -153,7 +153,7 @@ def train(model, name, batches, args):
 # ## Evaluation: exact match on held-out numbers, greedy and beam search (eq 1)
 
 # %%
-def translate(model, pairs, src_vocab, tgt_vocab, beam_size, max_len):
+def translate(model, pairs, beam_size):
     outputs = []
     for batch in data.make_batches(pairs, src_vocab, tgt_vocab, 256, shuffle=False):
         ids = model.translate(batch.src, batch.src_lengths, bos_id=tgt_vocab.bos_id,
@@ -172,7 +172,7 @@ def exact_match(outputs, pairs):
 # alpha (eq 9): one row per generated word, one column per source token.
 
 # %%
-def plot_alignments(model, name, pairs, outputs, src_vocab, tgt_vocab, path):
+def plot_alignments(model, name, pairs, outputs, path):
     candidates = list(zip(pairs, outputs))
     longest = max(len(source) for (source, _), _ in candidates)
     candidates = [item for item in candidates if len(item[0][0]) == longest]
@@ -187,61 +187,54 @@ def plot_alignments(model, name, pairs, outputs, src_vocab, tgt_vocab, path):
                               ylabel="generated words (queries)", vmax=1.0, colorbar=False)
     plots.shared_colorbar(fig, image, axes)
     fig.suptitle(f"{name}: attention weights alpha (eq 9)")
-    plots.save(fig, path)
-
-
-def plot_losses(histories, path):
-    fig, ax = plots.pyplot().subplots(figsize=(6, 3.5))
-    steps = range(1, len(next(iter(histories.values()))) + 1)
-    plots.loss_curves(ax, steps, histories, title="number translation: training loss",
-                      ylabel="cross-entropy per token (nats)")
-    plots.save(fig, path)
+    plots.show(fig, path)
 
 
 # %% [markdown]
 # ## Run both models
 
 # %%
-def main(argv=None):
-    args = parse_args(argv)
-    _, out = scripting.start(args)
-    train_pairs, test_pairs, src_vocab, tgt_vocab = make_data(args)
-    max_len = max(len(target) for _, target in train_pairs) + 2
-    metrics = {"config": {k: v for k, v in vars(args).items()},
-               "train_pairs": len(train_pairs), "test_pairs": len(test_pairs), "models": {}}
-    histories = {}
-    for kind in ("bahdanau", "luong"):
-        mt.manual_seed(args.seed)
-        name = kind if kind == "bahdanau" else f"luong-{args.luong_score}" + (
-            f"-local{args.window}" if args.window else "")
-        model = build_model(kind, args, src_vocab, tgt_vocab)
-        batches = training_batches(train_pairs, src_vocab, tgt_vocab, args.batch_size, args.seed)
-        start = time.perf_counter()
-        histories[name] = train(model, name, batches, args)
-        train_seconds = time.perf_counter() - start
-        model.eval()
-        greedy = translate(model, test_pairs, src_vocab, tgt_vocab, 1, max_len)
-        beam = translate(model, test_pairs, src_vocab, tgt_vocab, args.beam, max_len)
-        plot_alignments(model, name, test_pairs, greedy, src_vocab, tgt_vocab,
-                        out / f"alignments_{name}.png")
-        tail = histories[name][-max(1, args.steps // 20):]
-        metrics["models"][name] = {
-            "parameters": model.num_parameters(),
-            "train_seconds": round(train_seconds, 2),
-            "first_loss": histories[name][0],
-            "final_loss": float(np.mean(tail)),
-            "exact_match_greedy": exact_match(greedy, test_pairs),
-            f"exact_match_beam{args.beam}": exact_match(beam, test_pairs),
-            "examples": [{"source": " ".join(s), "target": " ".join(t), "output": " ".join(o)}
-                         for (s, t), o in list(zip(test_pairs, greedy))[:5]],
-            "loss_history": histories[name],
-        }
-        summary = {k: v for k, v in metrics["models"][name].items()
-                   if k not in ("loss_history", "examples")}
-        print(name, json.dumps(summary))
-    plot_losses(histories, out / "losses.png")
-    return scripting.write_metrics(out, metrics)
+metrics = {"config": {k: v for k, v in vars(args).items()},
+           "train_pairs": len(train_pairs), "test_pairs": len(test_pairs), "models": {}}
+histories = {}
+for kind in ("bahdanau", "luong"):
+    mt.manual_seed(args.seed)
+    name = kind if kind == "bahdanau" else f"luong-{args.luong_score}" + (
+        f"-local{args.window}" if args.window else "")
+    model = build_model(kind)
+    batches = training_batches(train_pairs, src_vocab, tgt_vocab, args.batch_size, args.seed)
+    began = time.perf_counter()
+    histories[name] = train(model, name, batches)
+    train_seconds = time.perf_counter() - began
+    model.eval()
+    greedy = translate(model, test_pairs, 1)
+    beam = translate(model, test_pairs, args.beam)
+    plot_alignments(model, name, test_pairs, greedy, out / f"alignments_{name}.png")
+    tail = histories[name][-max(1, args.steps // 20):]
+    metrics["models"][name] = {
+        "parameters": model.num_parameters(),
+        "train_seconds": round(train_seconds, 2),
+        "first_loss": histories[name][0],
+        "final_loss": float(np.mean(tail)),
+        "exact_match_greedy": exact_match(greedy, test_pairs),
+        f"exact_match_beam{args.beam}": exact_match(beam, test_pairs),
+        "examples": [{"source": " ".join(s), "target": " ".join(t), "output": " ".join(o)}
+                     for (s, t), o in list(zip(test_pairs, greedy))[:5]],
+        "loss_history": histories[name],
+    }
+    summary = {k: v for k, v in metrics["models"][name].items()
+               if k not in ("loss_history", "examples")}
+    print(name, json.dumps(summary))
 
+# %% [markdown]
+# ## Both training losses
 
-if __name__ == "__main__":
-    main()
+# %%
+fig, ax = plots.pyplot().subplots(figsize=(6, 3.5))
+plots.loss_curves(ax, range(1, args.steps + 1), histories,
+                  title="number translation: training loss",
+                  ylabel="cross-entropy per token (nats)")
+plots.show(fig, out / "losses.png")
+
+# %%
+scripting.write_metrics(out, metrics)

@@ -27,18 +27,20 @@
 # the model learns the training set's masked positions by heart.
 #
 # ```
-# python examples/roberta_masking.py            # 3 runs of 24 epochs: about 4 minutes on 2 CPU cores
+# python examples/roberta_masking.py            # 3 runs of 24 epochs: minutes on 2 CPU cores
 # python examples/roberta_masking.py --smoke    # seconds: the pipeline end to end
 # ```
 #
-# Outputs go to `--out` (default `runs/roberta_masking`): `metrics.json` and `masking.png`.
+# Outputs go to `--out` (default `runs/roberta_masking`): `metrics.json` and `masking.png`,
+# which a notebook also shows below the cell that makes it.
 
 # %%
-from __future__ import annotations
+SMOKE = False  # True: tiny settings, seconds (the command line's --smoke)
 
-import os
-import re
-import time
+# %%
+import os  # noqa: E402
+import re  # noqa: E402
+import time  # noqa: E402
 
 # One BLAS thread: the matrices here are small, and on a busy machine two BLAS threads per
 # process spin against each other and run many times slower than one. Set OPENBLAS_NUM_THREADS
@@ -47,7 +49,6 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
 
 import minitorch_nlp as mt  # noqa: E402
 from minitorch_nlp import optim, plots, scripting  # noqa: E402
@@ -66,15 +67,15 @@ SETTINGS = {
 # (label, dynamic, dupe_factor)
 STRATEGIES = (("static, one mask", False, 1), ("static, 10 masks (BERT)", False, 10),
               ("dynamic (RoBERTa)", True, 1))
-
-
-def parse_args(argv=None):
-    parser = scripting.example_parser(
-        "roberta_masking", "RoBERTa: static vs dynamic masking on the built-in corpus (IV-E)",
-        text="a UTF-8 text file to use instead of the built-in corpus (paragraphs separated by "
-             "blank lines)")
-    parser.add_argument("--epochs", type=int, help="epochs per run (24; smoke: 2)")
-    return parser.parse_args(argv)
+parser = scripting.example_parser(
+    "roberta_masking", "RoBERTa: static vs dynamic masking on the built-in corpus (IV-E)",
+    text="a UTF-8 text file to use instead of the built-in corpus (paragraphs separated by "
+         "blank lines)")
+parser.add_argument("--epochs", type=int, help="epochs per run (24; smoke: 2)")
+args = scripting.arguments(parser, smoke=SMOKE)
+run_start = time.perf_counter()
+cfg, out = scripting.start(args, SETTINGS)
+epochs = args.epochs if args.epochs is not None else cfg["epochs"]
 
 
 # %% [markdown]
@@ -97,24 +98,31 @@ def documents_of(text):
     return documents
 
 
-def build_data(cfg, text, seed):
-    documents = documents_of(text)
-    held_out = max(1, len(documents) // 10)
-    order = np.random.default_rng(seed).permutation(len(documents))
-    train = [documents[i] for i in np.sort(order[held_out:])]
-    validation = [documents[i] for i in np.sort(order[:held_out])]
-    tokenizer = ByteLevelBPETokenizer.train((s for doc in train for s in doc), cfg["vocab_size"],
-                                            style="roberta")
+text = load_text(args.text) if args.text else stdlib_corpus(cfg["max_chars"])
+documents = documents_of(text)
+held_out = max(1, len(documents) // 10)
+order = np.random.default_rng(args.seed).permutation(len(documents))
+train_documents = [documents[i] for i in np.sort(order[held_out:])]
+validation_documents = [documents[i] for i in np.sort(order[:held_out])]
+tokenizer = ByteLevelBPETokenizer.train((s for doc in train_documents for s in doc),
+                                        cfg["vocab_size"], style="roberta")
 
-    def packed(docs):
-        ids = [[tokenizer.encode(s, add_special_tokens=False) for s in doc] for doc in docs]
-        sequences = pack_full_sentences(ids, cfg["max_length"], sep_id=tokenizer.sep_token_id,
-                                        bos_id=tokenizer.bos_token_id,
-                                        eos_id=tokenizer.eos_token_id)
-        input_ids, mask = pad_sequences(sequences, tokenizer.pad_token_id)
-        return {"input_ids": input_ids, "attention_mask": mask}
 
-    return packed(train), packed(validation), tokenizer
+def packed(docs):
+    ids = [[tokenizer.encode(s, add_special_tokens=False) for s in doc] for doc in docs]
+    sequences = pack_full_sentences(ids, cfg["max_length"], sep_id=tokenizer.sep_token_id,
+                                    bos_id=tokenizer.bos_token_id, eos_id=tokenizer.eos_token_id)
+    input_ids, mask = pad_sequences(sequences, tokenizer.pad_token_id)
+    return {"input_ids": input_ids, "attention_mask": mask}
+
+
+data, validation_data = packed(train_documents), packed(validation_documents)
+validation_collator = MaskedLMCollator.from_tokenizer(tokenizer, seed=args.seed + 2)
+validation = [validation_collator(validation_data) for _ in range(cfg["validation_masks"])]
+fill = data["attention_mask"].mean()
+print(f"{len(data['input_ids'])} training inputs of at most {cfg['max_length']} tokens "
+      f"({fill:.0%} filled), {len(validation_data['input_ids'])} validation inputs, "
+      f"byte-level BPE vocabulary {len(tokenizer)}")
 
 
 # %% [markdown]
@@ -131,7 +139,7 @@ def build_data(cfg, text, seed):
 # all, and the loss is averaged over those masks.
 
 # %%
-def train(strategy, cfg, epochs, data, validation, tokenizer, seed):
+def train(strategy, seed):
     _, dynamic, dupe_factor = strategy
     mt.manual_seed(seed)
     model = RobertaForMaskedLM(RobertaConfig(
@@ -146,7 +154,7 @@ def train(strategy, cfg, epochs, data, validation, tokenizer, seed):
     steps_per_epoch = -(-len(dataset) // cfg["batch"])
     schedule = optim.LinearWarmupDecayLR(optimizer, steps_per_epoch, epochs * steps_per_epoch)
     curve = {"train": [], "validation": [evaluate(model, validation)]}
-    bar = tqdm(range(epochs), desc=strategy[0], unit="epoch")
+    bar = scripting.progress(range(epochs), desc=strategy[0], unit="epoch")
     for epoch in bar:
         losses = []
         for batch in dataset.batches(epoch, cfg["batch"], seed=[seed, epoch]):
@@ -180,6 +188,14 @@ def evaluate(model, validation, chunk=128):
     return float(nll / picked)
 
 
+curves = {}
+for strategy in STRATEGIES:
+    curves[strategy[0]] = train(strategy, args.seed)
+    best = min(curves[strategy[0]]["validation"])
+    print(f"{strategy[0]}: final validation loss {curves[strategy[0]]['validation'][-1]:.3f}"
+          f" (best {best:.3f}), final training loss {curves[strategy[0]]['train'][-1]:.3f}")
+
+
 # %% [markdown]
 # ## The picture
 #
@@ -191,62 +207,28 @@ def evaluate(model, validation, chunk=128):
 # dynamic masking 78.7 / 84.0 / 92.9); dynamic masking gets there without storing copies.
 
 # %%
-def plot(curves, path, uniform):
-    figure, axis = plots.pyplot().subplots(figsize=(10, 4.5))
-    for (name, curve), color in zip(curves.items(), ("tab:red", "tab:orange", "tab:blue")):
-        epochs = np.arange(len(curve["validation"]))
-        axis.plot(epochs, curve["validation"], "o-", color=color, markersize=3,
-                  label=f"{name}: validation")
-        axis.plot(epochs[1:], curve["train"], "--", color=color, alpha=0.6,
-                  label=f"{name}: training")
-    axis.axhline(uniform, color="grey", linestyle=":", label="uniform guess")
-    axis.set(xlabel="epoch", ylabel="masked-LM cross-entropy (nats)",
-             title="RoBERTa: static vs dynamic masking (FULL-SENTENCES inputs)")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    plots.save(figure, path)
-
-
-# %% [markdown]
-# ## Putting it together
+figure, axis = plots.pyplot().subplots(figsize=(10, 4.5))
+for (name, curve), color in zip(curves.items(), ("tab:red", "tab:orange", "tab:blue")):
+    epoch_numbers = np.arange(len(curve["validation"]))
+    axis.plot(epoch_numbers, curve["validation"], "o-", color=color, markersize=3,
+              label=f"{name}: validation")
+    axis.plot(epoch_numbers[1:], curve["train"], "--", color=color, alpha=0.6,
+              label=f"{name}: training")
+axis.axhline(float(np.log(len(tokenizer))), color="grey", linestyle=":", label="uniform guess")
+axis.set(xlabel="epoch", ylabel="masked-LM cross-entropy (nats)",
+         title="RoBERTa: static vs dynamic masking (FULL-SENTENCES inputs)")
+axis.grid(alpha=0.3)
+axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+plots.show(figure, out / "masking.png")
 
 # %%
-def main(argv=None):
-    args = parse_args(argv)
-    run_start = time.perf_counter()
-    cfg, out = scripting.start(args, SETTINGS)
-    epochs = args.epochs if args.epochs is not None else cfg["epochs"]
-
-    text = load_text(args.text) if args.text else stdlib_corpus(cfg["max_chars"])
-    data, validation_data, tokenizer = build_data(cfg, text, args.seed)
-    validation_collator = MaskedLMCollator.from_tokenizer(tokenizer, seed=args.seed + 2)
-    validation = [validation_collator(validation_data) for _ in range(cfg["validation_masks"])]
-    fill = data["attention_mask"].mean()
-    print(f"{len(data['input_ids'])} training inputs of at most {cfg['max_length']} tokens "
-          f"({fill:.0%} filled), {len(validation_data['input_ids'])} validation inputs, "
-          f"byte-level BPE vocabulary {len(tokenizer)}")
-
-    curves = {}
-    for strategy in STRATEGIES:
-        curves[strategy[0]] = train(strategy, cfg, epochs, data, validation, tokenizer,
-                                    args.seed)
-        best = min(curves[strategy[0]]["validation"])
-        print(f"{strategy[0]}: final validation loss {curves[strategy[0]]['validation'][-1]:.3f}"
-              f" (best {best:.3f}), final training loss {curves[strategy[0]]['train'][-1]:.3f}")
-    plot(curves, out / "masking.png", float(np.log(len(tokenizer))))
-
-    metrics = {
-        "smoke": args.smoke, "seed": args.seed, "backend": args.backend, "epochs": epochs,
-        "training_inputs": int(len(data["input_ids"])), "fill_ratio": float(fill),
-        "validation_inputs": int(len(validation_data["input_ids"])),
-        "vocab_size": len(tokenizer),
-        "final_validation_loss": {name: c["validation"][-1] for name, c in curves.items()},
-        "best_validation_loss": {name: min(c["validation"]) for name, c in curves.items()},
-        "final_training_loss": {name: c["train"][-1] for name, c in curves.items()},
-        "curves": curves, "config": cfg, "total_seconds": time.perf_counter() - run_start,
-    }
-    return scripting.write_metrics(out, metrics)
-
-
-if __name__ == "__main__":
-    main()
+scripting.write_metrics(out, {
+    "smoke": args.smoke, "seed": args.seed, "backend": args.backend, "epochs": epochs,
+    "training_inputs": int(len(data["input_ids"])), "fill_ratio": float(fill),
+    "validation_inputs": int(len(validation_data["input_ids"])),
+    "vocab_size": len(tokenizer),
+    "final_validation_loss": {name: c["validation"][-1] for name, c in curves.items()},
+    "best_validation_loss": {name: min(c["validation"]) for name, c in curves.items()},
+    "final_training_loss": {name: c["train"][-1] for name, c in curves.items()},
+    "curves": curves, "config": cfg, "total_seconds": time.perf_counter() - run_start,
+})

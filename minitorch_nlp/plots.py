@@ -1,6 +1,7 @@
 """The figure styles every example and training report shares, so that a fix to a figure lands in
 all of them: loss curves with a title, a legend and plain tick labels; attention heat maps with a
-colour bar and axis titles; tokens with their spaces made visible.
+colour bar and axis titles; tokens with their spaces made visible. ``show`` writes a figure to
+its file and, in a notebook, shows that file inline where the figure is made.
 
 Needs matplotlib (``pip install 'minitorch-nlp[plots]'``); ``pyplot()`` raises ``ImportError``
 saying so when it is missing.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["heatmap", "heatmap_panels", "log_log_panels", "log_log_slope", "loss_curves", "pyplot",
-           "save", "shared_colorbar", "visible"]
+           "save", "shared_colorbar", "show", "visible"]
 
 SPACE = "\u2423"   # "␣": a space token drawn so that it can be seen
 
@@ -94,11 +95,23 @@ def shared_colorbar(fig, image, axes, label="attention weight"):
     fig.colorbar(image, ax=np.ravel(axes).tolist(), label=label, shrink=0.9)
 
 
-def save(fig, path, dpi=120):
+def save(fig, path, dpi=100):
     """Write ``fig`` to ``path`` cropped to what is drawn, and close it."""
     plt = pyplot()
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
+
+
+def show(fig, path, dpi=100):
+    """``save`` ``fig`` to ``path`` and, in a notebook, display that PNG inline (the file-only
+    Agg backend draws nothing by itself). Returns ``path``."""
+    from .scripting import in_notebook
+
+    save(fig, path, dpi)
+    if in_notebook():
+        from IPython.display import Image, display
+        display(Image(filename=str(path)))
+    return path
 
 
 def log_log_slope(by_x, key):
@@ -110,7 +123,7 @@ def log_log_slope(by_x, key):
 
 def log_log_panels(results, panels, *, xlabel, title, path):
     """One log-log panel per (key, label) of ``panels``, each series of ``results`` (name -> x ->
-    {key: value}) with its ``log_log_slope`` in the legend, saved to ``path``."""
+    {key: value}) with its ``log_log_slope`` in the legend, shown and saved to ``path``."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(5.5 * len(panels), 4.2), layout="constrained")
@@ -126,4 +139,4 @@ def log_log_panels(results, panels, *, xlabel, title, path):
         ax.set_ylabel(label)
         ax.legend(fontsize="small")
     figure.suptitle(title)
-    save(figure, path)
+    show(figure, path)

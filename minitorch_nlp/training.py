@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib.util
 import math
 import os
 import signal
@@ -508,13 +509,10 @@ def _sigint_stops_after_the_step():
 
 
 def _progress_bar(start, total, enabled):
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        tqdm = None
-    if tqdm is None or not enabled:
+    if importlib.util.find_spec("tqdm") is None or not enabled:
         return _NoBar()
-    return tqdm(total=total, initial=start, desc="training", unit="step", dynamic_ncols=True)
+    from .scripting import progress
+    return progress(total=total, initial=start, desc="training", unit="step", dynamic_ncols=True)
 
 
 class _NoBar:

@@ -3,12 +3,13 @@ cost against n and trains each pattern on the long-range retrieval task; the tas
 separates a pattern that reaches the first token from one that cannot."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from minitorch_nlp import scripting
 
 pytestmark = [pytest.mark.sec9, pytest.mark.filterwarnings("ignore")]
 
@@ -49,11 +50,8 @@ def test_long_attention_example_smoke(run_example, tmp_path):
 
 
 def load_example():
-    path = Path(__file__).resolve().parent.parent / "examples" / "long_attention.py"
-    spec = importlib.util.spec_from_file_location("long_attention_example", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return scripting.definitions(Path(__file__).resolve().parent.parent / "examples"
+                                 / "long_attention.py")
 
 
 def test_the_retrieval_data_plants_the_answer_first_and_the_query_last():

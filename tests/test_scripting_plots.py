@@ -80,22 +80,57 @@ def test_loss_curves_have_a_legend_a_title_and_plain_ticks():
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda path: path.name)
 def test_every_example_uses_the_shared_plumbing(script):
     source = script.read_text(encoding="utf-8")
-    assert "scripting.example_parser(" in source and "scripting.start(" in source
-    assert "plots.save(" in source or "plots.log_log_panels(" in source
+    first_code_cell = source.split("# %%\n")[1]
+    assert first_code_cell.startswith("SMOKE = False  # True: tiny settings"), first_code_cell
+    assert "scripting.example_parser(" in source and "scripting.arguments(" in source
+    assert "scripting.start(" in source
+    assert "plots.show(" in source or "plots.log_log_panels(" in source
+    assert "plots.save(" not in source and "tqdm" not in source
+    assert "def main(" not in source, "a lesson does its work in cells, not in a final main()"
     assert "argparse.ArgumentParser" not in source
     assert "matplotlib.use" not in source
 
 
-def test_an_example_opened_as_a_notebook_ignores_the_kernels_command_line(monkeypatch):
-    """``jupytext --to ipynb`` of an example runs top to bottom: the kernel's own arguments are
-    not the example's, while a first cell that sets sys.argv still picks the options."""
+def test_a_notebook_ignores_the_kernels_command_line_and_reads_smoke(monkeypatch):
+    """An example opened as a notebook runs with its defaults (the kernel's own arguments are not
+    the example's) and its first cell's SMOKE; a script reads its command line."""
     parser = scripting.example_parser("demo_example", "what it shows", steps="steps")
-    monkeypatch.setattr(sys, "argv", ["/venv/ipykernel_launcher.py", "-f", "kernel-1.json",
-                                      "--HistoryManager.hist_file=:memory:"])
-    args = parser.parse_args()
-    assert (args.smoke, args.out, args.steps) == (False, "runs/demo_example", None)
     monkeypatch.setattr(sys, "argv", ["demo_example.py", "--smoke", "--steps", "3"])
-    assert parser.parse_args().smoke and parser.parse_args().steps == 3
+    args = scripting.arguments(parser)
+    assert args.smoke and args.steps == 3
+    monkeypatch.setattr(sys, "argv", ["demo_example.py"])
+    assert not scripting.arguments(parser).smoke and scripting.arguments(parser, smoke=True).smoke
+    monkeypatch.setattr(sys, "argv", ["/venv/ipykernel_launcher.py", "-f", "kernel-1.json"])
+    monkeypatch.setattr(scripting, "in_notebook", lambda: True)
+    args = scripting.arguments(parser, smoke=True)
+    assert (args.smoke, args.out, args.steps) == (True, "runs/demo_example", None)
+
+
+def test_outside_a_kernel_there_is_no_notebook_and_bars_are_text(capsys):
+    assert scripting.in_notebook() is False
+    bar = scripting.progress(range(3), desc="steps")
+    assert type(bar).__module__ == "tqdm.std" and list(bar) == [0, 1, 2]
+
+
+def test_show_saves_the_figure_and_in_a_notebook_displays_it(tmp_path, monkeypatch):
+    shown = []
+    display = pytest.importorskip("IPython.display")
+    monkeypatch.setattr(display, "display", shown.append)
+    fig, _ = plots.pyplot().subplots()
+    assert plots.show(fig, tmp_path / "a.png") == tmp_path / "a.png" and shown == []
+    monkeypatch.setattr(scripting, "in_notebook", lambda: True)
+    fig, _ = plots.pyplot().subplots()
+    plots.show(fig, tmp_path / "b.png")
+    assert len(shown) == 1 and shown[0].data == (tmp_path / "b.png").read_bytes()
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_start_records_the_options_and_settings(tmp_path):
+    parser = scripting.example_parser("z", "start")
+    args = parser.parse_args(["--out", str(tmp_path)])
+    scripting.start(args, SETTINGS)
+    record = json.loads((tmp_path / "settings.json").read_text())
+    assert record["settings"] == {"steps": 100} and record["options"]["seed"] == 0
 
 
 def test_log_log_panels_show_each_series_with_its_slope(tmp_path):
@@ -108,3 +143,13 @@ def test_log_log_panels_show_each_series_with_its_slope(tmp_path):
     plots.log_log_panels(results, [("cost", "cost"), ("flat", "flat")], xlabel="n",
                          title="growth", path=path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_definitions_give_an_examples_helpers_without_running_it(tmp_path):
+    script = tmp_path / "lesson.py"
+    script.write_text("SMOKE = False\nimport math\nLIMIT = 3\n"
+                      "def double(x):\n    return 2 * x\n"
+                      "raise SystemExit('the lesson itself ran')\n", encoding="utf-8")
+    lesson = scripting.definitions(script)
+    assert lesson.double(lesson.LIMIT) == 6 and lesson.math.pi > 3
+    assert lesson.SMOKE is False and not hasattr(lesson, "args")
