@@ -18,7 +18,7 @@ def test_megatron_depth_smoke(run_example, tmp_path):
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["smoke"] is True and metrics["steps"] == 6
     assert set(metrics["validation_loss"]) == {"post-LN (BERT)", "pre-LN (Megatron-BERT)"}
-    for order, by_depth in metrics["validation_loss"].items():
+    for by_depth in metrics["validation_loss"].values():
         assert set(by_depth) == {"1", "2"} and all(0 < loss < 10 for loss in by_depth.values())
     # the two orders hold the same number of parameters at each depth
     sizes = metrics["parameters"]
