@@ -26,7 +26,6 @@ at or below 0.41x (1 thread) and 0.40x (2 threads).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -38,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
 from backends import interleaved, median_ms, median_ratio, pin_threads  # noqa: E402
-from results import write_results  # noqa: E402
+from results import comparison_parser, write_results  # noqa: E402
 
 SHAPE = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -92,13 +91,8 @@ def runners(torch, transformers, build, directory, tokens):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=sorted(FAMILIES))
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser = comparison_parser(__doc__.split("\n")[0], FAMILIES, repeats=5, budget=40.0)
     parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--budget", type=float, default=40.0, help="seconds per measurement")
-    parser.add_argument("--json", type=Path, help="write the figures to this file")
     args = parser.parse_args()
     import torch
     import transformers

@@ -8,6 +8,7 @@ git commit of the working tree (with ``+dirty`` when it has changes), the UTC ti
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -43,3 +44,17 @@ def write_results(path, figures, argv):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     print(f"figures written to {path}")
+
+
+def comparison_parser(description, families, *, repeats, budget):
+    """The options of a script that compares families with HuggingFace's: ``--only FAMILY``,
+    ``--threads``, ``--repeats``, ``--budget`` (seconds per measurement) and ``--json``; the
+    script adds its own."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--only", choices=sorted(families))
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--budget", type=float, default=budget,
+                        help="seconds per measurement")
+    parser.add_argument("--json", type=Path, help="write the figures to this file")
+    return parser

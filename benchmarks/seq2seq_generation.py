@@ -26,7 +26,6 @@ HuggingFace's time at 1 and 2 threads.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -38,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
 from backends import interleaved, median_ms, median_ratio, pin_threads  # noqa: E402
-from results import write_results  # noqa: E402
+from results import comparison_parser, write_results  # noqa: E402
 
 
 def t5_model(transformers):
@@ -111,16 +110,11 @@ def report(times, new_tokens, batch):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=sorted(FAMILIES))
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser = comparison_parser(__doc__.split("\n")[0], FAMILIES, repeats=5, budget=30.0)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--source", type=int, default=64, help="source tokens per row")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--uncached", action="store_true", help="also time ours without cache")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--budget", type=float, default=30.0, help="seconds per measurement")
-    parser.add_argument("--json", type=Path, help="write the figures to this file")
     args = parser.parse_args()
     import torch
     import transformers

@@ -29,7 +29,6 @@ Targets (issue 40): every step at most 1.0x PyTorch's time at 1 and 2 threads.
 """
 from __future__ import annotations
 
-import argparse
 import cProfile
 import pstats
 import sys
@@ -44,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
 from backends import interleaved, median_ms, median_ratio, pin_threads  # noqa: E402
 from minitorch_nlp import optim  # noqa: E402
-from results import write_results  # noqa: E402
+from results import comparison_parser, write_results  # noqa: E402
 
 LR, WEIGHT_DECAY = 1e-4, 0.01
 
@@ -121,14 +120,9 @@ def check_losses(torch, transformers, build, count):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=sorted(FAMILIES))
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--budget", type=float, default=60.0, help="seconds per measurement")
+    parser = comparison_parser(__doc__.split("\n")[0], FAMILIES, repeats=7, budget=60.0)
     parser.add_argument("--check-steps", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="profile our step")
-    parser.add_argument("--json", type=Path, help="write the figures to this file")
     args = parser.parse_args()
     import torch
     import transformers
