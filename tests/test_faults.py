@@ -186,17 +186,26 @@ def test_kill_9_during_saves_leaves_a_whole_checkpoint(tmp_path):
 def test_a_run_killed_at_several_moments_resumes_to_the_end(tmp_path, text_file):
     out = tmp_path / "run"
     argv = train_argv(text_file, out, "--steps", "400", "--checkpoint-every", "1")
-    for delay in (3.0, 1.0, 2.0):
+    reached = 0
+    for _ in range(3):      # each process is killed a few steps after it has saved one
         run = command(*argv) if not out.exists() else \
             command("train", "--resume", out, "--checkpoint-every", "1")
-        while not (out / "checkpoint.npz").exists():
-            time.sleep(0.05)
-        time.sleep(delay)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and _saved_step(out) < reached + 3:
+            time.sleep(0.02)
         killed(run)
-        assert 0 < read_checkpoint(out)["step"] < 400
+        step = _saved_step(out)
+        assert reached < step < 400
+        reached = step
     finished = command("train", "--resume", out)
     assert finished.wait(timeout=300) == 0, finished.communicate()
     assert read_checkpoint(out)["step"] == 400
+
+
+def _saved_step(out):
+    """The step of the run saved in ``out`` (0 before its first save); saves are atomic, so the
+    file read is always whole."""
+    return read_checkpoint(out)["step"] if (out / "checkpoint.npz").exists() else 0
 
 
 # ---- divergence ----------------------------------------------------------------------------------
