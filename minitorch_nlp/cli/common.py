@@ -19,9 +19,9 @@ from ..checks import SettingError
 from ..distributed import fail_together
 from ..io.run_lock import FolderInUse, hold_folder
 
-__all__ = ["PROG", "Parser", "UsageError", "add_run_options", "at_least", "backend_named",
-           "check_run_options", "describe_run", "option", "owned_folder", "print_error",
-           "refuse_overwrite", "run_folder", "run_training", "setting_usage_error"]
+__all__ = ["PROG", "Parser", "UsageError", "add_resumable_run_options", "add_run_options",
+           "at_least", "backend_named", "check_run_options", "describe_run", "option",
+           "owned_folder", "print_error", "refuse_overwrite", "run_folder", "run_training", "setting_usage_error"]
 
 PROG = "minitorch-nlp"
 
@@ -66,6 +66,18 @@ def backend_named(name):
 def setting_usage_error(error: SettingError) -> UsageError:
     """A run setting that cannot work, told as a usage error naming its option."""
     return UsageError(error.about(option(error.setting)))
+
+
+def add_resumable_run_options(command, what="run") -> None:
+    """``--resume``, ``--overwrite`` and ``--stop-at``: the options of a command whose run can
+    stop and continue (``train``, ``distill``); ``what`` names the run in the help."""
+    command.add_argument("--resume", metavar="PATH",
+                         help=f"continue the {what} saved in PATH (its folder or "
+                         "checkpoint.npz); --steps N moves its end to step N")
+    command.add_argument("--overwrite", action="store_true",
+                         help="start afresh in an --out folder that holds a run, replacing it")
+    command.add_argument("--stop-at", type=int, metavar="STEP",
+                         help="stop (and save) after this step; --resume continues")
 
 
 def add_run_options(command, out) -> None:

@@ -12,9 +12,9 @@ from ..checks import SettingError
 from ..distributed.commands import add_parallel_options, parallel_training
 from ..inference import load_for_inference
 from ..models import registry
-from .common import (UsageError, add_run_options, at_least, backend_named, check_run_options,
-                     option, owned_folder, refuse_overwrite, run_folder, run_training,
-                     setting_usage_error)
+from .common import (UsageError, add_resumable_run_options, add_run_options, at_least,
+                     backend_named, check_run_options, option, owned_folder, refuse_overwrite,
+                     run_folder, run_training, setting_usage_error)
 
 __all__ = ["add_run_commands"]
 
@@ -82,13 +82,7 @@ def _add_train_command(commands) -> None:
         train.add_argument(option(name), type=int, help=f"({default})")
     for name in _TRAIN_FLOATS:
         train.add_argument(option(name), type=float, help=f"({getattr(defaults, name)})")
-    train.add_argument("--resume", metavar="PATH",
-                       help="continue the run saved in PATH (its folder or checkpoint.npz); "
-                       "--steps N moves its end to step N")
-    train.add_argument("--overwrite", action="store_true",
-                       help="start afresh in an --out folder that holds a run, replacing it")
-    train.add_argument("--stop-at", type=int, metavar="STEP",
-                       help="stop (and save) after this step; --resume continues")
+    add_resumable_run_options(train)
     add_run_options(train, None)
     add_parallel_options(train)
     train.set_defaults(run=_train)

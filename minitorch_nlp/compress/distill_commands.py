@@ -11,9 +11,9 @@ import os
 from .. import training
 from ..backends.threads import set_num_threads
 from ..checks import SettingError
-from ..cli.common import (UsageError, add_run_options, backend_named, check_run_options, option,
-                          owned_folder, refuse_overwrite, run_folder, run_training,
-                          setting_usage_error)
+from ..cli.common import (UsageError, add_resumable_run_options, add_run_options,
+                          backend_named, check_run_options, option, owned_folder,
+                          refuse_overwrite, run_folder, run_training, setting_usage_error)
 from .distillation_run import STUDENTS, DistillationRun, student_config
 
 # the TrainConfig fields `distill` takes as options (the teacher's, unless given)
@@ -49,13 +49,7 @@ def add_distill_commands(commands) -> None:
     distill.add_argument("--temperature", type=float,
                          help="of the soft targets (distilbert 2, tinybert 1; mobilebert: 1, "
                          "fixed)")
-    distill.add_argument("--resume", metavar="PATH",
-                         help="continue the distillation saved in PATH (its folder or "
-                         "checkpoint.npz); --steps N moves its end to step N")
-    distill.add_argument("--overwrite", action="store_true",
-                         help="start afresh in an --out folder that holds a run, replacing it")
-    distill.add_argument("--stop-at", type=int, metavar="STEP",
-                         help="stop (and save) after this step; --resume continues")
+    add_resumable_run_options(distill, "distillation")
     add_run_options(distill, None)
     distill.set_defaults(run=_distill)
 
