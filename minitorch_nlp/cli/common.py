@@ -21,7 +21,8 @@ from ..io.run_lock import FolderInUse, hold_folder
 
 __all__ = ["PROG", "Parser", "UsageError", "add_resumable_run_options", "add_run_options",
            "at_least", "backend_named", "check_run_options", "describe_run", "option",
-           "owned_folder", "print_error", "refuse_overwrite", "run_folder", "run_training", "setting_usage_error"]
+           "owned_folder", "print_error", "refuse_overwrite", "run_folder", "run_training",
+           "setting_usage_error"]
 
 PROG = "minitorch-nlp"
 
