@@ -211,3 +211,51 @@ def test_a_display_equation_markdown_did_not_read_fails_the_build():
         hooks.on_page_content("<ul><li>x</li></ul>\n<p>$$\n  p(n)\n  $$</p>", page, None, None)
     assert "data-search-exclude" in hooks.on_page_content(
         '<details class="mkdocstrings-source">', page, None, None)
+
+
+# Maths written in ASCII where the page means a formula; each is typeset instead ($...$).
+ASCII_MATHS = {
+    "a square root written sqrt(...)": re.compile(r"\bsqrt\("),
+    "a derivative written d/dx": re.compile(r"\bd/d[a-z]\b"),
+    "an exponent written with ^": re.compile(r"[\w)]\^[\w({]"),
+    "a plus-minus written +-": re.compile(r"\+-(?=\s*[\w\\])"),
+    "an inequality written <= or >=": re.compile(r"<=|>="),
+    "a sigma bound written N-sigma": re.compile(r"\b\d+(\.\d+)?-sigma\b"),
+}
+# What a page may hold in ASCII: code (fenced and inline), maths already typeset, the hooks'
+# templates and markers, and the tables generated from the program between begin/end markers.
+NOT_PROSE = [re.compile(pattern, re.S) for pattern in (
+    r"^```.*?^```", r"(`+).+?\1", r"\$\$.*?\$\$", r"\$[^$]+\$", r"\{\{.*?\}\}",
+    r"<!-- ?([\w-]+): ?begin -->.*?<!-- ?\1: ?end -->", r"<!--.*?-->")]
+
+
+def ascii_maths(markdown: str) -> list[str]:
+    """The prose passages of a Markdown page that write maths in ASCII, each with its line number
+    and what it is."""
+    for pattern in NOT_PROSE:
+        markdown = pattern.sub(lambda match: re.sub(r"[^\n]", " ", match.group()),
+                               markdown.replace("\r", ""))
+    found = []
+    for number, line in enumerate(markdown.splitlines(), 1):
+        found += [f"line {number}: {what}: {line.strip()[:80]}"
+                  for what, pattern in ASCII_MATHS.items() if pattern.search(line)]
+    return found
+
+
+def test_the_ascii_maths_check_finds_formulas_in_prose_only():
+    prose = ("Without the 1/sqrt(d_k) scale, d/dx x^0 = 0 for +-inf, y <= 0, within 4-sigma.\n"
+             "```python\ny = x ** 0.5 ^ mask   # sqrt(x), d/dx\n```\n"
+             "`norm(p=inf) <= 1` and $\\sqrt{d_k}$, $d(x^0)/dx$;\n"
+             "{{ result(\"attention_masks\", \"l=sqrt(n)\") }}\n"
+             "<!-- table: begin -->\n| softmax(QK^T) |\n<!-- table: end -->\n")
+    found = ascii_maths(prose)
+    assert [entry.split(":")[1].strip() for entry in found] == list(ASCII_MATHS)
+    assert all(entry.startswith("line 1:") for entry in found)
+
+
+@pytest.mark.parametrize("page", sorted([*DOCS.glob("*.md"), *DOCS.glob("systems/*.md")]),
+                         ids=lambda page: page.relative_to(DOCS).as_posix())
+def test_prose_maths_is_typeset_not_written_in_ascii(page):
+    found = ascii_maths(page.read_text(encoding="utf-8"))
+    assert not found, (f"docs/{page.relative_to(DOCS).as_posix()} writes maths in ASCII outside "
+                       "code; typeset it as $...$:\n" + "\n".join(found))

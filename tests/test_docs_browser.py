@@ -1,6 +1,6 @@
 """The documentation site in a real browser, offline: Chromium (driven by Playwright) loads every
-chapter page and the pages with figures or diagrams from a local server, with every request to
-another host refused, and each page must have its equations typeset by KaTeX, its Mermaid
+chapter page and the pages with equations, figures or diagrams from a local server, with every
+request to another host refused, and each page must have its equations typeset by KaTeX, its Mermaid
 diagrams drawn, every image loaded and no script error.
 
 The site is built with ``mkdocs build --strict`` into a temporary folder, or read from
@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = [f"sections/sec{n}/" for n in range(3, 10)]
-PAGES = ["", "engine/", "toolkit/", "backends/", *CHAPTERS]
+PAGES = ["", "engine/", "toolkit/", "backends/", "huggingface/", "check/", "project/", *CHAPTERS]
 
 
 def chromium() -> str | None:
