@@ -336,8 +336,8 @@ def benchmark_chart(path, directory=BENCHMARK_RESULTS) -> None:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    figures = [figure for record in all_results(directory).values()
-               for figure in record["figures"]]
+    records = list(all_results(directory).values())
+    figures = [figure for record in records for figure in record["figures"]]
     labels = [textwrap.fill(measurement(item), 70) + f"\nvs {item['against']}, "
               + ("threads not set" if item["threads"] is None else
                  f"{item['threads']} thread{'s' if item['threads'] != 1 else ''}")
@@ -349,6 +349,10 @@ def benchmark_chart(path, directory=BENCHMARK_RESULTS) -> None:
     rows = range(len(figures))[::-1]
     ax.barh(list(rows), ratios, color=["#2b6cb0" if r <= 1 else "#c05621" for r in ratios])
     ax.axvline(1.0, color="black", linewidth=1)
+    first = 0
+    for record in records[:-1]:   # a line between the files' figures
+        first += len(record["figures"])
+        ax.axhline(len(figures) - first - 0.5, color="grey", linewidth=0.5, linestyle="--")
     ax.set_yticks(list(rows), labels, fontsize=7)
     ax.set_ylim(-0.6, len(figures) - 0.4)
     for row, ratio in zip(rows, ratios):

@@ -89,7 +89,7 @@ def check_specs() -> str:
 
 def _ms(value: float) -> str:
     """Milliseconds to three significant digits, whole ones from 100 on (``14,434``)."""
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    return f"{value:,.0f}" if value >= 100 else f"{value:#.3g}"
 
 
 def benchmark_figures(directory: Path = BENCHMARK_RESULTS) -> str:

@@ -209,7 +209,7 @@ def test_a_results_file_that_a_script_writes_becomes_a_table_and_a_chart(tmp_pat
     assert "figures written to" in capsys.readouterr().out
     table = _load("hooks").benchmark_figures(tmp_path)
     assert "**`mlp.json`**: `python benchmarks/engine_overhead.py --json mlp.json`" in table
-    assert "| MLP step | 1 | PyTorch eager | 12.5 | 25 | **0.50x** |" in table
+    assert "| MLP step | 1 | PyTorch eager | 12.5 | 25.0 | **0.50x** |" in table
     assert "| MLP step | 2 | PyTorch eager | 150 | 100 | **1.50x** |" in table
     assert "| tokenizer (tokens 4096) | not set | PyTorch eager |" in table
     rows = [line for line in table.splitlines() if line.startswith("| ")]
