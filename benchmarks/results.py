@@ -14,8 +14,9 @@ dict with at least
 * ``median_ms``: each runner's median time; ours are the runners named ``ours...`` (the first is
   the one ``ratio`` is of), the peer is the one other runner.
 
-Scripts add keys of their own (sizes, losses, the clock). ``docs/backends.md`` shows every file
-in ``benchmarks/results/`` (``read_results``): a table row and a chart bar per figure.
+Scripts add keys of their own (sizes, losses, the clock); the docs show the scalar ones beside
+the path. ``docs/backends.md`` shows every file in ``benchmarks/results/`` (``read_results``): a
+table row and a chart bar per figure.
 """
 from __future__ import annotations
 
@@ -79,6 +80,9 @@ def read_results(path):
     if missing:
         raise ValueError(f"{path}: machine needs {', '.join(MACHINE_KEYS)}; "
                          f"{', '.join(missing)} missing")
+    load = record["machine"]["load_average"]
+    if not isinstance(load, list) or not all(isinstance(value, (int, float)) for value in load):
+        raise ValueError(f"{path}: machine.load_average must be a list of numbers, not {load!r}")
     if not isinstance(record["figures"], list) or not record["figures"]:
         raise ValueError(f"{path}: no figures (figures must be a non-empty list)")
     for index, figure in enumerate(record["figures"]):
@@ -86,11 +90,17 @@ def read_results(path):
         if missing:
             raise ValueError(f"{path}: figure {index} needs the keys {', '.join(FIGURE_KEYS)}; "
                              f"{', '.join(missing)} missing")
+        where = f"{path}: figure {index} ({figure['path']})"
         ours, peers = split_runners(figure["median_ms"])
         if not ours or len(peers) != 1:
-            raise ValueError(f"{path}: figure {index} ({figure['path']}): median_ms needs "
-                             f"runners named 'ours...' and one peer, not "
-                             f"{list(figure['median_ms'])}")
+            raise ValueError(f"{where}: median_ms needs runners named 'ours...' and one peer, "
+                             f"not {list(figure['median_ms'])}")
+        numbers = [figure["ratio"], *figure["median_ms"].values()]
+        if not all(isinstance(value, (int, float)) for value in numbers):
+            raise ValueError(f"{where}: ratio and median_ms must be numbers, not {numbers}")
+        if figure["threads"] is not None and not isinstance(figure["threads"], int):
+            raise ValueError(f"{where}: threads must be a count or null, not "
+                             f"{figure['threads']!r}")
     return record
 
 

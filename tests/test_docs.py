@@ -223,9 +223,12 @@ def test_a_results_file_that_a_script_writes_becomes_a_table_and_a_chart(tmp_pat
 @pytest.mark.parametrize("damage, message", [
     (lambda record: record.pop("machine"), "machine missing"),
     (lambda record: record["machine"].pop("load_average"), "load_average missing"),
+    (lambda record: record["machine"].update(load_average="high"), "list of numbers"),
     (lambda record: record.update(figures=[]), "no figures"),
     (lambda record: record["figures"][0].pop("ratio"), "figure 0 needs the keys"),
     (lambda record: record["figures"][0]["median_ms"].pop("PyTorch"), "one peer"),
+    (lambda record: record["figures"][0].update(ratio="fast"), "must be numbers"),
+    (lambda record: record["figures"][0].update(threads="2"), "threads must be a count"),
 ])
 def test_a_malformed_results_file_fails_the_build_naming_it(tmp_path, damage, message):
     from mkdocs.exceptions import PluginError
