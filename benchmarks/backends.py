@@ -1,7 +1,7 @@
 """The backends side by side: numpy and numba backends, PyTorch CPU eager and HIPS autograd.
 
-    python benchmarks/backends.py [--quick] [--only gpt|kernels|banded] [--threads 2]
-                                  [--repeats 15] [--budget 20] [--profile]
+    python benchmarks/backends.py [--quick] [--only gpt|kernels|banded] [--threads 2 ...]
+                                  [--repeats 15] [--budget 20] [--profile] [--json PATH]
 
 Three sections, each measured in one process with the runners interleaved (every round runs
 each runner once, in a rotating order, so that a noisy machine slows them alike), reported as the
@@ -29,8 +29,13 @@ composite; banded attention memory growing linearly in n. PyTorch and HIPS autog
 missing ones are skipped with a message (``pip install torch==2.13.0 autograd``).
 
 Threads: ``--threads N`` is given to OpenBLAS (NumPy's BLAS, set through its C API), to Numba and
-to PyTorch. On a small, busy machine OpenBLAS threads that wait for each other turn every small
-batched matmul into a scheduling contest (see the printed warning); compare with ``--threads 1``.
+to PyTorch; with several counts (``--threads 1 2``) the sections run at each in turn. On a small,
+busy machine OpenBLAS threads that wait for each other turn every small batched matmul into a
+scheduling contest (see the printed warning); compare with ``--threads 1``.
+
+``--json PATH`` writes, for ``benchmarks/results/``, the GPT step of the numba and numpy backends
+against PyTorch's and the numba backend's causal attention against PyTorch's at every n measured,
+at each thread count.
 """
 from __future__ import annotations
 
@@ -265,8 +270,8 @@ def kernel_cases(n, rng):
 
     def attention(causal):
         return {"mt": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=causal),
-                "composite": lambda q, k, v: Attention.composite(q, k, v, None, scale=scale,
-                                                                 causal=causal),
+                "composite": lambda q, k, v: Attention.composite(q, k, v, None, None,
+                                                                 scale=scale, causal=causal),
                 "hips": lambda q, k, v: _hips_attention(q, k, v, causal), "torch": torch_op}
 
     qkv_shape = f"q k v ({BATCH}, {HEADS}, n, {HEAD_DIM})"
@@ -318,6 +323,18 @@ def kernels_section(args, peers, have_numba):
             ratio = median_ratio(times["numpy composite"], times["numba"])
             print(f"target {key} at n = 512, numpy composite / numba >= 1.5: {ratio:.2f}  "
                   f"{'met' if ratio >= 1.5 else 'MISSED'}")
+    return [against_pytorch(f"causal attention forward + backward, q k v ({BATCH}, {HEADS}, {n}, "
+                            f"{HEAD_DIM}), numba backend", times, "numba")
+            for n in sizes for times in [results[("causal attention", n)][1]]
+            if "numba" in times and "pytorch" in times]
+
+
+def against_pytorch(path, times, ours):
+    """The figure of runner ``ours`` against ``times["pytorch"]`` (the thread count is added by
+    ``main``)."""
+    return {"path": path, "against": "PyTorch eager",
+            "ratio": median_ratio(times[ours], times["pytorch"]), "rounds": len(times[ours]),
+            "median_ms": {"ours": median_ms(times[ours]), "PyTorch": median_ms(times["pytorch"])}}
 
 
 def print_kernel_table(title, rows):
@@ -539,6 +556,10 @@ def gpt_section(args, peers, have_numba):
         for backend in steps:
             if backend in ("numpy", "numba"):
                 profile_step(backend, ours(backend), times[backend])
+    measured = (f"GPT training step (vocab {config.vocab_size}, d {config.n_embd}, "
+                f"{config.n_layer} layers, context {config.block_size}, batch {batch}, AdamW)")
+    return [against_pytorch(f"{measured}, {backend} backend", times, backend)
+            for backend in ("numba", "numpy") if backend in times and "pytorch" in times]
 
 
 # ---- where the time of a step goes ---------------------------------------------------------------
@@ -635,7 +656,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats (smoke run)")
     parser.add_argument("--only", choices=("gpt", "kernels", "banded"))
-    parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 2)))
+    parser.add_argument("--threads", type=int, nargs="+",
+                        default=[int(os.environ.get("OMP_NUM_THREADS", 2))],
+                        help="thread counts, each run in turn")
     parser.add_argument("--repeats", type=int, default=15, help="most rounds per measurement")
     parser.add_argument("--budget", type=float, default=20.0,
                         help="seconds of rounds per measurement (at least 3 rounds)")
@@ -648,6 +671,8 @@ def main(argv=None):
                         help="GiB: banded-section runners estimated to need more are skipped")
     parser.add_argument("--flop-cap", type=float, default=60.0,
                         help="GFLOP: banded-section runners estimated to need more are skipped")
+    parser.add_argument("--json", type=Path,
+                        help="write the GPT step and causal attention figures to this file")
     args = parser.parse_args(argv)
     global clock
     clock = CLOCKS[args.clock]
@@ -656,17 +681,30 @@ def main(argv=None):
 
     peers = optional_peers()
     have_numba = numba_available()
-    print(pin_threads(args.threads))
-    if args.threads > 1 and (os.cpu_count() or 1) <= args.threads:
-        print(f"(this machine has {os.cpu_count()} CPUs: with {args.threads} BLAS threads per "
-              "process and other processes running, OpenBLAS threads that wait for each other "
-              "slow small batched matmuls down; compare with --threads 1)")
-    print(f"clock: {args.clock}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; "
-          "all runners are interleaved and reported as medians (the machine may be shared)")
+    if args.json and (peers["torch"] is None or not have_numba or args.only == "banded"):
+        parser.error("--json: its figures are the numba and numpy backends against PyTorch in the "
+                     "gpt and kernels sections, which need PyTorch and the numba backend")
     sections = {"kernels": kernels_section, "banded": banded_section, "gpt": gpt_section}
-    for name, section in sections.items():
-        if args.only in (None, name):
-            section(args, peers, have_numba)
+    figures = []
+    # CPU time is not what the other scripts' figures measure, so those figures say so
+    measured_in = {} if args.clock == "wall" else {"clock": args.clock}
+    for threads in args.threads:
+        print(pin_threads(threads))
+        if threads > 1 and (os.cpu_count() or 1) <= threads:
+            print(f"(this machine has {os.cpu_count()} CPUs: with {threads} BLAS threads per "
+                  "process and other processes running, OpenBLAS threads that wait for each other "
+                  "slow small batched matmuls down; compare with --threads 1)")
+        print(f"clock: {args.clock}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+              "CPUs; all runners are interleaved and reported as medians (the machine may be "
+              "shared)")
+        for name, section in sections.items():
+            if args.only in (None, name):
+                figures += [dict(figure, threads=threads, **measured_in)
+                            for figure in section(args, peers, have_numba) or []]
+    if args.json:
+        from results import write_results  # benchmarks/results.py, beside this script
+
+        write_results(args.json, figures, sys.argv)
 
 
 if __name__ == "__main__":

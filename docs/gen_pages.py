@@ -7,7 +7,9 @@
   registered for it (linked to the API reference, with its source), its tests and its ``check``
   signature;
 * ``api/*.md``: the API reference, one page per module, rendered by mkdocstrings, and an index
-  grouped by package with each module's one-line summary.
+  grouped by package with each module's one-line summary;
+* ``figures/benchmarks.png``: the chart of the speed figures on the backends page, one bar per
+  figure of the results files in ``benchmarks/results/``.
 
 ``MINITORCH_NLP_EDITION=student`` builds the student edition: the same pages without the source
 of the registered code (chapter pages) and of the modules (API pages), so that a course's
@@ -24,11 +26,14 @@ import json
 import os
 import pkgutil
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import RESULTS as BENCHMARK_RESULTS  # noqa: E402
+from benchmarks.results import all_results, measurement  # noqa: E402
 from minitorch_nlp import cookbook  # noqa: E402
 
 DOCS = ROOT / "docs"
@@ -323,26 +328,35 @@ def api_index(modules: list[str]) -> str:
     return "\n".join(lines)
 
 
-def benchmark_chart(path) -> None:
-    """The bar chart of benchmarks/figures.json: our time / the peer's, one bar per figure."""
+def benchmark_chart(path, directory=BENCHMARK_RESULTS) -> None:
+    """The bar chart of every results file in ``benchmarks/results/`` (or ``directory``): our
+    time / the peer's, one bar per figure, the files' figures in the order of the table."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    figures = json.loads((ROOT / "benchmarks" / "figures.json").read_text())["figures"]
-    labels = [f"{item['measurement'].split(' (')[0].split(',')[0]}\n{item['ours']} vs "
-              f"{item['peer']}, {item['threads']} thread{'s' if item['threads'] != 1 else ''}"
+    records = list(all_results(directory).values())
+    figures = [figure for record in records for figure in record["figures"]]
+    labels = [textwrap.fill(measurement(item), 70) + f"\nvs {item['against']}, "
+              + ("threads not set" if item["threads"] is None else
+                 f"{item['threads']} thread{'s' if item['threads'] != 1 else ''}")
               for item in figures]
-    ratios = [item["ours_ms"] / item["peer_ms"] for item in figures]
-    figure = Figure(figsize=(9, 0.55 * len(figures) + 1.2), layout="constrained")
+    ratios = [item["ratio"] for item in figures]
+    heights = [0.16 * (label.count("\n") + 1) + 0.12 for label in labels]
+    figure = Figure(figsize=(10, sum(heights) + 1.0), layout="constrained")
     ax = figure.subplots()
     rows = range(len(figures))[::-1]
     ax.barh(list(rows), ratios, color=["#2b6cb0" if r <= 1 else "#c05621" for r in ratios])
     ax.axvline(1.0, color="black", linewidth=1)
-    ax.set_yticks(list(rows), labels, fontsize=8)
+    first = 0
+    for record in records[:-1]:   # a line between the files' figures
+        first += len(record["figures"])
+        ax.axhline(len(figures) - first - 0.5, color="grey", linewidth=0.5, linestyle="--")
+    ax.set_yticks(list(rows), labels, fontsize=7)
+    ax.set_ylim(-0.6, len(figures) - 0.4)
     for row, ratio in zip(rows, ratios):
-        ax.text(ratio, row, f" {ratio:.2f}x", va="center", fontsize=8)
+        ax.text(ratio, row, f" {ratio:.2f}x", va="center", fontsize=7)
     ax.set_xlabel("our time / the peer's time (below 1: faster)")
     ax.set_xlim(0, max(ratios) * 1.15)
     figure.savefig(path, dpi=100)

@@ -4,8 +4,9 @@ the committed full runs recorded.
 ``<!-- computation-graph -->``: a Mermaid drawing of the graph that the engine records for a small
 expression, walked from the output's ``grad_fn``. ``<!-- check-specs -->``: the table of the
 equations that ``check`` knows, with each candidate's signature, from the specs.
-``<!-- benchmark-figures -->``: the table of the backends' speed figures, from
-``benchmarks/figures.json``.
+``<!-- benchmark-figures -->``: the backends' speed figures, a table per results file that the
+benchmark scripts wrote with ``--json`` into ``benchmarks/results/`` (each headed by the file's
+command, date, commit and machine); a malformed file fails the build.
 
 ``{{ result("EXAMPLE", "metrics.KEY.SUBKEY") }}`` quotes a value from
 ``docs/results/EXAMPLE/metrics.json`` (an optional third argument is a format spec, e.g. ".3f");
@@ -19,17 +20,22 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import sys
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 
-import minitorch_nlp as mt
-from minitorch_nlp.autograd.function import LeafNode
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import minitorch_nlp as mt  # noqa: E402 - after the path set-up above
+from benchmarks.results import RESULTS as BENCHMARK_RESULTS  # noqa: E402
+from benchmarks.results import all_results, figure_times, measurement  # noqa: E402
+from minitorch_nlp.autograd.function import LeafNode  # noqa: E402
 
 GRAPH_MARKER = "<!-- computation-graph -->"
 SPECS_MARKER = "<!-- check-specs -->"
 BENCHMARKS_MARKER = "<!-- benchmark-figures -->"
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks" / "figures.json"
 EXPRESSION = "y = (x * w + b).tanh().sum()"
 RESULTS = Path(__file__).resolve().parent / "results"
 TEMPLATE = re.compile(r'\{\{\s*(result|figure)\(\s*"([^"]+)"\s*,\s*"([^"]+)"\s*'
@@ -81,18 +87,36 @@ def check_specs() -> str:
     return "\n".join(rows)
 
 
-def benchmark_figures() -> str:
-    """The table of benchmarks/figures.json: each measurement, its peer and the ratio."""
-    recorded = json.loads(BENCHMARKS.read_text())
-    rows = ["| measurement | ours | peer | threads | ours / peer | command |",
-            "|---|---|---|---|---|---|"]
-    for item in recorded["figures"]:
-        ratio = item["ours_ms"] / item["peer_ms"]
-        rows.append(f"| {item['measurement']} | {item['ours']}, {item['ours_ms']:g} ms | "
-                    f"{item['peer']}, {item['peer_ms']:g} ms | {item['threads']} | "
-                    f"**{ratio:.2f}x** | `{item['command']}` |")
-    machines = "; ".join(f"{name}: {text}" for name, text in recorded["machines"].items())
-    return "\n".join(rows) + f"\n\nMachine ({machines}).\n"
+def _ms(value: float) -> str:
+    """Milliseconds to three significant digits, whole ones from 100 on (``14,434``)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:#.3g}"
+
+
+def benchmark_figures(directory: Path = BENCHMARK_RESULTS) -> str:
+    """A table per results file in ``directory``: each figure's measurement, threads, peer, both
+    median times and the ratio, under a line naming the file's command, date, commit and
+    machine."""
+    try:
+        recorded = all_results(directory)
+    except ValueError as error:
+        raise PluginError(f"the speed figures of docs/backends.md: {error}") from None
+    parts = []
+    for path, record in recorded.items():
+        machine = record["machine"]
+        load = " / ".join(f"{value:.1f}" for value in machine["load_average"])
+        commit = record["commit"] or "unknown"
+        short = commit[:7] + ("+dirty" if commit.endswith("+dirty") else "")
+        parts.append(f"**`{path.name}`**: `{record['command']}`, {record['date']}, commit "
+                     f"`{short}`, {machine['cores']} cores, load average {load}.\n")
+        rows = ["| measurement | threads | peer | ours (ms) | peer (ms) | ours / peer |",
+                "|---|---|---|---|---|---|"]
+        for figure in record["figures"]:
+            ours_ms, peer_ms = figure_times(figure)
+            threads = "not set" if figure["threads"] is None else figure["threads"]
+            rows.append(f"| {measurement(figure)} | {threads} | {figure['against']} | "
+                        f"{_ms(ours_ms)} | {_ms(peer_ms)} | **{figure['ratio']:.2f}x** |")
+        parts.append("\n".join(rows) + "\n")
+    return "\n".join(parts)
 
 
 def result(example: str, key: str, spec: str | None = None, *, where: str = "a page") -> str:

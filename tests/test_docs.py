@@ -170,15 +170,91 @@ def test_the_api_index_groups_modules_by_package_with_their_summaries():
     assert f"- [`minitorch_nlp.functional`](minitorch_nlp.functional.md): {first_line}" in index
 
 
-def test_the_backends_page_shows_the_recorded_benchmark_figures():
+def _results_module():
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_results", DOCS.parent / "benchmarks" / "results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _figure(path="MLP step", threads=1, ours=12.5, peer=25.0, ratio=0.5):
+    return {"path": path, "threads": threads, "against": "PyTorch eager", "ratio": ratio,
+            "rounds": 3, "median_ms": {"ours": ours, "PyTorch": peer}}
+
+
+def test_the_backends_page_shows_every_committed_results_file():
     hooks = _load("hooks")
-    recorded = json.loads(hooks.BENCHMARKS.read_text())
     table = hooks.benchmark_figures()
-    for item in recorded["figures"]:
-        assert f"**{item['ours_ms'] / item['peer_ms']:.2f}x**" in table
-        assert item["measurement"] in table
+    paths = sorted((DOCS.parent / "benchmarks" / "results").glob("*.json"))
+    assert paths, "benchmarks/results/ holds the figures the backends page shows"
+    for path in paths:
+        recorded = json.loads(path.read_text())
+        assert f"**`{path.name}`**: `{recorded['command']}`" in table
+        assert f"commit `{recorded['commit'][:7]}" in table
+        for figure in recorded["figures"]:
+            assert f"| {figure['path']}" in table
+            assert f"**{figure['ratio']:.2f}x**" in table
     page = (DOCS / "backends.md").read_text()
     assert "<!-- benchmark-figures -->" in page and "(figures/benchmarks.png)" in page
+    assert "figures.json" not in page
+
+
+def test_a_results_file_that_a_script_writes_becomes_a_table_and_a_chart(tmp_path, capsys):
+    results = _results_module()
+    results.write_results(tmp_path / "mlp.json", [
+        _figure(), _figure(threads=2, ours=150.0, peer=100.0, ratio=1.5),
+        dict(_figure(path="tokenizer", threads=None), tokens=4096)],
+        ["benchmarks/engine_overhead.py", "--json", "mlp.json"])
+    assert "figures written to" in capsys.readouterr().out
+    table = _load("hooks").benchmark_figures(tmp_path)
+    assert "**`mlp.json`**: `python benchmarks/engine_overhead.py --json mlp.json`" in table
+    assert "| MLP step | 1 | PyTorch eager | 12.5 | 25.0 | **0.50x** |" in table
+    assert "| MLP step | 2 | PyTorch eager | 150 | 100 | **1.50x** |" in table
+    assert "| tokenizer (tokens 4096) | not set | PyTorch eager |" in table
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + 3   # the header, then one row per figure
+    chart = tmp_path / "chart.png"
+    with chart.open("wb") as f:
+        _load("gen_pages").benchmark_chart(f, tmp_path)
+    assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda record: record.pop("machine"), "machine missing"),
+    (lambda record: record["machine"].pop("load_average"), "load_average missing"),
+    (lambda record: record["machine"].update(load_average="high"), "list of numbers"),
+    (lambda record: record.update(figures=[]), "no figures"),
+    (lambda record: record["figures"][0].pop("ratio"), "figure 0 needs the keys"),
+    (lambda record: record["figures"][0]["median_ms"].pop("PyTorch"), "one peer"),
+    (lambda record: record["figures"][0].update(ratio="fast"), "must be numbers"),
+    (lambda record: record["figures"][0].update(threads="2"), "threads must be a count"),
+])
+def test_a_malformed_results_file_fails_the_build_naming_it(tmp_path, damage, message):
+    from mkdocs.exceptions import PluginError
+
+    record = {"command": "python benchmarks/x.py", "commit": "0" * 40, "date": "2026-01-01",
+              "machine": {"processor": "x86_64", "cores": 2, "load_average": [1.0, 1.0, 1.0]},
+              "figures": [_figure()]}
+    damage(record)
+    (tmp_path / "good.json").write_text(json.dumps(dict(record, figures=[_figure()],
+                                                        machine={"cores": 2,
+                                                                 "load_average": [0, 0, 0]})))
+    (tmp_path / "broken.json").write_text(json.dumps(record))
+    with pytest.raises(PluginError, match=f"broken.json.*{message}"):
+        _load("hooks").benchmark_figures(tmp_path)
+    with pytest.raises(ValueError, match=f"broken.json.*{message}"):
+        _load("gen_pages").benchmark_chart(tmp_path / "chart.png", tmp_path)
+
+
+def test_no_results_files_or_one_that_is_not_json_fails_the_build(tmp_path):
+    from mkdocs.exceptions import PluginError
+
+    with pytest.raises(PluginError, match="no results files"):
+        _load("hooks").benchmark_figures(tmp_path)
+    (tmp_path / "cut.json").write_text('{"command": ')
+    with pytest.raises(PluginError, match="cut.json: not a readable JSON results file"):
+        _load("hooks").benchmark_figures(tmp_path)
 
 
 def test_a_recorded_run_s_numbers_are_listed_from_its_metrics_json():
