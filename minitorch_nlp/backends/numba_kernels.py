@@ -534,7 +534,7 @@ def _gelu_tanh_grad(v, one, k, c):
 
 
 def gelu_constants(dtype):
-    """The erf-GELU loops' constants in ``dtype`` as one array, which ``gelu_rows`` takes as an
+    """The erf-GELU loops' constants in ``dtype`` as one array, which ``gelu_erf_rows`` takes as an
     argument: erf's (small, tail, split, centre, end) of ``erf.py``, (1/2, 1, 1/sqrt 2,
     1/sqrt(2 pi)), and for float32 the exponential's ``_SHIFTED_EXP32``.
 
@@ -597,25 +597,35 @@ def _unpack_gelu_constants_overload(constants):
     return with_exp
 
 
-# Inlined by Numba itself: left to LLVM, this four-branch body stayed a call in the plain loop of
-# ``gelu_rows`` (one thread), whose element loops then ran 7x slower, unvectorised.
+# The two GELUs are two kernels, so that a run compiles only the one its model uses (the erf
+# form's constants and polynomials made the single kernel of both take about 10 s to compile).
+# Each row body is inlined by Numba itself: left to LLVM, a branching body stayed a call in the
+# plain (one-thread) loop, whose element loops then ran 7x slower, unvectorised.
 @register_jitable(fastmath=_FASTMATH, inline="always")
-def _gelu_row(x, bias, grad, out, tanh, backward, constants, r):
+def _gelu_tanh_row(x, bias, grad, out, backward, r):
     cols = bias.shape[0]
     x_blk = x[r * cols:(r + 1) * cols]
     grad_blk = grad[r * cols:(r + 1) * cols]
     out_blk = out[r * cols:(r + 1) * cols]
     dtype = x.dtype.type
-    k, c = dtype(_SQRT_2_OVER_PI), dtype(_GELU_TANH_C)
-    (small, tail, split, centre, end), numbers, exp_constants = _unpack_gelu_constants(constants)
-    half, one, inv_sqrt_2, inv_sqrt_2pi = numbers
-    if tanh and not backward:
+    one, k, c = dtype(1.0), dtype(_SQRT_2_OVER_PI), dtype(_GELU_TANH_C)
+    if not backward:
         for i in range(x_blk.shape[0]):
             out_blk[i] = _gelu_tanh(x_blk[i] + bias[i], one, k, c)
-    elif tanh:
+    else:
         for i in range(x_blk.shape[0]):
             out_blk[i] = _gelu_tanh_grad(x_blk[i] + bias[i], one, k, c) * grad_blk[i]
-    elif not backward:
+
+
+@register_jitable(fastmath=_FASTMATH, inline="always")
+def _gelu_erf_row(x, bias, grad, out, backward, constants, r):
+    cols = bias.shape[0]
+    x_blk = x[r * cols:(r + 1) * cols]
+    grad_blk = grad[r * cols:(r + 1) * cols]
+    out_blk = out[r * cols:(r + 1) * cols]
+    (small, tail, split, centre, end), numbers, exp_constants = _unpack_gelu_constants(constants)
+    half, one, inv_sqrt_2, inv_sqrt_2pi = numbers
+    if not backward:
         for i in range(x_blk.shape[0]):
             v = x_blk[i] + bias[i]
             z = v * inv_sqrt_2
@@ -632,18 +642,31 @@ def _gelu_row(x, bias, grad, out, tanh, backward, constants, r):
 
 
 @_kernel
-def gelu_rows(parallel, x, bias, grad, out, tanh, backward, constants):
-    """out = gelu(x + bias), or gelu'(x + bias) * grad when ``backward``, on flat arrays: ``bias``
-    repeats every ``len(bias)`` elements (zeros for a plain GELU); such a row is the unit of work
-    of a thread. ``grad`` is not read in the forward; ``constants`` are ``gelu_constants``'s for
-    x's dtype."""
+def gelu_tanh_rows(parallel, x, bias, grad, out, backward):
+    """out = gelu(x + bias) in its tanh form, or its derivative times ``grad`` when
+    ``backward``, on flat arrays: ``bias`` repeats every ``len(bias)`` elements (zeros for a
+    plain GELU); such a row is the unit of work of a thread. ``grad`` is not read in the
+    forward."""
     rows = (x.shape[0] + bias.shape[0] - 1) // bias.shape[0]
     if parallel:
         for r in prange(rows):
-            _gelu_row(x, bias, grad, out, tanh, backward, constants, r)
+            _gelu_tanh_row(x, bias, grad, out, backward, r)
     else:
         for r in range(rows):
-            _gelu_row(x, bias, grad, out, tanh, backward, constants, r)
+            _gelu_tanh_row(x, bias, grad, out, backward, r)
+
+
+@_kernel
+def gelu_erf_rows(parallel, x, bias, grad, out, backward, constants):
+    """``gelu_tanh_rows`` for the exact GELU, x Phi(x) (erf); ``constants`` are
+    ``gelu_constants``'s for x's dtype."""
+    rows = (x.shape[0] + bias.shape[0] - 1) // bias.shape[0]
+    if parallel:
+        for r in prange(rows):
+            _gelu_erf_row(x, bias, grad, out, backward, constants, r)
+    else:
+        for r in range(rows):
+            _gelu_erf_row(x, bias, grad, out, backward, constants, r)
 
 
 # ---- Adam / AdamW update, in place ------------------------------------------------------------
