@@ -17,6 +17,8 @@ place of the plain one.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import checks
@@ -29,10 +31,13 @@ from .grouped import _flat_rows, grouped_attention, merge_attentions, ungroup
 __all__ = ["LongformerSelfAttention"]
 
 
+@functools.lru_cache(maxsize=64)
 def _window_groups(time, window, dilation, causal):
     """Query slots, key slots and the allowed pairs of the dilated window, grouped by residue
     class mod ``dilation`` and blocks of ``window`` class positions: (queries (G, w), valid
-    queries (G, w), keys (G, 3w), allowed (G, w, 3w))."""
+    queries (G, w), keys (G, 3w), allowed (G, w, 3w)), read-only. Kept for the next layer and
+    call with the same sizes: at 4096 tokens and a 128-token window, building them took 3 ms of
+    each layer's 80."""
     per_class = -(-time // dilation)
     blocks = -(-per_class // window)
     residue = np.arange(dilation)[:, None, None]
@@ -49,7 +54,10 @@ def _window_groups(time, window, dilation, causal):
     if causal:
         allowed &= offset <= 0
     valid = queries < time
-    return np.minimum(queries, time - 1), valid, np.clip(keys, 0, time - 1), allowed
+    groups = np.minimum(queries, time - 1), valid, np.clip(keys, 0, time - 1), allowed
+    for array in groups:
+        array.flags.writeable = False
+    return groups
 
 
 class LongformerSelfAttention(MultiHeadAttention):
