@@ -120,7 +120,8 @@ def figure_times(figure):
 
 def measurement(figure):
     """A figure's ``path`` with the scalar keys a script added (``tokens 4096``) in brackets."""
-    extra = [f"{key.replace('_', ' ')} {value}" for key, value in figure.items()
+    extra = [f"{key.replace('_', ' ')} {value:.4g}" if isinstance(value, float) else
+             f"{key.replace('_', ' ')} {value}" for key, value in figure.items()
              if key not in FIGURE_KEYS and isinstance(value, (int, float, str))]
     return figure["path"] + (f" ({', '.join(extra)})" if extra else "")
 

@@ -347,7 +347,11 @@ def benchmark_chart(path, directory=BENCHMARK_RESULTS) -> None:
     figure = Figure(figsize=(10, sum(heights) + 1.0), layout="constrained")
     ax = figure.subplots()
     rows = range(len(figures))[::-1]
-    ax.barh(list(rows), ratios, color=["#2b6cb0" if r <= 1 else "#c05621" for r in ratios])
+    # each bar runs from 1 to the ratio on a log axis, so that 2x slower and 2x faster are the
+    # same length and a large ratio does not flatten the others
+    ax.set_xscale("log")
+    ax.barh(list(rows), [r - 1 for r in ratios], left=1.0,
+            color=["#2b6cb0" if r <= 1 else "#c05621" for r in ratios])
     ax.axvline(1.0, color="black", linewidth=1)
     first = 0
     for record in records[:-1]:   # a line between the files' figures
@@ -356,9 +360,14 @@ def benchmark_chart(path, directory=BENCHMARK_RESULTS) -> None:
     ax.set_yticks(list(rows), labels, fontsize=7)
     ax.set_ylim(-0.6, len(figures) - 0.4)
     for row, ratio in zip(rows, ratios):
-        ax.text(ratio, row, f" {ratio:.2f}x", va="center", fontsize=7)
-    ax.set_xlabel("our time / the peer's time (below 1: faster)")
-    ax.set_xlim(0, max(ratios) * 1.15)
+        ax.text(ratio, row, f" {ratio:.2f}x ", va="center",
+                ha="left" if ratio >= 1 else "right", fontsize=7)
+    ax.set_xlabel("our time / the peer's time (log scale; left of 1: faster)")
+    ax.set_xlim(min(min(ratios), 1.0) / 1.6, max(max(ratios), 1.0) * 1.6)
+    ticks = [2.0 ** k for k in range(-6, 7)]
+    ax.set_xticks([t for t in ticks if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]])
+    ax.xaxis.set_major_formatter(lambda value, _: f"{value:g}x")
+    ax.xaxis.set_minor_formatter(lambda value, _: "")
     figure.savefig(path, dpi=100)
 
 
