@@ -39,7 +39,7 @@
 # answer from the passages DPR retrieves); we report exact match.
 #
 # ```
-# python examples/retrieval.py            # the full run: about 25 minutes on 2 busy CPU cores
+# python examples/retrieval.py            # the full run: a few minutes on one CPU core
 # python examples/retrieval.py --smoke    # seconds: the pipeline end to end
 # ```
 #
@@ -73,10 +73,10 @@ from minitorch_nlp.retrieval import (ORQA, RAG, REALM, BM25, DenseRetriever,  # 
 
 SETTINGS = {
     "full": dict(people=60, cities=15, vocab_size=600, hidden=64, layers=2, heads=4,
-                 projection=32, dpr_steps=300, dpr_batch=16, dpr_lr=2e-3, rag_steps=300,
+                 projection=32, dpr_steps=600, dpr_batch=16, dpr_lr=2e-3, rag_steps=600,
                  rag_batch=8, rag_lr=3e-3, n_docs=4, ks=(1, 5, 20), golden_steps=150,
-                 golden_batch=16, ict_steps=300, ict_batch=32, orqa_steps=150, orqa_batch=8,
-                 realm_steps=150, realm_batch=8, refresh_every=50, realm_qa_steps=150),
+                 golden_batch=16, ict_steps=600, ict_batch=32, orqa_steps=400, orqa_batch=8,
+                 realm_steps=600, realm_batch=8, refresh_every=100, realm_qa_steps=400),
     "smoke": dict(people=8, cities=3, vocab_size=200, hidden=32, layers=1, heads=4,
                   projection=16, dpr_steps=8, dpr_batch=8, dpr_lr=3e-3, rag_steps=4,
                   rag_batch=4, rag_lr=3e-3, n_docs=2, ks=(1, 5, 20), golden_steps=3,
