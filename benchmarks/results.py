@@ -35,13 +35,17 @@ FIGURE_KEYS = ("path", "threads", "against", "ratio", "rounds", "median_ms")
 
 
 def _commit():
+    """The checkout's commit, ``+dirty`` when a tracked file other than the results files
+    differs from it (a run of several scripts rewrites ``benchmarks/results/`` as it goes, which
+    changes nothing that is measured)."""
     root = Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True,
                                 capture_output=True, text=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no"], check=True, capture_output=True,
-                               text=True).stdout.strip()
+                                "--untracked-files=no", "--", ".",
+                                ":(exclude)benchmarks/results"], check=True,
+                               capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit + ("+dirty" if dirty else "")
