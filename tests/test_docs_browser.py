@@ -109,6 +109,22 @@ def settle(page, condition):
         pass
 
 
+def settled_results(page, reads=3, pause_ms=400, most=40):
+    """The search results' links once the same list has been read ``reads`` times in a row
+    ``pause_ms`` apart: the search worker answers each keystroke, so results of a prefix of the
+    query can still be on the page when the last key is typed (at most ``most`` reads)."""
+    found, same = None, 0
+    for _ in range(most):
+        now = page.eval_on_selector_all(".md-search-result__item > a",
+                                        "links => links.map(link => link.href)")
+        same = same + 1 if now == found else 0
+        found = now
+        if same >= reads - 1:
+            break
+        page.wait_for_timeout(pause_ms)
+    return found
+
+
 # Material draws each Mermaid diagram into a closed shadow root; opened, the test can read the SVG.
 OPEN_SHADOW_ROOTS = """
 const attach = Element.prototype.attachShadow;
@@ -181,8 +197,7 @@ def test_search_finds_the_chapter_before_the_source(browser, server, query, chap
         page.locator(".md-search__input").press_sequentially(query)   # keys, as a reader types
         settle(page, "() => /matching/.test(document.querySelector('.md-search-result__meta')"
                      ".textContent) && document.querySelector('.md-search-result__item a')")
-        found = page.eval_on_selector_all(".md-search-result__item > a",
-                                          "links => links.map(link => link.href)")
+        found = settled_results(page)
         assert found and chapter in found[0], f"searching {query!r}, the results: {found[:3]}"
         assert not errors and not refused
     finally:
