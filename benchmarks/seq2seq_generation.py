@@ -10,7 +10,8 @@ vocabulary 50265), each saved with ``save_pretrained`` and loaded with our ``mt.
 on the numba backend; a batch of ``--batch`` sources of ``--source`` tokens, greedy decoding of
 ``--new-tokens`` tokens (no end token on either side: every row runs to the last token). The
 runners, in one process,
-interleaved (each round runs each once, in a rotating order): ours with the key/value cache
+interleaved (each round runs each once, in a rotating order, each timed call right after an
+untimed one of its own): ours with the key/value cache
 (``decoding.generate_seq2seq``: the self-attention keys and values cached, the cross-attention
 ones projected once), with ``--uncached`` ours without it (every step runs the whole prefix
 again), and HuggingFace's ``generate`` with its cache. The generated tokens are checked identical
@@ -129,8 +130,8 @@ def main() -> None:
                   f"{args.new_tokens} new tokens (same tokens)")
             for threads in args.threads:
                 print(pin_threads(threads))
-                row = report(interleaved(suite, args.repeats, args.budget), args.new_tokens,
-                             args.batch)
+                times = interleaved(suite, args.repeats, args.budget, lead_in=True)
+                row = report(times, args.new_tokens, args.batch)
                 figures.append({"path": f"{label} greedy generation", "threads": threads,
                                 "batch": args.batch, "source": args.source,
                                 "new_tokens": args.new_tokens, "against": "HuggingFace", **row})
