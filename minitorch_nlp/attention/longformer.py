@@ -31,13 +31,14 @@ from .grouped import _flat_rows, grouped_attention, merge_attentions, ungroup
 __all__ = ["LongformerSelfAttention"]
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)
 def _window_groups(time, window, dilation, causal):
     """Query slots, key slots and the allowed pairs of the dilated window, grouped by residue
     class mod ``dilation`` and blocks of ``window`` class positions: (queries (G, w), valid
     queries (G, w), keys (G, 3w), allowed (G, w, 3w)), read-only. Kept for the next layer and
     call with the same sizes: at 4096 tokens and a 128-token window, building them took 3 ms of
-    each layer's 80."""
+    each layer's 80. Few are kept, as ``allowed`` has about 3 x time x window entries (25 MB at
+    16k tokens and a 512-token window) and batches of many lengths would each add one."""
     per_class = -(-time // dilation)
     blocks = -(-per_class // window)
     residue = np.arange(dilation)[:, None, None]
