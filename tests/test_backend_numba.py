@@ -38,7 +38,7 @@ from minitorch_nlp.autograd.ops_fused import (Attention, BandedAttention, BiasGe
                                               Gelu, LayerNorm, LogSoftmax, Softmax)
 from minitorch_nlp.backends import erf as erf_coefficients
 from minitorch_nlp.backends import numba_backend, numba_kernels
-from minitorch_nlp.backends.threads import in_threads
+from minitorch_nlp.backends.threads import in_threads, inside_a_task
 from minitorch_nlp.testing import strategies as S
 from tests.kernel_checks import (FLOAT_DTYPES, NUMBA, REF, arrays, assert_all_same, assert_same,
                                  attention_inputs, blocks_in_threads, dtypes, on_threads,
@@ -494,6 +494,23 @@ def test_in_threads_runs_every_task_and_hands_back_its_error():
 
     with pytest.raises(ValueError, match="a task's error"):
         in_threads([fails, lambda: None], 2)
+
+
+def test_in_threads_runs_tasks_on_the_calling_thread_and_one_pool_thread_side_by_side():
+    """With two threads, the calling thread takes tasks too: two tasks that each wait for the
+    other to start finish only if they run at the same time, one of them on the caller. Inside
+    a task ``inside_a_task`` holds (its kernels use one thread); after, the caller is itself
+    again."""
+    together = threading.Barrier(2, timeout=30)
+    ran_on = []
+
+    def task():
+        ran_on.append((threading.get_ident(), inside_a_task()))
+        together.wait()
+
+    in_threads([task, task], 2)
+    assert {ident for ident, _ in ran_on} >= {threading.get_ident()} and len(set(ran_on)) == 2
+    assert all(inside for _, inside in ran_on) and not inside_a_task()
 
 
 def test_blocks_in_threads_after_a_fork():
