@@ -173,8 +173,8 @@ def in_threads(tasks, threads):
     (``one_blas_thread``), so without this they leave the other cores idle. NumPy's products and
     copies and the numba kernels (compiled ``nogil``) release the GIL, so the tasks run side by
     side. Each thread takes the next task not yet taken until none is left, the calling thread
-    too: rather than wait idle for the pool, it runs tasks on its own core (handing two
-    attention blocks to two pool threads and waiting took 93 us on 2 cores, and the numpy
+    too: rather than wait idle for the pool, it runs tasks on its own core (handing two no-op
+    tasks to two pool threads and waiting for them took 93 us on 2 cores, and the numpy
     backend's GPT step of ``benchmarks/backends.py`` went from 121-124 to 114-116 ms at two
     threads). A task's error is raised once every thread has stopped."""
     if threads == 1:
