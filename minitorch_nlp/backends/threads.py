@@ -198,8 +198,7 @@ def in_threads(tasks, threads):
     try:
         take_tasks()
     finally:
-        for helper in helpers:
-            helper.exception()   # wait for it whatever happens here
+        concurrent.futures.wait(helpers)
     for helper in helpers:
         helper.result()
 
